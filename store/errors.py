@@ -1,0 +1,72 @@
+"""Errors raised by the event store.
+
+Hierarchy::
+
+    StoreError                  any failure of the event store
+    ├── StoreOpenError          the file cannot be used as a jobsup database
+    │   ├── NotADatabaseError   not SQLite, or corrupt (the file is left untouched)
+    │   └── SchemaTooNewError   written by a newer jobsup (left untouched)
+    ├── ConcurrencyError        append with a stale expected_version; nothing written
+    ├── StorageFullError        the disk (or max_page_count) is full; nothing written
+    ├── StoreLockedError        another process holds the write lock past the busy timeout
+    └── StoreClosedError        the store was closed (or its writer died)
+
+``supervisord.exceptions`` re-exports these inside the jobsup-wide hierarchy.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "StoreError",
+    "StoreOpenError",
+    "NotADatabaseError",
+    "SchemaTooNewError",
+    "ConcurrencyError",
+    "StorageFullError",
+    "StoreLockedError",
+    "StoreClosedError",
+]
+
+
+class StoreError(Exception):
+    """Base class of every event-store error."""
+
+
+class StoreOpenError(StoreError):
+    """The database file cannot be opened as a jobsup event store."""
+
+
+class NotADatabaseError(StoreOpenError):
+    """The file is not an SQLite database or is corrupt; it was not modified."""
+
+
+class SchemaTooNewError(StoreOpenError):
+    """The database was written by a newer jobsup; it was not modified."""
+
+
+class ConcurrencyError(StoreError):
+    """An append named a stale ``expected_version``; nothing was written.
+
+    Attributes: ``run_id``, ``expected`` (what the caller passed) and
+    ``actual`` (the stream's current version).
+    """
+
+    def __init__(self, run_id: str, expected: int, actual: int) -> None:
+        super().__init__(
+            f"run {run_id}: expected stream version {expected}, but it is at {actual}"
+        )
+        self.run_id = run_id
+        self.expected = expected
+        self.actual = actual
+
+
+class StorageFullError(StoreError):
+    """The database could not grow (disk full); the failed batch wrote nothing."""
+
+
+class StoreLockedError(StoreError):
+    """Another process kept the database write-locked past the busy timeout."""
+
+
+class StoreClosedError(StoreError):
+    """The store is closed; no more appends or reads are possible."""

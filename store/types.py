@@ -1,0 +1,170 @@
+"""Value types and the event vocabulary shared by the store and its users.
+
+The store is generic: it records any event ``type`` with any JSON ``data``.
+A few types, listed in :data:`PROJECTED_TYPES`, also drive the projections
+(run status and log lines); their ``data`` shapes are pinned here because the
+projections and every producer must agree on them.
+
+Event types and their ``data`` (all keys optional unless marked *required*):
+
+``Submitted`` (*first event of every run*, version 1)
+    ``project`` *required* str, ``name`` *required* str, ``backend``
+    *required* str, ``command`` str, ``timeout_s`` int, ``source`` mapping
+    (commit, repo, snapshot sha256...), ``config`` mapping (effective config,
+    secrets redacted), ``env`` mapping NAME -> sha256 of the value (never the
+    value). The projection creates the run row in phase ``QUEUED``.
+``PhaseChanged``
+    ``phase`` *required* (one of :data:`PHASES`), ``reason`` str | None
+    (one CamelCase word), ``message`` str | None, ``exit_code`` int | None.
+    The projection sets phase, reason, message and exit_code (absent keys
+    become NULL: each PhaseChanged states the whole outcome).
+``HandleRecorded``
+    ``handle`` *required* mapping: how the backend finds the run again
+    (local: pid and process start time; kubernetes: namespace and object
+    names). The projection stores it as the run's ``handle``.
+``LogLines``
+    ``stream`` *required* ``"stdout"`` | ``"stderr"``; ``source`` *required*
+    str naming where positions are measured (``"stdout"`` file, or
+    ``"pod/container"``); ``lines`` *required* list of ``[pos, text]`` pairs
+    where ``pos`` is a str unique within (run, source) — a byte offset for
+    files, a ``"<timestamp>#<n>"`` cursor for Kubernetes. Recording a
+    (run, source, pos) that is already recorded adds no log line: this is what
+    makes replays after a reconnect or restart exactly-once.
+``CancelRequested``, ``StagingStep``, ``ObjectCreated``, ``ObjectDeleted``,
+and any other type
+    Recorded in the log and bump the run's ``updated_at``/``last_seq``/
+    ``version``, but change no other projected column.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Final, Literal
+
+__all__ = [
+    "PHASES",
+    "TERMINAL_PHASES",
+    "PROJECTED_TYPES",
+    "Phase",
+    "NewEvent",
+    "RecordedEvent",
+    "RunStatus",
+    "LogLine",
+    "SUBMITTED",
+    "PHASE_CHANGED",
+    "HANDLE_RECORDED",
+    "LOG_LINES",
+    "CANCEL_REQUESTED",
+    "STAGING_STEP",
+]
+
+Phase = Literal[
+    "QUEUED", "SCHEDULING", "STAGING", "RUNNING", "COMPLETED", "ERROR", "CANCELED", "DELETED"
+]
+
+#: Every phase, in lifecycle order (DESIGN.md "Words").
+PHASES: Final[tuple[str, ...]] = (
+    "QUEUED",
+    "SCHEDULING",
+    "STAGING",
+    "RUNNING",
+    "COMPLETED",
+    "ERROR",
+    "CANCELED",
+    "DELETED",
+)
+#: A run in one of these phases never changes phase again.
+TERMINAL_PHASES: Final[frozenset[str]] = frozenset({"COMPLETED", "ERROR", "CANCELED", "DELETED"})
+
+SUBMITTED: Final = "Submitted"
+PHASE_CHANGED: Final = "PhaseChanged"
+HANDLE_RECORDED: Final = "HandleRecorded"
+LOG_LINES: Final = "LogLines"
+CANCEL_REQUESTED: Final = "CancelRequested"
+STAGING_STEP: Final = "StagingStep"
+
+#: Event types that change projected columns beyond the bookkeeping ones.
+PROJECTED_TYPES: Final[frozenset[str]] = frozenset(
+    {SUBMITTED, PHASE_CHANGED, HANDLE_RECORDED, LOG_LINES}
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event not yet appended: its ``type`` and JSON-serialisable ``data``."""
+
+    type: str
+    data: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecordedEvent:
+    """One immutable row of the event log.
+
+    ``seq`` is global and strictly increasing; ``version`` counts 1, 2, 3...
+    within ``run_id``; ``at`` is UTC in RFC 3339 with microseconds and a
+    ``Z`` suffix (e.g. ``2026-11-29T15:27:52.123456Z``).
+    """
+
+    seq: int
+    run_id: str
+    version: int
+    type: str
+    at: str
+    data: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        """The wire shape: a plain dict with the same keys."""
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunStatus:
+    """The run-status projection of one run (one row of ``runs``).
+
+    Times are RFC 3339 UTC strings as in :class:`RecordedEvent`. ``handle`` is
+    the last ``HandleRecorded`` data (``{}`` before one). ``version`` is the
+    run's stream version (the ``expected_version`` for the next append).
+    """
+
+    id: str
+    project: str
+    name: str
+    backend: str
+    phase: str
+    reason: str | None
+    message: str | None
+    exit_code: int | None
+    created_at: str
+    updated_at: str
+    last_seq: int
+    version: int
+    handle: dict[str, Any]
+    log_lines: int
+
+    @property
+    def terminal(self) -> bool:
+        """True once the run is in a terminal phase."""
+        return self.phase in TERMINAL_PHASES
+
+    def to_json(self) -> dict[str, Any]:
+        """The wire shape used by the API and ``-o json``."""
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LogLine:
+    """One projected log line: ``line_no`` counts 1, 2, 3... within the run,
+    in the order lines were first recorded; ``seq`` is the event that carried it."""
+
+    run_id: str
+    line_no: int
+    stream: str
+    source: str
+    pos: str
+    text: str
+    seq: int
+
+    def to_json(self) -> dict[str, Any]:
+        """The wire shape used by the API."""
+        return dataclasses.asdict(self)

@@ -1,0 +1,3 @@
+"""Imports every command module so that each registers its commands on ``cli``."""
+
+from __future__ import annotations

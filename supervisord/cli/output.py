@@ -1,0 +1,86 @@
+"""Output for the CLI: machine output on stdout, human messages on stderr.
+
+Every listing command takes ``-o table|json|yaml`` (DESIGN.md, "CLI").
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Callable, Sequence, TypeVar
+
+import click
+import yaml
+
+__all__ = ["OUTPUT_FORMATS", "output_option", "emit", "warn", "info"]
+
+OUTPUT_FORMATS = ("table", "json", "yaml")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def output_option(*, default: str = "table", choices: Sequence[str] = OUTPUT_FORMATS) -> Callable[[F], F]:
+    """The ``-o/--output`` click option, as every listing command takes it."""
+    return click.option(
+        "-o",
+        "--output",
+        "output",
+        type=click.Choice(list(choices)),
+        default=default,
+        show_default=True,
+        help="Output format.",
+    )
+
+
+def emit(data: Any, fmt: str, *, columns: Sequence[str] | None = None) -> None:
+    """Write ``data`` to stdout as ``fmt``.
+
+    ``table`` needs ``data`` to be a list of dicts (or one dict) and prints
+    ``columns`` (default: the first row's keys) with rich when stdout is a TTY,
+    plain aligned text otherwise. ``json`` is indented JSON; ``yaml`` is block
+    YAML with keys in their given order.
+    """
+    if fmt == "json":
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+        return
+    if fmt == "yaml":
+        click.echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), nl=False)
+        return
+    rows = data if isinstance(data, list) else [data]
+    if not rows:
+        return
+    cols = list(columns) if columns else list(rows[0].keys())
+    cells = [[_cell(r.get(c)) for c in cols] for r in rows]
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(box=None, pad_edge=False, header_style="bold")
+        for c in cols:
+            table.add_column(c.upper())
+        for row in cells:
+            table.add_row(*row)
+        Console().print(table)
+        return
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    click.echo("  ".join(c.upper().ljust(w) for c, w in zip(cols, widths)).rstrip())
+    for row in cells:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr, prefixed ``warning:``."""
+    click.echo(f"warning: {message}", err=True)
+
+
+def info(message: str) -> None:
+    """One human message line on stderr."""
+    click.echo(message, err=True)

@@ -1,0 +1,213 @@
+"""Tasks: what to run, read from a task YAML file and/or CLI flags.
+
+A task YAML file is a mapping with these keys (all optional; unknown keys are
+an error naming the key and the file)::
+
+    name: train                 # default: first word of the command
+    run: python train.py        # the command, as bash text
+    backend: local              # local | kubernetes (default: config, else local)
+    timeout: 30m                # 90s | 30m | 4h | 1d
+    env: {SEED: "1"}            # values are secrets: recorded by name and hash only
+    config: {...}               # the task config layer (see supervisord.config)
+    kubernetes:
+      manifest: .jobsup/k8s.yaml   # repository-relative path in the recorded commit
+
+CLI flags override the file key by key (``--env`` adds to / replaces keys of
+``env``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+from supervisord.exceptions import TaskError
+
+__all__ = [
+    "Task",
+    "BACKENDS",
+    "load_task",
+    "parse_duration",
+    "parse_env_pairs",
+    "DEFAULT_TIMEOUT_S",
+]
+
+#: Backends a task may name.
+BACKENDS: tuple[str, ...] = ("local", "kubernetes")
+#: The run timeout when neither the task nor the CLI gives one (DESIGN.md: 4h).
+DEFAULT_TIMEOUT_S = 4 * 3600
+
+_TASK_KEYS = {"name", "run", "backend", "timeout", "env", "config", "kubernetes"}
+_DURATION = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """One task. ``timeout_s`` is whole seconds; ``env`` maps names to values
+    (kept in memory and sent to the daemon, never recorded); ``config`` is the
+    task's config layer as written; ``path`` is the task file, if any."""
+
+    name: str | None = None
+    run: str | None = None
+    backend: str | None = None
+    timeout_s: int | None = None
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    config: dict[str, Any] = dataclasses.field(default_factory=dict)
+    manifest: str | None = None
+    path: Path | None = None
+
+    def with_overrides(
+        self,
+        *,
+        name: str | None = None,
+        run: str | None = None,
+        backend: str | None = None,
+        timeout_s: int | None = None,
+        env: Mapping[str, str] | None = None,
+        manifest: str | None = None,
+    ) -> "Task":
+        """Return a copy with every given (non-None) field replaced; ``env``
+        entries are added over the file's."""
+        merged_env = dict(self.env)
+        merged_env.update(env or {})
+        return dataclasses.replace(
+            self,
+            name=name if name is not None else self.name,
+            run=run if run is not None else self.run,
+            backend=backend if backend is not None else self.backend,
+            timeout_s=timeout_s if timeout_s is not None else self.timeout_s,
+            env=merged_env,
+            manifest=manifest if manifest is not None else self.manifest,
+        )
+
+    def default_name(self) -> str:
+        """``name``, else the first word of the command (its basename), else ``task``."""
+        if self.name:
+            return self.name
+        if self.run and self.run.split():
+            return Path(self.run.split()[0]).name or "task"
+        return "task"
+
+
+def parse_duration(text: str, *, what: str = "--timeout") -> int:
+    """Parse ``90s``, ``30m``, ``4h`` or ``1d`` into whole seconds (> 0).
+
+    Raises TaskError naming ``what`` (the flag or key) for anything else,
+    including zero, negatives, fractions and missing units.
+    """
+    match = _DURATION.match(str(text))
+    if not match:
+        raise TaskError(
+            f"{what}: {text!r} is not a duration; use a positive whole number "
+            "with a unit: 90s, 30m, 4h or 1d"
+        )
+    seconds = int(match.group(1)) * _UNITS[match.group(2)]
+    if seconds <= 0:
+        raise TaskError(f"{what}: {text!r} must be positive")
+    return seconds
+
+
+def parse_env_pairs(pairs: Sequence[str], *, what: str = "--env") -> dict[str, str]:
+    """Parse ``K=V`` pairs (split at the first ``=``) into a dict.
+
+    Raises TaskError naming ``what`` and the pair when the ``=`` is missing or
+    the name is not a valid environment variable name. Never echoes a value.
+    """
+    env: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise TaskError(f"{what}: expected NAME=VALUE, got a pair without '=' (name {name!r})")
+        _check_env_name(name, what)
+        env[name] = value
+    return env
+
+
+def _check_env_name(name: str, what: str) -> None:
+    if not _ENV_NAME.match(name):
+        raise TaskError(f"{what}: {name!r} is not a valid environment variable name")
+
+
+def load_task(path: str | Path) -> Task:
+    """Read a task YAML file.
+
+    Raises TaskError naming the file (and line, for YAML syntax errors) when
+    the file is missing, not YAML, not a mapping, has unknown keys or values
+    of the wrong type.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TaskError(f"{p}: task file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TaskError(f"{p}: cannot read task file: {exc}") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise TaskError(f"{p}:{where}: not valid YAML: {problem}") from None
+    if doc is None:
+        raise TaskError(f"{p}: task file is empty; it needs at least `run:`")
+    if not isinstance(doc, dict):
+        raise TaskError(f"{p}: the top level must be a mapping of task keys, got {type(doc).__name__}")
+    return _task_from_mapping(doc, p)
+
+
+def _task_from_mapping(doc: Mapping[Any, Any], p: Path) -> Task:
+    unknown = sorted(str(k) for k in doc if k not in _TASK_KEYS)
+    if unknown:
+        raise TaskError(
+            f"{p}: unknown task key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_TASK_KEYS))}"
+        )
+
+    def string(key: str) -> str | None:
+        value = doc.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value.strip():
+            raise TaskError(f"{p}: `{key}` must be a non-empty string")
+        return value
+
+    backend = string("backend")
+    if backend is not None and backend not in BACKENDS:
+        raise TaskError(f"{p}: `backend` must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    timeout_s = None
+    if doc.get("timeout") is not None:
+        timeout_s = parse_duration(str(doc["timeout"]), what=f"{p}: `timeout`")
+    env_doc = doc.get("env") or {}
+    if not isinstance(env_doc, dict):
+        raise TaskError(f"{p}: `env` must be a mapping of NAME: value")
+    env: dict[str, str] = {}
+    for name, value in env_doc.items():
+        _check_env_name(str(name), f"{p}: `env`")
+        if isinstance(value, (dict, list)) or value is None:
+            raise TaskError(f"{p}: `env.{name}` must be a scalar value")
+        env[str(name)] = value if isinstance(value, str) else yaml.safe_dump(value).strip().removesuffix("...").strip()
+    config = doc.get("config") or {}
+    if not isinstance(config, dict):
+        raise TaskError(f"{p}: `config` must be a mapping")
+    k8s = doc.get("kubernetes") or {}
+    if not isinstance(k8s, dict) or set(k8s) - {"manifest"}:
+        raise TaskError(f"{p}: `kubernetes` may only hold `manifest: PATH`")
+    manifest = k8s.get("manifest")
+    if manifest is not None and (not isinstance(manifest, str) or not manifest):
+        raise TaskError(f"{p}: `kubernetes.manifest` must be a repository-relative path")
+    return Task(
+        name=string("name"),
+        run=string("run"),
+        backend=backend,
+        timeout_s=timeout_s,
+        env=env,
+        config=dict(config),
+        manifest=manifest,
+        path=p.resolve(),
+    )
