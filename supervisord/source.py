@@ -1,0 +1,160 @@
+"""Git source snapshots: the recorded commit, and ``git archive`` of it.
+
+A run never sees the working tree: submit resolves ``--rev`` (default
+``HEAD``) to a full commit id, and the run's source is ``git archive`` of that
+commit, stored content-addressed (sha256) under ``<state dir>/snapshots``
+with mode 0600. Uncommitted changes never run.
+
+All functions here block (they run ``git``); async callers run them in a
+worker thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from supervisord.exceptions import SourceError
+
+__all__ = [
+    "Snapshot",
+    "SnapshotStore",
+    "repo_root",
+    "resolve_commit",
+    "is_dirty",
+    "read_file_at",
+]
+
+_GIT_TIMEOUT_S = 60.0
+
+
+def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(repo), *args],
+            capture_output=True,
+            timeout=_GIT_TIMEOUT_S,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise SourceError("git is not installed (or not on PATH); jobsup needs it to snapshot sources") from None
+    except subprocess.TimeoutExpired:
+        raise SourceError(f"git {' '.join(args)} in {repo} took longer than {_GIT_TIMEOUT_S:.0f}s") from None
+    if check and proc.returncode != 0:
+        err = proc.stderr.decode("utf-8", "replace").strip()
+        raise SourceError(f"git {' '.join(args)} failed in {repo}: {err}")
+    return proc
+
+
+def repo_root(path: str | os.PathLike[str]) -> Path:
+    """The top-level folder of the git work tree holding ``path`` (a file or folder).
+
+    Raises SourceError (saying what to do) when ``path`` is not inside a git
+    repository.
+    """
+    p = Path(path).resolve()
+    folder = p if p.is_dir() else p.parent
+    proc = _git(folder, "rev-parse", "--show-toplevel", check=False)
+    if proc.returncode != 0:
+        raise SourceError(
+            f"{folder} is not inside a git repository: jobsup runs a committed snapshot of your code. "
+            "Run `git init && git add -A && git commit -m init` there, or run jobsup from inside your repository."
+        )
+    return Path(proc.stdout.decode().strip())
+
+
+def resolve_commit(repo: Path, rev: str = "HEAD") -> str:
+    """The full 40-hex commit id that ``rev`` names in ``repo``.
+
+    Raises SourceError naming the revision when it does not name a commit
+    (including ``HEAD`` in a repository without commits).
+    """
+    proc = _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
+    if proc.returncode != 0:
+        hint = " (the repository has no commits yet: commit your code first)" if rev == "HEAD" else ""
+        raise SourceError(f"--rev {rev!r} does not name a commit in {repo}{hint}")
+    return proc.stdout.decode().strip()
+
+
+def is_dirty(repo: Path) -> bool:
+    """True when tracked files differ from HEAD (staged or not); untracked files are ignored."""
+    return bool(_git(repo, "status", "--porcelain", "--untracked-files=no").stdout.strip())
+
+
+def read_file_at(repo: Path, commit: str, path: str) -> bytes | None:
+    """The bytes of repository-relative ``path`` at ``commit``, or None when
+    the commit has no such file (``git show COMMIT:PATH``)."""
+    rel = path.removeprefix("./")
+    if _git(repo, "cat-file", "-e", f"{commit}:{rel}", check=False).returncode != 0:
+        return None
+    return _git(repo, "show", f"{commit}:{rel}").stdout
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """One stored source archive: ``sha256`` of the tar bytes, its ``path``
+    and ``size`` in bytes."""
+
+    sha256: str
+    path: Path
+    size: int
+
+
+class SnapshotStore:
+    """Content-addressed tar archives under ``root`` (created 0700, files 0600).
+
+    The same commit always yields the same archive bytes, so a commit snapshotted
+    twice is stored once.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path_for(self, sha256: str) -> Path:
+        """Where the archive with this digest lives (it may not exist)."""
+        return self.root / sha256[:2] / f"{sha256}.tar"
+
+    def create(self, repo: Path, commit: str) -> Snapshot:
+        """``git archive --format=tar COMMIT`` into the store; returns the Snapshot.
+
+        Raises SourceError when git fails. A partial archive is never left
+        behind under its final name (written to a temp file, then renamed).
+        """
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=".archive-", dir=self.root)
+        tmp = Path(tmp_name)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                try:
+                    proc = subprocess.run(
+                        ["git", "-C", str(repo), "archive", "--format=tar", commit],
+                        stdout=out,
+                        stderr=subprocess.PIPE,
+                        timeout=_GIT_TIMEOUT_S * 5,
+                        check=False,
+                    )
+                except subprocess.TimeoutExpired:
+                    raise SourceError(f"git archive {commit} in {repo} timed out") from None
+                if proc.returncode != 0:
+                    err = proc.stderr.decode("utf-8", "replace").strip()
+                    raise SourceError(f"git archive {commit} failed in {repo}: {err}")
+                out.flush()
+                os.fsync(out.fileno())
+            digest = hashlib.sha256()
+            size = 0
+            with tmp.open("rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(chunk)
+                    size += len(chunk)
+            sha = digest.hexdigest()
+            final = self.path_for(sha)
+            final.parent.mkdir(mode=0o700, exist_ok=True)
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, final)
+            return Snapshot(sha256=sha, path=final, size=size)
+        finally:
+            tmp.unlink(missing_ok=True)
