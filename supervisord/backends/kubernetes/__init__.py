@@ -1,0 +1,52 @@
+"""The Kubernetes backend: the manifest contract and render (this part), then
+cluster access, staging, watches (the backend proper).
+
+The contract (DESIGN.md, "Kubernetes manifest contract"): the run's shape
+lives in a manifest committed to the repository; jobsup reads it from the
+recorded commit (:func:`load_manifest_at_commit`), lints and injects the run
+contract, applies the config's pod patch and sandbox options, and gets the
+exact objects to create from :func:`render_run`.
+"""
+
+from __future__ import annotations
+
+from supervisord.backends.kubernetes.inject import ENV_SECRET, LABEL_NAME, LABEL_PROJECT, LABEL_RUN
+from supervisord.backends.kubernetes.lint import PRIMARY_LABEL, SCRIPT_ENV
+from supervisord.backends.kubernetes.manifest import DEFAULT_MANIFEST_PATH, RUN_TOKEN, load_manifest_at_commit
+from supervisord.backends.kubernetes.render import (
+    DEFAULT_STAGING_TIMEOUT_S,
+    RenderedRun,
+    objects_to_json,
+    objects_to_yaml,
+    render_run,
+)
+from supervisord.backends.kubernetes.script import (
+    READY_MARKER,
+    SOURCE_TAR,
+    STAGING_DIR,
+    STAGING_TIMEOUT_EXIT_CODE,
+)
+
+__all__ = [
+    # render
+    "RenderedRun",
+    "render_run",
+    "load_manifest_at_commit",
+    "objects_to_yaml",
+    "objects_to_json",
+    # names of the contract
+    "DEFAULT_MANIFEST_PATH",
+    "RUN_TOKEN",
+    "SCRIPT_ENV",
+    "PRIMARY_LABEL",
+    "ENV_SECRET",
+    "LABEL_RUN",
+    "LABEL_PROJECT",
+    "LABEL_NAME",
+    # staging, as the gated script expects it
+    "STAGING_DIR",
+    "SOURCE_TAR",
+    "READY_MARKER",
+    "STAGING_TIMEOUT_EXIT_CODE",
+    "DEFAULT_STAGING_TIMEOUT_S",
+]
