@@ -1,0 +1,63 @@
+"""jobsup's event store: an append-only event log in one SQLite file, with
+run-status and log-line projections and race-free subscriptions.
+
+Entry point: ``store = await EventStore.open(path)``. Event types and their
+``data`` shapes are in :mod:`store.types`; errors in :mod:`store.errors`.
+"""
+
+from store.errors import (
+    ConcurrencyError,
+    NotADatabaseError,
+    SchemaTooNewError,
+    StorageFullError,
+    StoreClosedError,
+    StoreError,
+    StoreLockedError,
+    StoreOpenError,
+)
+from store.eventstore import EventStore
+from store.logsplit import MAX_LINE_BYTES, split_lines
+from store.schema import SCHEMA_VERSION
+from store.types import (
+    CANCEL_REQUESTED,
+    HANDLE_RECORDED,
+    LOG_LINES,
+    PHASE_CHANGED,
+    PHASES,
+    PROJECTED_TYPES,
+    STAGING_STEP,
+    SUBMITTED,
+    TERMINAL_PHASES,
+    LogLine,
+    NewEvent,
+    RecordedEvent,
+    RunStatus,
+)
+
+__all__ = [
+    "EventStore",
+    "NewEvent",
+    "RecordedEvent",
+    "RunStatus",
+    "LogLine",
+    "PHASES",
+    "TERMINAL_PHASES",
+    "PROJECTED_TYPES",
+    "SUBMITTED",
+    "PHASE_CHANGED",
+    "HANDLE_RECORDED",
+    "LOG_LINES",
+    "CANCEL_REQUESTED",
+    "STAGING_STEP",
+    "split_lines",
+    "MAX_LINE_BYTES",
+    "SCHEMA_VERSION",
+    "StoreError",
+    "StoreOpenError",
+    "NotADatabaseError",
+    "SchemaTooNewError",
+    "ConcurrencyError",
+    "StorageFullError",
+    "StoreLockedError",
+    "StoreClosedError",
+]

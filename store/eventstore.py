@@ -1,0 +1,441 @@
+"""The event store facade: :class:`EventStore`."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import sqlite3
+from collections.abc import AsyncIterator, Collection, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, TypeVar, get_args
+
+import aiosqlite
+import anyio
+import structlog
+
+from store.errors import StoreClosedError
+from store.projections import (
+    LOG_LINE_COLUMNS,
+    RUN_COLUMNS,
+    Projector,
+    log_line_from_row,
+    run_status_from_row,
+    validate_event,
+)
+from store.schema import Synchronous, open_connection, translate_error
+from store.subscriptions import Subscriptions
+from store.types import LOG_LINES, TERMINAL_PHASES, LogLine, NewEvent, RecordedEvent, RunStatus
+from store.writer import PreparedEvent, Writer
+
+__all__ = ["EventStore"]
+
+log = structlog.get_logger("store")
+
+_T = TypeVar("_T")
+_READERS: Final = 2
+_EVENT_COLUMNS: Final = "seq, run_id, version, type, at, data"
+
+
+def _event_from_row(row: Sequence[Any]) -> RecordedEvent:
+    return RecordedEvent(row[0], row[1], row[2], row[3], row[4], json.loads(row[5]))
+
+
+def _frozen(values: Collection[str] | None, what: str) -> frozenset[str] | None:
+    if values is None:
+        return None
+    if isinstance(values, str):
+        raise TypeError(f"{what} must be a collection of str, not a str ({values!r})")
+    return frozenset(values)
+
+
+def _placeholders(n: int) -> str:
+    return ", ".join("?" * n)
+
+
+class EventStore:
+    """An append-only event log with projections and subscriptions, in one
+    SQLite file (WAL mode).
+
+    Use ``store = await EventStore.open(path)`` ... ``await store.close()``,
+    or ``async with await EventStore.open(path) as store:``. Runs on anyio's
+    asyncio backend (the writer is an asyncio task). One process should own
+    a database at a time; a second process on the same file is safe (its
+    writes wait for the lock, up to ``busy_timeout_s``), but its events wake
+    this process's waiters only at this process's next commit.
+
+    Attributes: ``path`` (the database file, absolute).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        writer_conn: aiosqlite.Connection,
+        readers: list[aiosqlite.Connection],
+        writer: Writer,
+        subscriptions: Subscriptions,
+        busy_timeout_s: float,
+    ) -> None:
+        self.path = path
+        self._writer_conn = writer_conn
+        self._readers = readers
+        self._next_reader = itertools.cycle(readers)
+        self._writer = writer
+        self._subs = subscriptions
+        self._busy_timeout_s = busy_timeout_s
+        self._writer_task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._close_lock = anyio.Lock()
+
+    # -- lifecycle ----------------------------------------------------------
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Synchronous = "FULL",
+        busy_timeout_s: float = 5.0,
+        commit_window_s: float = 0.002,
+    ) -> EventStore:
+        """Open the database at ``path`` (creating it and its folder if
+        missing), apply forward migrations and start the writer task.
+
+        ``synchronous``: SQLite's ``PRAGMA synchronous`` -- ``FULL`` (default)
+        makes every append durable on power loss once it returns; ``NORMAL``
+        may lose the last commits on power loss (never on a process crash);
+        ``OFF`` is for tests and benchmarks. ``busy_timeout_s``: how long a
+        write waits for another process's lock before
+        :class:`StoreLockedError`. ``commit_window_s``: how long the writer
+        keeps collecting appends into one transaction (0 = only what is
+        already queued).
+
+        Raises NotADatabaseError (not SQLite or corrupt), SchemaTooNewError
+        (from a newer jobsup), StoreOpenError (an SQLite file that is not
+        jobsup's, unreadable), StoreLockedError; the file is left untouched
+        by all but the last. ValueError for a bad argument.
+        """
+        if synchronous not in get_args(Synchronous):
+            raise ValueError(f"synchronous must be one of {', '.join(get_args(Synchronous))}, got {synchronous!r}")
+        if not busy_timeout_s >= 0:
+            raise ValueError(f"busy_timeout_s must be >= 0, got {busy_timeout_s!r}")
+        if not 0 <= commit_window_s <= 1:
+            raise ValueError(f"commit_window_s must be within 0..1 s, got {commit_window_s!r}")
+        db_path = Path(path).absolute()
+        db_path.parent.mkdir(parents=True, exist_ok=True)
+        writer_conn = await open_connection(
+            db_path, synchronous=synchronous, busy_timeout_s=busy_timeout_s, writer=True
+        )
+        readers: list[aiosqlite.Connection] = []
+        try:
+            for _ in range(_READERS):
+                readers.append(
+                    await open_connection(db_path, synchronous=synchronous, busy_timeout_s=busy_timeout_s, writer=False)
+                )
+            rows = list(await writer_conn.execute_fetchall("SELECT COALESCE(MAX(seq), 0) FROM events"))
+        except BaseException:
+            for conn in [writer_conn, *readers]:
+                await conn.close()
+            raise
+        subs = Subscriptions(published_seq=int(rows[0][0]))
+        writer = Writer(
+            writer_conn, db_path, subscriptions=subs, commit_window_s=commit_window_s, busy_timeout_s=busy_timeout_s
+        )
+        store = cls(db_path, writer_conn, readers, writer, subs, busy_timeout_s)
+        store._writer_task = asyncio.get_running_loop().create_task(writer.run(), name=f"jobsup-store-writer {db_path}")
+        log.info("store.opened", path=str(db_path), synchronous=synchronous, last_seq=subs.published_seq)
+        return store
+
+    async def close(self) -> None:
+        """Finish the queued appends, stop the writer and close the database.
+
+        Idempotent. Waiters in :meth:`wait_for_events` / :meth:`subscribe`
+        then raise :class:`StoreClosedError`, as do later calls.
+        """
+        async with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._writer.close()
+            try:
+                if self._writer_task is not None:
+                    with anyio.CancelScope(shield=True):
+                        await self._writer_task
+            except Exception as exc:
+                log.error("store.writer_failed_before_close", path=str(self.path), error=repr(exc))
+            finally:
+                self._subs.close()
+                with anyio.CancelScope(shield=True):
+                    for conn in [*self._readers, self._writer_conn]:
+                        await conn.close()
+                log.info("store.closed", path=str(self.path))
+
+    async def __aenter__(self) -> EventStore:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"{self.path}: the store is closed")
+
+    async def _read(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """Run one query on a read connection; rows as tuples."""
+        self._check_open()
+        try:
+            return list(await next(self._next_reader).execute_fetchall(sql, params))
+        except sqlite3.Error as exc:
+            raise translate_error(exc, self.path, self._busy_timeout_s) from exc
+        except ValueError as exc:  # aiosqlite: "Connection closed"
+            raise StoreClosedError(f"{self.path}: the store is closed") from exc
+
+    # -- the event log -----------------------------------------------------------
+
+    async def append(self, run_id: str, expected_version: int, events: Sequence[NewEvent]) -> list[RecordedEvent]:
+        """Append ``events`` to the stream of ``run_id``, which must be at
+        ``expected_version`` (0 = the stream does not exist yet).
+
+        Returns the recorded events (seq, version 1-based per run, ``at``)
+        only after their transaction's COMMIT returned, i.e. durably with
+        ``synchronous=FULL``; subscribers have been woken by then. Concurrent
+        appends are grouped into one transaction; each succeeds or fails on
+        its own.
+
+        Raises ConcurrencyError (stale ``expected_version``; nothing
+        written), StorageFullError (disk full; nothing written, the store
+        works again once space returns), StoreLockedError (another process
+        held the lock past the busy timeout), StoreClosedError; ValueError
+        for bad input (empty ``events``, a data shape that breaks
+        :mod:`store.types`, data that is not JSON-serialisable), naming the
+        run, type and key. Cancelling the caller does not withdraw a queued
+        append.
+        """
+        self._check_open()
+        if not isinstance(run_id, str) or not run_id:
+            raise ValueError(f"run_id must be a non-empty str, got {run_id!r}")
+        if not isinstance(expected_version, int) or isinstance(expected_version, bool) or expected_version < 0:
+            raise ValueError(f"run {run_id}: expected_version must be an int >= 0, got {expected_version!r}")
+        if not events:
+            raise ValueError(f"run {run_id}: append needs at least one event")
+        prepared = []
+        for event in events:
+            validate_event(run_id, event)
+            try:
+                data_json = json.dumps(event.data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"run {run_id}: {event.type} data is not JSON-serialisable: {exc}") from exc
+            rows = 1 + (len(event.data["lines"]) if event.type == LOG_LINES else 0)
+            prepared.append(PreparedEvent(event.type, data_json, json.loads(data_json), rows))
+        return await self._writer.append(run_id, expected_version, prepared)
+
+    async def read_stream(self, run_id: str, from_version: int = 1) -> list[RecordedEvent]:
+        """The events of ``run_id`` with version >= ``from_version``, in
+        version order ([] for an unknown run). Raises StoreClosedError."""
+        rows = await self._read(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE run_id = ? AND version >= ? ORDER BY version",
+            (run_id, from_version),
+        )
+        return [_event_from_row(r) for r in rows]
+
+    async def read_all(
+        self,
+        after_seq: int = 0,
+        limit: int = 1000,
+        run_id: str | None = None,
+        types: Collection[str] | None = None,
+    ) -> list[RecordedEvent]:
+        """One page of the global log: up to ``limit`` events with seq >
+        ``after_seq`` (optionally only of ``run_id`` and of ``types``), in
+        seq order. Page on with ``after_seq = page[-1].seq``."""
+        return await self._query_events(
+            after_seq, limit, None if run_id is None else frozenset({run_id}), _frozen(types, "types")
+        )
+
+    async def _query_events(
+        self, after_seq: int, limit: int, run_ids: frozenset[str] | None, types: frozenset[str] | None
+    ) -> list[RecordedEvent]:
+        if limit <= 0:
+            raise ValueError(f"limit must be > 0, got {limit!r}")
+        where: list[str] = ["seq > ?"]
+        params: list[Any] = [after_seq]
+        order = "seq"
+        if run_ids is not None:
+            if not run_ids:
+                return []
+            where.append(f"run_id IN ({_placeholders(len(run_ids))})")
+            params.extend(sorted(run_ids))
+            if len(run_ids) == 1:
+                order = "version"  # the same order within a run, and it follows the (run_id, version) index
+        if types is not None:
+            if not types:
+                return []
+            where.append(f"type IN ({_placeholders(len(types))})")
+            params.extend(sorted(types))
+        rows = await self._read(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ?",
+            (*params, limit),
+        )
+        return [_event_from_row(r) for r in rows]
+
+    async def last_seq(self) -> int:
+        """The highest seq in the log (0 when empty)."""
+        rows = await self._read("SELECT COALESCE(MAX(seq), 0) FROM events")
+        return int(rows[0][0])
+
+    # -- projections ------------------------------------------------------------
+
+    async def get_run(self, run_id: str) -> RunStatus | None:
+        """The run-status projection of ``run_id`` (exact id), or None."""
+        rows = await self._read(f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
+        return run_status_from_row(rows[0]) if rows else None
+
+    async def list_runs(
+        self,
+        *,
+        project: str | None = None,
+        phases: Collection[str] | None = None,
+        non_terminal_only: bool = False,
+        name: str | None = None,
+    ) -> list[RunStatus]:
+        """Runs matching every given filter, newest (latest Submitted) first."""
+        where: list[str] = []
+        params: list[Any] = []
+        if project is not None:
+            where.append("project = ?")
+            params.append(project)
+        if name is not None:
+            where.append("name = ?")
+            params.append(name)
+        wanted = _frozen(phases, "phases")
+        if wanted is not None:
+            if not wanted:
+                return []
+            where.append(f"phase IN ({_placeholders(len(wanted))})")
+            params.extend(sorted(wanted))
+        if non_terminal_only:
+            where.append(f"phase NOT IN ({_placeholders(len(TERMINAL_PHASES))})")
+            params.extend(sorted(TERMINAL_PHASES))
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        rows = await self._read(f"SELECT {RUN_COLUMNS} FROM runs{clause} ORDER BY created_seq DESC", params)
+        return [run_status_from_row(r) for r in rows]
+
+    async def match_run_ids(self, prefix: str, limit: int = 10) -> list[str]:
+        """Up to ``limit`` run ids starting with ``prefix``, sorted."""
+        if not prefix:
+            rows = await self._read("SELECT id FROM runs ORDER BY id LIMIT ?", (limit,))
+        else:
+            upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+            rows = await self._read(
+                "SELECT id FROM runs WHERE id >= ? AND id < ? ORDER BY id LIMIT ?", (prefix, upper, limit)
+            )
+        return [str(r[0]) for r in rows]
+
+    async def log_lines(self, run_id: str, after_line: int = 0, limit: int = 10000) -> list[LogLine]:
+        """Up to ``limit`` log lines of ``run_id`` with line_no >
+        ``after_line``, in line_no order. Page on with ``page[-1].line_no``."""
+        rows = await self._read(
+            f"SELECT {LOG_LINE_COLUMNS} FROM log_lines WHERE run_id = ? AND line_no > ? ORDER BY line_no LIMIT ?",
+            (run_id, after_line, limit),
+        )
+        return [log_line_from_row(r) for r in rows]
+
+    async def tail_line_no(self, run_id: str, n: int) -> int:
+        """The ``after_line`` for :meth:`log_lines` that yields the last
+        ``n`` lines of ``run_id`` (0 when it has ``n`` lines or fewer)."""
+        rows = await self._read("SELECT COALESCE(MAX(line_no), 0) FROM log_lines WHERE run_id = ?", (run_id,))
+        return max(0, int(rows[0][0]) - max(0, n))
+
+    async def last_log_position(self, run_id: str, source: str) -> str | None:
+        """The ``pos`` of the newest recorded line of ``run_id`` from
+        ``source`` (where a tailer resumes), or None if there is none."""
+        rows = await self._read("SELECT pos FROM log_sources WHERE run_id = ? AND source = ?", (run_id, source))
+        return str(rows[0][0]) if rows else None
+
+    async def rebuild(self) -> None:
+        """Drop the projection tables and replay the whole event log into
+        them, in one transaction between append batches (readers keep seeing
+        the old rows until it commits). Raises StorageFullError,
+        StoreClosedError."""
+        self._check_open()
+        projector = Projector()
+
+        async def run(conn: aiosqlite.Connection) -> int:
+            await conn.execute("BEGIN IMMEDIATE")
+            try:
+                count = await projector.rebuild(conn)
+                await conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    await conn.execute("ROLLBACK")
+                raise
+            return count
+
+        count = await self._writer.exclusive(run)
+        log.info("store.rebuilt", path=str(self.path), events=count)
+
+    # -- subscriptions ----------------------------------------------------------
+
+    async def wait_for_events(
+        self,
+        after_seq: int,
+        *,
+        run_ids: Collection[str] | None = None,
+        types: Collection[str] | None = None,
+        limit: int = 1000,
+        timeout_s: float | None = None,
+    ) -> list[RecordedEvent]:
+        """Wait for events with seq > ``after_seq`` (of ``run_ids`` and
+        ``types`` if given; None = any) and return up to ``limit`` of them in
+        seq order: at once if some are already committed, else as soon as a
+        commit adds some; [] after ``timeout_s`` seconds (None = no timeout).
+
+        Race-free: the wait is registered before the log is re-checked, and
+        commits notify only after COMMIT returned, so an event committed at
+        any moment after ``after_seq`` is returned. No polling. Raises
+        StoreClosedError (also when the store closes while waiting).
+        """
+        self._check_open()
+        if limit <= 0:
+            raise ValueError(f"limit must be > 0, got {limit!r}")
+        want_runs, want_types = _frozen(run_ids, "run_ids"), _frozen(types, "types")
+        with anyio.move_on_after(float("inf") if timeout_s is None else timeout_s):
+            while True:
+                waiter = self._subs.register(after_seq, want_runs, want_types, limit)
+                try:
+                    if waiter.closed:
+                        raise StoreClosedError(f"{self.path}: the store is closed")
+                    if after_seq < self._subs.published_seq or waiter.reread:
+                        found = await self._query_events(after_seq, limit, want_runs, want_types)
+                        if found:
+                            return found
+                    await waiter.woken.wait()
+                    if waiter.closed:
+                        raise StoreClosedError(f"{self.path}: the store was closed while waiting")
+                    if waiter.result:
+                        return waiter.result
+                    # reread: another process appended; loop to query the database
+                finally:
+                    self._subs.unregister(waiter)
+        return []
+
+    async def subscribe(
+        self,
+        after_seq: int,
+        *,
+        run_ids: Collection[str] | None = None,
+        types: Collection[str] | None = None,
+    ) -> AsyncIterator[RecordedEvent]:
+        """Every matching event with seq > ``after_seq``, in seq order, as
+        committed, forever (bound it with a cancel scope). Built on
+        :meth:`wait_for_events`; raises StoreClosedError when the store
+        closes."""
+        cursor = after_seq
+        while True:
+            for event in await self.wait_for_events(cursor, run_ids=run_ids, types=types):
+                cursor = event.seq
+                yield event

@@ -1,0 +1,334 @@
+"""Projections: the run status and log line tables, derived from events.
+
+:class:`Projector` folds a batch of just-recorded events into ``runs``,
+``log_lines`` and ``log_sources`` inside the writer's transaction, so a
+projection row is never ahead of or behind the events it derives from.
+``rebuild`` drops those tables and replays the whole log through the very
+same fold, so the rebuilt rows equal the incrementally maintained ones.
+
+The rules (see :mod:`store.types` for the ``data`` shapes):
+
+* ``Submitted`` creates the run row in phase ``QUEUED`` with ``created_at`` =
+  the event's ``at`` (a repeated ``Submitted`` only updates project, name
+  and backend). Events of a run without a ``Submitted`` create no row.
+* ``PhaseChanged`` sets phase, reason, message and exit_code (absent keys
+  become NULL). ``HandleRecorded`` sets ``handle``.
+* ``LogLines`` adds one ``log_lines`` row per ``[pos, text]`` whose
+  ``(run, source, pos)`` is not recorded yet, numbering them on from the
+  run's last ``line_no``; a recorded position adds nothing (exactly-once
+  replays). ``log_sources`` keeps the newest recorded line of each source.
+* Every event of a run sets its ``updated_at``, ``last_seq`` and ``version``;
+  ``log_lines`` is the run's number of recorded lines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+import aiosqlite
+
+from store.schema import PROJECTION_DDL, PROJECTION_TABLES
+from store.types import (
+    HANDLE_RECORDED,
+    LOG_LINES,
+    PHASE_CHANGED,
+    PHASES,
+    SUBMITTED,
+    LogLine,
+    NewEvent,
+    RecordedEvent,
+    RunStatus,
+)
+
+__all__ = ["Projector", "validate_event", "run_status_from_row", "log_line_from_row", "RUN_COLUMNS", "LOG_LINE_COLUMNS"]
+
+_STREAMS: Final = frozenset({"stdout", "stderr"})
+_PHASES: Final = frozenset(PHASES)
+#: SQLite's default limit on host parameters is 32766 (since 3.32); stay well below.
+_IN_CHUNK: Final = 500
+
+RUN_COLUMNS: Final = (
+    "id, project, name, backend, phase, reason, message, exit_code, created_at,"
+    " updated_at, last_seq, version, handle, log_lines"
+)
+LOG_LINE_COLUMNS: Final = "run_id, line_no, stream, source, pos, text, seq"
+
+
+def _require(data: dict[str, Any], key: str, kind: type | tuple[type, ...], etype: str, run_id: str) -> Any:
+    if key not in data:
+        raise ValueError(f"run {run_id}: {etype} event data needs key {key!r}")
+    value = data[key]
+    if not isinstance(value, kind):
+        raise ValueError(f"run {run_id}: {etype} data[{key!r}] must be {_kind_name(kind)}, got {value!r:.80}")
+    return value
+
+
+def _optional(data: dict[str, Any], key: str, kind: type, etype: str, run_id: str) -> None:
+    value = data.get(key)
+    if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+        raise ValueError(
+            f"run {run_id}: {etype} data[{key!r}] must be {_kind_name(kind)} or null, got {value!r:.80}"
+        )
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(k.__name__ for k in kinds)
+
+
+def validate_event(run_id: str, event: NewEvent) -> None:
+    """Check an event before it is appended; raise ``ValueError`` naming the
+    run, type and key at fault.
+
+    Any ``type`` (a non-empty str) with a dict ``data`` is accepted; the
+    projected types must also have the ``data`` shapes pinned in
+    :mod:`store.types` (e.g. ``PhaseChanged`` needs a ``phase`` from
+    :data:`store.types.PHASES`, ``LogLines`` needs ``stream`` stdout|stderr,
+    ``source`` str and ``lines`` a list of ``[pos, text]`` str pairs).
+    """
+    if not isinstance(event, NewEvent):
+        raise ValueError(f"run {run_id}: events must be NewEvent instances, got {type(event).__name__}")
+    etype, data = event.type, event.data
+    if not isinstance(etype, str) or not etype:
+        raise ValueError(f"run {run_id}: event type must be a non-empty str, got {etype!r}")
+    if not isinstance(data, dict):
+        raise ValueError(f"run {run_id}: {etype} data must be a dict, got {type(data).__name__}")
+    if etype == SUBMITTED:
+        for key in ("project", "name", "backend"):
+            _require(data, key, str, etype, run_id)
+    elif etype == PHASE_CHANGED:
+        phase = _require(data, "phase", str, etype, run_id)
+        if phase not in _PHASES:
+            raise ValueError(f"run {run_id}: PhaseChanged data['phase'] must be one of {', '.join(PHASES)}, got {phase!r}")
+        _optional(data, "reason", str, etype, run_id)
+        _optional(data, "message", str, etype, run_id)
+        _optional(data, "exit_code", int, etype, run_id)
+    elif etype == HANDLE_RECORDED:
+        _require(data, "handle", dict, etype, run_id)
+    elif etype == LOG_LINES:
+        stream = _require(data, "stream", str, etype, run_id)
+        if stream not in _STREAMS:
+            raise ValueError(f"run {run_id}: LogLines data['stream'] must be 'stdout' or 'stderr', got {stream!r}")
+        _require(data, "source", str, etype, run_id)
+        lines = _require(data, "lines", (list, tuple), etype, run_id)
+        for i, line in enumerate(lines):
+            if not (
+                isinstance(line, (list, tuple))
+                and len(line) == 2
+                and isinstance(line[0], str)
+                and isinstance(line[1], str)
+            ):
+                raise ValueError(f"run {run_id}: LogLines data['lines'][{i}] must be a [pos, text] pair of str, got {line!r:.80}")
+
+
+@dataclasses.dataclass(slots=True)
+class _RunRow:
+    """A mutable ``runs`` row while a batch is folded into it."""
+
+    id: str
+    project: str
+    name: str
+    backend: str
+    phase: str
+    reason: str | None
+    message: str | None
+    exit_code: int | None
+    created_at: str
+    created_seq: int
+    updated_at: str
+    last_seq: int
+    version: int
+    handle: str
+    log_lines: int
+
+    def params(self) -> tuple[Any, ...]:
+        return dataclasses.astuple(self)
+
+
+_RUN_ROW_COLUMNS: Final = tuple(f.name for f in dataclasses.fields(_RunRow))
+_UPSERT_RUN: Final = (
+    f"INSERT INTO runs ({', '.join(_RUN_ROW_COLUMNS)}) VALUES ({', '.join('?' * len(_RUN_ROW_COLUMNS))})"
+    f" ON CONFLICT (id) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in _RUN_ROW_COLUMNS[1:])}"
+)
+_INSERT_LINE: Final = f"INSERT OR IGNORE INTO log_lines ({LOG_LINE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+_UPSERT_SOURCE: Final = (
+    "INSERT INTO log_sources (run_id, source, pos, line_no) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT (run_id, source) DO UPDATE SET pos = excluded.pos, line_no = excluded.line_no"
+)
+_EXISTING_POSITIONS: Final = (
+    "SELECT l.run_id, l.source, l.pos FROM json_each(?) AS j, log_lines AS l"
+    " WHERE l.run_id = j.value ->> 0 AND l.source = j.value ->> 1 AND l.pos = j.value ->> 2"
+)
+
+
+def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
+    for i in range(0, len(items), _IN_CHUNK):
+        yield items[i : i + _IN_CHUNK]
+
+
+class Projector:
+    """Maintains the projection tables; every method runs inside the
+    caller's open write transaction on ``conn`` and never commits."""
+
+    async def apply(self, conn: aiosqlite.Connection, events: Sequence[RecordedEvent]) -> None:
+        """Fold ``events`` (seq order, already inserted into ``events``)
+        into the projections. Raises ``sqlite3.Error`` (e.g. disk full);
+        the caller rolls back."""
+        if not events:
+            return
+        counts = await self._line_counts(
+            conn, {e.run_id for e in events if e.type in (LOG_LINES, SUBMITTED)}
+        )
+        await self._apply_log_lines(conn, [e for e in events if e.type == LOG_LINES], counts)
+        await self._apply_runs(conn, events, counts)
+
+    async def rebuild(self, conn: aiosqlite.Connection, chunk_events: int = 5000) -> int:
+        """Drop and recreate the projection tables, then replay every event
+        in seq order, ``chunk_events`` at a time. Returns the number of
+        events replayed."""
+        for table in PROJECTION_TABLES:
+            await conn.execute(f"DROP TABLE IF EXISTS {table}")
+        for statement in PROJECTION_DDL:
+            await conn.execute(statement)
+        after, total = 0, 0
+        while True:
+            rows = list(
+                await conn.execute_fetchall(
+                    "SELECT seq, run_id, version, type, at, data FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
+                    (after, chunk_events),
+                )
+            )
+            if not rows:
+                return total
+            events = [RecordedEvent(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows]
+            await self.apply(conn, events)
+            after = events[-1].seq
+            total += len(events)
+
+    @staticmethod
+    async def _line_counts(conn: aiosqlite.Connection, run_ids: set[str]) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for chunk in _chunks(sorted(run_ids)):
+            rows = await conn.execute_fetchall(
+                f"SELECT run_id, MAX(line_no) FROM log_lines WHERE run_id IN ({', '.join('?' * len(chunk))})"
+                " GROUP BY run_id",
+                chunk,
+            )
+            counts.update((str(r[0]), int(r[1])) for r in rows)
+        return counts
+
+    @staticmethod
+    def _line_rows(
+        events: Sequence[RecordedEvent], counts: dict[str, int], seen: set[tuple[str, str, str]]
+    ) -> tuple[list[tuple[str, int, str, str, str, str, int]], dict[tuple[str, str], tuple[str, str, str, int]]]:
+        """The ``log_lines`` rows to insert for ``events``, skipping the
+        positions in ``seen`` (and repeats within the batch), numbering on
+        from ``counts`` (updated in place), and the newest line of each
+        (run, source) as ``log_sources`` rows."""
+        rows: list[tuple[str, int, str, str, str, str, int]] = []
+        newest: dict[tuple[str, str], tuple[str, str, str, int]] = {}
+        for e in events:
+            run_id, seq, data = e.run_id, e.seq, e.data
+            source, stream = data["source"], data["stream"]
+            first = n = counts.get(run_id, 0)
+            for pos, text in data["lines"]:
+                key = (run_id, source, pos)
+                if key in seen:
+                    continue
+                seen.add(key)
+                n += 1
+                rows.append((run_id, n, stream, source, pos, text, seq))
+            if n != first:
+                newest[(run_id, source)] = (run_id, source, rows[-1][4], n)
+                counts[run_id] = n
+        return rows, newest
+
+    async def _apply_log_lines(
+        self, conn: aiosqlite.Connection, events: Sequence[RecordedEvent], counts: dict[str, int]
+    ) -> None:
+        """Insert the new lines of ``events``. Optimistically assumes no
+        position is recorded yet (the common case: one INSERT OR IGNORE); if
+        the unique index ignored any row, undoes that insert and redoes it
+        knowing which positions exist, so line numbers stay consecutive."""
+        if not events:
+            return
+        attempt_counts = dict(counts)
+        rows, newest = self._line_rows(events, attempt_counts, set())
+        if not rows:
+            return
+        await conn.execute("SAVEPOINT log_lines")
+        cursor = await conn.executemany(_INSERT_LINE, rows)
+        if cursor.rowcount != len(rows):
+            await conn.execute("ROLLBACK TO log_lines")
+            keys = [[e.run_id, e.data["source"], line[0]] for e in events for line in e.data["lines"]]
+            seen = {
+                (str(r[0]), str(r[1]), str(r[2]))
+                for r in await conn.execute_fetchall(_EXISTING_POSITIONS, (json.dumps(keys),))
+            }
+            attempt_counts = dict(counts)
+            rows, newest = self._line_rows(events, attempt_counts, seen)
+            if rows:
+                await conn.executemany(_INSERT_LINE, rows)
+        await conn.execute("RELEASE log_lines")
+        counts.update(attempt_counts)
+        if newest:
+            await conn.executemany(_UPSERT_SOURCE, list(newest.values()))
+
+    @staticmethod
+    async def _apply_runs(
+        conn: aiosqlite.Connection, events: Sequence[RecordedEvent], counts: dict[str, int]
+    ) -> None:
+        run_ids = sorted({e.run_id for e in events})
+        rows: dict[str, _RunRow] = {}
+        for chunk in _chunks(run_ids):
+            for r in await conn.execute_fetchall(
+                f"SELECT {', '.join(_RUN_ROW_COLUMNS)} FROM runs WHERE id IN ({', '.join('?' * len(chunk))})",
+                chunk,
+            ):
+                rows[r[0]] = _RunRow(*r)
+        changed: dict[str, _RunRow] = {}
+        for e in events:
+            row = rows.get(e.run_id)
+            data = e.data
+            if e.type == SUBMITTED:
+                if row is None:
+                    row = _RunRow(
+                        id=e.run_id, project=data["project"], name=data["name"], backend=data["backend"],
+                        phase="QUEUED", reason=None, message=None, exit_code=None,
+                        created_at=e.at, created_seq=e.seq, updated_at=e.at, last_seq=e.seq,
+                        version=e.version, handle="{}", log_lines=0,
+                    )  # fmt: skip
+                    rows[e.run_id] = row
+                else:
+                    row.project, row.name, row.backend = data["project"], data["name"], data["backend"]
+            if row is None:
+                continue
+            if e.type == PHASE_CHANGED:
+                row.phase = data["phase"]
+                row.reason = data.get("reason")
+                row.message = data.get("message")
+                row.exit_code = data.get("exit_code")
+            elif e.type == HANDLE_RECORDED:
+                row.handle = json.dumps(data["handle"], separators=(",", ":"), ensure_ascii=False)
+            row.updated_at, row.last_seq, row.version = e.at, e.seq, e.version
+            row.log_lines = counts.get(e.run_id, row.log_lines)
+            changed[e.run_id] = row
+        if changed:
+            await conn.executemany(_UPSERT_RUN, [row.params() for row in changed.values()])
+
+
+def run_status_from_row(row: Sequence[Any]) -> RunStatus:
+    """A :class:`RunStatus` from a ``runs`` row selected as :data:`RUN_COLUMNS`."""
+    return RunStatus(
+        id=row[0], project=row[1], name=row[2], backend=row[3], phase=row[4], reason=row[5],
+        message=row[6], exit_code=row[7], created_at=row[8], updated_at=row[9], last_seq=row[10],
+        version=row[11], handle=json.loads(row[12]), log_lines=row[13],
+    )  # fmt: skip
+
+
+def log_line_from_row(row: Sequence[Any]) -> LogLine:
+    """A :class:`LogLine` from a ``log_lines`` row selected as :data:`LOG_LINE_COLUMNS`."""
+    return LogLine(row[0], row[1], row[2], row[3], row[4], row[5], row[6])

@@ -1,0 +1,280 @@
+"""The SQLite schema: DDL, append-only triggers, forward migrations, opening.
+
+One database file holds the event log (``events``), the projections derived
+from it (``runs``, ``log_lines``, ``log_sources``) and ``schema_migrations``,
+one row per applied migration (the schema version is its highest
+``version``).
+
+Opening (:func:`open_connection`) never writes to a file it has not first
+recognised: the SQLite header is checked, then the schema version is read;
+only a jobsup database of this or an older version is switched to WAL and
+migrated. A non-SQLite or corrupt file raises :class:`NotADatabaseError`, a
+database from a newer jobsup raises :class:`SchemaTooNewError`, and in both
+cases the file is left byte-for-byte untouched.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import sqlite3
+from pathlib import Path
+from typing import Final, Literal
+
+import aiosqlite
+import structlog
+
+from store.errors import (
+    NotADatabaseError,
+    SchemaTooNewError,
+    StorageFullError,
+    StoreError,
+    StoreLockedError,
+    StoreOpenError,
+)
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "MIGRATIONS",
+    "PROJECTION_TABLES",
+    "PROJECTION_DDL",
+    "Synchronous",
+    "open_connection",
+    "translate_error",
+    "utc_now",
+]
+
+log = structlog.get_logger("store.schema")
+
+Synchronous = Literal["FULL", "NORMAL", "OFF"]
+
+#: The header every SQLite 3 database file starts with (https://sqlite.org/fileformat.html §1.3).
+_SQLITE_HEADER: Final = b"SQLite format 3\x00"
+
+# Primary result codes (https://sqlite.org/rescode.html).
+_SQLITE_BUSY: Final = 5
+_SQLITE_LOCKED: Final = 6
+_SQLITE_CORRUPT: Final = 11
+_SQLITE_FULL: Final = 13
+_SQLITE_NOTADB: Final = 26
+
+_EVENTS_DDL: Final[tuple[str, ...]] = (
+    """CREATE TABLE events (
+        seq     INTEGER PRIMARY KEY,
+        run_id  TEXT    NOT NULL,
+        version INTEGER NOT NULL CHECK (version >= 1),
+        type    TEXT    NOT NULL,
+        at      TEXT    NOT NULL,
+        data    TEXT    NOT NULL,
+        UNIQUE (run_id, version)
+    )""",
+    # The log is append-only: the schema itself refuses UPDATE and DELETE
+    # (DESIGN.md "Event sourcing rules"), and every INSERT must extend both
+    # the global order and its run's stream by exactly one.
+    """CREATE TRIGGER events_no_update BEFORE UPDATE ON events
+    BEGIN SELECT RAISE(ABORT, 'events are append-only: UPDATE is refused'); END""",
+    """CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+    BEGIN SELECT RAISE(ABORT, 'events are append-only: DELETE is refused'); END""",
+    """CREATE TRIGGER events_in_order BEFORE INSERT ON events
+    WHEN NEW.seq <= (SELECT COALESCE(MAX(seq), 0) FROM events)
+      OR NEW.version <> (SELECT COALESCE(MAX(version), 0) FROM events WHERE run_id = NEW.run_id) + 1
+    BEGIN SELECT RAISE(ABORT, 'events: seq must increase and version must follow its run''s last'); END""",
+)
+
+#: The projection tables, dropped and recreated by ``rebuild()``.
+PROJECTION_TABLES: Final[tuple[str, ...]] = ("runs", "log_lines", "log_sources")
+
+#: DDL of the projection tables at :data:`SCHEMA_VERSION`. A migration that
+#: changes a projection table must change this to match.
+PROJECTION_DDL: Final[tuple[str, ...]] = (
+    """CREATE TABLE runs (
+        id          TEXT    PRIMARY KEY,
+        project     TEXT    NOT NULL,
+        name        TEXT    NOT NULL,
+        backend     TEXT    NOT NULL,
+        phase       TEXT    NOT NULL,
+        reason      TEXT,
+        message     TEXT,
+        exit_code   INTEGER,
+        created_at  TEXT    NOT NULL,
+        created_seq INTEGER NOT NULL,
+        updated_at  TEXT    NOT NULL,
+        last_seq    INTEGER NOT NULL,
+        version     INTEGER NOT NULL,
+        handle      TEXT    NOT NULL,
+        log_lines   INTEGER NOT NULL
+    )""",
+    "CREATE INDEX runs_by_created ON runs (created_seq)",
+    "CREATE INDEX runs_by_project ON runs (project, created_seq)",
+    # line_no is 1, 2, 3... per run; (run_id, source, pos) is the dedup key.
+    """CREATE TABLE log_lines (
+        run_id  TEXT    NOT NULL,
+        line_no INTEGER NOT NULL,
+        stream  TEXT    NOT NULL,
+        source  TEXT    NOT NULL,
+        pos     TEXT    NOT NULL,
+        text    TEXT    NOT NULL,
+        seq     INTEGER NOT NULL,
+        PRIMARY KEY (run_id, line_no),
+        UNIQUE (run_id, source, pos)
+    ) WITHOUT ROWID""",
+    # The newest recorded line of each (run, source): where a tailer resumes.
+    """CREATE TABLE log_sources (
+        run_id  TEXT    NOT NULL,
+        source  TEXT    NOT NULL,
+        pos     TEXT    NOT NULL,
+        line_no INTEGER NOT NULL,
+        PRIMARY KEY (run_id, source)
+    ) WITHOUT ROWID""",
+)
+
+#: ``MIGRATIONS[i]`` takes a database from schema version ``i`` to ``i + 1``.
+#: Append only; never edit a released migration.
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_EVENTS_DDL + PROJECTION_DDL,)
+
+#: The schema version this jobsup writes.
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+
+def utc_now() -> str:
+    """The current UTC time in RFC 3339 with microseconds and ``Z``,
+    e.g. ``2026-11-29T15:27:52.123456Z``."""
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def translate_error(exc: sqlite3.Error, path: Path, busy_timeout_s: float) -> StoreError:
+    """A store error for an SQLite error raised while using ``path``.
+
+    Disk full (SQLITE_FULL) -> :class:`StorageFullError`; locked past the
+    busy timeout (SQLITE_BUSY/LOCKED) -> :class:`StoreLockedError`; not a
+    database or corrupt (SQLITE_NOTADB/CORRUPT) -> :class:`NotADatabaseError`;
+    anything else -> :class:`StoreError`. The message names the file.
+    Result codes: https://sqlite.org/rescode.html.
+    """
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    if code == _SQLITE_FULL:
+        return StorageFullError(
+            f"{path}: the database cannot grow (disk or size limit full: {exc}); nothing was written"
+        )
+    if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
+        return StoreLockedError(
+            f"{path}: another process held the database lock for more than"
+            f" {busy_timeout_s:g}s ({exc}); nothing was written"
+        )
+    if code in (_SQLITE_NOTADB, _SQLITE_CORRUPT):
+        return NotADatabaseError(f"{path}: not a usable SQLite database ({exc}); the file was left untouched")
+    return StoreError(f"{path}: SQLite error: {exc}")
+
+
+def _check_header(path: Path) -> None:
+    """Refuse, before SQLite touches it, a file that is not SQLite 3."""
+    try:
+        with path.open("rb") as f:
+            header = f.read(len(_SQLITE_HEADER))
+    except FileNotFoundError:
+        return
+    except IsADirectoryError:
+        raise NotADatabaseError(f"{path}: is a directory, not an SQLite database file") from None
+    except OSError as exc:
+        raise StoreOpenError(f"{path}: cannot read the database file: {exc}") from exc
+    if header and header != _SQLITE_HEADER:
+        raise NotADatabaseError(
+            f"{path}: not an SQLite database (it starts with {header[:16]!r}); the file was left untouched"
+        )
+
+
+async def _schema_version(conn: aiosqlite.Connection, path: Path) -> int:
+    """The schema version of an open database: 0 for an empty one.
+
+    Raises StoreOpenError for an SQLite database that is not jobsup's.
+    """
+    rows = await conn.execute_fetchall(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+    )
+    tables = {str(r[0]) for r in rows}
+    if not tables:
+        return 0
+    if "schema_migrations" not in tables:
+        raise StoreOpenError(
+            f"{path}: an SQLite database but not a jobsup one (tables: {', '.join(sorted(tables))});"
+            " the file was left untouched"
+        )
+    rows = await conn.execute_fetchall("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
+    return int(list(rows)[0][0])
+
+
+async def _migrate(conn: aiosqlite.Connection, path: Path) -> None:
+    """Apply the missing migrations, each in its own IMMEDIATE transaction
+    (so two processes opening a fresh file at once migrate it once)."""
+    while True:
+        await conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = await _schema_version(conn, path)
+            if version > SCHEMA_VERSION:
+                raise SchemaTooNewError(
+                    f"{path}: written by a newer jobsup (schema version {version}, this jobsup"
+                    f" knows up to {SCHEMA_VERSION}); the file was left untouched"
+                )
+            if version == SCHEMA_VERSION:
+                await conn.execute("COMMIT")
+                return
+            if version == 0:
+                await conn.execute(
+                    "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
+                )
+            for statement in MIGRATIONS[version]:
+                await conn.execute(statement)
+            await conn.execute(
+                "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
+                (version + 1, utc_now()),
+            )
+            await conn.execute("COMMIT")
+            log.info("store.migrated", path=str(path), schema_version=version + 1)
+        except BaseException:
+            if conn.in_transaction:
+                await conn.execute("ROLLBACK")
+            raise
+
+
+async def open_connection(
+    path: Path, *, synchronous: Synchronous, busy_timeout_s: float, writer: bool
+) -> aiosqlite.Connection:
+    """Open ``path`` (creating it if missing) as a jobsup database.
+
+    The writer connection (``writer=True``) also switches the file to WAL and
+    runs the forward migrations; reader connections are ``query_only``.
+    Connections are in autocommit mode: callers issue BEGIN/COMMIT.
+
+    Raises NotADatabaseError, SchemaTooNewError, StoreOpenError (not jobsup's,
+    unreadable) and StoreLockedError; the file is untouched in every case
+    but the last.
+    """
+    _check_header(path)
+    try:
+        conn = await aiosqlite.connect(
+            os.fspath(path), isolation_level=None, timeout=busy_timeout_s
+        )
+    except sqlite3.Error as exc:
+        raise translate_error(exc, path, busy_timeout_s) from exc
+    try:
+        # Read-only inspection first: nothing is written before we know the file is ours.
+        version = await _schema_version(conn, path)
+        if version > SCHEMA_VERSION:
+            raise SchemaTooNewError(
+                f"{path}: written by a newer jobsup (schema version {version}, this jobsup"
+                f" knows up to {SCHEMA_VERSION}); the file was left untouched"
+            )
+        if writer:
+            rows = list(await conn.execute_fetchall("PRAGMA journal_mode = WAL"))
+            if str(rows[0][0]).lower() != "wal":
+                raise StoreOpenError(f"{path}: cannot switch the database to WAL mode (got {rows[0][0]})")
+            await _migrate(conn, path)
+        else:
+            await conn.execute("PRAGMA query_only = ON")
+        await conn.execute(f"PRAGMA synchronous = {synchronous}")
+    except BaseException as exc:
+        await conn.close()
+        if isinstance(exc, sqlite3.Error):
+            raise translate_error(exc, path, busy_timeout_s) from exc
+        raise
+    return conn
