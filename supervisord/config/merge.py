@@ -55,6 +55,8 @@ __all__ = [
     "POD_SPEC_ATOMIC_LISTS",
     "POD_SPEC_PATHS",
     "MergeResult",
+    "is_pod_spec_path",
+    "leaf_paths",
     "merge",
     "merge_layers",
     "merge_pod_spec",
@@ -126,7 +128,7 @@ def merge(
         patch_desc=patch_layer,
     )
     result = copy.deepcopy(dict(base))
-    _merge_mapping(result, patch, tuple(path), state, pod_spec or _is_pod_path(path))
+    _merge_mapping(result, patch, tuple(path), state, pod_spec or is_pod_spec_path(path))
     state.raise_errors()
     return result
 
@@ -205,7 +207,7 @@ class _State:
         self.clear(path)
         for i in range(len(path)):  # an ancestor that was an empty leaf no longer is
             self.origins.pop(path[:i], None)
-        for leaf in _leaves(value, path):
+        for leaf in leaf_paths(value, path):
             self.origins[leaf] = self.patch_origin
 
     def clear(self, path: KeyPath) -> None:
@@ -251,23 +253,27 @@ def _kind(value: Any, *, article: bool = True) -> str:
     return f"a {word}" if article else word
 
 
-def _is_pod_path(path: KeyPath) -> bool:
+def is_pod_spec_path(path: KeyPath) -> bool:
+    """Whether ``path`` lies at or below a key holding a pod spec
+    (:data:`POD_SPEC_PATHS`), where the pod-spec list rules apply."""
     for pattern in POD_SPEC_PATHS:
         if len(path) >= len(pattern) and all(p == "*" or p == s for p, s in zip(pattern, path)):
             return True
     return False
 
 
-def _leaves(value: Any, path: KeyPath) -> list[KeyPath]:
+def leaf_paths(value: Any, path: KeyPath) -> list[KeyPath]:
+    """The key paths of every leaf of ``value`` placed at ``path``: scalars,
+    and empty mappings or lists."""
     if isinstance(value, dict) and value:
         out: list[KeyPath] = []
         for k, v in value.items():
-            out.extend(_leaves(v, path + (k,)))
+            out.extend(leaf_paths(v, path + (k,)))
         return out
     if isinstance(value, list) and value:
         out = []
         for i, v in enumerate(value):
-            out.extend(_leaves(v, path + (i,)))
+            out.extend(leaf_paths(v, path + (i,)))
         return out
     return [path]
 
@@ -285,7 +291,7 @@ def _clean(value: Any) -> Any:
 def _merge_mapping(target: dict[str, Any], patch: Mapping[str, Any], path: KeyPath, state: _State, pod: bool) -> None:
     for key, pval in patch.items():
         kpath = path + (key,)
-        kpod = pod or _is_pod_path(kpath)
+        kpod = pod or is_pod_spec_path(kpath)
         tval = target.get(key, _MISSING)
         if pval is None:
             if tval is not _MISSING:
@@ -367,7 +373,7 @@ def _check_copied(value: Any, path: KeyPath, state: _State, pod: bool) -> None:
     if isinstance(value, Mapping):
         for k, v in value.items():
             kpath = path + (k,)
-            kpod = pod or _is_pod_path(kpath)
+            kpod = pod or is_pod_spec_path(kpath)
             if kpod and isinstance(v, list) and k in POD_SPEC_MERGE_KEYS:
                 for i, item in enumerate(v):
                     if not _has_merge_key(item, POD_SPEC_MERGE_KEYS[k]):

@@ -1,0 +1,318 @@
+"""The config schema (JSON Schema, draft 2020-12) and layer validation.
+
+Every layer and the merged result are checked with the ``jsonschema`` library
+against :data:`CONFIG_SCHEMA`, then with the semantic checks of
+:mod:`supervisord.config.sandbox`. ``integer`` means a YAML/JSON integer only:
+``90.0`` and ``true`` are not integers here (plain JSON Schema would accept
+``90.0``).
+
+Keys::
+
+    project: str                        grouping of runs
+    backend: local | kubernetes         default backend
+    env: {NAME: str}                    env for every run (secret values)
+    local: {kill_grace_s: int > 0, shell: str}
+    kubernetes:
+      context: str                      unset = the kubeconfig's current context
+      namespace: DNS-1123 label
+      manifest: str                     repository-relative manifest path
+      pod_config: {metadata: {...}, spec: {...}}   pod template patch
+      custom_metadata: {labels: {k: v}, annotations: {k: v}}
+      pod_ready_timeout_s: int > 0
+      runtime_class: str
+      tolerations: [{key, operator, value, effect, tolerationSeconds}]
+      node_selector: {k: v}
+      pvc_mounts: [{claim_name, mount_path, read_only}]
+      secret_mounts: [{secret_name, mount_path}]
+      allowed_contexts: [str]           daemon-only
+      context_configs: {<context>: {<kubernetes key but context,
+                                     allowed_contexts, context_configs>}}
+    allowed_backends: [local | kubernetes]   daemon-only
+    daemon: {synchronous: FULL | NORMAL, max_running: int > 0,
+             log_level: debug | info | warning | error}   daemon-only
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+import jsonschema
+import jsonschema.validators
+
+from supervisord.config.keypath import KeyPath, format_path
+from supervisord.config.redact import looks_secret
+from supervisord.config.sandbox import check_kubernetes_options
+
+__all__ = ["CONFIG_SCHEMA", "schema_at", "schema_errors", "validate_document", "is_secret_path"]
+
+_STR: dict[str, Any] = {"type": "string", "minLength": 1}
+_POS_INT: dict[str, Any] = {"type": "integer", "minimum": 1}
+_STR_MAP: dict[str, Any] = {"type": "object", "additionalProperties": {"type": "string"}}
+_FREE_MAP: dict[str, Any] = {"type": "object"}
+
+_TOLERATION: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "key": {"type": "string"},
+        "operator": {"enum": ["Equal", "Exists"]},
+        "value": {"type": "string"},
+        "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
+        "tolerationSeconds": {"type": "integer", "minimum": 0},
+    },
+}
+
+_KUBERNETES_PER_CONTEXT: dict[str, Any] = {
+    "namespace": _STR,
+    "manifest": _STR,
+    "pod_config": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "metadata": {
+                "type": "object",
+                "properties": {"labels": _STR_MAP, "annotations": _STR_MAP},
+            },
+            "spec": _FREE_MAP,
+        },
+    },
+    "custom_metadata": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"labels": _STR_MAP, "annotations": _STR_MAP},
+    },
+    "pod_ready_timeout_s": _POS_INT,
+    "runtime_class": _STR,
+    "tolerations": {"type": "array", "items": _TOLERATION},
+    "node_selector": _STR_MAP,
+    "pvc_mounts": {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["claim_name", "mount_path"],
+            "properties": {"claim_name": _STR, "mount_path": _STR, "read_only": {"type": "boolean"}},
+        },
+    },
+    "secret_mounts": {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["secret_name", "mount_path"],
+            "properties": {"secret_name": _STR, "mount_path": _STR},
+        },
+    },
+}
+
+#: The schema of a config layer and of the merged config.
+CONFIG_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "project": _STR,
+        "backend": {"enum": ["local", "kubernetes"]},
+        "env": {
+            "type": "object",
+            "propertyNames": {"pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"},
+            "additionalProperties": {"type": "string"},
+        },
+        "local": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"kill_grace_s": _POS_INT, "shell": _STR},
+        },
+        "kubernetes": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "context": _STR,
+                **_KUBERNETES_PER_CONTEXT,
+                "allowed_contexts": {"type": "array", "items": _STR, "uniqueItems": True},
+                "context_configs": {
+                    "type": "object",
+                    "propertyNames": {"minLength": 1},
+                    "additionalProperties": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": _KUBERNETES_PER_CONTEXT,
+                    },
+                },
+            },
+        },
+        "allowed_backends": {
+            "type": "array",
+            "items": {"enum": ["local", "kubernetes"]},
+            "uniqueItems": True,
+        },
+        "daemon": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "synchronous": {"enum": ["FULL", "NORMAL"]},
+                "max_running": _POS_INT,
+                "log_level": {"enum": ["debug", "info", "warning", "error"]},
+            },
+        },
+    },
+}
+
+
+def _is_strict_int(checker: Any, instance: Any) -> bool:
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+_Validator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_strict_int),
+)
+_VALIDATOR = _Validator(CONFIG_SCHEMA)
+
+
+def is_secret_path(path: KeyPath) -> bool:
+    """Whether the value at ``path`` may be a secret: anything under ``env``
+    (a mapping, or a pod-spec ``env`` list's ``value``), or a key whose name
+    looks like a token, password or secret (but not a reference to one, such as
+    ``secretName`` or ``secret_mounts``)."""
+    for i, seg in enumerate(path):
+        if seg == "env":
+            rest = path[i + 1 :]
+            if not rest:
+                return True
+            if isinstance(rest[0], str):  # the env mapping of a layer
+                return True
+            return len(rest) >= 2 and rest[1] == "value"  # a pod-spec env list
+        if isinstance(seg, str) and looks_secret(seg):
+            return True
+    return False
+
+
+def schema_at(path: KeyPath) -> dict[str, Any] | None:
+    """The schema of the value at ``path`` (``None`` when the schema does not
+    describe that place, e.g. inside ``pod_config.spec``). Used to type
+    ``--config`` values: a key whose schema type is ``string`` keeps its text."""
+    node: Any = CONFIG_SCHEMA
+    for seg in path:
+        if not isinstance(node, Mapping):
+            return None
+        if isinstance(seg, int):
+            node = node.get("items")
+        else:
+            props = node.get("properties", {})
+            if seg in props:
+                node = props[seg]
+            else:
+                extra = node.get("additionalProperties")
+                node = extra if isinstance(extra, Mapping) else None
+        if node is None:
+            return None
+    return dict(node)
+
+
+def schema_errors(document: Mapping[str, Any]) -> list[tuple[KeyPath, str]]:
+    """Every schema violation in ``document`` as ``(key path, reason)``,
+    sorted by path. Reasons never show values under secret paths."""
+    out: list[tuple[KeyPath, str]] = []
+    for error in _VALIDATOR.iter_errors(document):
+        path: KeyPath = tuple(error.absolute_path)
+        out.extend(_describe(error, path))
+    out.sort(key=lambda item: format_path(item[0]))
+    return out
+
+
+def validate_document(document: Mapping[str, Any]) -> list[str]:
+    """Check ``document`` (a layer, or the merged config) with the schema and
+    the semantic checks; return one ``"<key path>: <reason>"`` line per
+    problem (empty when valid). Null values must already be removed (in a
+    layer, a null clears a lower layer's value and is always allowed)."""
+    errors = [f"{format_path(p)}: {reason}" for p, reason in schema_errors(document)]
+    if errors:
+        return errors  # semantic checks assume the shapes are right
+    kubernetes = document.get("kubernetes")
+    errors.extend(check_kubernetes_options(kubernetes))
+    if isinstance(kubernetes, Mapping):
+        contexts = kubernetes.get("context_configs")
+        if isinstance(contexts, Mapping):
+            for name, sub in contexts.items():
+                errors.extend(check_kubernetes_options(sub, ("kubernetes", "context_configs", name)))
+    return errors
+
+
+def _show(value: Any, path: KeyPath) -> str:
+    if is_secret_path(path):
+        return "a value (not shown: it may be a secret)"
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a boolean)"
+    if isinstance(value, float):
+        return f"{value!r} (a float)"
+    if isinstance(value, int):
+        return f"{value!r}"
+    if isinstance(value, str):
+        return f"{value!r} (a string)"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return f"{value!r}"
+
+
+_TYPE_WORDS = {
+    "string": "a string",
+    "integer": "an integer",
+    "object": "a mapping",
+    "array": "a list",
+    "boolean": "true or false",
+    "number": "a number",
+    "null": "null",
+}
+
+
+def _describe(error: jsonschema.ValidationError, path: KeyPath) -> Iterable[tuple[KeyPath, str]]:
+    kind = error.validator
+    schema: Any = error.schema
+    value = error.instance
+    if "propertyNames" in error.schema_path:
+        key = str(value)
+        if path[-1:] == ("env",):
+            yield path + (key,), "is not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)"
+        else:
+            yield path + (key,), "must not be empty"
+        return
+    if kind == "additionalProperties" and isinstance(value, Mapping) and isinstance(schema, Mapping):
+        allowed = sorted(schema.get("properties", {}))
+        for key in value:
+            if key not in schema.get("properties", {}):
+                hint = f"; allowed: {', '.join(allowed)}" if allowed else ""
+                yield path + (str(key),), f"unknown key{hint}"
+        return
+    if kind == "type":
+        types = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        want = " or ".join(_TYPE_WORDS.get(str(t), str(t)) for t in types)
+        if types == ["integer"] and isinstance(schema, Mapping) and schema.get("minimum") == 1:
+            want = "a positive integer"
+        yield path, f"must be {want}, got {_show(value, path)}"
+        return
+    if kind == "enum":
+        options: Any = error.validator_value
+        choices = ", ".join(str(c) for c in options)
+        yield path, f"must be one of {choices}, got {_show(value, path)}"
+        return
+    if kind == "minimum":
+        yield path, (
+            f"must be a positive integer, got {_show(value, path)}"
+            if error.validator_value == 1
+            else f"must be at least {error.validator_value}, got {_show(value, path)}"
+        )
+        return
+    if kind == "minLength":
+        yield path, "must not be empty"
+        return
+    if kind == "required":
+        missing = error.message.split("'")[1] if "'" in error.message else str(error.validator_value)
+        yield path + (missing,), "is required"
+        return
+    if kind == "uniqueItems":
+        yield path, "has duplicate items"
+        return
+    yield path, error.message if not is_secret_path(path) else f"fails the schema check `{kind}`"
