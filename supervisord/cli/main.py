@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from supervisord.exceptions import JobsupError, UsageError
+from supervisord.exceptions import DaemonUnreachableError, JobsupError, UsageError
 
 __all__ = ["cli", "main"]
 
@@ -35,6 +35,9 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
+    except DaemonUnreachableError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(69)
     except UsageError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

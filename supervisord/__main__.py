@@ -1,0 +1,5 @@
+"""``python -m supervisord`` runs the ``jobsup`` command line."""
+
+from supervisord.entry import main
+
+main()

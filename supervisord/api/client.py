@@ -1,0 +1,206 @@
+"""The daemon API client: HTTP over the Unix socket (httpx), used by the CLI.
+
+Every call has a timeout. Streams (logs, events, wait) use a read timeout of
+three server heartbeats, so a daemon that dies mid-stream is noticed.
+When no daemon answers, :meth:`Client.connect` starts one in the background
+(unless ``JOBSUP_NO_AUTOSTART=1``), logging to ``<state dir>/daemon.log``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any, Iterator, Mapping
+
+import httpx
+
+from supervisord.api.wire import API_PREFIX, decode_error
+from supervisord.exceptions import DaemonUnreachableError
+from supervisord.paths import Paths
+
+__all__ = ["Client"]
+
+_CALL_TIMEOUT = httpx.Timeout(60.0, connect=5.0)
+_STREAM_TIMEOUT = httpx.Timeout(connect=5.0, read=20.0, write=10.0, pool=5.0)
+_AUTOSTART_WAIT_S = 30.0
+
+
+class Client:
+    """A connection to the daemon at ``paths.socket``."""
+
+    def __init__(self, paths: Paths | None = None) -> None:
+        self.paths = paths or Paths.from_env()
+        self._http = httpx.Client(
+            transport=httpx.HTTPTransport(uds=str(self.paths.socket)),
+            base_url="http://jobsup" + API_PREFIX,
+            timeout=_CALL_TIMEOUT,
+        )
+
+    def close(self) -> None:
+        """Close the HTTP connection pool."""
+        self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- connection ----------------------------------------------------------
+
+    def health(self) -> dict[str, Any] | None:
+        """The daemon's health document, or None when nothing answers."""
+        try:
+            resp = self._http.get("/health", timeout=httpx.Timeout(5.0))
+        except (httpx.TransportError, OSError):
+            return None
+        return resp.json() if resp.status_code == 200 else None
+
+    def connect(self, *, autostart: bool | None = None) -> dict[str, Any]:
+        """Make sure a daemon answers; start one when allowed.
+
+        Raises DaemonUnreachableError (naming the socket, and the daemon
+        log when a started daemon failed).
+        """
+        info = self.health()
+        if info is not None:
+            return info
+        if autostart is None:
+            autostart = os.environ.get("JOBSUP_NO_AUTOSTART", "") not in ("1", "true", "yes")
+        if not autostart:
+            raise DaemonUnreachableError(
+                f"no jobsup daemon answers on {self.paths.socket} (JOBSUP_NO_AUTOSTART is set: "
+                "start one with `jobsup daemon` or `systemctl --user start jobsup`)"
+            )
+        return self._start_daemon()
+
+    def _start_daemon(self) -> dict[str, Any]:
+        self.paths.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        logf = self.paths.daemon_log.open("ab")
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "supervisord", "daemon"],
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=logf,
+                start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            logf.close()
+        deadline = time.monotonic() + _AUTOSTART_WAIT_S
+        while time.monotonic() < deadline:
+            info = self.health()
+            if info is not None:
+                print(f"started jobsup daemon (pid {info.get('pid')}, log {self.paths.daemon_log})", file=sys.stderr)
+                return info
+            if proc.poll() is not None:
+                # It may have lost a race with another daemon that now answers.
+                info = self.health()
+                if info is not None:
+                    return info
+                raise DaemonUnreachableError(
+                    f"the jobsup daemon failed to start (exit {proc.returncode}); see {self.paths.daemon_log}:\n"
+                    + _tail(self.paths.daemon_log)
+                )
+            time.sleep(0.05)
+        raise DaemonUnreachableError(
+            f"a jobsup daemon was started but did not answer on {self.paths.socket} within "
+            f"{_AUTOSTART_WAIT_S:.0f}s; see {self.paths.daemon_log}"
+        )
+
+    # -- calls ---------------------------------------------------------------
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            resp = self._http.request(method, path, **kwargs)
+        except (httpx.TransportError, OSError) as err:
+            raise DaemonUnreachableError(f"lost the jobsup daemon on {self.paths.socket}: {err}") from None
+        body = _json(resp)
+        if resp.status_code >= 400:
+            raise decode_error(resp.status_code, body)
+        return body
+
+    def _stream(self, path: str, params: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+        try:
+            with self._http.stream("GET", path, params=dict(params), timeout=_STREAM_TIMEOUT) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    raise decode_error(resp.status_code, _json(resp))
+                for line in resp.iter_lines():
+                    if line:
+                        yield json.loads(line)
+        except (httpx.TransportError, OSError) as err:
+            raise DaemonUnreachableError(f"lost the jobsup daemon on {self.paths.socket}: {err}") from None
+
+    def submit(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``POST /runs``: ``{"run": Run, "warnings": [...]}``."""
+        return dict(self._call("POST", "/runs", json=dict(body), timeout=httpx.Timeout(300.0, connect=5.0)))
+
+    def runs(self, *, all: bool = False, project: str | None = None, phase: str | None = None) -> list[dict[str, Any]]:
+        """``GET /runs``: the run objects, newest first."""
+        params = {k: v for k, v in {"all": "1" if all else None, "project": project, "phase": phase}.items() if v}
+        return list(self._call("GET", "/runs", params=params)["runs"])
+
+    def show(self, ref: str) -> dict[str, Any]:
+        """``GET /runs/{ref}``: ``{"run": Run, "submitted": {...}}``."""
+        return dict(self._call("GET", f"/runs/{ref}"))
+
+    def cancel(self, ref: str) -> dict[str, Any]:
+        """``POST /runs/{ref}/cancel``: the run after cancel."""
+        return dict(self._call("POST", f"/runs/{ref}/cancel", timeout=httpx.Timeout(120.0, connect=5.0))["run"])
+
+    def logs(self, ref: str, *, follow: bool = False, tail: int | None = None, after_line: int = 0) -> Iterator[dict[str, Any]]:
+        """Stream ``GET /runs/{ref}/logs``: line objects, heartbeats, and ``{"end": Run}``."""
+        params: dict[str, Any] = {"follow": "1" if follow else "0", "after_line": after_line}
+        if tail is not None:
+            params["tail"] = tail
+        return self._stream(f"/runs/{ref}/logs", params)
+
+    def wait(self, refs: list[str], *, for_: str = "terminal", after: int | None = None, timeout: float | None = None) -> Iterator[dict[str, Any]]:
+        """Stream ``GET /wait``: heartbeats, then ``{"result": ...}``."""
+        params: list[tuple[str, Any]] = [("run", r) for r in refs] + [("for", for_)]
+        if after is not None:
+            params.append(("after", after))
+        if timeout is not None:
+            params.append(("timeout", timeout))
+        try:
+            with self._http.stream("GET", "/wait", params=params, timeout=_STREAM_TIMEOUT) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    raise decode_error(resp.status_code, _json(resp))
+                for line in resp.iter_lines():
+                    if line:
+                        yield json.loads(line)
+        except (httpx.TransportError, OSError) as err:
+            raise DaemonUnreachableError(f"lost the jobsup daemon on {self.paths.socket}: {err}") from None
+
+    def events(self, *, run: str | None = None, after: int = 0, follow: bool = False) -> Iterator[dict[str, Any]]:
+        """Stream ``GET /events``: recorded events oldest first (and heartbeats when following)."""
+        params: dict[str, Any] = {"after": after, "follow": "1" if follow else "0"}
+        if run:
+            params["run"] = run
+        return self._stream("/events", params)
+
+    def doctor(self) -> list[dict[str, Any]]:
+        """``GET /doctor``: the daemon's checks."""
+        return list(self._call("GET", "/doctor", timeout=httpx.Timeout(120.0, connect=5.0))["checks"])
+
+
+def _json(resp: httpx.Response) -> Any:
+    try:
+        return resp.json()
+    except ValueError:
+        return {"error": {"type": "JobsupError", "message": resp.text[:500]}}
+
+
+def _tail(path: Any, n: int = 15) -> str:
+    try:
+        with open(path, "rb") as f:
+            lines = f.read()[-8192:].decode("utf-8", "replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-n:])

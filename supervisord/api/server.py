@@ -1,0 +1,274 @@
+"""The daemon's HTTP API (starlette), served on the Unix socket by uvicorn.
+
+Routes and shapes are documented in :mod:`supervisord.api.wire`. Only the
+daemon's own user may connect: :class:`PeerCredProtocol` checks
+``SO_PEERCRED`` on every new connection and drops any other uid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+import anyio
+import structlog
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from store import PHASE_CHANGED, EventStore, RunStatus
+from supervisord.api.wire import API_PREFIX, encode_error
+from supervisord.exceptions import JobsupError, UsageError
+from supervisord.submit import Planner, SubmitRequest
+from supervisord.supervisor import Supervisor
+
+__all__ = ["create_app", "PeerCredProtocol"]
+
+log = structlog.get_logger("jobsup.api")
+
+_HEARTBEAT_S = 5.0
+_NDJSON = "application/x-ndjson"
+
+
+class PeerCredProtocol(H11Protocol):
+    """uvicorn's h11 protocol, refusing peers whose uid is not the daemon's
+    (``SO_PEERCRED``, unix(7))."""
+
+    def connection_made(self, transport: Any) -> None:
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family == socket.AF_UNIX:
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            _pid, uid, _gid = struct.unpack("3i", creds)
+            if uid != os.getuid():
+                log.warning("refused connection", peer_uid=uid)
+                transport.close()
+                return
+        super().connection_made(transport)
+
+
+def _dumps(obj: Any) -> bytes:
+    return (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+
+
+def _flag(request: Request, name: str) -> bool:
+    return request.query_params.get(name, "").lower() in ("1", "true", "yes")
+
+
+def _int(request: Request, name: str, default: int | None = None) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise UsageError(f"query parameter {name}={raw!r} must be an integer") from None
+
+
+def _float(request: Request, name: str) -> float | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise UsageError(f"query parameter {name}={raw!r} must be a number") from None
+    if value < 0:
+        raise UsageError(f"query parameter {name} must not be negative")
+    return value
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _errors(fn: Handler) -> Handler:
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await fn(request)
+        except JobsupError as err:
+            status, body = encode_error(err)
+            return JSONResponse(body, status_code=status)
+        except Exception as err:
+            log.exception("request failed", path=request.url.path)
+            status, body = encode_error(err)
+            return JSONResponse(body, status_code=status)
+
+    return wrapped
+
+
+def create_app(
+    *,
+    supervisor: Supervisor,
+    planner: Planner,
+    store: EventStore,
+    info: dict[str, Any],
+    doctor: Callable[[], Awaitable[list[dict[str, Any]]]],
+) -> Starlette:
+    """Build the API application over a running supervisor and store."""
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"ok": True, **info, "supervised": supervisor.supervised()})
+
+    async def submit(request: Request) -> Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            raise UsageError("submit: the request body is not JSON") from None
+        req = SubmitRequest.from_json(body)
+        plan, warnings = await planner.plan(req)
+        run = await supervisor.submit(plan)
+        return JSONResponse({"run": run.to_json(), "warnings": warnings}, status_code=201)
+
+    async def list_runs(request: Request) -> Response:
+        phase = request.query_params.get("phase")
+        runs = await store.list_runs(
+            project=request.query_params.get("project") or None,
+            phases=[phase.upper()] if phase else None,
+        )
+        if not _flag(request, "all") and not phase:
+            recent = {r.id for r in runs[:20]}
+            runs = [r for r in runs if not r.terminal or r.id in recent]
+        return JSONResponse({"runs": [r.to_json() for r in runs]})
+
+    async def show(request: Request) -> Response:
+        run_id = await supervisor.resolve(request.path_params["ref"])
+        run = await supervisor.get(run_id)
+        first = await store.read_stream(run_id, 1)
+        return JSONResponse({"run": run.to_json(), "submitted": first[0].data if first else {}})
+
+    async def cancel(request: Request) -> Response:
+        run_id = await supervisor.resolve(request.path_params["ref"])
+        run = await supervisor.cancel(run_id)
+        return JSONResponse({"run": run.to_json()})
+
+    async def logs(request: Request) -> Response:
+        run_id = await supervisor.resolve(request.path_params["ref"])
+        follow = _flag(request, "follow")
+        after = _int(request, "after_line", 0) or 0
+        tail = _int(request, "tail")
+        if tail is not None:
+            after = max(after, await store.tail_line_no(run_id, tail))
+
+        async def stream() -> AsyncIterator[bytes]:
+            cursor = after
+            seq = 0
+            while True:
+                run = await supervisor.get(run_id)
+                seq = run.last_seq
+                while True:
+                    lines = await store.log_lines(run_id, cursor, 5000)
+                    if not lines:
+                        break
+                    cursor = lines[-1].line_no
+                    yield b"".join(_dumps({"line_no": l.line_no, "stream": l.stream, "text": l.text}) for l in lines)
+                if not follow:
+                    return
+                if run.terminal:
+                    yield _dumps({"end": run.to_json()})
+                    return
+                if not await store.wait_for_events(seq, run_ids=[run_id], limit=1, timeout_s=_HEARTBEAT_S):
+                    yield _dumps({"heartbeat": seq})
+
+        return StreamingResponse(stream(), media_type=_NDJSON)
+
+    async def wait(request: Request) -> Response:
+        refs = [r for r in request.query_params.getlist("run") if r]
+        if not refs:
+            raise UsageError("wait: name at least one run")
+        run_ids = [await supervisor.resolve(r) for r in refs]
+        cond = (request.query_params.get("for") or "terminal").strip()
+        if cond not in ("terminal", "change") and cond.upper() not in PHASE_NAMES:
+            raise UsageError(f"--for {cond!r}: use terminal, change, or a phase ({', '.join(PHASE_NAMES)})")
+        after = _int(request, "after")
+        timeout = _float(request, "timeout")
+        # Validate every run exists before streaming anything.
+        for rid in run_ids:
+            await supervisor.get(rid)
+
+        async def stream() -> AsyncIterator[bytes]:
+            start_seq = after if after is not None else await store.last_seq()
+            deadline = None if timeout is None else anyio.current_time() + timeout
+            while True:
+                runs = [await supervisor.get(rid) for rid in run_ids]
+                met = await _condition_met(store, cond, runs, start_seq)
+                if met:
+                    yield _dumps({"result": {"met": True, "timed_out": False, "runs": [r.to_json() for r in runs]}})
+                    return
+                seq = max(r.last_seq for r in runs)
+                remaining = None if deadline is None else deadline - anyio.current_time()
+                if remaining is not None and remaining <= 0:
+                    yield _dumps({"result": {"met": False, "timed_out": True, "runs": [r.to_json() for r in runs]}})
+                    return
+                step = _HEARTBEAT_S if remaining is None else min(_HEARTBEAT_S, remaining)
+                got = await store.wait_for_events(seq, run_ids=run_ids, types=[PHASE_CHANGED], limit=1, timeout_s=step)
+                if not got:
+                    yield _dumps({"heartbeat": seq})
+
+        return StreamingResponse(stream(), media_type=_NDJSON)
+
+    async def events(request: Request) -> Response:
+        ref = request.query_params.get("run")
+        run_id = await supervisor.resolve(ref) if ref else None
+        after = _int(request, "after", 0) or 0
+        follow = _flag(request, "follow")
+        limit = _int(request, "limit", 1000) or 1000
+
+        async def stream() -> AsyncIterator[bytes]:
+            cursor = after
+            while True:
+                page = await store.read_all(cursor, limit=limit, run_id=run_id)
+                if page:
+                    cursor = page[-1].seq
+                    yield b"".join(_dumps(e.to_json()) for e in page)
+                    continue
+                if not follow:
+                    return
+                got = await store.wait_for_events(
+                    cursor, run_ids=[run_id] if run_id else None, limit=1, timeout_s=_HEARTBEAT_S
+                )
+                if not got:
+                    yield _dumps({"heartbeat": cursor})
+
+        return StreamingResponse(stream(), media_type=_NDJSON)
+
+    async def doctor_route(request: Request) -> Response:
+        return JSONResponse({"checks": await doctor()})
+
+    p = API_PREFIX
+    routes = [
+        Route(f"{p}/health", _errors(health), methods=["GET"]),
+        Route(f"{p}/runs", _errors(submit), methods=["POST"]),
+        Route(f"{p}/runs", _errors(list_runs), methods=["GET"]),
+        Route(f"{p}/runs/{{ref}}", _errors(show), methods=["GET"]),
+        Route(f"{p}/runs/{{ref}}/cancel", _errors(cancel), methods=["POST"]),
+        Route(f"{p}/runs/{{ref}}/logs", _errors(logs), methods=["GET"]),
+        Route(f"{p}/wait", _errors(wait), methods=["GET"]),
+        Route(f"{p}/events", _errors(events), methods=["GET"]),
+        Route(f"{p}/doctor", _errors(doctor_route), methods=["GET"]),
+    ]
+    return Starlette(routes=routes)
+
+
+PHASE_NAMES = ("QUEUED", "SCHEDULING", "STAGING", "RUNNING", "COMPLETED", "ERROR", "CANCELED", "DELETED")
+
+
+async def _condition_met(store: EventStore, cond: str, runs: list[RunStatus], after_seq: int) -> bool:
+    """Whether ``wait --for cond`` is satisfied for ``runs``.
+
+    terminal: every run is terminal. change: any run had a PhaseChanged with
+    seq > after_seq. PHASE: every run is in PHASE or terminal (a run that
+    ended can no longer reach it).
+    """
+    if cond == "terminal":
+        return all(r.terminal for r in runs)
+    if cond == "change":
+        for r in runs:
+            if await store.read_all(after_seq, limit=1, run_id=r.id, types=[PHASE_CHANGED]):
+                return True
+        return False
+    target = cond.upper()
+    return all(r.phase == target or r.terminal for r in runs)

@@ -1,0 +1,126 @@
+"""The Backend protocol: how the supervisor drives one kind of compute.
+
+A backend turns a :class:`RunSpec` into something running (a local process
+group, a Kubernetes Job) and reports what happens through a
+:class:`RunReporter`, which the supervisor turns into events. Every backend
+passes the same conformance suite (``tests/supervisord/backends/``).
+
+Life of a run, as the supervisor calls it::
+
+    warnings = await backend.preflight(spec)      # nothing created; PreflightError
+    await backend.start(spec, reporter)           # stage + launch; records the handle
+    await backend.supervise(spec, handle, reporter)   # until a terminal phase
+    # on cancel, from another task:
+    await backend.cancel(spec, handle)            # returns once nothing remains
+
+After a daemon restart the supervisor calls ``supervise`` again with the
+recorded handle (``spec.env`` is then empty: env values are never stored);
+``supervise`` must resume log ingestion from ``reporter.log_position`` so no
+line is lost or doubled, and report the outcome if the run ended while the
+daemon was down.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+
+__all__ = ["RunSpec", "RunReporter", "Backend"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """Everything a backend needs to run one run.
+
+    ``timeout_s``: wall-clock limit in seconds. ``env``: the task's env
+    values, in memory only (empty when reattaching). ``config``: the
+    effective config recorded at submit. ``snapshot``: the source tar (``git
+    archive`` of ``commit``), whose sha256 is ``snapshot_sha256``.
+    ``run_dir``: a private folder for this run under the state dir.
+    ``submitted``: the run's Submitted event data.
+    """
+
+    run_id: str
+    project: str
+    name: str
+    backend: str
+    command: str
+    timeout_s: int
+    env: Mapping[str, str]
+    config: Mapping[str, Any]
+    snapshot: Path
+    snapshot_sha256: str
+    commit: str
+    repo: str
+    run_dir: Path
+    submitted: Mapping[str, Any]
+
+
+@runtime_checkable
+class RunReporter(Protocol):
+    """The supervisor's side: each call appends events to the run's stream."""
+
+    async def phase(
+        self,
+        phase: str,
+        *,
+        reason: str | None = None,
+        message: str | None = None,
+        exit_code: int | None = None,
+    ) -> bool:
+        """Record a phase change; returns False when it was dropped because
+        the run is already terminal, the phase would go backwards, or a cancel
+        owns the outcome."""
+        ...
+
+    async def handle(self, handle: Mapping[str, Any]) -> None:
+        """Record how to find the run again (HandleRecorded)."""
+        ...
+
+    async def record(self, type: str, data: Mapping[str, Any]) -> None:
+        """Record any other event (StagingStep, ObjectCreated, ...)."""
+        ...
+
+    async def log_lines(self, stream: str, source: str, lines: Sequence[tuple[str, str]]) -> None:
+        """Record ``(pos, text)`` lines read from ``source``; positions
+        already recorded add nothing."""
+        ...
+
+    async def log_position(self, source: str) -> str | None:
+        """The position of the newest recorded line from ``source``."""
+        ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """One kind of compute. Implementations: ``local``, ``kubernetes``."""
+
+    #: The name tasks use in ``backend:``.
+    name: str
+
+    async def preflight(self, spec: RunSpec) -> list[str]:
+        """Check the run can start; return warnings. Raises PreflightError
+        (one line per problem). Creates nothing."""
+        ...
+
+    async def start(self, spec: RunSpec, reporter: RunReporter) -> Mapping[str, Any]:
+        """Stage the source and launch the run; return the handle, which it
+        has already recorded through ``reporter.handle`` before returning.
+        Raises BackendError after undoing what it created."""
+        ...
+
+    async def supervise(
+        self, spec: RunSpec, handle: Mapping[str, Any], reporter: RunReporter
+    ) -> None:
+        """Follow the run until it is terminal: phases and logs through
+        ``reporter``; return after reporting the terminal phase."""
+        ...
+
+    async def cancel(self, spec: RunSpec, handle: Mapping[str, Any]) -> None:
+        """Stop the run and return once nothing of it remains. Idempotent."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release clients and threads (not the runs: they keep running)."""
+        ...

@@ -1,0 +1,232 @@
+"""The local backend: each run is a process group on this machine, driven by
+its own detached runner (:mod:`supervisord.backends.local.runner`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+import anyio
+import structlog
+
+from supervisord.backends.base import RunReporter, RunSpec
+from supervisord.backends.local.runner import proc_start_time
+from supervisord.backends.local.tail import FileTailer
+from supervisord.exceptions import BackendError, PreflightError
+
+__all__ = ["LocalBackend"]
+
+log = structlog.get_logger("jobsup.local")
+
+_STREAMS = ("stdout", "stderr")
+_MAX_LINES_PER_EVENT = 4000
+_POLL_MIN_S = 0.02
+_POLL_MAX_S = 0.5
+
+# Final runner reasons -> (phase, reason recorded on the run).
+_OUTCOMES: dict[str, str] = {
+    "Completed": "COMPLETED",
+    "Canceled": "CANCELED",
+}
+
+
+class LocalBackend:
+    """Runs tasks as local processes.
+
+    ``kill_grace_s``: seconds between SIGTERM and SIGKILL on cancel or timeout.
+    ``shell``: the shell that runs the task's command (``bash``).
+    """
+
+    name = "local"
+
+    def __init__(self, *, kill_grace_s: int = 10, shell: str = "bash") -> None:
+        self.kill_grace_s = kill_grace_s
+        self.shell = shell
+        self._limiter = anyio.CapacityLimiter(8)
+
+    def _settings(self, spec: RunSpec) -> tuple[str, int]:
+        local = spec.config.get("local") or {}
+        return str(local.get("shell") or self.shell), int(local.get("kill_grace_s") or self.kill_grace_s)
+
+    async def preflight(self, spec: RunSpec) -> list[str]:
+        """Check the shell exists. Raises PreflightError naming it."""
+        shell, _ = self._settings(spec)
+        if shutil.which(shell) is None:
+            raise PreflightError(f"local.shell {shell!r} is not on PATH")
+        return []
+
+    async def start(self, spec: RunSpec, reporter: RunReporter) -> Mapping[str, Any]:
+        """Start the detached runner and record its handle
+        ``{"runner_pid", "runner_start", "run_dir"}``. Raises BackendError."""
+        shell, grace = self._settings(spec)
+        spec.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        payload = json.dumps(
+            {
+                "command": spec.command,
+                "env": dict(spec.env),
+                "timeout_s": spec.timeout_s,
+                "kill_grace_s": grace,
+                "shell": shell,
+                "snapshot": str(spec.snapshot),
+            }
+        ).encode()
+
+        def launch() -> subprocess.CompletedProcess[bytes]:
+            return subprocess.run(
+                [sys.executable, "-m", "supervisord.backends.local.runner", str(spec.run_dir)],
+                input=payload,
+                capture_output=True,
+                start_new_session=True,
+                timeout=30,
+                check=False,
+            )
+
+        try:
+            proc = await anyio.to_thread.run_sync(launch, limiter=self._limiter)
+        except subprocess.TimeoutExpired:
+            raise BackendError("the local runner did not start within 30s") from None
+        if proc.returncode != 0:
+            raise BackendError(
+                f"the local runner failed to start: {proc.stderr.decode('utf-8', 'replace').strip()}"
+            )
+        info = json.loads(proc.stdout.decode().splitlines()[0])
+        handle = {"runner_pid": info["pid"], "runner_start": info["start"], "run_dir": str(spec.run_dir)}
+        await reporter.handle(handle)
+        return handle
+
+    @staticmethod
+    def _runner_alive(handle: Mapping[str, Any]) -> bool:
+        pid = handle.get("runner_pid")
+        if not isinstance(pid, int):
+            return False
+        start = proc_start_time(pid)
+        return start is not None and start == handle.get("runner_start")
+
+    @staticmethod
+    def _read_status(run_dir: Path) -> dict[str, Any]:
+        try:
+            data = json.loads((run_dir / "status.json").read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    async def supervise(self, spec: RunSpec, handle: Mapping[str, Any], reporter: RunReporter) -> None:
+        """Tail the output files into log events and report phases until the
+        runner writes its final status (or is found gone: ERROR ``Lost``)."""
+        run_dir = Path(str(handle.get("run_dir") or spec.run_dir))
+        if "runner_pid" not in handle:
+            # The daemon died between starting the runner and recording its
+            # handle: the runner wrote its identity into its status file.
+            status = self._read_status(run_dir)
+            if "runner_pid" in status:
+                handle = {"runner_pid": status["runner_pid"], "runner_start": status.get("runner_start"),
+                          "run_dir": str(run_dir)}
+                await reporter.handle(handle)
+        tailers: dict[str, FileTailer] = {}
+        for stream in _STREAMS:
+            pos = await reporter.log_position(stream)
+            tailers[stream] = FileTailer(run_dir / f"{stream}.log", int(pos) if pos else 0)
+        seen_state: str | None = None
+        delay = _POLL_MIN_S
+        try:
+            while True:
+                status = self._read_status(run_dir)
+                state = status.get("state")
+                if state == "exited" or not self._runner_alive(handle):
+                    if state != "exited":
+                        # Read again: the runner may have finished between the two checks.
+                        status = self._read_status(run_dir)
+                        state = status.get("state")
+                    await self._drain(tailers, reporter, final=True)
+                    await self._report_outcome(status, reporter)
+                    return
+                if state != seen_state:
+                    seen_state = state
+                    # The runner always stages before it runs: record both,
+                    # even when one poll saw only the later state.
+                    if state in ("staging", "running"):
+                        await reporter.phase("STAGING")
+                    if state == "running":
+                        await reporter.phase("RUNNING")
+                got = await self._drain(tailers, reporter, final=False)
+                delay = _POLL_MIN_S if got else min(delay * 2, _POLL_MAX_S)
+                await anyio.sleep(delay)
+        finally:
+            for t in tailers.values():
+                t.close()
+
+    @staticmethod
+    async def _drain(tailers: Mapping[str, FileTailer], reporter: RunReporter, *, final: bool) -> int:
+        total = 0
+        for stream, tailer in tailers.items():
+            while True:
+                lines = tailer.read(final=final)
+                if not lines:
+                    break
+                total += len(lines)
+                for i in range(0, len(lines), _MAX_LINES_PER_EVENT):
+                    await reporter.log_lines(stream, stream, lines[i : i + _MAX_LINES_PER_EVENT])
+        return total
+
+    @staticmethod
+    async def _report_outcome(status: Mapping[str, Any], reporter: RunReporter) -> None:
+        if status.get("state") != "exited":
+            await reporter.phase(
+                "ERROR",
+                reason="Lost",
+                message="the run's local runner is gone without a final status (was the machine restarted?)",
+            )
+            return
+        reason = str(status.get("reason") or "Unknown")
+        phase = _OUTCOMES.get(reason, "ERROR")
+        await reporter.phase(
+            phase,
+            reason=None if phase == "COMPLETED" else reason,
+            message=status.get("message"),
+            exit_code=status.get("exit_code"),
+        )
+
+    async def cancel(self, spec: RunSpec, handle: Mapping[str, Any]) -> None:
+        """SIGTERM the runner (it stops the whole group: SIGTERM, grace,
+        SIGKILL) and return once the runner and every process of the group
+        are gone. Idempotent."""
+        run_dir = Path(str(handle.get("run_dir") or spec.run_dir))
+        _, grace = self._settings(spec)
+        if self._runner_alive(handle):
+            try:
+                os.kill(int(handle["runner_pid"]), signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        with anyio.move_on_after(grace + 30):
+            while self._runner_alive(handle):
+                await anyio.sleep(0.05)
+        # The runner is gone. If it died without a final status (killed with
+        # -9), nothing reaped its group: stop what is left. (After a final
+        # status the group was already empty and its pgid may be reused.)
+        status = self._read_status(run_dir)
+        pgid = status.get("pgid")
+        if status.get("state") == "running" and isinstance(pgid, int):
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            with anyio.fail_after(30):
+                while _group_alive(pgid):
+                    await anyio.sleep(0.02)
+
+    async def aclose(self) -> None:
+        """Nothing to release: runners are detached and keep running."""
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -1,0 +1,263 @@
+"""The detached per-run runner of the local backend.
+
+Run as ``python -m supervisord.backends.local.runner RUN_DIR`` with the run's
+spec as one JSON object on stdin::
+
+    {"command": str, "env": {NAME: value}, "timeout_s": int,
+     "kill_grace_s": int, "shell": "bash", "snapshot": "/path/source.tar"}
+
+It forks once: the first process prints ``{"pid": P, "start": T}`` (the
+runner's pid and its start time in clock ticks since boot, field 22 of
+``/proc/P/stat``) on stdout and exits, so the daemon never has to reap it;
+the second (the runner) is re-parented to init and outlives the daemon.
+
+The runner extracts the snapshot into ``RUN_DIR/repo``, runs the command
+with the shell there (in its own process group), appends its stdout and
+stderr to ``RUN_DIR/stdout.log`` and ``RUN_DIR/stderr.log`` (the child writes
+to those files directly: nothing is lost if the runner or the daemon dies),
+enforces the timeout (SIGTERM to the whole group, SIGKILL after the grace
+period) and writes ``RUN_DIR/status.json`` atomically (temp file, fsync,
+rename) at each step:
+
+    {"state": "staging", ...}
+    {"state": "running", "pid": child, "pgid": child, "started_at": ...}
+    {"state": "exited", "exit_code": int|None, "signal": int|None,
+     "reason": "Completed"|"NonZeroExit"|"Signaled"|"DeadlineExceeded"|"Canceled"|"StagingFailed",
+     "message": str, "finished_at": ...}
+
+SIGTERM to the runner is a cancel: the group gets SIGTERM, then SIGKILL after
+the grace period, and the final status is written only once no process of the
+group remains.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main", "proc_start_time", "write_status"]
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def proc_start_time(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot (``/proc/PID/stat``
+    field 22, proc(5)), or None when no such process exists (or it is a zombie)."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # The command name (field 2) is in parentheses and may contain spaces.
+    fields = raw[raw.rindex(b")") + 2 :].split()
+    if fields[0] == b"Z":
+        return None
+    return int(fields[19])
+
+
+def write_status(run_dir: Path, status: dict[str, Any]) -> None:
+    """Write ``RUN_DIR/status.json`` atomically and durably."""
+    tmp = run_dir / ".status.json.tmp"
+    with tmp.open("w", encoding="utf-8") as f:
+        json.dump(status, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, run_dir / "status.json")
+    dfd = os.open(run_dir, os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+class _Runner:
+    def __init__(self, run_dir: Path, spec: dict[str, Any]) -> None:
+        self.run_dir = run_dir
+        self.spec = spec
+        self.base: dict[str, Any] = {"runner_pid": os.getpid(), "runner_start": proc_start_time(os.getpid())}
+        self.cancel_requested = False
+        rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.wake_r = rfd
+        signal.set_wakeup_fd(wfd)
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    def _on_term(self, signum: int, frame: object) -> None:
+        self.cancel_requested = True
+
+    def status(self, **fields: Any) -> None:
+        write_status(self.run_dir, {**self.base, **fields})
+
+    def stage(self) -> Path:
+        self.status(state="staging", at=_now())
+        repo = self.run_dir / "repo"
+        repo.mkdir(exist_ok=True)
+        with tarfile.open(self.spec["snapshot"], "r:") as tar:
+            tar.extractall(repo, filter="data")
+        return repo
+
+    def run(self) -> int:
+        try:
+            repo = self.stage()
+        except (OSError, tarfile.TarError) as exc:
+            self.status(state="exited", exit_code=None, signal=None, reason="StagingFailed",
+                        message=f"cannot extract the source snapshot: {exc}", finished_at=_now())
+            return 1
+        if self.cancel_requested:
+            self.status(state="exited", exit_code=None, signal=None, reason="Canceled",
+                        message="canceled before start", finished_at=_now())
+            return 0
+        env = dict(os.environ)
+        for key in [k for k in env if k.startswith("JOBSUP_")]:
+            del env[key]
+        env.update(self.spec.get("env") or {})
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        env["JOBSUP_RUN_ID"] = self.run_dir.name
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        out = os.open(self.run_dir / "stdout.log", flags, 0o600)
+        err = os.open(self.run_dir / "stderr.log", flags, 0o600)
+        try:
+            child = subprocess.Popen(
+                [self.spec.get("shell") or "bash", "-c", self.spec["command"]],
+                cwd=repo,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                process_group=0,
+                restore_signals=True,
+            )
+        except OSError as exc:
+            self.status(state="exited", exit_code=None, signal=None, reason="StartFailed",
+                        message=f"cannot start {self.spec.get('shell') or 'bash'}: {exc}", finished_at=_now())
+            return 1
+        finally:
+            os.close(out)
+            os.close(err)
+        pgid = child.pid
+        self.status(state="running", pid=child.pid, pgid=pgid, started_at=_now())
+        return self.supervise(child, pgid)
+
+    def supervise(self, child: subprocess.Popen[bytes], pgid: int) -> int:
+        deadline = time.monotonic() + float(self.spec["timeout_s"])
+        grace = float(self.spec.get("kill_grace_s", 10))
+        pidfd = os.pidfd_open(child.pid)
+        outcome: str | None = None
+        kill_at: float | None = None
+        while child.poll() is None:
+            now = time.monotonic()
+            if outcome is None and self.cancel_requested:
+                outcome = "Canceled"
+            if outcome is None and now >= deadline:
+                outcome = "DeadlineExceeded"
+            if outcome is not None and kill_at is None:
+                _signal_group(pgid, signal.SIGTERM)
+                kill_at = now + grace
+            if kill_at is not None and now >= kill_at:
+                _signal_group(pgid, signal.SIGKILL)
+            wake = [t for t in (deadline if outcome is None else None, kill_at) if t is not None]
+            timeout = max(0.0, min(wake) - now) if wake else None
+            try:
+                select.select([pidfd, self.wake_r], [], [], timeout)
+            except InterruptedError:
+                pass
+            try:
+                while os.read(self.wake_r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+        os.close(pidfd)
+        code = child.returncode
+        # The direct child is gone; grandchildren of its group may remain.
+        # The run is over when its shell exits: stop what it left behind.
+        if _group_alive(pgid):
+            _signal_group(pgid, signal.SIGTERM)
+            end = time.monotonic() + grace
+            while _group_alive(pgid) and time.monotonic() < end:
+                time.sleep(0.05)
+            _signal_group(pgid, signal.SIGKILL)
+            while _group_alive(pgid):
+                time.sleep(0.02)
+        exit_code = code if code >= 0 else None
+        sig = -code if code < 0 else None
+        if outcome == "Canceled":
+            reason, message = "Canceled", "canceled"
+        elif outcome == "DeadlineExceeded":
+            reason = "DeadlineExceeded"
+            message = f"the run exceeded its timeout of {int(self.spec['timeout_s'])}s"
+        elif code == 0:
+            reason, message = "Completed", "exit code 0"
+        elif sig is not None:
+            reason, message = "Signaled", f"killed by signal {signal.Signals(sig).name}"
+        else:
+            reason, message = "NonZeroExit", f"exit code {code}"
+        self.status(state="exited", exit_code=exit_code, signal=sig, reason=reason,
+                    message=message, finished_at=_now())
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; see the module docstring. Returns the process exit code."""
+    args = sys.argv[1:] if argv is None else argv
+    run_dir = Path(args[0])
+    spec = json.loads(sys.stdin.buffer.read())
+    pid = os.fork()
+    if pid > 0:
+        # First process: report the runner and exit, so the daemon never
+        # waits on the runner and the runner is re-parented to init.
+        start = None
+        for _ in range(200):
+            start = proc_start_time(pid)
+            if start is not None:
+                break
+            time.sleep(0.005)
+        sys.stdout.write(json.dumps({"pid": pid, "start": start}) + "\n")
+        sys.stdout.flush()
+        os._exit(0)
+    # The runner: detach stdio from the daemon's pipes.
+    log = os.open(run_dir / "runner.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(devnull)
+    os.close(log)
+    try:
+        return _Runner(run_dir, spec).run()
+    except BaseException as exc:  # last resort: leave a final status, never a silent death
+        write_status(run_dir, {"state": "exited", "exit_code": None, "signal": None,
+                               "reason": "RunnerFailed", "message": f"runner failed: {exc!r}",
+                               "finished_at": _now()})
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

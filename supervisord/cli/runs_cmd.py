@@ -1,0 +1,318 @@
+"""Run commands: submit, runs, show, logs, wait, cancel, events, doctor.
+
+They talk to the daemon only through :class:`supervisord.api.client.Client`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import click
+
+from supervisord import config as cfg
+from supervisord.api.client import Client
+from supervisord.api.wire import EXIT_UNREACHABLE, EXIT_WAIT_TIMEOUT, exit_code_for_phase
+from supervisord.cli.main import cli
+from supervisord.cli.output import emit, info, output_option, warn
+from supervisord.exceptions import DaemonUnreachableError, TaskError
+from supervisord.task import BACKENDS, Task, load_task, parse_duration, parse_env_pairs
+
+__all__ = ["submit", "runs", "show", "logs", "wait", "cancel", "events", "doctor"]
+
+RUN_COLUMNS = ("id", "project", "name", "backend", "phase", "reason", "exit_code", "created_at")
+
+
+class _DashDashCommand(click.Command):
+    """A command whose arguments after ``--`` are kept verbatim in
+    ``ctx.meta["jobsup.command"]`` (the inline task command)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            i = args.index("--")
+            ctx.meta["jobsup.command"] = args[i + 1 :]
+            args = args[:i]
+        return super().parse_args(ctx, args)
+
+
+def _client() -> Client:
+    client = Client()
+    try:
+        client.connect()
+    except DaemonUnreachableError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(EXIT_UNREACHABLE)
+    return client
+
+
+def build_task(
+    task_file: str | None,
+    command: list[str] | None,
+    *,
+    name: str | None,
+    backend: str | None,
+    timeout: str | None,
+    manifest: str | None,
+    env_pairs: tuple[str, ...],
+) -> Task:
+    """The task from an optional task file and the flags (flags win).
+
+    Raises TaskError naming the file or flag at fault.
+    """
+    task = load_task(task_file) if task_file else Task()
+    run = None
+    if command:
+        import shlex
+
+        run = command[0] if len(command) == 1 else shlex.join(command)
+    return task.with_overrides(
+        name=name,
+        run=run,
+        backend=backend,
+        timeout_s=parse_duration(timeout, what="--timeout") if timeout is not None else None,
+        env=parse_env_pairs(env_pairs),
+        manifest=manifest,
+    )
+
+
+def task_wire(task: Task) -> dict[str, Any]:
+    """The ``task`` object of a submit request."""
+    return {
+        "name": task.name,
+        "run": task.run,
+        "backend": task.backend,
+        "timeout_s": task.timeout_s,
+        "env": task.env,
+        "manifest": task.manifest,
+        "path": str(task.path) if task.path else None,
+    }
+
+
+@cli.command("submit", cls=_DashDashCommand)
+@click.argument("task_file", required=False, type=click.Path(dir_okay=False))
+@click.option("--backend", type=click.Choice(list(BACKENDS)), help="Where to run (default: config, else local).")
+@click.option("--name", help="The run's name (default: first word of the command).")
+@click.option("--timeout", help="Wall-clock limit: 90s, 30m, 4h or 1d (default 4h).")
+@click.option("--manifest", help="Kubernetes manifest path in the repository (default .jobsup/k8s.yaml).")
+@click.option("--rev", default="HEAD", show_default=True, help="The commit to snapshot and run.")
+@click.option("--env", "env_pairs", multiple=True, metavar="K=V", help="Environment for the run (repeatable).")
+@click.option("--config", "config_args", multiple=True, metavar="KEY.PATH=VALUE|FILE", help="Config override (repeatable) or one config file.")
+@click.option("--force", is_flag=True, help="Submit even if the same project+name has a run in flight.")
+@click.option("--follow", "-f", is_flag=True, help="Stream the logs, then exit like `jobsup wait`.")
+@click.pass_context
+def submit(
+    ctx: click.Context,
+    task_file: str | None,
+    backend: str | None,
+    name: str | None,
+    timeout: str | None,
+    manifest: str | None,
+    rev: str,
+    env_pairs: tuple[str, ...],
+    config_args: tuple[str, ...],
+    force: bool,
+    follow: bool,
+) -> None:
+    """Queue a run of TASK.yaml and/or `-- CMD...`; print its id on stdout."""
+    command = ctx.meta.get("jobsup.command")
+    task = build_task(task_file, command, name=name, backend=backend, timeout=timeout, manifest=manifest, env_pairs=env_pairs)
+    if not task.run:
+        raise TaskError("no command: give `run:` in the task file or `-- CMD...` after the options")
+    layers = cfg.load_client_layers(task=task, cli_config=list(config_args), cwd=Path.cwd())
+    client = _client()
+    body = {
+        "task": task_wire(task),
+        "layers": cfg.layers_to_wire(layers),
+        "cwd": os.getcwd(),
+        "rev": rev,
+        "force": force,
+    }
+    result = client.submit(body)
+    for line in result.get("warnings") or []:
+        warn(line)
+    run_id = result["run"]["id"]
+    if not follow:
+        click.echo(run_id)
+        return
+    info(f"submitted run {run_id}")
+    run = _follow_logs(client, run_id)
+    ctx.exit(exit_code_for_phase(run["phase"]))
+
+
+def _print_line(obj: dict[str, Any]) -> None:
+    click.echo(obj["text"])
+
+
+def _follow_logs(client: Client, ref: str, *, tail: int | None = None, output: str = "text") -> dict[str, Any]:
+    end: dict[str, Any] = {}
+    for obj in client.logs(ref, follow=True, tail=tail):
+        if "line_no" in obj:
+            if output == "json":
+                emit_json_line(obj)
+            else:
+                _print_line(obj)
+        elif "end" in obj:
+            end = obj["end"]
+    if end:
+        info(f"run {end['id']}: {end['phase']}" + (f" ({end['reason']}: {end['message']})" if end.get("reason") else ""))
+    return end
+
+
+def emit_json_line(obj: dict[str, Any]) -> None:
+    """One JSON object on one stdout line."""
+    import json
+
+    click.echo(json.dumps(obj, ensure_ascii=False))
+
+
+@cli.command("runs")
+@click.option("--all", "all_", is_flag=True, help="Include every finished run (default: in flight and the 20 newest).")
+@click.option("--project", help="Only runs of this project.")
+@click.option("--phase", help="Only runs in this phase.")
+@output_option()
+def runs(all_: bool, project: str | None, phase: str | None, output: str) -> None:
+    """List runs, newest first."""
+    rows = _client().runs(all=all_, project=project, phase=phase)
+    if output == "table":
+        if not rows:
+            info("no runs")
+            return
+        emit(rows, output, columns=RUN_COLUMNS)
+    else:
+        emit(rows, output)
+
+
+@cli.command("show")
+@click.argument("run")
+@output_option()
+def show(run: str, output: str) -> None:
+    """One run: phase, reason, times, handle, effective config."""
+    doc = _client().show(run)
+    r = doc["run"]
+    sub = doc.get("submitted") or {}
+    full = {**r, "command": sub.get("command"), "timeout_s": sub.get("timeout_s"), "source": sub.get("source"),
+            "env": sub.get("env"), "config": sub.get("config")}
+    if output != "table":
+        emit(full, output)
+        return
+    import yaml
+
+    for key in ("id", "project", "name", "backend", "phase", "reason", "message", "exit_code",
+                "created_at", "updated_at", "last_seq", "log_lines", "command", "timeout_s"):
+        click.echo(f"{key + ':':<12} {'-' if full.get(key) is None else full.get(key)}")
+    for key in ("source", "handle", "env", "config"):
+        value = full.get(key)
+        click.echo(f"{key}:" + (" -" if not value else ""))
+        if value:
+            click.echo("  " + yaml.safe_dump(value, sort_keys=False).rstrip().replace("\n", "\n  "))
+
+
+@cli.command("logs")
+@click.argument("run")
+@click.option("-f", "--follow", is_flag=True, help="Keep following new lines until the run ends.")
+@click.option("--tail", type=click.IntRange(min=0), help="Start with the last N lines.")
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def logs(run: str, follow: bool, tail: int | None, output: str) -> None:
+    """Replay the run's stored log lines, then follow live ones with -f."""
+    client = _client()
+    if follow:
+        _follow_logs(client, run, tail=tail, output=output)
+        return
+    for obj in client.logs(run, follow=False, tail=tail):
+        if "line_no" in obj:
+            emit_json_line(obj) if output == "json" else _print_line(obj)
+
+
+def _wait_exit_code(cond: str, runs: list[dict[str, Any]]) -> int:
+    if cond == "change":
+        return 0
+    target = cond.upper()
+    for r in runs:
+        if cond == "terminal" or r["phase"] != target:
+            code = exit_code_for_phase(r["phase"])
+            if code != 0:
+                return code
+    return 0
+
+
+@cli.command("wait")
+@click.argument("runs_", metavar="RUN...", nargs=-1, required=True)
+@click.option("--for", "for_", default="terminal", show_default=True, help="terminal, change, or a phase name.")
+@click.option("--timeout", help="Give up after 90s, 30m, 4h or 1d (exit 124).")
+@click.option("--after", type=click.IntRange(min=0), help="Event seq already seen: a change after it returns at once.")
+@output_option()
+@click.pass_context
+def wait(ctx: click.Context, runs_: tuple[str, ...], for_: str, timeout: str | None, after: int | None, output: str) -> None:
+    """Block until the runs reach the condition.
+
+    Exit codes: 0 COMPLETED (or the condition met), 1 ERROR, 3 CANCELED,
+    4 DELETED, 124 timeout, 69 daemon unreachable.
+    """
+    timeout_s = parse_duration(timeout, what="--timeout") if timeout is not None else None
+    result: dict[str, Any] = {}
+    for obj in _client().wait(list(runs_), for_=for_, after=after, timeout=timeout_s):
+        if "result" in obj:
+            result = obj["result"]
+    runs_out = result.get("runs") or []
+    if output != "table":
+        emit(runs_out, output)
+    for r in runs_out:
+        info(f"run {r['id']}: {r['phase']}" + (f" ({r['reason']})" if r.get("reason") else ""))
+    if result.get("timed_out"):
+        info("wait: timed out")
+        ctx.exit(EXIT_WAIT_TIMEOUT)
+    ctx.exit(_wait_exit_code(for_, runs_out))
+
+
+@cli.command("cancel")
+@click.argument("runs_", metavar="RUN...", nargs=-1, required=True)
+@output_option()
+def cancel(runs_: tuple[str, ...], output: str) -> None:
+    """Cancel runs; returns once each is stopped."""
+    client = _client()
+    done = [client.cancel(ref) for ref in runs_]
+    if output != "table":
+        emit(done, output)
+        return
+    for r in done:
+        info(f"run {r['id']}: {r['phase']}")
+
+
+def _events(client: Client, run: str | None, after: int, follow: bool) -> Iterator[dict[str, Any]]:
+    for obj in client.events(run=run, after=after, follow=follow):
+        if "seq" in obj:
+            yield obj
+
+
+@cli.command("events")
+@click.argument("run", required=False)
+@click.option("--after", type=click.IntRange(min=0), default=0, help="Only events with seq > SEQ.")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new events.")
+@output_option()
+def events(run: str | None, after: int, follow: bool, output: str) -> None:
+    """The audit trail, oldest first: seq, time, run, version, type, data."""
+    import json
+
+    client = _client()
+    for ev in _events(client, run, after, follow):
+        if output == "json":
+            emit_json_line(ev)
+        elif output == "yaml":
+            emit([ev], "yaml")
+        else:
+            data = json.dumps(ev["data"], ensure_ascii=False, separators=(",", ":"))
+            if len(data) > 200:
+                data = data[:197] + "..."
+            click.echo(f"{ev['seq']:>8}  {ev['at']}  {ev['run_id']}  v{ev['version']:<4} {ev['type']:<16} {data}")
+
+
+@cli.command("doctor")
+@output_option()
+@click.pass_context
+def doctor(ctx: click.Context, output: str) -> None:
+    """Check the daemon, the store and (when configured) Kubernetes access."""
+    checks = _client().doctor()
+    emit(checks, output, columns=("name", "ok", "detail"))
+    ctx.exit(0 if all(c.get("ok") for c in checks) else 1)

@@ -1,0 +1,237 @@
+"""The daemon: config -> store -> backends -> supervisor -> API.
+
+Start-up order (each step fails fast with a clear message, before serving):
+
+1. read and validate the daemon config layer (every error at once);
+2. check the socket folder (created 0700; refused when others can write it)
+   and that no other daemon answers on the socket;
+3. open the event store (refuses corrupt or newer databases);
+4. reattach to every non-terminal run;
+5. serve the API on the socket (0600), then tell systemd READY=1.
+
+SIGTERM/SIGINT stop supervision and the API cleanly; runs keep running (the
+next daemon reattaches to them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import stat
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import anyio
+import click
+import structlog
+import uvicorn
+
+from store import EventStore
+from supervisord import config as cfg
+from supervisord.api.server import PeerCredProtocol, create_app
+from supervisord.backends.base import Backend
+from supervisord.backends.local import LocalBackend
+from supervisord.exceptions import DaemonError, JobsupError
+from supervisord.logging import configure_logging
+from supervisord.paths import Paths
+from supervisord.submit import Planner
+from supervisord.supervisor import Supervisor
+
+__all__ = ["Daemon", "daemon_command", "sd_notify"]
+
+log = structlog.get_logger("jobsup.daemon")
+
+
+def sd_notify(message: str) -> bool:
+    """Send ``message`` (e.g. ``READY=1``) to systemd's ``$NOTIFY_SOCKET``
+    (sd_notify(3)); returns False when not run under systemd."""
+    addr = os.environ.get("NOTIFY_SOCKET")
+    if not addr:
+        return False
+    target = "\0" + addr[1:] if addr.startswith("@") else addr
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as s:
+        s.connect(target)
+        s.sendall(message.encode())
+    return True
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: the daemon owns signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _prepare_socket(path: Path) -> socket.socket:
+    """Create the socket folder (0700) if needed, refuse one others can
+    write, refuse a socket another daemon answers on, and bind a fresh socket
+    with mode 0600. Raises DaemonError."""
+    folder = path.parent
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = folder.stat()
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise DaemonError(
+            f"socket folder {folder} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}); "
+            f"run `chmod 700 {folder}` or set JOBSUP_SOCKET elsewhere"
+        )
+    if st.st_uid != os.getuid():
+        raise DaemonError(f"socket folder {folder} belongs to uid {st.st_uid}, not to you")
+    if path.exists() or path.is_symlink():
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.settimeout(2.0)
+        try:
+            probe.connect(str(path))
+        except (ConnectionRefusedError, FileNotFoundError):
+            path.unlink()  # stale socket of a daemon that died
+        except OSError as err:
+            raise DaemonError(f"cannot check existing socket {path}: {err}") from None
+        else:
+            raise DaemonError(f"another jobsup daemon already answers on {path}")
+        finally:
+            probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+class Daemon:
+    """One daemon instance. ``run()`` serves until ``stop()`` or a signal."""
+
+    def __init__(self, paths: Paths, daemon_layer: cfg.Layer) -> None:
+        self.paths = paths
+        self.daemon_layer = daemon_layer
+        self.settings: dict[str, Any] = dict(cfg.effective_config(daemon_layer, []).data.get("daemon") or {})
+        self._stop = anyio.Event()
+
+    def stop(self) -> None:
+        """Ask ``run()`` to shut down."""
+        self._stop.set()
+
+    def _backends(self) -> dict[str, Backend]:
+        backends: dict[str, Backend] = {"local": LocalBackend()}
+        try:
+            from supervisord.backends.kubernetes import KubernetesBackend  # type: ignore[attr-defined]
+        except ImportError:
+            KubernetesBackend = None
+        if KubernetesBackend is not None:
+            backends["kubernetes"] = KubernetesBackend(self.daemon_layer)
+        return backends
+
+    async def run(self) -> None:
+        """Start everything in order (see the module docstring) and serve."""
+        self.paths.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.paths.runs_dir.mkdir(mode=0o700, exist_ok=True)
+        sock = _prepare_socket(self.paths.socket)
+        try:
+            store = await EventStore.open(self.paths.database, synchronous=self.settings.get("synchronous", "FULL"))
+        except BaseException:
+            sock.close()
+            self.paths.socket.unlink(missing_ok=True)
+            raise
+        backends = self._backends()
+        try:
+            async with anyio.create_task_group() as tg:
+                supervisor = Supervisor(store, backends, self.paths, tg)
+                planner = Planner(self.daemon_layer, supervisor.snapshots)
+                reattached = await supervisor.reattach_all()
+                info = {
+                    "pid": os.getpid(),
+                    "uid": os.getuid(),
+                    "version": _version(),
+                    "state_dir": str(self.paths.state_dir),
+                    "socket": str(self.paths.socket),
+                    "database": str(self.paths.database),
+                    "backends": sorted(backends),
+                }
+
+                async def doctor() -> list[dict[str, Any]]:
+                    checks = [
+                        {"name": "daemon", "ok": True, "detail": f"pid {os.getpid()} on {self.paths.socket}"},
+                        {"name": "store", "ok": True, "detail": f"{self.paths.database}, last seq {await store.last_seq()}"},
+                    ]
+                    for backend in backends.values():
+                        extra = getattr(backend, "doctor", None)
+                        if extra is not None:
+                            checks.extend(await extra())
+                    return checks
+
+                app = create_app(supervisor=supervisor, planner=planner, store=store, info=info, doctor=doctor)
+                config = uvicorn.Config(
+                    app,
+                    http=PeerCredProtocol,
+                    lifespan="off",
+                    log_config=None,
+                    access_log=False,
+                    timeout_graceful_shutdown=2,
+                )
+                server = _Server(config)
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+
+                    async def on_signal() -> None:
+                        async for signum in signals:
+                            log.info("stopping", signal=signal.Signals(signum).name)
+                            self._stop.set()
+
+                    tg.start_soon(on_signal)
+                    async with anyio.create_task_group() as api:
+                        api.start_soon(server.serve, [sock])
+                        with anyio.fail_after(30):
+                            while not server.started:
+                                await anyio.sleep(0.01)
+                        log.info("ready", socket=str(self.paths.socket), pid=os.getpid(), reattached=reattached)
+                        sd_notify("READY=1")
+                        await self._stop.wait()
+                        sd_notify("STOPPING=1")
+                        # uvicorn closes the listener, then gives open requests
+                        # timeout_graceful_shutdown seconds before cancelling them.
+                        server.should_exit = True
+                    tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                for backend in backends.values():
+                    await backend.aclose()
+                await store.close()
+                self.paths.socket.unlink(missing_ok=True)
+            log.info("stopped")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("jobsup")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+@click.command("daemon")
+def daemon_command() -> None:
+    """Run the daemon in the foreground (systemd runs this)."""
+    try:
+        layer = cfg.load_daemon_layer()
+        cfg.validate_daemon_config(layer)
+    except JobsupError as err:
+        click.echo(f"error: jobsup daemon: {err}", err=True)
+        for line in getattr(err, "errors", [])[1:] if len(getattr(err, "errors", [])) > 1 else []:
+            click.echo(f"  {line}", err=True)
+        sys.exit(2)
+    settings = cfg.effective_config(layer, []).data.get("daemon") or {}
+    configure_logging(str(settings.get("log_level") or "info"))
+    paths = Paths.from_env()
+    try:
+        anyio.run(Daemon(paths, layer).run, backend="asyncio")
+    except JobsupError as err:
+        log.error("cannot start", error=str(err))
+        click.echo(f"error: jobsup daemon: {err}", err=True)
+        sys.exit(1)

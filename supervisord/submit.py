@@ -1,0 +1,144 @@
+"""Turning a submit request into a :class:`~supervisord.supervisor.SubmitPlan`.
+
+Runs in the daemon. Order matters: everything that can reject the request
+(task fields, config layers, allowed backends, git source) is checked before
+anything is recorded, so bad input never leaves a half-created run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import anyio
+
+from supervisord import config as cfg
+from supervisord.exceptions import TaskError
+from supervisord.source import SnapshotStore, is_dirty, repo_root, resolve_commit
+from supervisord.supervisor import SubmitPlan, env_digest
+from supervisord.task import BACKENDS, DEFAULT_TIMEOUT_S
+
+__all__ = ["SubmitRequest", "Planner"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SubmitRequest:
+    """The body of ``POST /v1/runs``.
+
+    ``task``: ``{name, run, backend, timeout_s, env, manifest, path}`` as the
+    CLI resolved them from the task file and flags. ``layers``: the client's
+    config layers (user, project, task, cli) in wire form. ``cwd``: the
+    folder the CLI ran in (the repository is the one holding the task file,
+    else this folder). ``rev``: the revision to snapshot.
+    """
+
+    task: Mapping[str, Any]
+    layers: list[Mapping[str, Any]]
+    cwd: str
+    rev: str = "HEAD"
+    force: bool = False
+
+    @classmethod
+    def from_json(cls, body: Any) -> "SubmitRequest":
+        """Parse a request body; raises TaskError naming the bad field."""
+        if not isinstance(body, dict):
+            raise TaskError("submit: the request body must be a JSON object")
+        task = body.get("task")
+        if not isinstance(task, dict):
+            raise TaskError("submit: `task` must be an object")
+        layers = body.get("layers") or []
+        if not isinstance(layers, list):
+            raise TaskError("submit: `layers` must be a list")
+        cwd = body.get("cwd")
+        if not isinstance(cwd, str) or not cwd:
+            raise TaskError("submit: `cwd` must be the client's working directory")
+        return cls(task=task, layers=layers, cwd=cwd, rev=str(body.get("rev") or "HEAD"), force=bool(body.get("force")))
+
+
+class Planner:
+    """Validates submits against the daemon's config layer and snapshots sources."""
+
+    def __init__(self, daemon_layer: cfg.Layer, snapshots: SnapshotStore) -> None:
+        self.daemon_layer = daemon_layer
+        self.snapshots = snapshots
+        self._git = anyio.CapacityLimiter(4)
+
+    async def plan(self, req: SubmitRequest) -> tuple[SubmitPlan, list[str]]:
+        """The plan and the warnings to show the user. Raises TaskError,
+        ConfigError, SourceError."""
+        task = req.task
+        warnings: list[str] = []
+        command = task.get("run")
+        if not isinstance(command, str) or not command.strip():
+            raise TaskError("no command: give `run:` in the task file or `-- CMD...` on the command line")
+        timeout_s = task.get("timeout_s") or DEFAULT_TIMEOUT_S
+        if not isinstance(timeout_s, int) or timeout_s <= 0:
+            raise TaskError(f"timeout must be a positive number of seconds, got {timeout_s!r}")
+        env = task.get("env") or {}
+        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise TaskError("env must map names to string values")
+
+        client_layers = cfg.layers_from_wire(req.layers)
+        effective = cfg.effective_config(self.daemon_layer, client_layers)
+        warnings.extend(effective.warnings)
+        data = effective.data
+        backend = task.get("backend") or data.get("backend") or "local"
+        if backend not in BACKENDS:
+            raise TaskError(f"--backend: {backend!r} is not a backend; use one of {', '.join(BACKENDS)}")
+        context = (data.get("kubernetes") or {}).get("context") if backend == "kubernetes" else None
+        cfg.check_allowed(effective, backend, context)
+        merged_env = {**{str(k): str(v) for k, v in (data.get("env") or {}).items()}, **env}
+
+        where = Path(str(task.get("path") or req.cwd))
+        repo = await anyio.to_thread.run_sync(repo_root, where, limiter=self._git)
+        commit = await anyio.to_thread.run_sync(resolve_commit, repo, req.rev, limiter=self._git)
+        if await anyio.to_thread.run_sync(is_dirty, repo, limiter=self._git):
+            warnings.append(
+                f"{repo} has uncommitted changes; they will not run (jobsup runs commit {commit[:12]})"
+            )
+        snapshot = await anyio.to_thread.run_sync(self.snapshots.create, repo, commit, limiter=self._git)
+        project = str(data.get("project") or repo.name)
+        name = str(task.get("name") or _default_name(command))
+        submitted: dict[str, Any] = {
+            "project": project,
+            "name": name,
+            "backend": backend,
+            "command": command,
+            "timeout_s": timeout_s,
+            "source": {
+                "repo": str(repo),
+                "rev": req.rev,
+                "commit": commit,
+                "snapshot_sha256": snapshot.sha256,
+                "snapshot_size": snapshot.size,
+            },
+            "env": env_digest(merged_env),
+            "config": cfg.redact(data),
+            "task_file": str(task["path"]) if task.get("path") else None,
+            "manifest": task.get("manifest"),
+            "cwd": req.cwd,
+            "submitted_by_uid": os.getuid(),
+        }
+        plan = SubmitPlan(
+            project=project,
+            name=name,
+            backend=str(backend),
+            command=command,
+            timeout_s=timeout_s,
+            env=merged_env,
+            config=data,
+            snapshot=snapshot.path,
+            snapshot_sha256=snapshot.sha256,
+            commit=commit,
+            repo=str(repo),
+            submitted=submitted,
+            force=req.force,
+        )
+        return plan, warnings
+
+
+def _default_name(command: str) -> str:
+    words = command.split()
+    return Path(words[0]).name if words else "task"

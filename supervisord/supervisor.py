@@ -1,0 +1,364 @@
+"""The supervisor: one task per run, turning what a backend reports into events.
+
+Every phase change goes through :class:`_Reporter.phase`, which enforces the
+run's rules in one place: phases never go backwards, a terminal phase is
+final, and while a cancel is in progress the cancel owns the terminal
+outcome (so a cancel racing completion ends in exactly one terminal phase).
+Appends for one run are serialised by a per-run lock and carry the run's
+stream version (optimistic concurrency in the store).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import secrets
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import anyio
+import anyio.abc
+import structlog
+
+from store import (
+    CANCEL_REQUESTED,
+    HANDLE_RECORDED,
+    LOG_LINES,
+    PHASE_CHANGED,
+    SUBMITTED,
+    ConcurrencyError,
+    EventStore,
+    NewEvent,
+    RunStatus,
+    TERMINAL_PHASES,
+)
+from supervisord.backends.base import Backend, RunSpec
+from supervisord.exceptions import (
+    AmbiguousRunError,
+    BackendError,
+    RunInFlightError,
+    RunNotFoundError,
+    UsageError,
+)
+from supervisord.paths import Paths
+from supervisord.source import SnapshotStore
+
+__all__ = ["Supervisor", "SubmitPlan", "PHASE_RANK"]
+
+log = structlog.get_logger("jobsup.supervisor")
+
+#: Lifecycle order: a phase change to a lower rank is dropped.
+PHASE_RANK: dict[str, int] = {
+    "QUEUED": 0,
+    "SCHEDULING": 1,
+    "STAGING": 2,
+    "RUNNING": 3,
+    **{p: 4 for p in TERMINAL_PHASES},
+}
+_CANCEL_DRAIN_S = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SubmitPlan:
+    """A validated submit, ready to record: everything but the run id.
+
+    ``submitted`` is the Submitted event data (secrets already hashed);
+    ``env`` holds the values, which only the backend sees.
+    """
+
+    project: str
+    name: str
+    backend: str
+    command: str
+    timeout_s: int
+    env: Mapping[str, str]
+    config: Mapping[str, Any]
+    snapshot: Path
+    snapshot_sha256: str
+    commit: str
+    repo: str
+    submitted: Mapping[str, Any]
+    force: bool = False
+
+
+def env_digest(env: Mapping[str, str]) -> dict[str, str]:
+    """NAME -> ``sha256:<hex>`` of the value: what events record instead of values."""
+    return {k: "sha256:" + hashlib.sha256(v.encode()).hexdigest() for k, v in sorted(env.items())}
+
+
+class _RunState:
+    def __init__(self, spec: RunSpec, status: RunStatus) -> None:
+        self.spec = spec
+        self.version = status.version
+        self.phase = status.phase
+        self.reason = status.reason
+        self.message = status.message
+        self.handle: dict[str, Any] = dict(status.handle)
+        self.lock = anyio.Lock()
+        self.cancel_requested = False
+        self.scope: anyio.CancelScope | None = None
+        self.done = anyio.Event()
+
+
+class _Reporter:
+    """The :class:`~supervisord.backends.base.RunReporter` for one run."""
+
+    def __init__(self, store: EventStore, state: _RunState) -> None:
+        self._store = store
+        self._state = state
+
+    async def _append_locked(self, events: Sequence[NewEvent]) -> None:
+        st = self._state
+        try:
+            recorded = await self._store.append(st.spec.run_id, st.version, events)
+        except ConcurrencyError as err:
+            # Our cached version is stale (e.g. an append whose caller was
+            # cancelled still committed): adopt the stream's and retry once.
+            st.version = err.actual
+            recorded = await self._store.append(st.spec.run_id, st.version, events)
+        st.version = recorded[-1].version
+
+    async def phase(
+        self,
+        phase: str,
+        *,
+        reason: str | None = None,
+        message: str | None = None,
+        exit_code: int | None = None,
+        _cancel: bool = False,
+    ) -> bool:
+        st = self._state
+        async with st.lock:
+            if st.phase in TERMINAL_PHASES:
+                return False
+            rank, current = PHASE_RANK[phase], PHASE_RANK[st.phase]
+            if rank < current:
+                return False
+            if rank == current and (reason, message) == (st.reason, st.message):
+                return False
+            if phase in TERMINAL_PHASES and st.cancel_requested and not _cancel:
+                return False
+            data: dict[str, Any] = {"phase": phase, "reason": reason, "message": message}
+            if exit_code is not None:
+                data["exit_code"] = exit_code
+            await self._append_locked([NewEvent(PHASE_CHANGED, data)])
+            st.phase, st.reason, st.message = phase, reason, message
+            log.info("phase", run=st.spec.run_id, phase=phase, reason=reason)
+            return True
+
+    async def handle(self, handle: Mapping[str, Any]) -> None:
+        async with self._state.lock:
+            await self._append_locked([NewEvent(HANDLE_RECORDED, {"handle": dict(handle)})])
+            self._state.handle = dict(handle)
+
+    async def record(self, type: str, data: Mapping[str, Any]) -> None:
+        async with self._state.lock:
+            await self._append_locked([NewEvent(type, dict(data))])
+
+    async def log_lines(self, stream: str, source: str, lines: Sequence[tuple[str, str]]) -> None:
+        if not lines:
+            return
+        event = NewEvent(LOG_LINES, {"stream": stream, "source": source, "lines": [list(x) for x in lines]})
+        async with self._state.lock:
+            await self._append_locked([event])
+
+    async def log_position(self, source: str) -> str | None:
+        return await self._store.last_log_position(self._state.spec.run_id, source)
+
+
+class Supervisor:
+    """Drives every run: submit, supervise, cancel, reattach.
+
+    ``task_group`` owns the per-run tasks; cancelling it (daemon shutdown)
+    stops supervision but never the runs themselves.
+    """
+
+    def __init__(
+        self,
+        store: EventStore,
+        backends: Mapping[str, Backend],
+        paths: Paths,
+        task_group: anyio.abc.TaskGroup,
+    ) -> None:
+        self.store = store
+        self.backends = dict(backends)
+        self.paths = paths
+        self.snapshots = SnapshotStore(paths.snapshots_dir)
+        self._tg = task_group
+        self._runs: dict[str, _RunState] = {}
+        self._submit_lock = anyio.Lock()
+
+    # -- lookups -------------------------------------------------------------
+
+    async def resolve(self, ref: str) -> str:
+        """The full run id for ``ref`` (an id or a unique prefix of 4+ chars).
+
+        Raises UsageError (too short / not hex), RunNotFoundError, AmbiguousRunError.
+        """
+        ref = ref.strip().lower()
+        if len(ref) < 4 or any(c not in "0123456789abcdef" for c in ref):
+            raise UsageError(f"run id {ref!r}: give the 12-hex-character run id or a unique prefix of 4+ characters")
+        ids = await self.store.match_run_ids(ref, limit=10)
+        if not ids:
+            raise RunNotFoundError(f"no run matches {ref!r} (see `jobsup runs --all`)")
+        if len(ids) > 1:
+            raise AmbiguousRunError(f"run id prefix {ref!r} matches several runs: {', '.join(ids)}; give more characters")
+        return ids[0]
+
+    async def get(self, run_id: str) -> RunStatus:
+        """The run's status projection. Raises RunNotFoundError."""
+        run = await self.store.get_run(run_id)
+        if run is None:
+            raise RunNotFoundError(f"no run {run_id}")
+        return run
+
+    # -- submit --------------------------------------------------------------
+
+    async def submit(self, plan: SubmitPlan) -> RunStatus:
+        """Record a Submitted event for ``plan`` and start supervising it.
+
+        Raises RunInFlightError when ``plan.project``/``plan.name`` has a run
+        in flight (unless ``plan.force``), UsageError for an unknown backend,
+        PreflightError from the backend. Nothing is recorded on error.
+        """
+        backend = self.backends.get(plan.backend)
+        if backend is None:
+            raise UsageError(f"backend {plan.backend!r} is not available on this daemon (have: {', '.join(self.backends)})")
+        async with self._submit_lock:
+            if not plan.force:
+                busy = await self.store.list_runs(project=plan.project, name=plan.name, non_terminal_only=True)
+                if busy:
+                    raise RunInFlightError(
+                        f"project {plan.project!r} already has run {busy[0].id} named {plan.name!r} in flight "
+                        f"({busy[0].phase}); wait for it, cancel it, or submit with --force"
+                    )
+            run_id = secrets.token_hex(6)
+            spec = RunSpec(
+                run_id=run_id,
+                project=plan.project,
+                name=plan.name,
+                backend=plan.backend,
+                command=plan.command,
+                timeout_s=plan.timeout_s,
+                env=dict(plan.env),
+                config=dict(plan.config),
+                snapshot=plan.snapshot,
+                snapshot_sha256=plan.snapshot_sha256,
+                commit=plan.commit,
+                repo=plan.repo,
+                run_dir=self.paths.runs_dir / run_id,
+                submitted=dict(plan.submitted),
+            )
+            await backend.preflight(spec)
+            await self.store.append(run_id, 0, [NewEvent(SUBMITTED, dict(plan.submitted))])
+        status = await self.get(run_id)
+        state = _RunState(spec, status)
+        self._runs[run_id] = state
+        self._tg.start_soon(self._drive, state, True, name=f"run-{run_id}")
+        log.info("submitted", run=run_id, project=plan.project, name=plan.name, backend=plan.backend)
+        return status
+
+    async def _drive(self, state: _RunState, fresh: bool) -> None:
+        spec = state.spec
+        backend = self.backends[spec.backend]
+        reporter = _Reporter(self.store, state)
+        try:
+            with anyio.CancelScope() as scope:
+                state.scope = scope
+                try:
+                    handle: Mapping[str, Any] = state.handle
+                    if fresh:
+                        handle = await backend.start(spec, reporter)
+                    await backend.supervise(spec, handle, reporter)
+                except BackendError as err:
+                    log.warning("backend error", run=spec.run_id, error=str(err))
+                    await reporter.phase("ERROR", reason=getattr(err, "reason", None) or "BackendError", message=str(err))
+                except Exception as err:  # recorded on the run and logged with its traceback
+                    log.exception("supervision failed", run=spec.run_id)
+                    await reporter.phase("ERROR", reason="InternalError", message=f"jobsup failed supervising this run: {err!r}")
+        finally:
+            state.done.set()
+
+    # -- cancel --------------------------------------------------------------
+
+    async def cancel(self, run_id: str) -> RunStatus:
+        """Cancel a run: record CancelRequested, stop it through its backend,
+        let supervision drain the last logs, then record CANCELED.
+
+        Idempotent: a terminal run is returned unchanged. Raises
+        RunNotFoundError, BackendError (the backend could not stop it).
+        """
+        status = await self.get(run_id)
+        if status.terminal:
+            return status
+        state = self._runs.get(run_id)
+        if state is None:
+            raise RunNotFoundError(f"run {run_id} is not being supervised by this daemon")
+        reporter = _Reporter(self.store, state)
+        async with state.lock:
+            if state.phase in TERMINAL_PHASES:
+                return await self.get(run_id)
+            first = not state.cancel_requested
+            state.cancel_requested = True
+            if first:
+                await reporter._append_locked([NewEvent(CANCEL_REQUESTED, {})])
+        backend = self.backends[state.spec.backend]
+        try:
+            await backend.cancel(state.spec, state.handle)
+        except BaseException:
+            state.cancel_requested = False
+            raise
+        with anyio.move_on_after(_CANCEL_DRAIN_S):
+            await state.done.wait()
+        if not state.done.is_set() and state.scope is not None:
+            state.scope.cancel()
+        await reporter.phase("CANCELED", reason="Canceled", message="canceled by request", _cancel=True)
+        return await self.get(run_id)
+
+    # -- restart ---------------------------------------------------------------
+
+    async def reattach_all(self) -> int:
+        """Resume supervising every non-terminal run recorded in the store
+        (after a daemon restart). Returns how many runs were reattached."""
+        runs = await self.store.list_runs(non_terminal_only=True)
+        for status in runs:
+            events = await self.store.read_stream(status.id, 1)
+            submitted = events[0].data if events else {}
+            spec = self._spec_from_submitted(status, submitted)
+            state = _RunState(spec, status)
+            self._runs[status.id] = state
+            if spec.backend not in self.backends:
+                await _Reporter(self.store, state).phase(
+                    "ERROR", reason="BackendUnavailable", message=f"backend {spec.backend!r} is not configured on this daemon"
+                )
+                continue
+            self._tg.start_soon(self._drive, state, False, name=f"run-{status.id}")
+        if runs:
+            log.info("reattached", runs=len(runs))
+        return len(runs)
+
+    def _spec_from_submitted(self, status: RunStatus, submitted: Mapping[str, Any]) -> RunSpec:
+        source = submitted.get("source") or {}
+        sha = str(source.get("snapshot_sha256") or "")
+        return RunSpec(
+            run_id=status.id,
+            project=status.project,
+            name=status.name,
+            backend=status.backend,
+            command=str(submitted.get("command") or ""),
+            timeout_s=int(submitted.get("timeout_s") or 0),
+            env={},
+            config=dict(submitted.get("config") or {}),
+            snapshot=self.snapshots.path_for(sha),
+            snapshot_sha256=sha,
+            commit=str(source.get("commit") or ""),
+            repo=str(source.get("repo") or ""),
+            run_dir=self.paths.runs_dir / status.id,
+            submitted=dict(submitted),
+        )
+
+    def supervised(self) -> int:
+        """How many runs have a live supervision task."""
+        return sum(1 for s in self._runs.values() if not s.done.is_set())
+
+

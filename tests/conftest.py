@@ -1,0 +1,10 @@
+"""Shared fixtures: anyio on asyncio only (aiosqlite needs asyncio)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"

@@ -1,0 +1,130 @@
+"""Helpers for end-to-end tests: a private jobsup environment (state dir,
+socket, config dirs), a git repository to submit from, the real daemon as a
+subprocess and the real CLI as subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["JobsupEnv", "make_repo"]
+
+
+def make_repo(path: Path, files: dict[str, str]) -> Path:
+    """A git repository at ``path`` with ``files`` committed."""
+    path.mkdir(parents=True, exist_ok=True)
+    for rel, text in files.items():
+        f = path / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run(git + ["init", "-q", "-b", "main", str(path)], check=True)
+    subprocess.run(git + ["-C", str(path), "add", "-A"], check=True)
+    subprocess.run(git + ["-C", str(path), "commit", "-qm", "init"], check=True)
+    return path
+
+
+class JobsupEnv:
+    """A private jobsup installation: run the daemon and the CLI against it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        # Unix socket paths are limited to 108 bytes: keep the socket short.
+        self.sock_dir = Path(tempfile.mkdtemp(prefix="js-", dir="/tmp"))
+        self.env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("JOBSUP_", "XDG_", "NOTIFY_SOCKET"))
+        }
+        self.env.update(
+            {
+                "HOME": str(root / "home"),
+                "XDG_CONFIG_HOME": str(root / "home" / ".config"),
+                "XDG_STATE_HOME": str(root / "home" / ".local" / "state"),
+                "JOBSUP_STATE_DIR": str(root / "state"),
+                "JOBSUP_SOCKET": str(self.sock_dir / "jobsup.sock"),
+                "JOBSUP_NO_AUTOSTART": "1",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        (root / "home").mkdir(parents=True, exist_ok=True)
+        self.daemon: subprocess.Popen[bytes] | None = None
+        self.daemon_log = root / "daemon-test.log"
+
+    @property
+    def socket(self) -> Path:
+        return Path(self.env["JOBSUP_SOCKET"])
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.env["JOBSUP_STATE_DIR"])
+
+    def start_daemon(self, *, extra_env: dict[str, str] | None = None, wait: bool = True) -> subprocess.Popen[bytes]:
+        env = {**self.env, **(extra_env or {})}
+        log = self.daemon_log.open("ab")
+        self.daemon = subprocess.Popen(
+            [sys.executable, "-m", "supervisord", "daemon"],
+            env=env,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+        log.close()
+        if wait:
+            self.wait_ready()
+        return self.daemon
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.daemon is not None
+            if self.daemon.poll() is not None:
+                raise AssertionError(f"daemon exited {self.daemon.returncode}:\n{self.daemon_log.read_text()}")
+            r = self.cli("runs", "-o", "json", check=False)
+            if r.returncode == 0:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"daemon not ready:\n{self.daemon_log.read_text()}")
+
+    def kill_daemon(self, sig: int = signal.SIGKILL) -> None:
+        assert self.daemon is not None
+        self.daemon.send_signal(sig)
+        self.daemon.wait(timeout=30)
+
+    def stop_daemon(self) -> int:
+        if self.daemon is None or self.daemon.poll() is not None:
+            return self.daemon.returncode if self.daemon else 0
+        self.daemon.send_signal(signal.SIGTERM)
+        return self.daemon.wait(timeout=30)
+
+    def cli(self, *args: str, cwd: Path | None = None, check: bool = True, timeout: float = 120,
+            extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "supervisord", *args],
+            env={**self.env, **(extra_env or {})},
+            cwd=cwd or self.root,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"jobsup {' '.join(args)} exited {proc.returncode}\nstdout:{proc.stdout}\nstderr:{proc.stderr}")
+        return proc
+
+    def submit(self, repo: Path, *args: str) -> str:
+        out = self.cli("submit", *args, cwd=repo).stdout.strip()
+        assert len(out) == 12, out
+        return out
+
+    def show(self, run_id: str) -> dict[str, Any]:
+        return json.loads(self.cli("show", run_id, "-o", "json").stdout)
+
+    def close(self) -> None:
+        self.stop_daemon()
+        shutil.rmtree(self.sock_dir, ignore_errors=True)

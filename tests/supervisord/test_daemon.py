@@ -1,0 +1,121 @@
+"""The daemon process: socket safety, readiness, clean stop, peer credentials."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tests.supervisord.jobsup_env import JobsupEnv
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def js(tmp_path: Path) -> Iterator[JobsupEnv]:
+    env = JobsupEnv(tmp_path)
+    yield env
+    env.close()
+
+
+def test_socket_modes_and_clean_sigterm(js: JobsupEnv) -> None:
+    js.start_daemon()
+    assert stat.S_IMODE(js.socket.stat().st_mode) == 0o600
+    assert stat.S_IMODE(js.socket.parent.stat().st_mode) == 0o700
+    assert js.stop_daemon() == 0
+    assert not js.socket.exists()
+
+
+def test_ready_notification(js: JobsupEnv) -> None:
+    addr = str(js.sock_dir / "notify.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.bind(addr)
+        s.settimeout(30)
+        js.start_daemon(extra_env={"NOTIFY_SOCKET": addr}, wait=False)
+        msg = s.recv(4096).decode()
+        assert msg == "READY=1"
+        # Ready means the API answers.
+        js.cli("runs")
+
+
+def test_refuses_second_daemon(js: JobsupEnv) -> None:
+    js.start_daemon()
+    second = subprocess.run([sys.executable, "-m", "supervisord", "daemon"], env=js.env,
+                            capture_output=True, text=True, timeout=60)
+    assert second.returncode != 0
+    assert "already answers" in second.stderr
+    js.cli("runs")  # the first one is unharmed
+
+
+def test_refuses_socket_folder_writable_by_others(js: JobsupEnv) -> None:
+    os.chmod(js.sock_dir, 0o777)
+    r = subprocess.run([sys.executable, "-m", "supervisord", "daemon"], env=js.env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "writable by other users" in r.stderr
+
+
+def test_stale_socket_is_replaced(js: JobsupEnv) -> None:
+    js.start_daemon()
+    js.kill_daemon(signal.SIGKILL)
+    assert js.socket.exists()
+    js.start_daemon()
+    js.cli("runs")
+
+
+def test_connection_from_another_uid_is_dropped(js: JobsupEnv) -> None:
+    if os.getuid() != 0:
+        pytest.skip("needs root to connect as another uid")
+    js.start_daemon()
+    # Let another user reach the socket file, so only SO_PEERCRED stands in the way.
+    os.chmod(js.sock_dir, 0o711)
+    os.chmod(js.socket, 0o666)
+    code = (
+        "import os, socket, sys\n"
+        "os.setuid(65534)\n"
+        "s = socket.socket(socket.AF_UNIX); s.settimeout(10)\n"
+        f"s.connect({str(js.socket)!r})\n"
+        "try:\n"
+        "    s.sendall(b'GET /v1/health HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')\n"
+        "    data = s.recv(100)\n"
+        "except (ConnectionResetError, BrokenPipeError):\n"
+        "    data = b''\n"
+        "sys.exit(0 if data == b'' else 1)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, f"peer of another uid got an answer: {r.stdout} {r.stderr}"
+    os.chmod(js.sock_dir, 0o700)
+    js.cli("runs")  # our own uid still gets answers
+
+
+def test_cli_autostarts_a_daemon(js: JobsupEnv) -> None:
+    env = {**js.env}
+    env.pop("JOBSUP_NO_AUTOSTART")
+    r = subprocess.run([sys.executable, "-m", "supervisord", "runs", "-o", "json"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "started jobsup daemon" in r.stderr
+    assert (js.state_dir / "daemon.log").exists()
+    # Stop the autostarted daemon.
+    import httpx
+
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(js.socket))) as c:
+        pid = c.get("http://x/v1/health").json()["pid"]
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while js.socket.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not js.socket.exists()
+
+
+def test_no_daemon_and_no_autostart_exits_69(js: JobsupEnv) -> None:
+    r = js.cli("wait", "abcd", check=False)
+    assert r.returncode == 69
+    assert "JOBSUP_NO_AUTOSTART" in r.stderr

@@ -1,0 +1,209 @@
+"""End to end: the real daemon, the real CLI, real processes and SQLite."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tests.supervisord.jobsup_env import JobsupEnv, make_repo
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def js(tmp_path: Path) -> Iterator[JobsupEnv]:
+    env = JobsupEnv(tmp_path)
+    env.start_daemon()
+    yield env
+    env.close()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(
+        tmp_path / "proj",
+        {
+            "job.sh": "echo out-1\necho err-1 >&2\necho out-2\nprintf 'last-no-newline'\n",
+            "fail.sh": "echo about to fail\nexit 7\n",
+            "count.py": (
+                "import sys, time\n"
+                "n = int(sys.argv[1]); pause = float(sys.argv[2])\n"
+                "for i in range(1, n + 1):\n"
+                "    print(i, flush=True)\n"
+                "    if i % 100 == 0: time.sleep(pause)\n"
+            ),
+            "task.yaml": "name: hello\nrun: bash job.sh\ntimeout: 5m\nenv:\n  TOKEN: s3cr3t-value\n",
+        },
+    )
+
+
+def _pgrp_members(pgid: int) -> list[int]:
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/stat").read_bytes()
+        except OSError:
+            continue
+        fields = raw[raw.rindex(b")") + 2 :].split()
+        if fields[0] != b"Z" and int(fields[2]) == pgid:
+            members.append(int(entry))
+    return members
+
+
+def test_submit_logs_wait_completed(js: JobsupEnv, repo: Path) -> None:
+    run_id = js.submit(repo, "task.yaml")
+    w = js.cli("wait", run_id, check=False)
+    assert w.returncode == 0, w.stderr
+    lines = js.cli("logs", run_id).stdout.splitlines()
+    # stdout and stderr are separate files; each keeps its order.
+    assert [l for l in lines if l.startswith("out") or l.startswith("last")] == ["out-1", "out-2", "last-no-newline"]
+    assert "err-1" in lines and len(lines) == 4
+    shown = js.show(run_id)
+    assert shown["phase"] == "COMPLETED" and shown["exit_code"] == 0
+    assert shown["name"] == "hello" and shown["project"] == "proj"
+    # The env value never appears: only its name and a hash.
+    assert "s3cr3t-value" not in json.dumps(shown)
+    events = js.cli("events", run_id, "-o", "json").stdout
+    assert "s3cr3t-value" not in events
+    types = [json.loads(l)["type"] for l in events.splitlines()]
+    assert types[0] == "Submitted" and "PhaseChanged" in types and "LogLines" in types
+    assert "s3cr3t-value" not in js.daemon_log.read_text()
+
+
+def test_failing_job_exits_1_with_nonzeroexit(js: JobsupEnv, repo: Path) -> None:
+    run_id = js.submit(repo, "--", "bash", "fail.sh")
+    w = js.cli("wait", run_id, "-o", "json", check=False)
+    assert w.returncode == 1
+    run = json.loads(w.stdout)[0]
+    assert run["phase"] == "ERROR" and run["reason"] == "NonZeroExit" and run["exit_code"] == 7
+
+
+def test_cancel_kills_the_whole_group(js: JobsupEnv, repo: Path) -> None:
+    # A grandchild in the background plus a foreground sleeper.
+    run_id = js.submit(repo, "--", "sleep 300 & sleep 300; echo never")
+    assert js.cli("wait", run_id, "--for", "RUNNING", "--timeout", "30s", check=False).returncode == 0
+    status = json.loads((js.state_dir / "runs" / run_id / "status.json").read_text())
+    pgid = status["pgid"]
+    assert _pgrp_members(pgid), "the job's process group should be running"
+    js.cli("cancel", run_id)
+    assert _pgrp_members(pgid) == []
+    w = js.cli("wait", run_id, check=False)
+    assert w.returncode == 3
+    assert js.show(run_id)["phase"] == "CANCELED"
+
+
+def test_timeout_is_deadline_exceeded(js: JobsupEnv, repo: Path) -> None:
+    run_id = js.submit(repo, "--timeout", "1s", "--", "sleep 60")
+    w = js.cli("wait", run_id, "-o", "json", check=False)
+    assert w.returncode == 1
+    assert json.loads(w.stdout)[0]["reason"] == "DeadlineExceeded"
+
+
+def test_kill_9_daemon_loses_and_doubles_nothing(js: JobsupEnv, repo: Path) -> None:
+    run_id = js.submit(repo, "--", "python3 count.py 10000 0.03")
+    # Let it print some lines, then kill the daemon hard mid-stream.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if js.show(run_id)["log_lines"] > 500:
+            break
+        time.sleep(0.1)
+    js.kill_daemon(signal.SIGKILL)
+    time.sleep(1.0)  # the job keeps printing while no daemon runs
+    js.start_daemon()
+    assert js.cli("wait", run_id, "--timeout", "2m", check=False).returncode == 0
+    lines = js.cli("logs", run_id).stdout.splitlines()
+    assert lines == [str(i) for i in range(1, 10001)]
+    # A third daemon start re-ingests nothing.
+    js.stop_daemon()
+    js.start_daemon()
+    assert js.cli("logs", run_id).stdout.splitlines() == lines
+
+
+def test_runner_gone_is_lost(js: JobsupEnv, repo: Path) -> None:
+    run_id = js.submit(repo, "--", "echo started; sleep 300")
+    assert js.cli("wait", run_id, "--for", "RUNNING", "--timeout", "30s", check=False).returncode == 0
+    status = json.loads((js.state_dir / "runs" / run_id / "status.json").read_text())
+    js.kill_daemon(signal.SIGKILL)
+    # Simulate a reboot: the runner and the job die without a final status.
+    os.kill(status["runner_pid"], signal.SIGKILL)
+    os.killpg(status["pgid"], signal.SIGKILL)
+    js.start_daemon()
+    w = js.cli("wait", run_id, "-o", "json", "--timeout", "30s", check=False)
+    assert w.returncode == 1
+    run = json.loads(w.stdout)[0]
+    assert run["reason"] == "Lost"
+
+
+def test_200_concurrent_waiters(js: JobsupEnv, repo: Path) -> None:
+    run_id = js.submit(repo, "--", "sleep 2; echo done")
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "supervisord", "wait", run_id], env=js.env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(200)
+    ]
+    codes = [p.wait(timeout=120) for p in procs]
+    assert codes == [0] * 200
+
+
+def test_wait_after_seq_returns_at_once(js: JobsupEnv, repo: Path) -> None:
+    run_id = js.submit(repo, "--", "echo hi")
+    assert js.cli("wait", run_id, check=False).returncode == 0
+    # A phase change with seq > 0 already happened: --for change returns at once.
+    t0 = time.monotonic()
+    assert js.cli("wait", run_id, "--for", "change", "--after", "0", "--timeout", "20s", check=False).returncode == 0
+    assert time.monotonic() - t0 < 15
+    last = js.show(run_id)["last_seq"]
+    # Nothing changes after the last seq: times out with 124.
+    r = js.cli("wait", run_id, "--for", "change", "--after", str(last), "--timeout", "1s", check=False)
+    assert r.returncode == 124
+
+
+def test_bad_input_is_refused_and_nothing_recorded(js: JobsupEnv, repo: Path, tmp_path: Path) -> None:
+    def n_runs() -> int:
+        return len(json.loads(js.cli("runs", "--all", "-o", "json").stdout))
+
+    before = n_runs()
+    r = js.cli("wait", "abcdef123456", check=False)
+    assert r.returncode != 0 and "no run matches" in r.stderr
+    r = js.cli("show", "zz", check=False)
+    assert r.returncode != 0 and "4+" in r.stderr
+    (repo / "bad.yaml").write_text("run: [unclosed\n")
+    r = js.cli("submit", "bad.yaml", cwd=repo, check=False)
+    assert r.returncode == 2 and "bad.yaml" in r.stderr and "line" in r.stderr
+    r = js.cli("submit", "--timeout", "10x", "--", "true", cwd=repo, check=False)
+    assert r.returncode == 2 and "--timeout" in r.stderr
+    r = js.cli("submit", "--timeout", "0s", "--", "true", cwd=repo, check=False)
+    assert r.returncode == 2 and "--timeout" in r.stderr
+    outside = tmp_path / "not-a-repo"
+    outside.mkdir()
+    r = js.cli("submit", "--", "true", cwd=outside, check=False)
+    assert r.returncode == 2 and "not inside a git repository" in r.stderr
+    assert n_runs() == before
+
+
+def test_in_flight_guard_and_force(js: JobsupEnv, repo: Path) -> None:
+    first = js.submit(repo, "--name", "guarded", "--", "sleep 30")
+    r = js.cli("submit", "--name", "guarded", "--", "true", cwd=repo, check=False)
+    assert r.returncode != 0 and first in r.stderr
+    second = js.submit(repo, "--name", "guarded", "--force", "--", "true")
+    assert second != first
+    js.cli("cancel", first)
+
+
+def test_dirty_tree_warns_and_runs_the_commit(js: JobsupEnv, repo: Path) -> None:
+    (repo / "job.sh").write_text("echo uncommitted\n")
+    r = js.cli("submit", "--follow", "--", "bash job.sh", cwd=repo, check=False)
+    assert r.returncode == 0, r.stderr
+    assert "uncommitted changes" in r.stderr
+    assert "out-1" in r.stdout and "uncommitted" not in r.stdout
