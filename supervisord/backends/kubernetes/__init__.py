@@ -12,7 +12,12 @@ from __future__ import annotations
 
 from supervisord.backends.kubernetes.inject import ENV_SECRET, LABEL_NAME, LABEL_PROJECT, LABEL_RUN
 from supervisord.backends.kubernetes.lint import PRIMARY_LABEL, SCRIPT_ENV
-from supervisord.backends.kubernetes.manifest import DEFAULT_MANIFEST_PATH, RUN_TOKEN, load_manifest_at_commit
+from supervisord.backends.kubernetes.manifest import (
+    DEFAULT_MANIFEST_PATH,
+    RUN_TOKEN,
+    load_manifest_at_commit,
+    manifest_path_for,
+)
 from supervisord.backends.kubernetes.render import (
     DEFAULT_STAGING_TIMEOUT_S,
     RenderedRun,
@@ -32,6 +37,7 @@ __all__ = [
     "RenderedRun",
     "render_run",
     "load_manifest_at_commit",
+    "manifest_path_for",
     "objects_to_yaml",
     "objects_to_json",
     # names of the contract

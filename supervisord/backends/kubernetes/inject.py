@@ -71,6 +71,18 @@ def run_labels(*, run_id: str, project: str, name: str) -> dict[str, str]:
     }
 
 
+def _lead(mapping: dict[str, Any], keys: tuple[str, ...]) -> None:
+    """Reorder ``mapping`` in place so that ``keys`` (those present) come
+    first, the rest keeping their order: rendered YAML reads like a manifest
+    (metadata.name, then namespace; a pod template's metadata before spec)."""
+    rest = dict(mapping)
+    mapping.clear()
+    for key in keys:
+        if key in rest:
+            mapping[key] = rest.pop(key)
+    mapping.update(rest)
+
+
 def _mapping(parent: MutableMapping[str, Any], key: str) -> dict[str, Any]:
     value = parent.get(key)
     if not isinstance(value, dict):
@@ -102,6 +114,7 @@ def inject_contract(
         meta = _mapping(obj, "metadata")
         meta["namespace"] = namespace
         _mapping(meta, "labels").update(labels)
+        _lead(meta, ("name", "namespace"))
 
     job = objects[lint.primary_index]
     who = describe(job, lint.primary_index)
@@ -110,6 +123,7 @@ def inject_contract(
     template_meta = _mapping(template, "metadata")
     _mapping(template_meta, "labels").update(labels)
     _mapping(template_meta, "annotations")[DEFAULT_CONTAINER_ANNOTATION] = lint.script_container
+    _lead(template, ("metadata", "spec"))
 
     if spec.get("activeDeadlineSeconds") is None:
         spec["activeDeadlineSeconds"] = timeout_s

@@ -25,7 +25,7 @@ from __future__ import annotations
 import posixpath
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 
@@ -37,6 +37,7 @@ __all__ = [
     "RUN_TOKEN",
     "check_run_id",
     "load_manifest_at_commit",
+    "manifest_path_for",
     "parse_manifest",
     "substitute_run_token",
 ]
@@ -55,6 +56,19 @@ def check_run_id(run_id: str) -> str:
     if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
         raise ManifestError(f"run id {run_id!r} is not 12 lowercase hex characters (e.g. 3f2a9c1e7b04)")
     return run_id
+
+
+def manifest_path_for(task_manifest: str | None, kube_config: Mapping[str, Any]) -> str:
+    """Which manifest a run uses: ``task_manifest`` (``--manifest PATH`` or the
+    task YAML's ``kubernetes.manifest``), else the effective config's
+    ``kubernetes.manifest`` (``kube_config`` is that section), else
+    :data:`DEFAULT_MANIFEST_PATH`. Repository-relative."""
+    if task_manifest:
+        return task_manifest
+    configured = kube_config.get("manifest")
+    if isinstance(configured, str) and configured:
+        return configured
+    return DEFAULT_MANIFEST_PATH
 
 
 def _check_manifest_path(path: str) -> str:

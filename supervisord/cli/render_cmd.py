@@ -1,0 +1,155 @@
+"""``jobsup render``: print the Kubernetes objects a submit would create.
+
+Needs no cluster and no daemon: the manifest is read from the recorded commit
+of the local repository, the config layers from their files, and
+:func:`supervisord.backends.kubernetes.render_run` does the rest. stdout gets
+the objects only (YAML documents, or one JSON List); notes about overridden
+values go to stderr. A manifest that breaks the contract exits 1 with every
+violation on stderr.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from pathlib import Path
+
+import click
+
+from supervisord.backends.kubernetes import (
+    DEFAULT_MANIFEST_PATH,
+    DEFAULT_STAGING_TIMEOUT_S,
+    load_manifest_at_commit,
+    manifest_path_for,
+    objects_to_json,
+    objects_to_yaml,
+    render_run,
+)
+from supervisord.backends.kubernetes.manifest import check_run_id
+from supervisord.cli.main import cli
+from supervisord.cli.output import output_option, warn
+from supervisord.config.effective import effective_config
+from supervisord.config.sources import current_kube_context, load_client_layers, load_daemon_layer
+from supervisord.exceptions import ManifestError, TaskError, UsageError
+from supervisord.source import repo_root, resolve_commit
+from supervisord.task import DEFAULT_TIMEOUT_S, Task, load_task, parse_duration
+
+__all__ = ["render_command"]
+
+# Flags other backends take to shape compute; with Kubernetes the manifest is the shape.
+_SHAPE_FLAGS = {
+    "image": "the container image",
+    "gpus": "the GPU count (resources.limits: {nvidia.com/gpu: N})",
+    "cpus": "CPU requests and limits",
+    "memory": "memory requests and limits",
+}
+
+
+def _reject_shape_flags(values: dict[str, str | None]) -> None:
+    for flag, what in _SHAPE_FLAGS.items():
+        if values.get(flag) is not None:
+            raise UsageError(
+                f"--{flag} does not apply to the Kubernetes backend: the manifest "
+                f"({DEFAULT_MANIFEST_PATH} or --manifest PATH, committed) is the run's shape; set {what} there"
+            )
+
+
+def _is_task_file(arg: str) -> bool:
+    return arg.endswith((".yaml", ".yml"))
+
+
+@cli.command("render")
+@click.argument("args", nargs=-1, metavar="[TASK.yaml] [-- CMD...]")
+@click.option("--manifest", default=None, help=f"Repository-relative manifest path [default: {DEFAULT_MANIFEST_PATH}].")
+@click.option("--rev", default="HEAD", show_default=True, help="The revision whose manifest is read.")
+@click.option("--timeout", default=None, help="Run timeout: 90s, 30m, 4h, 1d [default: 4h].")
+@click.option("--run-id", "run_id", default=None, help="The run id to render with (12 lowercase hex) [default: random].")
+@click.option(
+    "--config",
+    "config_items",
+    multiple=True,
+    metavar="KEY.PATH=VALUE|FILE",
+    help="Config override (repeatable), as for submit.",
+)
+@output_option(default="yaml", choices=("yaml", "json"))
+@click.option("--image", default=None, hidden=True)
+@click.option("--gpus", default=None, hidden=True)
+@click.option("--cpus", default=None, hidden=True)
+@click.option("--memory", default=None, hidden=True)
+@click.pass_context
+def render_command(
+    ctx: click.Context,
+    args: tuple[str, ...],
+    manifest: str | None,
+    rev: str,
+    timeout: str | None,
+    run_id: str | None,
+    config_items: tuple[str, ...],
+    output: str,
+    image: str | None,
+    gpus: str | None,
+    cpus: str | None,
+    memory: str | None,
+) -> None:
+    """Print the Kubernetes objects `submit --backend kubernetes` would create.
+
+    The manifest comes from the recorded commit (--rev, default HEAD), never
+    from the working tree. The command comes from the task file's `run:` or
+    from the words after `--`. Exit 1 with every contract violation.
+    """
+    _reject_shape_flags({"image": image, "gpus": gpus, "cpus": cpus, "memory": memory})
+    task_file = args[0] if args and _is_task_file(args[0]) else None
+    words = args[1:] if task_file else args
+    task = load_task(task_file) if task_file else Task()
+    if words:
+        task = task.with_overrides(run=" ".join(words))
+    command = task.run or ""
+    if not command.strip():
+        raise TaskError("no command: give `run:` in the task file or `-- CMD...` on the command line")
+    if timeout is not None:
+        task = task.with_overrides(timeout_s=parse_duration(timeout))
+    if manifest is not None:
+        task = task.with_overrides(manifest=manifest)
+    if run_id is not None:
+        try:
+            check_run_id(run_id)
+        except ManifestError as exc:
+            raise UsageError(f"--run-id: {exc}") from None
+    the_run_id = run_id or secrets.token_hex(6)
+
+    cwd = Path.cwd()
+    repo = repo_root(task.path.parent if task.path else cwd)
+    commit = resolve_commit(repo, rev)
+    # The layers a submit would send, merged as the daemon merges them (render
+    # reads the daemon config file itself: it needs no daemon).
+    daemon_layer = load_daemon_layer()
+    client_layers = load_client_layers(task=task, cli_config=list(config_items), cwd=cwd)
+    effective = effective_config(daemon_layer, client_layers, context=current_kube_context())
+    for message in effective.warnings:
+        warn(message)
+    data = effective.data
+    kube = data.get("kubernetes") or {}
+    if not isinstance(kube, dict):
+        raise UsageError("config: `kubernetes` must be a mapping")
+    manifest_path = manifest_path_for(task.manifest, kube)
+    try:
+        rendered = render_run(
+            load_manifest_at_commit(repo, commit, manifest_path),
+            run_id=the_run_id,
+            project=str(data.get("project") or repo.name),
+            name=task.default_name(),
+            command=command,
+            namespace=str(kube.get("namespace") or "default"),
+            timeout_s=task.timeout_s or DEFAULT_TIMEOUT_S,
+            staging_timeout_s=DEFAULT_STAGING_TIMEOUT_S,
+            kube_config=kube,
+            manifest_path=manifest_path,
+        )
+    except ManifestError as exc:
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(1)
+    for note in rendered.notes:
+        warn(note)
+    text = objects_to_json(rendered.objects) if output == "json" else objects_to_yaml(rendered.objects)
+    sys.stdout.write(text)
+    sys.stdout.flush()
