@@ -69,6 +69,7 @@ from supervisord.config.sources import (
     layers_to_wire,
     load_client_layers,
     load_daemon_layer,
+    read_client_layers,
     read_config_file,
 )
 
@@ -114,6 +115,7 @@ __all__ = [
     "parse_cli_config",
     "parse_key",
     "pod_ready_timeout_from_env",
+    "read_client_layers",
     "read_config_file",
     "redact",
     "validate_daemon_config",

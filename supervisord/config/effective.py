@@ -314,7 +314,7 @@ def _drop_daemon_only(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[Key
             parent = parent[str(seg)]
         del parent[str(path[-1])]
         if value is not None:
-            ignored.append(path)
+            ignored.extend(leaf_paths(_without_nulls(value), path))
     return out, ignored
 
 

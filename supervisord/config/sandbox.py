@@ -169,7 +169,8 @@ def check_mount_paths(paths: Sequence[str], existing: Sequence[str]) -> list[str
     """Check mount paths that jobsup adds to the primary container
     (``pvc_mounts`` and ``secret_mounts`` together) against the rules of issue
     8 and against ``existing`` mount paths (e.g. the manifest's own
-    ``volumeMounts``). Returns error strings, empty when all is well.
+    ``volumeMounts``). Returns error strings (``"mount_path[i]: <reason>"``, i
+    indexing ``paths``), empty when all is well.
 
     Each path must be absolute and already normalized (no ``.`` or ``..``
     segments, no ``//``, no trailing ``/``, no surrounding whitespace), not
@@ -177,7 +178,7 @@ def check_mount_paths(paths: Sequence[str], existing: Sequence[str]) -> list[str
     :data:`RESERVED_MOUNT_PATHS`. No two paths may be equal or nested; no path
     may equal or nest with an ``existing`` one.
     """
-    return _mount_path_errors([(f"mount path {p!r}", p) for p in paths], existing)
+    return _mount_path_errors([(f"mount_path[{i}]", p) for i, p in enumerate(paths)], existing)
 
 
 def _mount_path_errors(entries: Sequence[tuple[str, str]], existing: Sequence[str]) -> list[str]:
@@ -195,7 +196,7 @@ def _mount_path_errors(entries: Sequence[tuple[str, str]], existing: Sequence[st
                 errors.append(f"{where_a}: {a!r} is also the mount path of {where_b}; mount paths must be unique")
             elif _nested(a, b):
                 outer, inner = (a, b) if len(a) < len(b) else (b, a)
-                errors.append(f"{where_a}: {a!r} and {where_b} ({b!r}) are nested ({inner!r} lies under {outer!r})")
+                errors.append(f"{where_a}: {a!r} and {b!r} ({where_b}) are nested ({inner!r} lies under {outer!r})")
         for e in existing:
             if a == e:
                 errors.append(f"{where_a}: {a!r} is already a mount path of the manifest's container")
@@ -218,9 +219,10 @@ def _mount_path_reason(path: Any) -> str | None:
     if path == "/":
         return "'/' cannot be a mount path"
     if path.startswith("//") or posixpath.normpath(path) != path:
-        return (
-            f"{path!r} is not normalized (no '.' or '..' segments, no '//', no trailing '/'); "
-            f"did you mean {posixpath.normpath('/' + path.lstrip('/'))!r}?"
+        normal = posixpath.normpath("/" + path.lstrip("/"))
+        problem = _mount_path_reason(normal)
+        return f"{path!r} is not normalized (no '.' or '..' segments, no '//', no trailing '/')" + (
+            f"; did you mean {normal!r}?" if problem is None else f"; and normalized, {problem}"
         )
     clashes = [r for r in RESERVED_MOUNT_PATHS if path == r or _nested(path, r)]
     if clashes:
@@ -287,13 +289,14 @@ def check_kubernetes_options(kubernetes: Any, path: KeyPath = ("kubernetes",)) -
     def at(*segments: str | int) -> str:
         return format_path(path + segments)
 
+    # Empty strings are left to the schema (minLength), as are wrong types.
     namespace = kubernetes.get("namespace")
-    if isinstance(namespace, str):
+    if isinstance(namespace, str) and namespace:
         reason = check_dns1123_label(namespace)
         if reason:
             errors.append(f"{at('namespace')}: {namespace!r} {reason}")
     runtime_class = kubernetes.get("runtime_class")
-    if isinstance(runtime_class, str):
+    if isinstance(runtime_class, str) and runtime_class:
         reason = check_dns1123_subdomain(runtime_class)
         if reason:
             errors.append(f"{at('runtime_class')}: {runtime_class!r} {reason}")
@@ -312,12 +315,12 @@ def check_kubernetes_options(kubernetes: Any, path: KeyPath = ("kubernetes",)) -
             if not isinstance(mount, Mapping):
                 continue
             name = mount.get(name_key)
-            if isinstance(name, str):
+            if isinstance(name, str) and name:
                 reason = check_dns1123_subdomain(name)
                 if reason:
                     errors.append(f"{at(list_key, i, name_key)}: {name!r} {reason}")
             mount_path = mount.get("mount_path")
-            if isinstance(mount_path, str):
+            if isinstance(mount_path, str) and mount_path:
                 entries.append((at(list_key, i, "mount_path"), mount_path))
     errors.extend(_mount_path_errors(entries, ()))
     return errors

@@ -227,8 +227,7 @@ def validate_document(document: Mapping[str, Any]) -> list[str]:
     problem (empty when valid). Null values must already be removed (in a
     layer, a null clears a lower layer's value and is always allowed)."""
     errors = [f"{format_path(p)}: {reason}" for p, reason in schema_errors(document)]
-    if errors:
-        return errors  # semantic checks assume the shapes are right
+    # The semantic checks skip values of the wrong type (reported above).
     kubernetes = document.get("kubernetes")
     errors.extend(check_kubernetes_options(kubernetes))
     if isinstance(kubernetes, Mapping):

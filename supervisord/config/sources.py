@@ -46,6 +46,7 @@ __all__ = [
     "load_yaml",
     "load_daemon_layer",
     "load_client_layers",
+    "read_client_layers",
     "layers_to_wire",
     "layers_from_wire",
     "current_kube_context",
@@ -197,6 +198,22 @@ def load_client_layers(
     ``.config`` and ``.path``). Raises ConfigError with the errors of every
     layer (a broken user file does not hide a broken project file).
     """
+    layers, errors = read_client_layers(task=task, cli_config=cli_config, cwd=cwd, env=env)
+    if errors:
+        raise ConfigError(_summary(errors), errors)
+    return layers
+
+
+def read_client_layers(
+    *,
+    task: Any | None,
+    cli_config: Sequence[str],
+    cwd: Path,
+    env: Mapping[str, str] = os.environ,
+) -> tuple[list[Layer], list[str]]:
+    """Like :func:`load_client_layers`, but return the layers that could be
+    read together with the errors of the others (for ``jobsup config
+    validate``, which reports everything it can find)."""
     errors: list[str] = []
     layers: list[Layer] = []
     for name in ("user", "project"):
@@ -213,14 +230,12 @@ def load_client_layers(
         else:
             layers.append(Layer("task", file, data))
     if cli_config:
-        lower: Callable[[], dict[str, Any]] = _lower_view(layers)
+        lower: Callable[[], dict[str, Any]] = _lower_view(list(layers))
         try:
             layers.append(parse_cli_config(cli_config, cwd=cwd, lower=lower, read_file=read_config_file))
         except ConfigError as exc:
             errors.extend(exc.errors)
-    if errors:
-        raise ConfigError(_summary(errors), errors)
-    return layers
+    return layers, errors
 
 
 def _lower_view(layers: list[Layer]) -> Callable[[], dict[str, Any]]:
