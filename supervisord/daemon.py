@@ -125,7 +125,7 @@ class Daemon:
         except ImportError:
             KubernetesBackend = None
         if KubernetesBackend is not None:
-            backends["kubernetes"] = KubernetesBackend(self.daemon_layer)
+            backends["kubernetes"] = KubernetesBackend()
         return backends
 
     async def run(self) -> None:
@@ -142,6 +142,8 @@ class Daemon:
         backends = self._backends()
         try:
             async with anyio.create_task_group() as tg:
+                for backend in backends.values():
+                    tg.start_soon(backend.serve, name=f"backend-{backend.name}")
                 supervisor = Supervisor(store, backends, self.paths, tg)
                 planner = Planner(self.daemon_layer, supervisor.snapshots)
                 reattached = await supervisor.reattach_all()

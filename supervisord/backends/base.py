@@ -7,6 +7,7 @@ passes the same conformance suite (``tests/supervisord/backends/``).
 
 Life of a run, as the supervisor calls it::
 
+    tg.start_soon(backend.serve)                  # once, at daemon start
     warnings = await backend.preflight(spec)      # nothing created; PreflightError
     await backend.start(spec, reporter)           # stage + launch; records the handle
     await backend.supervise(spec, handle, reporter)   # until a terminal phase
@@ -119,6 +120,14 @@ class Backend(Protocol):
 
     async def cancel(self, spec: RunSpec, handle: Mapping[str, Any]) -> None:
         """Stop the run and return once nothing of it remains. Idempotent."""
+        ...
+
+    async def serve(self) -> None:
+        """Background work shared by all runs (e.g. one watch per namespace).
+
+        The daemon runs this in its task group for the daemon's lifetime and
+        cancels it at shutdown; a backend with nothing shared returns at once.
+        """
         ...
 
     async def aclose(self) -> None:

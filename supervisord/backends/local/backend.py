@@ -183,6 +183,10 @@ class LocalBackend:
                 message="the run's local runner is gone without a final status (was the machine restarted?)",
             )
             return
+        if status.get("started_at"):
+            # The command ran, even if no poll saw it running.
+            await reporter.phase("STAGING")
+            await reporter.phase("RUNNING")
         reason = str(status.get("reason") or "Unknown")
         phase = _OUTCOMES.get(reason, "ERROR")
         await reporter.phase(
@@ -219,6 +223,9 @@ class LocalBackend:
             with anyio.fail_after(30):
                 while _group_alive(pgid):
                     await anyio.sleep(0.02)
+
+    async def serve(self) -> None:
+        """Nothing shared between local runs."""
 
     async def aclose(self) -> None:
         """Nothing to release: runners are detached and keep running."""

@@ -163,7 +163,8 @@ class _Runner:
             os.close(out)
             os.close(err)
         pgid = child.pid
-        self.status(state="running", pid=child.pid, pgid=pgid, started_at=_now())
+        self.base.update(pid=child.pid, pgid=pgid, started_at=_now())
+        self.status(state="running")
         return self.supervise(child, pgid)
 
     def supervise(self, child: subprocess.Popen[bytes], pgid: int) -> int:
