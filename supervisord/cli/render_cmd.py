@@ -60,7 +60,9 @@ def _is_task_file(arg: str) -> bool:
 
 @cli.command("render")
 @click.argument("args", nargs=-1, metavar="[TASK.yaml] [-- CMD...]")
-@click.option("--manifest", default=None, help=f"Repository-relative manifest path [default: {DEFAULT_MANIFEST_PATH}].")
+@click.option(
+    "--manifest", default=None, help=f"Repository-relative manifest path [default: {DEFAULT_MANIFEST_PATH}]."
+)
 @click.option("--rev", default="HEAD", show_default=True, help="The revision whose manifest is read.")
 @click.option("--timeout", default=None, help="Run timeout: 90s, 30m, 4h, 1d [default: 4h].")
 @click.option("--run-id", "run_id", default=None, help="The run id to render with (12 lowercase hex) [default: random].")

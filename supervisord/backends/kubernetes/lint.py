@@ -21,8 +21,9 @@ single ManifestError. The rules (DESIGN.md, "Kubernetes manifest contract"):
   Kubernetes expands only ``$(VAR)`` in command/args
   (https://kubernetes.io/docs/tasks/inject-data-application/define-command-argument-container/#use-environment-variables-to-define-arguments),
   and bash given the bare text word-splits the script and never parses its
-  ``;``/newline separators. ``eval "$JOBSUP_SCRIPT"`` and ``$(JOBSUP_SCRIPT)``
-  work.
+  ``;``/newline separators: it runs ``set`` with the rest of the script as
+  positional parameters, so the command never runs and the container exits 0.
+  ``eval "$JOBSUP_SCRIPT"`` and ``$(JOBSUP_SCRIPT)`` work.
 """
 
 from __future__ import annotations

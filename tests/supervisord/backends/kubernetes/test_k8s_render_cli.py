@@ -252,7 +252,8 @@ def test_task_manifest_key_and_command_after_dashes(tmp_path: Path) -> None:
     job = list(yaml.safe_load_all(out))[0]
     assert job["spec"]["activeDeadlineSeconds"] == 90
     assert job["metadata"]["labels"]["jobsup.io/name"] == "python"
-    script = next(e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"] if e["name"] == "JOBSUP_SCRIPT")
+    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    script = next(e["value"] for e in env if e["name"] == "JOBSUP_SCRIPT")
     assert script.endswith("\ncd repo\npython eval.py\n")
     out, _ = render_ok(repo, "--manifest", "infra/run.yaml", "--run-id", RUN_ID, "--", "bash", "go.sh")
     assert list(yaml.safe_load_all(out))[0]["spec"]["activeDeadlineSeconds"] == 4 * 3600
