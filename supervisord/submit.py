@@ -81,7 +81,10 @@ class Planner:
             raise TaskError("env must map names to string values")
 
         client_layers = cfg.layers_from_wire(req.layers)
-        effective = cfg.effective_config(self.daemon_layer, client_layers)
+        # The kubeconfig's current context decides which context_configs
+        # apply when no layer names a context (the same rule `render` uses).
+        kube_context = await anyio.to_thread.run_sync(cfg.current_kube_context, limiter=self._git)
+        effective = cfg.effective_config(self.daemon_layer, client_layers, context=kube_context)
         warnings.extend(effective.warnings)
         data = effective.data
         backend = task.get("backend") or data.get("backend") or "local"
