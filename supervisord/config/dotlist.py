@@ -94,7 +94,11 @@ def parse_cli_config(
     pairs: list[str] = []
     errors: list[str] = []
     for arg in args:
-        kind = _classify(arg)
+        try:
+            kind = _classify(arg)
+        except ConfigError as exc:
+            errors.extend(exc.errors)
+            continue
         if kind == "pair":
             pairs.append(arg)
         else:
@@ -104,7 +108,7 @@ def parse_cli_config(
             f"--config {files[0]}: a config file must be the only --config "
             f"(got {len(args)} --config arguments); use KEY.PATH=VALUE pairs to combine settings"
         )
-    if files:
+    if files and not errors:
         path = files[0].absolute()
         if not path.is_file():
             raise ConfigError(

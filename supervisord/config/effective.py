@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import re
 from typing import Any, Mapping, Sequence
 
 from supervisord.config.keypath import KeyPath, format_path
@@ -279,10 +280,16 @@ def _where(layer: Layer) -> str:
 
 
 def _blame(error: str, origins: Mapping[KeyPath, Origin]) -> str:
-    """For a merged-config error, name the layers that set the key at fault."""
+    """For a merged-config error, name the layers that set the keys it is
+    about: the key at fault and any other key path the message mentions."""
     key = error.split(": ", 1)[0]
-    found = sorted({describe_origin(o) for p, o in origins.items() if format_path(p).startswith(key)})
-    return f" (set by {', '.join(found)})" if found else ""
+    found: list[str] = []
+    for path, origin in origins.items():
+        written = format_path(path)
+        mentioned = written.startswith(key) or re.search(rf"(?<![\w.]){re.escape(written)}(?![\w.\[])", error)
+        if mentioned and describe_origin(origin) not in found:
+            found.append(describe_origin(origin))
+    return f" (set by {', '.join(sorted(found))})" if found else ""
 
 
 def _without_nulls(value: Any) -> Any:

@@ -46,6 +46,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from supervisord.config.keypath import KeyPath, format_path
+from supervisord.config.redact import looks_secret
 from supervisord.exceptions import ConfigError
 
 __all__ = [
@@ -339,7 +340,8 @@ def _label_map_errors(mapping: Any, path: KeyPath, *, values: bool) -> list[str]
         if values and isinstance(value, str):
             reason = check_label_value(value)
             if reason:
-                errors.append(f"{where}: {value!r} {reason}")
+                shown = "the value (not shown: the key looks secret)" if looks_secret(str(key)) else repr(value)
+                errors.append(f"{where}: {shown} {reason}")
     return errors
 
 
