@@ -321,8 +321,15 @@ def _drop_daemon_only(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[Key
             parent = parent[str(seg)]
         del parent[str(path[-1])]
         if value is not None:
-            ignored.extend(leaf_paths(_without_nulls(value), path))
+            ignored.extend(_key_leaves(value, path))
     return out, ignored
+
+
+def _key_leaves(value: Any, path: KeyPath) -> list[KeyPath]:
+    """The keys set below ``path`` (mappings are descended, lists are not)."""
+    if isinstance(value, Mapping) and value:
+        return [leaf for k, v in value.items() if v is not None for leaf in _key_leaves(v, path + (k,))]
+    return [path]
 
 
 def _task_key_errors(layer: Layer) -> list[str]:

@@ -256,6 +256,12 @@ def _show(value: Any, path: KeyPath) -> str:
     return f"{value!r}"
 
 
+def _bool_hint(value: Any) -> str:
+    if isinstance(value, bool):
+        return " (YAML reads yes/no/on/off/true/false as booleans: quote the word to make it a string)"
+    return ""
+
+
 _TYPE_WORDS = {
     "string": "a string",
     "integer": "an integer",
@@ -290,12 +296,12 @@ def _describe(error: jsonschema.ValidationError, path: KeyPath) -> Iterable[tupl
         want = " or ".join(_TYPE_WORDS.get(str(t), str(t)) for t in types)
         if types == ["integer"] and isinstance(schema, Mapping) and schema.get("minimum") == 1:
             want = "a positive integer"
-        yield path, f"must be {want}, got {_show(value, path)}"
+        yield path, f"must be {want}, got {_show(value, path)}{_bool_hint(value) if 'string' in types else ''}"
         return
     if kind == "enum":
         options: Any = error.validator_value
         choices = ", ".join(str(c) for c in options)
-        yield path, f"must be one of {choices}, got {_show(value, path)}"
+        yield path, f"must be one of {choices}, got {_show(value, path)}{_bool_hint(value)}"
         return
     if kind == "minimum":
         yield path, (
