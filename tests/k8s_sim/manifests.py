@@ -1,0 +1,58 @@
+"""Manifest builders for the simulator's tests and the benchmarks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .util import JSON
+
+
+def job(
+    name: str,
+    script: str,
+    *,
+    image: str = "docker.io/library/busybox:1.36",
+    env: list[JSON] | None = None,
+    env_from: list[JSON] | None = None,
+    backoff_limit: int = 0,
+    restart_policy: str = "Never",
+    labels: dict[str, str] | None = None,
+    container: str = "main",
+    **spec: Any,
+) -> JSON:
+    """A batch/v1 Job running ``bash -c script`` in one container ``container``.
+    Extra keyword arguments are Job spec fields (activeDeadlineSeconds,
+    ttlSecondsAfterFinished, podFailurePolicy...)."""
+    c: JSON = {"name": container, "image": image, "command": ["bash", "-c", script]}
+    if env:
+        c["env"] = env
+    if env_from:
+        c["envFrom"] = env_from
+    body: JSON = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": dict(labels or {})},
+        "spec": {
+            "backoffLimit": backoff_limit,
+            "template": {
+                "metadata": {"labels": dict(labels or {})},
+                "spec": {"restartPolicy": restart_policy, "containers": [c]},
+            },
+            **spec,
+        },
+    }
+    return body
+
+
+def pod(name: str, script: str, *, image: str = "docker.io/library/busybox:1.36", container: str = "main", **spec: Any) -> JSON:
+    """A bare v1 Pod running ``bash -c script`` (restartPolicy Never)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": container, "image": image, "command": ["bash", "-c", script]}],
+            **spec,
+        },
+    }
