@@ -38,7 +38,7 @@ from supervisord.config.effective import (
     validate_daemon_config,
 )
 from supervisord.config.keypath import KeyPath, format_path, parse_key
-from supervisord.config.layer import CLIENT_LAYER_NAMES, LAYER_NAMES, Layer, LayerName, Origin, describe_origin
+from supervisord.config.layer import CLIENT_LAYER_NAMES, LAYER_NAMES, Layer, Origin, describe_origin
 from supervisord.config.merge import (
     POD_SPEC_ATOMIC_LISTS,
     POD_SPEC_MERGE_KEYS,
@@ -85,7 +85,6 @@ __all__ = [
     "KeyPath",
     "LAYER_NAMES",
     "Layer",
-    "LayerName",
     "MergeResult",
     "Origin",
     "POD_SPEC_ATOMIC_LISTS",
