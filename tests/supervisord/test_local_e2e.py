@@ -207,3 +207,51 @@ def test_dirty_tree_warns_and_runs_the_commit(js: JobsupEnv, repo: Path) -> None
     assert r.returncode == 0, r.stderr
     assert "uncommitted changes" in r.stderr
     assert "out-1" in r.stdout and "uncommitted" not in r.stdout
+
+
+def test_logs_tail_and_follow(js: JobsupEnv, repo: Path) -> None:
+    run_id = js.submit(repo, "--", "for i in $(seq 1 50); do echo line-$i; done; sleep 2; echo late")
+    follow = subprocess.Popen([sys.executable, "-m", "supervisord", "logs", "-f", run_id], env=js.env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = follow.communicate(timeout=60)
+    assert follow.returncode == 0, err
+    assert out.splitlines() == [f"line-{i}" for i in range(1, 51)] + ["late"]
+    assert "COMPLETED" in err
+    tail = js.cli("logs", run_id, "--tail", "3").stdout.splitlines()
+    assert tail == ["line-49", "line-50", "late"]
+    as_json = [json.loads(l) for l in js.cli("logs", run_id, "--tail", "1", "-o", "json").stdout.splitlines()]
+    assert as_json == [{"line_no": 51, "stream": "stdout", "text": "late"}]
+
+
+def test_events_follow_sees_new_events(js: JobsupEnv, repo: Path) -> None:
+    last = max([0] + [json.loads(l)["seq"] for l in js.cli("events", "-o", "json").stdout.splitlines()])
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "supervisord", "events", "-f", "--after", str(last), "-o", "json"],
+        env=js.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    seen: list[dict[str, object]] = []
+
+    def read() -> None:
+        assert follower.stdout is not None
+        for line in follower.stdout:
+            seen.append(json.loads(line))
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    run_id = js.submit(repo, "--", "echo followed")
+    assert js.cli("wait", run_id, check=False).returncode == 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any(e.get("data", {}).get("phase") == "COMPLETED" for e in seen):
+        time.sleep(0.05)
+    follower.terminate()
+    follower.wait(timeout=10)
+    assert seen and seen[0]["seq"] == last + 1 and seen[0]["type"] == "Submitted"
+    seqs = [e["seq"] for e in seen]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    assert {e["run_id"] for e in seen} == {run_id}
+
+
+def test_submit_follow_exits_like_wait(js: JobsupEnv, repo: Path) -> None:
+    r = js.cli("submit", "--follow", "--", "bash fail.sh", cwd=repo, check=False)
+    assert r.returncode == 1
+    assert "about to fail" in r.stdout and "NonZeroExit" in r.stderr
