@@ -121,14 +121,15 @@ def layer_errors(layer: Layer) -> list[str]:
     return [f"{where}: {e}" for e in validate_document(document)]
 
 
-def validate_daemon_config(layer: Layer) -> None:
+def validate_daemon_config(layer: Layer, env: Mapping[str, str] = os.environ) -> None:
     """Check the daemon config at daemon start (fail fast). Raises ConfigError
     with every error (key path, bad value, reason), also those that show only
-    once merged over the defaults."""
+    once merged over the defaults, and a bad ``JOBSUP_K8S_POD_READY_TIMEOUT_S``
+    in ``env`` when the daemon config does not set the key."""
     errors = layer_errors(layer)
     if not errors:
         try:
-            effective_config(layer, (), env={})
+            effective_config(layer, (), env=env)
         except ConfigError as exc:
             errors = exc.errors
     if errors:

@@ -472,14 +472,22 @@ def test_validate_daemon_config_reports_everything() -> None:
         {"daemon": {"max_running": 0, "log_level": "loud"}, "kubernetes": {"runtime_class": "Not_A_DNS_Name", "pod_ready_timeout_s": "90"}},
     )
     with pytest.raises(ConfigError) as info:
-        validate_daemon_config(layer)
+        validate_daemon_config(layer, env={})
     errors = info.value.errors
     assert len(errors) == 4
     assert all(e.startswith("/etc/jobsup/daemon.yaml (daemon config): ") for e in errors)
     text = "\n".join(errors)
     for fragment in ("daemon.max_running", "'loud'", "'Not_A_DNS_Name'", "kubernetes.pod_ready_timeout_s: must be a positive integer, got '90'"):
         assert fragment in text
-    validate_daemon_config(Layer("daemon", None, {}))  # an empty daemon config is fine
+    validate_daemon_config(Layer("daemon", None, {}), env={})  # an empty daemon config is fine
+
+
+def test_validate_daemon_config_checks_the_timeout_variable() -> None:
+    bad = {"JOBSUP_K8S_POD_READY_TIMEOUT_S": "0"}
+    with pytest.raises(ConfigError, match="JOBSUP_K8S_POD_READY_TIMEOUT_S"):
+        validate_daemon_config(Layer("daemon", None, {}), env=bad)
+    # not read when the daemon config sets the key
+    validate_daemon_config(Layer("daemon", "/d.yaml", {"kubernetes": {"pod_ready_timeout_s": 60}}), env=bad)
 
 
 def test_redact() -> None:
