@@ -193,12 +193,14 @@ def create_app(
             start_seq = after if after is not None else await store.last_seq()
             deadline = None if timeout is None else anyio.current_time() + timeout
             while True:
+                # Read the global position first: any change after it wakes
+                # the wait below, even one that lands while the runs are read.
+                seq = await store.last_seq()
                 runs = [await supervisor.get(rid) for rid in run_ids]
                 met = await _condition_met(store, cond, runs, start_seq)
                 if met:
                     yield _dumps({"result": {"met": True, "timed_out": False, "runs": [r.to_json() for r in runs]}})
                     return
-                seq = max(r.last_seq for r in runs)
                 remaining = None if deadline is None else deadline - anyio.current_time()
                 if remaining is not None and remaining <= 0:
                     yield _dumps({"result": {"met": False, "timed_out": True, "runs": [r.to_json() for r in runs]}})
