@@ -68,6 +68,11 @@ _LAUNCH = (
 directory, exec the command (argv: tmp dir, workdir, create-workdir flag, cmd...)."""
 
 
+class ServerKilledError(Exception):
+    """Raised inside a streaming response to abort its connection (the API
+    server was killed, or a fault cuts the stream)."""
+
+
 class ContainerConfigError(Exception):
     """The container's env refers to a missing Secret/ConfigMap or key
     (kubelet's CreateContainerConfigError); the message is the kubelet's."""
@@ -872,13 +877,17 @@ async def stream_log(
     since_ns: int | None,
     tail_lines: int | None,
     limit_bytes: int | None,
+    only_stream: bytes | None = None,
+    killed: asyncio.Event | None = None,
 ) -> AsyncIterator[bytes]:
     """Yield the body of a pods/log response read from a CRI log file, like the
     kubelet's ReadLogs: tailLines picks the last N records first, then records
     older than ``since_ns`` are skipped; ``timestamps`` prefixes each record with
-    its RFC3339NanoFixed time; ``limitBytes`` cuts the body; ``follow`` keeps
+    its RFC3339NanoFixed time; ``limitBytes`` cuts the body; ``only_stream``
+    (b"stdout"/b"stderr", the ``stream`` parameter) keeps one stream; ``follow`` keeps
     reading until the container instance that writes the file ends (a rotated
-    file gets no more data: the stream stays silent)."""
+    file gets no more data: the stream stays silent). When ``killed`` is set
+    while following, ServerKilledError is raised to abort the response."""
     instance = c.instance
     sent = 0
     with open(path, "rb") as fh:
@@ -905,8 +914,10 @@ async def stream_log(
                     parsed = parse_cri(rec)
                     if parsed is None:
                         continue
-                    ts_ns, _stream, partial, content = parsed
+                    ts_ns, stream_name, partial, content = parsed
                     if since_ns is not None and ts_ns < since_ns:
+                        continue
+                    if only_stream is not None and stream_name != only_stream:
                         continue
                     piece = (rfc3339_nano(ts_ns).encode() + b" " if timestamps else b"") + content + (b"" if partial else b"\n")
                     if limit_bytes is not None and sent + len(piece) > limit_bytes:
@@ -930,7 +941,17 @@ async def stream_log(
                     return
                 buf += rest
                 continue
-            await token.wait()
+            if killed is None:
+                await token.wait()
+                continue
+            waits = {asyncio.ensure_future(token.wait()), asyncio.ensure_future(killed.wait())}
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+            if killed.is_set():
+                raise ServerKilledError("the API server was stopped")
 
 
 def parse_cri(rec: bytes) -> tuple[int, bytes, bool, bytes] | None:

@@ -52,7 +52,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from .controller import JobController
 from .faults import Faults
-from .kubelet import Kubelet, stream_log
+from .kubelet import Kubelet, ServerKilledError, stream_log
 from .store import JOBS, NAMESPACES, PODS, RESOURCES, SECRETS, ObjectStore, ResourceType, WatchEvent, list_item
 from .util import (
     JSON,
@@ -86,9 +86,7 @@ SERVER_VERSION: JSON = {
 }
 
 
-class ServerKilled(Exception):
-    """Raised inside a streaming response to abort its connection (the API
-    server was killed, or a fault cuts the stream)."""
+ServerKilled = ServerKilledError
 
 
 @dataclass(frozen=True)
@@ -834,35 +832,38 @@ class SimApp:
             if since_s < 1:
                 raise err_invalid("PodLogOptions", "", "", [cause("FieldValueInvalid", "sinceSeconds", "Invalid value: must be greater than 0")])
             since_ns = time.time_ns() - since_s * 1_000_000_000
+        which = q.get("stream") or "All"
+        if which not in ("All", "Stdout", "Stderr"):
+            raise err_invalid("PodLogOptions", "", "", [cause("FieldValueNotSupported", "stream", f'Unsupported value: "{which}": supported values: "All", "Stderr", "Stdout"')])
+        if which != "All" and tail is not None:
+            raise err_invalid("PodLogOptions", "", "", [cause("FieldValueForbidden", "tailLines", "Forbidden: tailLines and specific stream are mutually exclusive for now")])
+        only_stream = None if which == "All" else which.lower().encode()
         c, path = self.state.kubelet.log_source(t.namespace, t.name, q.get("container"), previous)
         fault = self.state.faults.take_log_fault(t.name)
         killed = self.state.killed
 
         async def body() -> AsyncIterator[bytes]:
             lines = 0
-            gen = stream_log(c, path, follow=follow and not previous, timestamps=timestamps, since_ns=since_ns, tail_lines=tail, limit_bytes=limit)
-            kill_wait = asyncio.ensure_future(killed.wait())
-            try:
-                while True:
-                    nxt = asyncio.ensure_future(gen.__anext__())
-                    done, _ = await asyncio.wait({nxt, kill_wait}, return_when=asyncio.FIRST_COMPLETED)
-                    if kill_wait in done:
-                        nxt.cancel()
-                        raise ServerKilled("the API server was stopped")
-                    try:
-                        chunk = nxt.result()
-                    except StopAsyncIteration:
-                        return
+            gen = stream_log(
+                c,
+                path,
+                follow=follow and not previous,
+                timestamps=timestamps,
+                since_ns=since_ns,
+                tail_lines=tail,
+                limit_bytes=limit,
+                only_stream=only_stream,
+                killed=killed,
+            )
+            async with contextlib.aclosing(gen):
+                async for chunk in gen:
                     if fault is None:
                         yield chunk
                         continue
-                    # Split to whole lines so a fault can act after exactly N lines.
+                    # Split into whole lines so a fault acts after exactly N lines.
                     for piece in chunk.splitlines(keepends=True):
                         if lines >= fault.after_lines:
-                            if fault.mode == "cut":
-                                raise ServerKilled("log stream cut by the simulator")
-                            await killed.wait()
-                            raise ServerKilled("the API server was stopped")
+                            break
                         yield piece
                         if piece.endswith(b"\n"):
                             lines += 1
@@ -871,9 +872,6 @@ class SimApp:
                             raise ServerKilled("log stream cut by the simulator")
                         await killed.wait()
                         raise ServerKilled("the API server was stopped")
-            finally:
-                kill_wait.cancel()
-                await gen.aclose()
 
         return StreamingResponse(body(), media_type="text/plain")
 

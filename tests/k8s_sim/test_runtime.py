@@ -1,0 +1,296 @@
+"""The Job controller and the kubelet through the official kubernetes client:
+real processes, env, private /tmp, statuses, logs and exec over WebSocket."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import ssl
+import tarfile
+import time
+import urllib.request
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from kubernetes.stream import stream
+
+from . import SimCluster
+from .manifests import job, pod
+
+TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{9}Z ")
+
+
+def _conditions(sim: SimCluster, name: str) -> list[str]:
+    j = sim.get_object("jobs.batch", name)
+    assert j is not None
+    return [c["type"] for c in j.get("status", {}).get("conditions") or []]
+
+
+def _wait_terminal(sim: SimCluster, name: str, timeout: float = 30) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        j = sim.get_object("jobs.batch", name)
+        conds = [c["type"] for c in (j or {}).get("status", {}).get("conditions") or []]
+        return j if ("Complete" in conds or "Failed" in conds) else None
+
+    return sim.wait_for(done, timeout=timeout, what=f"job {name} finished")
+
+
+def _raw_get(sim: SimCluster, path: str) -> str:
+    """GET a path with the kubeconfig's token (for parameters the generated
+    client does not offer)."""
+    token = yaml.safe_load(sim.kubeconfig_path.read_text())["users"][0]["user"]["token"]
+    ctx = ssl.create_default_context(cafile=str(sim.ca_cert_path))
+    req = urllib.request.Request(sim.url + path, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+        return str(resp.read().decode())
+
+
+def _running(sim: SimCluster, name: str, *, job_name: bool = True) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        p = sim.pod_of_job(name) if job_name else sim.get_object("pods", name)
+        return p if p and p["status"].get("phase") == "Running" else None
+
+    return sim.wait_for(check, what=f"{name} running")
+
+
+def test_job_pod_runs_real_command_with_env(sim: SimCluster, batch: client.BatchV1Api, core: client.CoreV1Api) -> None:
+    ns = sim.namespace
+    sim.create_secret("jobsup-env", {"FROM_SECRET": "sv"})
+    sim.create_configmap("cfg", {"MODE": "fast"})
+    script = "echo cmd=$1; echo secret=$FROM_SECRET mode=$CFG_MODE greeting=$GREETING; echo lit='$(NOPE)'; pwd; echo $HOSTNAME"
+    body = job(
+        "envjob",
+        script,
+        env=[
+            {"name": "NAME", "value": "world"},
+            {"name": "GREETING", "value": "hello $(NAME) $$(NAME)"},
+            {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        ],
+        env_from=[{"secretRef": {"name": "jobsup-env", "optional": True}}, {"configMapRef": {"name": "cfg"}, "prefix": "CFG_"}, {"secretRef": {"name": "absent", "optional": True}}],
+    )
+    body["spec"]["template"]["spec"]["containers"][0]["command"] = ["bash", "-c", script, "arg0", "$(NAME)"]
+    batch.create_namespaced_job(ns, body)
+    j = _wait_terminal(sim, "envjob")
+    st = j["status"]
+    assert [c["type"] for c in st["conditions"]] == ["SuccessCriteriaMet", "Complete"]
+    assert st["succeeded"] == 1 and st.get("active") is None and st["startTime"] and st["completionTime"]
+    p = sim.pod_of_job("envjob")
+    assert p is not None
+    md = p["metadata"]
+    assert md["name"].startswith("envjob-")
+    assert md["labels"]["job-name"] == "envjob" and md["labels"]["controller-uid"] == j["metadata"]["uid"]
+    assert md["labels"]["batch.kubernetes.io/job-name"] == "envjob"
+    assert md["ownerReferences"][0]["kind"] == "Job" and md["ownerReferences"][0]["controller"] is True
+    assert not md.get("finalizers"), "the tracking finalizer goes once the pod is counted"
+    assert p["spec"]["nodeName"] and p["status"]["phase"] == "Succeeded" and p["status"]["startTime"]
+    term = p["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert term["exitCode"] == 0 and term["reason"] == "Completed"
+    out = core.read_namespaced_pod_log(md["name"], ns)
+    assert out.splitlines() == [
+        "cmd=world",
+        "secret=sv mode=fast greeting=hello world $(NAME)",
+        "lit=$(NOPE)",
+        "/tmp/workdir",
+        md["name"],
+    ]
+    reasons = {e.reason for e in core.list_namespaced_event(ns, field_selector=f"involvedObject.name={md['name']}").items}
+    assert {"Scheduled", "Created", "Started"} <= reasons
+
+
+def test_failed_job_backoff_limit_and_replacement(sim: SimCluster, batch: client.BatchV1Api) -> None:
+    ns = sim.namespace
+    batch.create_namespaced_job(ns, job("fails", "echo boom >&2; exit 3", backoff_limit=1))
+    j = _wait_terminal(sim, "fails")
+    st = j["status"]
+    assert st["failed"] == 2, "backoffLimit 1 allows one replacement"
+    assert [c["type"] for c in st["conditions"]] == ["FailureTarget", "Failed"]
+    assert st["conditions"][-1]["reason"] == "BackoffLimitExceeded"
+    assert "completionTime" not in st
+    pods = [p for p in sim.list_objects("pods") if p["metadata"]["labels"].get("job-name") == "fails"]
+    assert len(pods) == 2
+    for p in pods:
+        term = p["status"]["containerStatuses"][0]["state"]["terminated"]
+        assert term["exitCode"] == 3 and term["reason"] == "Error"
+
+
+def test_active_deadline_exceeded(sim: SimCluster, batch: client.BatchV1Api) -> None:
+    batch.create_namespaced_job(sim.namespace, job("slow", "sleep 30", activeDeadlineSeconds=1))
+    j = _wait_terminal(sim, "slow", timeout=30)
+    conds = j["status"]["conditions"]
+    assert [c["type"] for c in conds] == ["FailureTarget", "Failed"]
+    assert conds[-1]["reason"] == "DeadlineExceeded"
+    p = sim.pod_of_job("slow")
+    assert p is None or p["status"]["phase"] == "Failed"
+
+
+def test_ttl_after_finished_deletes_job_and_pods(sim: SimCluster, batch: client.BatchV1Api) -> None:
+    batch.create_namespaced_job(sim.namespace, job("ttl", "true", ttlSecondsAfterFinished=1))
+    _wait_terminal(sim, "ttl")
+    sim.wait_for(lambda: sim.get_object("jobs.batch", "ttl") is None, what="ttl job deleted", timeout=20)
+    sim.wait_for(lambda: sim.pod_of_job("ttl") is None, what="ttl pods deleted", timeout=20)
+
+
+def test_oom_and_exit_137(sim: SimCluster, batch: client.BatchV1Api) -> None:
+    batch.create_namespaced_job(sim.namespace, job("oom", "exit 137"))
+    _wait_terminal(sim, "oom")
+    p = sim.pod_of_job("oom")
+    assert p is not None
+    term = p["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert term["exitCode"] == 137 and term["reason"] == "OOMKilled"
+    batch.create_namespaced_job(sim.namespace, job("oom2", "sleep 60"))
+    p = _running(sim, "oom2")
+    sim.oom_kill(p["metadata"]["name"])
+    _wait_terminal(sim, "oom2")
+    term = sim.pod_of_job("oom2")["status"]["containerStatuses"][0]["state"]["terminated"]  # type: ignore[index]
+    assert term["reason"] == "OOMKilled"
+
+
+def test_waiting_reasons_image_and_config(sim: SimCluster, core: client.CoreV1Api) -> None:
+    ns = sim.namespace
+    core.create_namespaced_pod(ns, pod("noimg", "true", image="missing.invalid/nothing:1"))
+
+    def waiting(name: str, reason: str) -> bool:
+        p = sim.get_object("pods", name)
+        cs = (p or {}).get("status", {}).get("containerStatuses") or []
+        return bool(cs) and cs[0]["state"].get("waiting", {}).get("reason") == reason
+
+    sim.wait_for(lambda: waiting("noimg", "ImagePullBackOff"), what="ImagePullBackOff")
+    assert sim.get_object("pods", "noimg")["status"]["phase"] == "Pending"  # type: ignore[index]
+    with pytest.raises(ApiException) as exc:
+        core.read_namespaced_pod_log("noimg", ns)
+    assert exc.value.status == 400 and "is waiting to start" in json.loads(exc.value.body)["message"]
+
+    body = pod("nosecret", "echo $TOKEN")
+    body["spec"]["containers"][0]["env"] = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "later", "key": "t"}}}]
+    core.create_namespaced_pod(ns, body)
+    sim.wait_for(lambda: waiting("nosecret", "CreateContainerConfigError"), what="CreateContainerConfigError")
+    cs = sim.get_object("pods", "nosecret")["status"]["containerStatuses"][0]  # type: ignore[index]
+    assert cs["state"]["waiting"]["message"] == 'secret "later" not found'
+    sim.create_secret("later", {"t": "tok"})
+    sim.wait_for(lambda: sim.get_object("pods", "nosecret")["status"]["phase"] == "Succeeded", what="starts once the secret exists")  # type: ignore[index]
+    assert core.read_namespaced_pod_log("nosecret", ns) == "tok\n"
+
+
+def test_logs_timestamps_since_tail_follow_previous(sim: SimCluster, batch: client.BatchV1Api, core: client.CoreV1Api) -> None:
+    ns = sim.namespace
+    script = "for i in 1 2 3; do echo line$i; done; sleep 1.2; echo late1; echo late2; echo err >&2; sleep 0.5"
+    batch.create_namespaced_job(ns, job("logs", script))
+    p = _running(sim, "logs")
+    name = p["metadata"]["name"]
+    # Follow to the end.
+    resp = core.read_namespaced_pod_log(name, ns, follow=True, _preload_content=False)
+    followed = resp.data.decode()
+    assert followed.splitlines() == ["line1", "line2", "line3", "late1", "late2", "err"]
+    lines = core.read_namespaced_pod_log(name, ns, timestamps=True).splitlines()
+    assert len(lines) == 6 and all(TS.match(x) for x in lines), lines
+    stamps = [x.split(" ", 1)[0] for x in lines]
+    late = stamps[3]
+    # sinceTime (not in the client's generated signature, so sent raw) is
+    # applied at one-second granularity: everything from the start of late1's
+    # second, which never includes the lines 1.2 s earlier.
+    since = late[:19] + ".999999999Z"
+    got = _raw_get(sim, f"/api/v1/namespaces/{ns}/pods/{name}/log?timestamps=true&sinceTime={since}")
+    got_lines = [x.split(" ", 1)[1] for x in got.splitlines()]
+    assert got_lines[-3:] == ["late1", "late2", "err"]
+    assert all(s[:19] >= late[:19] for s in (x.split(" ", 1)[0] for x in got.splitlines()))
+    assert core.read_namespaced_pod_log(name, ns, tail_lines=2) == "late2\nerr\n"
+    assert core.read_namespaced_pod_log(name, ns, stream="Stderr") == "err\n"
+    assert core.read_namespaced_pod_log(name, ns, since_seconds=3600).count("\n") == 6
+    assert core.read_namespaced_pod_log(name, ns, limit_bytes=8) == "line1\nli"
+    with pytest.raises(ApiException) as exc:
+        core.read_namespaced_pod_log(name, ns, previous=True)
+    assert exc.value.status == 400 and "previous terminated container" in json.loads(exc.value.body)["message"]
+
+
+def test_previous_logs_after_onfailure_restart(sim: SimCluster, batch: client.BatchV1Api, core: client.CoreV1Api) -> None:
+    ns = sim.namespace
+    # Fails on the first run, succeeds on the restart (the marker lives in the pod's /tmp).
+    script = "if [ -f /tmp/ran ]; then echo second; exit 0; fi; touch /tmp/ran; echo first; exit 1"
+    batch.create_namespaced_job(ns, job("again", script, restart_policy="OnFailure", backoff_limit=3))
+    _wait_terminal(sim, "again")
+    p = sim.pod_of_job("again")
+    assert p is not None
+    cs = p["status"]["containerStatuses"][0]
+    assert cs["restartCount"] == 1 and cs["lastState"]["terminated"]["exitCode"] == 1
+    assert core.read_namespaced_pod_log(p["metadata"]["name"], ns) == "second\n"
+    assert core.read_namespaced_pod_log(p["metadata"]["name"], ns, previous=True) == "first\n"
+
+
+def _tar_bytes(size: int) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        data = os.urandom(size)
+        info = tarfile.TarInfo("payload.bin")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _exec(core: client.CoreV1Api, ns: str, name: str, cmd: list[str], stdin: bytes | None = None, close_stdin: bool = False) -> tuple[bytes, bytes, Any]:
+    ws = stream(
+        core.connect_get_namespaced_pod_exec,
+        name,
+        ns,
+        command=cmd,
+        stdin=stdin is not None,
+        stdout=True,
+        stderr=True,
+        tty=False,
+        binary=True,
+        _preload_content=False,
+    )
+    if stdin is not None:
+        for i in range(0, len(stdin), 256 * 1024):
+            ws.write_stdin(stdin[i : i + 256 * 1024])
+        if close_stdin:
+            ws.close_channel(0)
+    out, err = b"", b""
+    deadline = time.monotonic() + 30
+    while ws.is_open() and time.monotonic() < deadline:
+        ws.update(timeout=1)
+        out += ws.read_stdout(timeout=0) or b""
+        err += ws.read_stderr(timeout=0) or b""
+    out += ws.read_stdout(timeout=0) or b""
+    err += ws.read_stderr(timeout=0) or b""
+    return out, err, ws
+
+
+@pytest.mark.parametrize("protocol", ["v5.channel.k8s.io", "v4.channel.k8s.io"])
+def test_exec_stdin_tar_into_private_tmp(sim: SimCluster, core: client.CoreV1Api, protocol: str) -> None:
+    sim.configure(exec_protocols=(protocol,))
+    ns = sim.namespace
+    core.create_namespaced_pod(ns, pod("box", "while [ ! -f /tmp/jobsup-source/source.tar.ready ]; do sleep 0.1; done; tar -xf /tmp/jobsup-source/source.tar -C /tmp/jobsup-source && ls -l /tmp/jobsup-source"))
+    core.create_namespaced_pod(ns, pod("other", "sleep 60"))
+    _running(sim, "box", job_name=False)
+    _running(sim, "other", job_name=False)
+    data = _tar_bytes(3 * 1024 * 1024 + 17)
+    n = len(data)
+    cmd = ["sh", "-c", f"mkdir -p /tmp/jobsup-source && head -c {n} > /tmp/jobsup-source/source.tar.part && sha256sum /tmp/jobsup-source/source.tar.part"]
+    out, err, ws = _exec(core, ns, "box", cmd, stdin=data, close_stdin=protocol.startswith("v5"))
+    assert ws.subprotocol == protocol
+    assert out.split()[0].decode() == hashlib.sha256(data).hexdigest(), err
+    assert ws.returncode == 0
+    out, _err, ws = _exec(core, ns, "box", ["sh", "-c", "mv /tmp/jobsup-source/source.tar.part /tmp/jobsup-source/source.tar && touch /tmp/jobsup-source/source.tar.ready"])
+    assert ws.returncode == 0
+    sim.wait_for(lambda: sim.get_object("pods", "box")["status"]["phase"] == "Succeeded", what="box extracted")  # type: ignore[index]
+    assert "payload.bin" in core.read_namespaced_pod_log("box", ns)
+    # The other pod has its own /tmp.
+    out, _err, ws = _exec(core, ns, "other", ["sh", "-c", "ls /tmp/jobsup-source 2>&1; exit 7"])
+    assert ws.returncode == 7 and b"No such file" in out
+    # Exec into a finished container is refused before the upgrade.
+    with pytest.raises(ApiException):
+        _exec(core, ns, "box", ["true"])
+
+
+def test_exec_stdin_close_v5(sim: SimCluster, core: client.CoreV1Api) -> None:
+    ns = sim.namespace
+    core.create_namespaced_pod(ns, pod("cat", "sleep 60"))
+    _running(sim, "cat", job_name=False)
+    out, _err, ws = _exec(core, ns, "cat", ["sh", "-c", "wc -c; echo done >&2"], stdin=b"x" * 1000, close_stdin=True)
+    assert out.strip() == b"1000" and ws.returncode == 0
