@@ -214,7 +214,10 @@ class SimCluster:
         kubelet = Kubelet(store, self.faults, self.root / "pods", private_tmp=self.private_tmp)
         controller = JobController(store)
         loop = self._loop
-        self.faults.notify = lambda: loop.call_soon_threadsafe(kubelet.faults_changed)
+        def notify() -> None:
+            loop.call_soon_threadsafe(kubelet.faults_changed)
+
+        self.faults.notify = notify
         self._state = SimState(store=store, kubelet=kubelet, controller=controller, faults=self.faults, tokens=self._tokens)
         for ns in ("default", "kube-system", self.namespace):
             if store.find(NAMESPACES, "", ns) is None:
@@ -395,7 +398,8 @@ class SimCluster:
         defaults to the token one)."""
         from kubernetes import config as k8s_config
 
-        return k8s_config.new_client_from_config(config_file=str(self.kubeconfig_path), context=context or self.contexts[0])
+        new_client: Any = k8s_config.new_client_from_config
+        return new_client(config_file=str(self.kubeconfig_path), context=context or self.contexts[0])
 
     def exec_plugin_calls(self) -> int:
         """How many times the exec credential plugin has run."""
@@ -470,8 +474,8 @@ class SimCluster:
             prepared = state.store.prepare_new(res, ns, body)
             if res is JOBS:
                 _job_selector_labels(prepared)
-            stored: JSON = state.store.create(res, ns, prepared)
-            return json.loads(dumps(stored))
+            stored: JSON = json.loads(dumps(state.store.create(res, ns, prepared)))
+            return stored
 
         return self._sync(create)
 
@@ -486,6 +490,13 @@ class SimCluster:
             return None if obj is None else json.loads(dumps(obj))
 
         return self._sync(get)
+
+    def require_object(self, resource: str, name: str, *, namespace: str | None = None) -> JSON:
+        """A stored object (a copy); raises SimError naming it when absent."""
+        obj = self.get_object(resource, name, namespace=namespace)
+        if obj is None:
+            raise SimError(f"{resource} {name!r} does not exist in namespace {namespace or self.namespace!r}")
+        return obj
 
     def list_objects(self, resource: str, *, namespace: str | None = None) -> list[JSON]:
         """Stored objects of a resource in ``namespace`` (default: the test
@@ -572,7 +583,7 @@ class SimCluster:
                 line = dumps({"type": "ERROR", "object": status_failure(410, "Expired", f"too old resource version: {rv - 1} ({rv})")}) + b"\n"
                 for ws in state.store.watchers.values():
                     for w in ws:
-                        w.queue.put_nowait(line)  # type: ignore[arg-type]
+                        w.queue.put_nowait(line)
             return rv
 
         return self._sync(go)
@@ -623,7 +634,7 @@ class SimCluster:
 
     # --------------------------------------------------------------- waiting
 
-    def wait_for(self, predicate: Callable[[], T], *, timeout: float = 30.0, interval: float = 0.05, what: str = "condition") -> T:
+    def wait_for(self, predicate: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.05, what: str = "condition") -> Any:
         """Poll ``predicate`` (in the caller's thread) until it returns a truthy
         value, and return it; raises TimeoutError naming ``what``."""
         deadline = time.monotonic() + timeout

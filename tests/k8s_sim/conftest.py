@@ -30,12 +30,12 @@ def api_client(sim: SimCluster) -> Iterator[Any]:
 
 
 @pytest.fixture
-def core(api_client: Any) -> client.CoreV1Api:
+def core(api_client: Any) -> Any:
     """CoreV1Api over the kubeconfig."""
     return client.CoreV1Api(api_client)
 
 
 @pytest.fixture
-def batch(api_client: Any) -> client.BatchV1Api:
+def batch(api_client: Any) -> Any:
     """BatchV1Api over the kubeconfig."""
     return client.BatchV1Api(api_client)

@@ -530,6 +530,6 @@ class JobController:
 def _pod_ready(pod: JSON) -> bool:
     for c in (pod.get("status") or {}).get("conditions") or []:
         if c.get("type") == "Ready":
-            return c.get("status") == "True"
+            return bool(c.get("status") == "True")
     return False
 

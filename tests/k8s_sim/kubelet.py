@@ -36,7 +36,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -879,7 +879,7 @@ async def stream_log(
     limit_bytes: int | None,
     only_stream: bytes | None = None,
     killed: asyncio.Event | None = None,
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """Yield the body of a pods/log response read from a CRI log file, like the
     kubelet's ReadLogs: tailLines picks the last N records first, then records
     older than ``since_ns`` are skipped; ``timestamps`` prefixes each record with

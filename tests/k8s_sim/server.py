@@ -39,7 +39,7 @@ import contextlib
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -766,12 +766,12 @@ class SimApp:
                     yield error
                     return
                 assert watcher is not None
-                for line in initial:
-                    yield line
+                for first in initial:
+                    yield first
                 for ev in backlog:
-                    line = render(ev)
-                    if line is not None:
-                        yield line
+                    rendered = render(ev)
+                    if rendered is not None:
+                        yield rendered
                 deadline = time.monotonic() + timeout_s
                 next_bookmark = time.monotonic() + state.bookmark_interval_s
                 kill_wait = asyncio.ensure_future(state.killed.wait())
@@ -796,9 +796,9 @@ class SimApp:
                         if item is None:
                             return
                         if isinstance(item, WatchEvent):
-                            line = render(item)
-                            if line is not None:
-                                yield line
+                            rendered = render(item)
+                            if rendered is not None:
+                                yield rendered
                         else:
                             yield item
                             return
@@ -844,7 +844,7 @@ class SimApp:
 
         async def body() -> AsyncIterator[bytes]:
             lines = 0
-            gen = stream_log(
+            gen: AsyncGenerator[bytes, None] = stream_log(
                 c,
                 path,
                 follow=follow and not previous,
@@ -999,10 +999,11 @@ async def _run_exec(
             await ws.close(1000)
     finally:
         _kill(proc)
-        for f in (feeder, kill_wait, pumps, waiter):
+        futures: list[asyncio.Future[Any]] = [feeder, kill_wait, pumps, waiter]
+        for f in futures:
             f.cancel()
         with contextlib.suppress(BaseException):
-            await asyncio.wait({feeder, pumps, waiter}, timeout=5)
+            await asyncio.wait(futures, timeout=5)
 
 
 def _kill(proc: asyncio.subprocess.Process) -> None:

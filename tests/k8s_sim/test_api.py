@@ -10,10 +10,11 @@ import urllib.request
 from typing import Any
 
 import pytest
-from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from . import AccessRule, SimCluster
+from .k8s_typed import status_body, to_dict, Watch, iter_resp_lines
 from .manifests import job, pod
 
 
@@ -29,15 +30,7 @@ def _raw(sim: SimCluster, path: str, token: str | None, method: str = "GET") -> 
         return exc.code, json.loads(exc.read())
 
 
-def _as_dict(obj: Any) -> dict[str, Any]:
-    """A delete response as the JSON the server sent (the client returns a
-    model or a dict depending on the operation)."""
-    if isinstance(obj, dict):
-        return obj
-    return dict(client.ApiClient().sanitize_for_serialization(obj))
-
-
-def _finished(batch: client.BatchV1Api, name: str, ns: str) -> str | None:
+def _finished(batch: Any, name: str, ns: str) -> str | None:
     j = batch.read_namespaced_job(name, ns)
     for c in j.status.conditions or []:
         if c.type in ("Complete", "Failed") and c.status == "True":
@@ -47,7 +40,7 @@ def _finished(batch: client.BatchV1Api, name: str, ns: str) -> str | None:
 
 def test_kubeconfig_contexts_and_bearer_auth(sim: SimCluster) -> None:
     for ctx in sim.contexts:
-        api = client.CoreV1Api(sim.api_client(ctx))
+        api: Any = client.CoreV1Api(sim.api_client(ctx))
         names = [n.metadata.name for n in api.list_namespace().items]
         assert sim.namespace in names
     assert sim.exec_plugin_calls() >= 1, "the exec context must get its token from the plugin"
@@ -59,7 +52,7 @@ def test_kubeconfig_contexts_and_bearer_auth(sim: SimCluster) -> None:
     assert client.VersionApi(sim.api_client()).get_code().git_version.startswith("v1.")
 
 
-def test_create_get_replace_and_status_errors(sim: SimCluster, batch: client.BatchV1Api, core: client.CoreV1Api) -> None:
+def test_create_get_replace_and_status_errors(sim: SimCluster, batch: Any, core: Any) -> None:
     ns = sim.namespace
     created = batch.create_namespaced_job(ns, job("crud", "sleep 30"))
     md = created.metadata
@@ -70,20 +63,20 @@ def test_create_get_replace_and_status_errors(sim: SimCluster, batch: client.Bat
 
     with pytest.raises(ApiException) as exc:
         batch.create_namespaced_job(ns, job("crud", "true"))
-    body = json.loads(exc.value.body)
+    body = status_body(exc.value)
     assert exc.value.status == 409 and body["reason"] == "AlreadyExists"
     assert body["message"] == 'jobs.batch "crud" already exists'
     assert body["details"] == {"name": "crud", "group": "batch", "kind": "jobs"}
 
     with pytest.raises(ApiException) as exc:
         batch.read_namespaced_job("nope", ns)
-    body = json.loads(exc.value.body)
+    body = status_body(exc.value)
     assert exc.value.status == 404 and body["reason"] == "NotFound" and body["message"] == 'jobs.batch "nope" not found'
 
     bad = job("bad", "true", restart_policy="Always")
     with pytest.raises(ApiException) as exc:
         batch.create_namespaced_job(ns, bad)
-    body = json.loads(exc.value.body)
+    body = status_body(exc.value)
     assert exc.value.status == 422 and body["reason"] == "Invalid"
     assert body["details"]["causes"][0]["field"] == "spec.template.spec.restartPolicy"
     assert 'Unsupported value: "Always"' in body["message"]
@@ -99,7 +92,7 @@ def test_create_get_replace_and_status_errors(sim: SimCluster, batch: client.Bat
     stale.metadata.labels = {"a": "2"}
     with pytest.raises(ApiException) as exc:
         batch.replace_namespaced_job("crud", ns, stale)
-    assert exc.value.status == 409 and json.loads(exc.value.body)["reason"] == "Conflict"
+    assert exc.value.status == 409 and status_body(exc.value)["reason"] == "Conflict"
 
     # Merge patch.
     patched = batch.patch_namespaced_job("crud", ns, {"metadata": {"annotations": {"x": "y"}}})
@@ -111,7 +104,7 @@ def test_create_get_replace_and_status_errors(sim: SimCluster, batch: client.Bat
     assert exc.value.status == 404
 
 
-def test_dry_run_validates_and_stores_nothing(sim: SimCluster, batch: client.BatchV1Api) -> None:
+def test_dry_run_validates_and_stores_nothing(sim: SimCluster, batch: Any) -> None:
     ns = sim.namespace
     out = batch.create_namespaced_job(ns, job("dry", "echo no"), dry_run="All")
     assert out.metadata.name == "dry" and out.spec.template.metadata.labels["job-name"] == "dry"
@@ -126,7 +119,7 @@ def test_dry_run_validates_and_stores_nothing(sim: SimCluster, batch: client.Bat
     assert exc.value.status == 422
 
 
-def test_seeded_objects_and_access_review(sim: SimCluster, core: client.CoreV1Api, api_client: Any) -> None:
+def test_seeded_objects_and_access_review(sim: SimCluster, core: Any, api_client: Any) -> None:
     ns = sim.namespace
     sim.create_secret("creds", {"token": "s3cret"})
     sim.create_pvc("data", storage="5Gi")
@@ -140,7 +133,7 @@ def test_seeded_objects_and_access_review(sim: SimCluster, core: client.CoreV1Ap
         client.NodeV1Api(api_client).read_runtime_class("kata")
     assert exc.value.status == 404
 
-    auth = client.AuthorizationV1Api(api_client)
+    auth: Any = client.AuthorizationV1Api(api_client)
 
     def can(verb: str, resource: str, group: str = "", sub: str | None = None) -> bool:
         attrs = client.V1ResourceAttributes(namespace=ns, verb=verb, resource=resource, group=group, subresource=sub)
@@ -156,12 +149,12 @@ def test_seeded_objects_and_access_review(sim: SimCluster, core: client.CoreV1Ap
     core.list_namespaced_pod(ns)
     with pytest.raises(ApiException) as exc:
         core.list_namespaced_secret(ns)
-    body = json.loads(exc.value.body)
+    body = status_body(exc.value)
     assert exc.value.status == 403 and body["reason"] == "Forbidden"
     assert 'cannot list resource "secrets"' in body["message"]
 
 
-def test_list_label_selector_and_pages(sim: SimCluster, core: client.CoreV1Api) -> None:
+def test_list_label_selector_and_pages(sim: SimCluster, core: Any) -> None:
     ns = sim.namespace
     for i in range(5):
         sim.create_configmap(f"cm-{i}", {"i": str(i)})
@@ -184,12 +177,12 @@ def test_list_label_selector_and_pages(sim: SimCluster, core: client.CoreV1Api) 
     assert sorted(seen) == sorted([f"cm-{i}" for i in range(5)] + [f"lab-{i}" for i in range(5)])
 
 
-def test_watch_from_resource_version_sees_job_lifecycle(sim: SimCluster, batch: client.BatchV1Api, core: client.CoreV1Api) -> None:
+def test_watch_from_resource_version_sees_job_lifecycle(sim: SimCluster, batch: Any, core: Any) -> None:
     ns = sim.namespace
     rv = batch.list_namespaced_job(ns).metadata.resource_version
     batch.create_namespaced_job(ns, job("w", "echo from-the-pod; sleep 0.3"))
     events: list[tuple[str, list[str]]] = []
-    w = watch.Watch()
+    w = Watch()
     for ev in w.stream(batch.list_namespaced_job, ns, resource_version=rv, timeout_seconds=20):
         conds = [c.type for c in ev["object"].status.conditions or []]
         events.append((ev["type"], conds))
@@ -201,20 +194,20 @@ def test_watch_from_resource_version_sees_job_lifecycle(sim: SimCluster, batch: 
     assert p is not None
     assert core.read_namespaced_pod_log(p["metadata"]["name"], ns) == "from-the-pod\n"
     # A watch without resourceVersion starts with synthetic ADDED events.
-    got = [(e["type"], e["object"].metadata.name) for e in watch.Watch().stream(batch.list_namespaced_job, ns, timeout_seconds=1)]
+    got = [(e["type"], e["object"].metadata.name) for e in Watch().stream(batch.list_namespaced_job, ns, timeout_seconds=1)]
     assert got == [("ADDED", "w")]
     # Label-selected pod watch; delete is DELETED.
     pods_rv = core.list_namespaced_pod(ns).metadata.resource_version
     batch.delete_namespaced_job("w", ns, propagation_policy="Background")
     types = []
-    for e in watch.Watch().stream(core.list_namespaced_pod, ns, label_selector="job-name=w", resource_version=pods_rv, timeout_seconds=10):
+    for e in Watch().stream(core.list_namespaced_pod, ns, label_selector="job-name=w", resource_version=pods_rv, timeout_seconds=10):
         types.append(e["type"])
         if e["type"] == "DELETED":
             break
     assert types[-1] == "DELETED"
 
 
-def test_watch_older_than_window_is_410(sim: SimCluster, core: client.CoreV1Api) -> None:
+def test_watch_older_than_window_is_410(sim: SimCluster, core: Any) -> None:
     ns = sim.namespace
     old_rv = core.list_namespaced_config_map(ns).metadata.resource_version
     sim.create_configmap("a", {})
@@ -224,7 +217,7 @@ def test_watch_older_than_window_is_410(sim: SimCluster, core: client.CoreV1Api)
 
     def watch_open() -> None:
         resp = core.list_namespaced_config_map(ns, watch=True, resource_version=old_rv, timeout_seconds=20, _preload_content=False)
-        for line in watch.watch.iter_resp_lines(resp):
+        for line in iter_resp_lines(resp):
             got.append(json.loads(line))
             ready.set()
 
@@ -239,47 +232,48 @@ def test_watch_older_than_window_is_410(sim: SimCluster, core: client.CoreV1Api)
     # A new watch from the old resourceVersion: 410 (the client raises it when
     # retries are off, as with timeout_seconds).
     with pytest.raises(ApiException) as exc:
-        for _ in watch.Watch().stream(core.list_namespaced_config_map, ns, resource_version=old_rv, timeout_seconds=5):
+        for _ in Watch().stream(core.list_namespaced_config_map, ns, resource_version=old_rv, timeout_seconds=5):
             pass
     assert exc.value.status == 410
     # A fresh list gives a resourceVersion to watch from again.
     rv = core.list_namespaced_config_map(ns).metadata.resource_version
     sim.create_configmap("b", {})
     evs = []
-    for e in watch.Watch().stream(core.list_namespaced_config_map, ns, resource_version=rv, timeout_seconds=5):
+    for e in Watch().stream(core.list_namespaced_config_map, ns, resource_version=rv, timeout_seconds=5):
         evs.append((e["type"], e["object"].metadata.name))
         break
     assert evs == [("ADDED", "b")]
 
 
-def test_watch_window_size_is_honoured(sim: SimCluster, core: client.CoreV1Api) -> None:
+def test_watch_window_size_is_honoured(sim: SimCluster, core: Any) -> None:
     sim.configure(watch_window=3)
     ns = sim.namespace
     rv = core.list_namespaced_config_map(ns).metadata.resource_version
     for i in range(5):
         sim.create_configmap(f"c{i}", {})
     with pytest.raises(ApiException) as exc:
-        for _ in watch.Watch().stream(core.list_namespaced_config_map, ns, resource_version=rv, timeout_seconds=2):
+        for _ in Watch().stream(core.list_namespaced_config_map, ns, resource_version=rv, timeout_seconds=2):
             pass
     assert exc.value.status == 410
 
 
-def test_watch_bookmarks(sim: SimCluster, core: client.CoreV1Api) -> None:
+def test_watch_bookmarks(sim: SimCluster, core: Any) -> None:
     sim.configure(bookmark_interval_s=0.2)
     ns = sim.namespace
     rv = core.list_namespaced_config_map(ns).metadata.resource_version
     resp = core.list_namespaced_config_map(ns, watch=True, resource_version=rv, allow_watch_bookmarks=True, timeout_seconds=1, _preload_content=False)
-    lines = [json.loads(x) for x in watch.watch.iter_resp_lines(resp)]
+    lines = [json.loads(x) for x in iter_resp_lines(resp)]
     assert lines and all(x["type"] == "BOOKMARK" for x in lines)
     assert int(lines[-1]["object"]["metadata"]["resourceVersion"]) >= int(rv)
 
 
-def test_delete_propagation(sim: SimCluster, batch: client.BatchV1Api, core: client.CoreV1Api) -> None:
+def test_delete_propagation(sim: SimCluster, batch: Any, core: Any) -> None:
     ns = sim.namespace
 
     def running_pod(name: str) -> dict[str, Any]:
         batch.create_namespaced_job(ns, job(name, "sleep 60"))
-        return sim.wait_for(lambda: (p := sim.pod_of_job(name)) and p["status"]["phase"] == "Running" and p, what=f"{name} running")
+        found: dict[str, Any] = sim.wait_for(lambda: (p := sim.pod_of_job(name)) and p["status"]["phase"] == "Running" and p, what=f"{name} running")
+        return found
 
     # The API default for Jobs orphans the pods (and warns).
     p = running_pod("orphan")
@@ -292,13 +286,13 @@ def test_delete_propagation(sim: SimCluster, batch: client.BatchV1Api, core: cli
 
     # Background: the Job goes at once (Status Success), the pods after it.
     p = running_pod("bg")
-    status = _as_dict(batch.delete_namespaced_job("bg", ns, propagation_policy="Background"))
+    status = to_dict(batch.delete_namespaced_job("bg", ns, propagation_policy="Background"))
     assert status["status"] == "Success" and status["details"]["name"] == "bg"
     sim.wait_for(lambda: sim.get_object("pods", p["metadata"]["name"]) is None, what="pod gone", timeout=40)
 
     # Foreground: the Job stays (deletionTimestamp, finalizer) until its pods are gone.
     p = running_pod("fg")
-    out = _as_dict(batch.delete_namespaced_job("fg", ns, propagation_policy="Foreground"))
+    out = to_dict(batch.delete_namespaced_job("fg", ns, propagation_policy="Foreground"))
     assert out["metadata"]["deletionTimestamp"] and "foregroundDeletion" in out["metadata"]["finalizers"]
     sim.wait_for(lambda: sim.get_object("jobs.batch", "fg") is None, what="fg job gone", timeout=40)
     assert sim.get_object("pods", p["metadata"]["name"]) is None
@@ -306,6 +300,6 @@ def test_delete_propagation(sim: SimCluster, batch: client.BatchV1Api, core: cli
     # Pods: graceful deletion returns the pod with deletionTimestamp.
     core.create_namespaced_pod(ns, pod("bare", "trap 'exit 0' TERM; sleep 60 & wait"))
     sim.wait_for(lambda: (x := sim.get_object("pods", "bare")) and x["status"]["phase"] == "Running", what="bare running")
-    out = _as_dict(core.delete_namespaced_pod("bare", ns))
+    out = to_dict(core.delete_namespaced_pod("bare", ns))
     assert out["metadata"]["deletionTimestamp"]
     sim.wait_for(lambda: sim.get_object("pods", "bare") is None, what="bare pod gone", timeout=40)

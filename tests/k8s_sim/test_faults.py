@@ -9,17 +9,17 @@ from typing import Any
 
 import pytest
 import urllib3
-from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
-from kubernetes.stream import stream
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from . import SimCluster
+from .k8s_typed import status_body, Watch, exec_stream, iter_resp_lines
 from .manifests import job, pod
 
 TICKER = "i=0; while [ $i -lt 400 ]; do i=$((i+1)); echo tick$i; sleep 0.05; done"
 
 
-def _running_pod(sim: SimCluster, core: client.CoreV1Api, name: str, script: str) -> None:
+def _running_pod(sim: SimCluster, core: Any, name: str, script: str) -> None:
     core.create_namespaced_pod(sim.namespace, pod(name, script))
     sim.wait_for(lambda: (p := sim.get_object("pods", name)) and p["status"].get("phase") == "Running", what=f"{name} running")
 
@@ -54,7 +54,7 @@ def _read_lines(resp: Any, want: int | None = None) -> tuple[list[str], BaseExce
     return lines, None
 
 
-def test_stall_log_stream_after_n_lines(sim: SimCluster, core: client.CoreV1Api) -> None:
+def test_stall_log_stream_after_n_lines(sim: SimCluster, core: Any) -> None:
     _running_pod(sim, core, "ticker", TICKER)
     time.sleep(0.5)
     sim.faults.stall_logs(3, pod="ticker")
@@ -69,7 +69,7 @@ def test_stall_log_stream_after_n_lines(sim: SimCluster, core: client.CoreV1Api)
     resp.release_conn()
 
 
-def test_cut_log_stream_after_n_lines(sim: SimCluster, core: client.CoreV1Api) -> None:
+def test_cut_log_stream_after_n_lines(sim: SimCluster, core: Any) -> None:
     _running_pod(sim, core, "ticker", TICKER)
     time.sleep(0.5)
     sim.faults.cut_logs(2)
@@ -79,7 +79,7 @@ def test_cut_log_stream_after_n_lines(sim: SimCluster, core: client.CoreV1Api) -
     assert isinstance(exc, urllib3.exceptions.ProtocolError), repr(exc)
 
 
-def test_rotate_log_silences_follow_and_new_reads_see_new_file(sim: SimCluster, core: client.CoreV1Api) -> None:
+def test_rotate_log_silences_follow_and_new_reads_see_new_file(sim: SimCluster, core: Any) -> None:
     _running_pod(sim, core, "ticker", TICKER)
     resp = core.read_namespaced_pod_log("ticker", sim.namespace, follow=True, _preload_content=False, _request_timeout=(5, 1.5))
     first, exc = _read_lines(resp, want=3)
@@ -98,13 +98,13 @@ def test_rotate_log_silences_follow_and_new_reads_see_new_file(sim: SimCluster, 
     assert int(fresh[0][4:]) == len(seen) + 1
 
 
-def test_fail_requests_500_then_429(sim: SimCluster, core: client.CoreV1Api) -> None:
+def test_fail_requests_500_then_429(sim: SimCluster, core: Any) -> None:
     ns = sim.namespace
     sim.faults.fail_requests(500, count=2, path_contains="/configmaps")
     for _ in range(2):
         with pytest.raises(ApiException) as exc:
             core.list_namespaced_config_map(ns)
-        body = json.loads(exc.value.body)
+        body = status_body(exc.value)
         assert exc.value.status == 500 and body["reason"] == "InternalError"
     core.list_namespaced_pod(ns)
     core.list_namespaced_config_map(ns)
@@ -112,8 +112,8 @@ def test_fail_requests_500_then_429(sim: SimCluster, core: client.CoreV1Api) -> 
     # Writes are not retried by the client: the 429 surfaces.
     with pytest.raises(ApiException) as exc:
         core.create_namespaced_config_map(ns, {"metadata": {"name": "x"}})
-    assert exc.value.status == 429 and exc.value.headers["Retry-After"] == "1"
-    assert json.loads(exc.value.body)["details"]["retryAfterSeconds"] == 1
+    assert exc.value.status == 429 and (exc.value.headers or {})["Retry-After"] == "1"
+    assert status_body(exc.value)["details"]["retryAfterSeconds"] == 1
     # Reads are retried by urllib3, which honours Retry-After on 429.
     before = sim.requests_served
     core.list_namespaced_pod(ns)
@@ -122,22 +122,22 @@ def test_fail_requests_500_then_429(sim: SimCluster, core: client.CoreV1Api) -> 
     core.list_namespaced_pod(ns)
 
 
-def test_exec_empty_status_channel(sim: SimCluster, core: client.CoreV1Api) -> None:
+def test_exec_empty_status_channel(sim: SimCluster, core: Any) -> None:
     _running_pod(sim, core, "box", "sleep 60")
     sim.faults.set_exec_empty_status()
-    ws = stream(core.connect_get_namespaced_pod_exec, "box", sim.namespace, command=["sh", "-c", "echo hi; exit 3"], stdin=False, stdout=True, stderr=True, tty=False, _preload_content=False)
+    ws = exec_stream(core.connect_get_namespaced_pod_exec, "box", sim.namespace, command=["sh", "-c", "echo hi; exit 3"], stdin=False, stdout=True, stderr=True, tty=False, _preload_content=False)
     ws.run_forever(timeout=10)
     assert ws.read_all() == "hi\n"
     assert ws.read_channel(3) == ""
     with pytest.raises(TypeError):
         _ = ws.returncode  # the client cannot parse an empty status channel
     sim.faults.set_exec_empty_status(False)
-    ws = stream(core.connect_get_namespaced_pod_exec, "box", sim.namespace, command=["sh", "-c", "exit 3"], stdin=False, stdout=True, stderr=True, tty=False, _preload_content=False)
+    ws = exec_stream(core.connect_get_namespaced_pod_exec, "box", sim.namespace, command=["sh", "-c", "exit 3"], stdin=False, stdout=True, stderr=True, tty=False, _preload_content=False)
     ws.run_forever(timeout=10)
     assert ws.returncode == 3
 
 
-def test_unschedulable_then_scheduled_and_slow_scheduling(sim: SimCluster, core: client.CoreV1Api) -> None:
+def test_unschedulable_then_scheduled_and_slow_scheduling(sim: SimCluster, core: Any) -> None:
     ns = sim.namespace
     sim.faults.set_unschedulable("stuck")
     core.create_namespaced_pod(ns, pod("stuck-1", "echo ran"))
@@ -145,8 +145,8 @@ def test_unschedulable_then_scheduled_and_slow_scheduling(sim: SimCluster, core:
     def unschedulable() -> bool:
         p = sim.get_object("pods", "stuck-1") or {}
         conds = {c["type"]: c for c in p.get("status", {}).get("conditions") or []}
-        c = conds.get("PodScheduled")
-        return bool(c) and c["status"] == "False" and c.get("reason") == "Unschedulable"
+        c: dict[str, Any] = conds.get("PodScheduled") or {}
+        return c.get("status") == "False" and c.get("reason") == "Unschedulable"
 
     sim.wait_for(unschedulable, what="Unschedulable condition")
     p = sim.get_object("pods", "stuck-1")
@@ -154,7 +154,7 @@ def test_unschedulable_then_scheduled_and_slow_scheduling(sim: SimCluster, core:
     events = core.list_namespaced_event(ns, field_selector="involvedObject.name=stuck-1,reason=FailedScheduling").items
     assert events and events[0].source.component == "default-scheduler"
     sim.faults.set_unschedulable(None)
-    sim.wait_for(lambda: sim.get_object("pods", "stuck-1")["status"]["phase"] == "Succeeded", what="ran once schedulable")  # type: ignore[index]
+    sim.wait_for(lambda: sim.require_object("pods", "stuck-1")["status"]["phase"] == "Succeeded", what="ran once schedulable")
 
     sim.faults.set_schedule_delay(1.0)
     core.create_namespaced_pod(ns, pod("slow-1", "echo ran"))
@@ -165,14 +165,14 @@ def test_unschedulable_then_scheduled_and_slow_scheduling(sim: SimCluster, core:
     sim.faults.set_start_delay(1.0)
     core.create_namespaced_pod(ns, pod("slow-2", "echo ran"))
     sim.wait_for(lambda: (x := sim.get_object("pods", "slow-2")) and x["spec"].get("nodeName"), what="slow-2 bound")
-    cs = sim.get_object("pods", "slow-2")["status"]["containerStatuses"][0]  # type: ignore[index]
+    cs = sim.require_object("pods", "slow-2")["status"]["containerStatuses"][0]
     assert cs["state"]["waiting"]["reason"] == "ContainerCreating"
-    sim.wait_for(lambda: sim.get_object("pods", "slow-1")["status"]["phase"] == "Succeeded", what="slow-1 ran")  # type: ignore[index]
-    sim.wait_for(lambda: sim.get_object("pods", "slow-2")["status"]["phase"] == "Succeeded", what="slow-2 ran")  # type: ignore[index]
+    sim.wait_for(lambda: sim.require_object("pods", "slow-1")["status"]["phase"] == "Succeeded", what="slow-1 ran")
+    sim.wait_for(lambda: sim.require_object("pods", "slow-2")["status"]["phase"] == "Succeeded", what="slow-2 ran")
 
 
 @pytest.mark.parametrize("how", ["backoff", "policy"])
-def test_evicted_pod_is_replaced_by_the_job_controller(sim: SimCluster, batch: client.BatchV1Api, how: str) -> None:
+def test_evicted_pod_is_replaced_by_the_job_controller(sim: SimCluster, batch: Any, how: str) -> None:
     ns = sim.namespace
     script = "if [ -n \"$SECOND\" ]; then :; fi; sleep 1; echo done"
     if how == "backoff":
@@ -207,18 +207,18 @@ def test_evicted_pod_is_replaced_by_the_job_controller(sim: SimCluster, batch: c
     assert len(pods) == 2
 
 
-def test_job_deleted_behind_the_clients_back(sim: SimCluster, batch: client.BatchV1Api) -> None:
+def test_job_deleted_behind_the_clients_back(sim: SimCluster, batch: Any) -> None:
     ns = sim.namespace
     batch.create_namespaced_job(ns, job("gone", "sleep 60"))
     sim.wait_for(lambda: (p := sim.pod_of_job("gone")) and p["status"].get("phase") == "Running", what="running")
     rv = batch.list_namespaced_job(ns).metadata.resource_version
     sim.delete_job("gone")
-    types = [e["type"] for e in watch.Watch().stream(batch.list_namespaced_job, ns, resource_version=rv, timeout_seconds=2)]
+    types = [e["type"] for e in Watch().stream(batch.list_namespaced_job, ns, resource_version=rv, timeout_seconds=2)]
     assert types[-1] == "DELETED"
     sim.wait_for(lambda: sim.pod_of_job("gone") is None, what="pods deleted", timeout=40)
 
 
-def test_kill_and_restart_api_server_keeps_state(sim: SimCluster, batch: client.BatchV1Api, core: client.CoreV1Api) -> None:
+def test_kill_and_restart_api_server_keeps_state(sim: SimCluster, batch: Any, core: Any) -> None:
     ns = sim.namespace
     batch.create_namespaced_job(ns, job("survivor", "sleep 1; echo finished"))
     rv = batch.list_namespaced_job(ns).metadata.resource_version
@@ -227,7 +227,7 @@ def test_kill_and_restart_api_server_keeps_state(sim: SimCluster, batch: client.
 
     def watch_it() -> None:
         try:
-            for e in watch.Watch().stream(batch.list_namespaced_job, ns, resource_version=rv, timeout_seconds=30):
+            for e in Watch().stream(batch.list_namespaced_job, ns, resource_version=rv, timeout_seconds=30):
                 events.append(e["type"])
         except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
             errors.append(exc)
@@ -240,13 +240,13 @@ def test_kill_and_restart_api_server_keeps_state(sim: SimCluster, batch: client.
     t.join(10)
     assert not t.is_alive()
     assert errors, "an open watch must break when the API server dies"
-    fresh = client.BatchV1Api(sim.api_client())
+    down: Any = client.BatchV1Api(sim.api_client())
     with pytest.raises(urllib3.exceptions.MaxRetryError):
-        fresh.list_namespaced_job(ns, _request_timeout=2)
+        down.list_namespaced_job(ns, _request_timeout=2)
     time.sleep(1.5)  # the job's pod finishes while the API server is down
     sim.restart()
     assert sim.port == port
-    fresh = client.BatchV1Api(sim.api_client())
+    fresh: Any = client.BatchV1Api(sim.api_client())
     listed = fresh.list_namespaced_job(ns)
     assert [j.metadata.name for j in listed.items] == ["survivor"]
     assert int(listed.metadata.resource_version) >= int(rv)

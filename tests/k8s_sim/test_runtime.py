@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
-from kubernetes.client.rest import ApiException
-from kubernetes.stream import stream
+from kubernetes.client.exceptions import ApiException
 
 from . import SimCluster
+from .k8s_typed import status_body, Watch, exec_stream, iter_resp_lines
 from .manifests import job, pod
 
 TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{9}Z ")
@@ -38,7 +38,8 @@ def _wait_terminal(sim: SimCluster, name: str, timeout: float = 30) -> dict[str,
         conds = [c["type"] for c in (j or {}).get("status", {}).get("conditions") or []]
         return j if ("Complete" in conds or "Failed" in conds) else None
 
-    return sim.wait_for(done, timeout=timeout, what=f"job {name} finished")
+    found: dict[str, Any] = sim.wait_for(done, timeout=timeout, what=f"job {name} finished")
+    return found
 
 
 def _raw_get(sim: SimCluster, path: str) -> str:
@@ -56,10 +57,11 @@ def _running(sim: SimCluster, name: str, *, job_name: bool = True) -> dict[str, 
         p = sim.pod_of_job(name) if job_name else sim.get_object("pods", name)
         return p if p and p["status"].get("phase") == "Running" else None
 
-    return sim.wait_for(check, what=f"{name} running")
+    found: dict[str, Any] = sim.wait_for(check, what=f"{name} running")
+    return found
 
 
-def test_job_pod_runs_real_command_with_env(sim: SimCluster, batch: client.BatchV1Api, core: client.CoreV1Api) -> None:
+def test_job_pod_runs_real_command_with_env(sim: SimCluster, batch: Any, core: Any) -> None:
     ns = sim.namespace
     sim.create_secret("jobsup-env", {"FROM_SECRET": "sv"})
     sim.create_configmap("cfg", {"MODE": "fast"})
@@ -103,7 +105,7 @@ def test_job_pod_runs_real_command_with_env(sim: SimCluster, batch: client.Batch
     assert {"Scheduled", "Created", "Started"} <= reasons
 
 
-def test_failed_job_backoff_limit_and_replacement(sim: SimCluster, batch: client.BatchV1Api) -> None:
+def test_failed_job_backoff_limit_and_replacement(sim: SimCluster, batch: Any) -> None:
     ns = sim.namespace
     batch.create_namespaced_job(ns, job("fails", "echo boom >&2; exit 3", backoff_limit=1))
     j = _wait_terminal(sim, "fails")
@@ -119,7 +121,7 @@ def test_failed_job_backoff_limit_and_replacement(sim: SimCluster, batch: client
         assert term["exitCode"] == 3 and term["reason"] == "Error"
 
 
-def test_active_deadline_exceeded(sim: SimCluster, batch: client.BatchV1Api) -> None:
+def test_active_deadline_exceeded(sim: SimCluster, batch: Any) -> None:
     batch.create_namespaced_job(sim.namespace, job("slow", "sleep 30", activeDeadlineSeconds=1))
     j = _wait_terminal(sim, "slow", timeout=30)
     conds = j["status"]["conditions"]
@@ -129,14 +131,14 @@ def test_active_deadline_exceeded(sim: SimCluster, batch: client.BatchV1Api) -> 
     assert p is None or p["status"]["phase"] == "Failed"
 
 
-def test_ttl_after_finished_deletes_job_and_pods(sim: SimCluster, batch: client.BatchV1Api) -> None:
+def test_ttl_after_finished_deletes_job_and_pods(sim: SimCluster, batch: Any) -> None:
     batch.create_namespaced_job(sim.namespace, job("ttl", "true", ttlSecondsAfterFinished=1))
     _wait_terminal(sim, "ttl")
     sim.wait_for(lambda: sim.get_object("jobs.batch", "ttl") is None, what="ttl job deleted", timeout=20)
     sim.wait_for(lambda: sim.pod_of_job("ttl") is None, what="ttl pods deleted", timeout=20)
 
 
-def test_oom_and_exit_137(sim: SimCluster, batch: client.BatchV1Api) -> None:
+def test_oom_and_exit_137(sim: SimCluster, batch: Any) -> None:
     batch.create_namespaced_job(sim.namespace, job("oom", "exit 137"))
     _wait_terminal(sim, "oom")
     p = sim.pod_of_job("oom")
@@ -147,11 +149,13 @@ def test_oom_and_exit_137(sim: SimCluster, batch: client.BatchV1Api) -> None:
     p = _running(sim, "oom2")
     sim.oom_kill(p["metadata"]["name"])
     _wait_terminal(sim, "oom2")
-    term = sim.pod_of_job("oom2")["status"]["containerStatuses"][0]["state"]["terminated"]  # type: ignore[index]
+    oom2 = sim.pod_of_job("oom2")
+    assert oom2 is not None
+    term = oom2["status"]["containerStatuses"][0]["state"]["terminated"]
     assert term["reason"] == "OOMKilled"
 
 
-def test_waiting_reasons_image_and_config(sim: SimCluster, core: client.CoreV1Api) -> None:
+def test_waiting_reasons_image_and_config(sim: SimCluster, core: Any) -> None:
     ns = sim.namespace
     core.create_namespaced_pod(ns, pod("noimg", "true", image="missing.invalid/nothing:1"))
 
@@ -161,23 +165,23 @@ def test_waiting_reasons_image_and_config(sim: SimCluster, core: client.CoreV1Ap
         return bool(cs) and cs[0]["state"].get("waiting", {}).get("reason") == reason
 
     sim.wait_for(lambda: waiting("noimg", "ImagePullBackOff"), what="ImagePullBackOff")
-    assert sim.get_object("pods", "noimg")["status"]["phase"] == "Pending"  # type: ignore[index]
+    assert sim.require_object("pods", "noimg")["status"]["phase"] == "Pending"
     with pytest.raises(ApiException) as exc:
         core.read_namespaced_pod_log("noimg", ns)
-    assert exc.value.status == 400 and "is waiting to start" in json.loads(exc.value.body)["message"]
+    assert exc.value.status == 400 and "is waiting to start" in status_body(exc.value)["message"]
 
     body = pod("nosecret", "echo $TOKEN")
     body["spec"]["containers"][0]["env"] = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "later", "key": "t"}}}]
     core.create_namespaced_pod(ns, body)
     sim.wait_for(lambda: waiting("nosecret", "CreateContainerConfigError"), what="CreateContainerConfigError")
-    cs = sim.get_object("pods", "nosecret")["status"]["containerStatuses"][0]  # type: ignore[index]
+    cs = sim.require_object("pods", "nosecret")["status"]["containerStatuses"][0]
     assert cs["state"]["waiting"]["message"] == 'secret "later" not found'
     sim.create_secret("later", {"t": "tok"})
-    sim.wait_for(lambda: sim.get_object("pods", "nosecret")["status"]["phase"] == "Succeeded", what="starts once the secret exists")  # type: ignore[index]
+    sim.wait_for(lambda: sim.require_object("pods", "nosecret")["status"]["phase"] == "Succeeded", what="starts once the secret exists")
     assert core.read_namespaced_pod_log("nosecret", ns) == "tok\n"
 
 
-def test_logs_timestamps_since_tail_follow_previous(sim: SimCluster, batch: client.BatchV1Api, core: client.CoreV1Api) -> None:
+def test_logs_timestamps_since_tail_follow_previous(sim: SimCluster, batch: Any, core: Any) -> None:
     ns = sim.namespace
     script = "for i in 1 2 3; do echo line$i; done; sleep 1.2; echo late1; echo late2; echo err >&2; sleep 0.5"
     batch.create_namespaced_job(ns, job("logs", script))
@@ -205,10 +209,10 @@ def test_logs_timestamps_since_tail_follow_previous(sim: SimCluster, batch: clie
     assert core.read_namespaced_pod_log(name, ns, limit_bytes=8) == "line1\nli"
     with pytest.raises(ApiException) as exc:
         core.read_namespaced_pod_log(name, ns, previous=True)
-    assert exc.value.status == 400 and "previous terminated container" in json.loads(exc.value.body)["message"]
+    assert exc.value.status == 400 and "previous terminated container" in status_body(exc.value)["message"]
 
 
-def test_previous_logs_after_onfailure_restart(sim: SimCluster, batch: client.BatchV1Api, core: client.CoreV1Api) -> None:
+def test_previous_logs_after_onfailure_restart(sim: SimCluster, batch: Any, core: Any) -> None:
     ns = sim.namespace
     # Fails on the first run, succeeds on the restart (the marker lives in the pod's /tmp).
     script = "if [ -f /tmp/ran ]; then echo second; exit 0; fi; touch /tmp/ran; echo first; exit 1"
@@ -232,8 +236,8 @@ def _tar_bytes(size: int) -> bytes:
     return buf.getvalue()
 
 
-def _exec(core: client.CoreV1Api, ns: str, name: str, cmd: list[str], stdin: bytes | None = None, close_stdin: bool = False) -> tuple[bytes, bytes, Any]:
-    ws = stream(
+def _exec(core: Any, ns: str, name: str, cmd: list[str], stdin: bytes | None = None, close_stdin: bool = False) -> tuple[bytes, bytes, Any]:
+    ws = exec_stream(
         core.connect_get_namespaced_pod_exec,
         name,
         ns,
@@ -262,7 +266,7 @@ def _exec(core: client.CoreV1Api, ns: str, name: str, cmd: list[str], stdin: byt
 
 
 @pytest.mark.parametrize("protocol", ["v5.channel.k8s.io", "v4.channel.k8s.io"])
-def test_exec_stdin_tar_into_private_tmp(sim: SimCluster, core: client.CoreV1Api, protocol: str) -> None:
+def test_exec_stdin_tar_into_private_tmp(sim: SimCluster, core: Any, protocol: str) -> None:
     sim.configure(exec_protocols=(protocol,))
     ns = sim.namespace
     core.create_namespaced_pod(ns, pod("box", "while [ ! -f /tmp/jobsup-source/source.tar.ready ]; do sleep 0.1; done; tar -xf /tmp/jobsup-source/source.tar -C /tmp/jobsup-source && ls -l /tmp/jobsup-source"))
@@ -278,7 +282,7 @@ def test_exec_stdin_tar_into_private_tmp(sim: SimCluster, core: client.CoreV1Api
     assert ws.returncode == 0
     out, _err, ws = _exec(core, ns, "box", ["sh", "-c", "mv /tmp/jobsup-source/source.tar.part /tmp/jobsup-source/source.tar && touch /tmp/jobsup-source/source.tar.ready"])
     assert ws.returncode == 0
-    sim.wait_for(lambda: sim.get_object("pods", "box")["status"]["phase"] == "Succeeded", what="box extracted")  # type: ignore[index]
+    sim.wait_for(lambda: sim.require_object("pods", "box")["status"]["phase"] == "Succeeded", what="box extracted")
     assert "payload.bin" in core.read_namespaced_pod_log("box", ns)
     # The other pod has its own /tmp.
     out, _err, ws = _exec(core, ns, "other", ["sh", "-c", "ls /tmp/jobsup-source 2>&1; exit 7"])
@@ -288,7 +292,7 @@ def test_exec_stdin_tar_into_private_tmp(sim: SimCluster, core: client.CoreV1Api
         _exec(core, ns, "box", ["true"])
 
 
-def test_exec_stdin_close_v5(sim: SimCluster, core: client.CoreV1Api) -> None:
+def test_exec_stdin_close_v5(sim: SimCluster, core: Any) -> None:
     ns = sim.namespace
     core.create_namespaced_pod(ns, pod("cat", "sleep 60"))
     _running(sim, "cat", job_name=False)

@@ -242,35 +242,38 @@ def parse_label_selector(text: str | None) -> Predicate:
     """
     if not text or not text.strip():
         return lambda labels: True
-    reqs: list[Predicate] = []
+    reqs: list[tuple[str, str, frozenset[str]]] = []
     for part in _split_top(text):
         m = _SET_RE.match(part)
         if m:
             key, op, values_text = m.groups()
-            values = {v.strip() for v in values_text.split(",") if v.strip()}
-            if op == "in":
-                reqs.append(lambda lb, k=key, vs=values: lb.get(k) in vs)
-            else:
-                reqs.append(lambda lb, k=key, vs=values: lb.get(k) not in vs)
+            reqs.append((key, op, frozenset(v.strip() for v in values_text.split(",") if v.strip())))
             continue
         m = _EQ_RE.match(part)
         if m:
             key, op, value = m.groups()
-            if op == "!=":
-                reqs.append(lambda lb, k=key, v=value: lb.get(k) != v)
-            else:
-                reqs.append(lambda lb, k=key, v=value: lb.get(k) == v)
+            reqs.append((key, "notin" if op == "!=" else "in", frozenset({value})))
             continue
         m = _EXISTS_RE.match(part)
         if m:
             neg, key = m.groups()
-            if neg:
-                reqs.append(lambda lb, k=key: k not in lb)
-            else:
-                reqs.append(lambda lb, k=key: k in lb)
+            reqs.append((key, "!exists" if neg else "exists", frozenset()))
             continue
         raise err_bad_request(f"unable to parse requirement: {part!r} in labelSelector {text!r}")
-    return lambda labels: all(r(labels) for r in reqs)
+
+    def match(labels: Mapping[str, str]) -> bool:
+        for key, op, values in reqs:
+            if op == "in" and labels.get(key) not in values:
+                return False
+            if op == "notin" and labels.get(key) in values:
+                return False
+            if op == "exists" and key not in labels:
+                return False
+            if op == "!exists" and key in labels:
+                return False
+        return True
+
+    return match
 
 
 def match_selector_object(selector: JSON | None, labels: Mapping[str, str]) -> bool:
