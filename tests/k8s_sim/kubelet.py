@@ -108,7 +108,15 @@ class ContainerRuntime:
     killed_by_kubelet: bool = False
     log_path: Path | None = None
     log_fh: Any = None
+    exec_procs: set[asyncio.subprocess.Process] = field(default_factory=set)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def kill_execs(self) -> None:
+        """Kill the exec sessions' processes: they die with the container."""
+        for p in list(self.exec_procs):
+            if p.returncode is None:
+                _killpg(p, signal.SIGKILL)
+        self.exec_procs.clear()
 
     def changed_token(self) -> asyncio.Event:
         """An event set at the next log write or state change (broadcast)."""
@@ -193,8 +201,11 @@ class Kubelet:
         uid = md["uid"]
         rt = self.pods.get(uid)
         if ev.type == "DELETED":
-            if rt is not None and not rt.done:
-                rt.request_stop("deleted", 0)
+            if rt is not None:
+                if rt.done:
+                    self.forget(uid)
+                else:
+                    rt.request_stop("deleted", 0)
             return
         if rt is None:
             phase = (ev.obj.get("status") or {}).get("phase")
@@ -365,7 +376,11 @@ class Kubelet:
                 if c.log_fh is not None:
                     c.log_fh.close()
                     c.log_fh = None
+                c.kill_execs()
                 c.notify()
+            pod = self.store.find(PODS, rt.namespace, rt.name)
+            if (pod is None or pod["metadata"]["uid"] != rt.uid) and not self._closing:
+                self.forget(rt.uid)
 
     async def _wait_or_stop(self, rt: PodRuntime, seconds: float | None, also: asyncio.Event | None = None) -> bool:
         """Sleep ``seconds`` (None: forever); True when a stop was requested."""
@@ -676,8 +691,10 @@ class Kubelet:
             rc = await wait_task
         finally:
             stop_task.cancel()
-        # Like the runtime killing the container's cgroup: nothing survives it.
+        # Like the runtime killing the container's cgroup: nothing survives it,
+        # exec sessions included.
         _killpg(proc, signal.SIGKILL)
+        c.kill_execs()
         await asyncio.wait(pumps, timeout=5)
         for p in pumps:
             p.cancel()
@@ -840,7 +857,7 @@ class Kubelet:
         if not command:
             raise err_bad_request("you must specify at least 1 command")
         argv = command if self.private_tmp else [_rewrite_tmp(a, str(c.host_tmp)) for a in command]
-        return await asyncio.create_subprocess_exec(
+        proc = await asyncio.create_subprocess_exec(
             *self._spawn_argv(c, argv),
             stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
@@ -849,6 +866,9 @@ class Kubelet:
             cwd=str(c.host_tmp),
             start_new_session=True,
         )
+        c.exec_procs = {p for p in c.exec_procs if p.returncode is None}
+        c.exec_procs.add(proc)
+        return proc
 
     async def close(self) -> None:
         """Kill every container (SIGKILL) and end every pod task."""
