@@ -33,6 +33,7 @@ from store import EventStore
 from supervisord import config as cfg
 from supervisord.api.server import PeerCredProtocol, create_app
 from supervisord.backends.base import Backend
+from supervisord.backends.kubernetes import KubernetesBackend
 from supervisord.backends.local import LocalBackend
 from supervisord.exceptions import DaemonError, JobsupError
 from supervisord.logging import configure_logging
@@ -119,14 +120,7 @@ class Daemon:
         self._stop.set()
 
     def _backends(self) -> dict[str, Backend]:
-        backends: dict[str, Backend] = {"local": LocalBackend()}
-        try:
-            from supervisord.backends.kubernetes import KubernetesBackend  # type: ignore[attr-defined]
-        except ImportError:
-            KubernetesBackend = None
-        if KubernetesBackend is not None:
-            backends["kubernetes"] = KubernetesBackend()
-        return backends
+        return {"local": LocalBackend(), "kubernetes": KubernetesBackend()}
 
     async def run(self) -> None:
         """Start everything in order (see the module docstring) and serve."""

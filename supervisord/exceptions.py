@@ -12,7 +12,8 @@ Hierarchy::
     ├── AmbiguousRunError           a prefix matches several runs
     ├── RunInFlightError            a project+name already has a run in flight
     ├── BackendError                a backend failed to do what was asked
-    │   └── PreflightError          a Kubernetes preflight check failed
+    │   ├── PreflightError          a Kubernetes preflight check failed
+    │   └── KubernetesApiError      the Kubernetes API answered a request with an error Status
     ├── DaemonError                 the daemon cannot start (socket, config, ...)
     └── DaemonUnreachableError      the CLI cannot reach a daemon (exit 69)
 
@@ -55,6 +56,7 @@ __all__ = [
     "RunInFlightError",
     "BackendError",
     "PreflightError",
+    "KubernetesApiError",
     "DaemonError",
     "DaemonUnreachableError",
     "StoreError",
@@ -128,6 +130,27 @@ class PreflightError(BackendError):
 
     def __init__(self, message: str, problems: list[str] | None = None) -> None:
         self.problems = problems if problems is not None else [message]
+        super().__init__(message)
+
+
+class KubernetesApiError(BackendError):
+    """The Kubernetes API answered with an error ``Status`` (or could not be
+    reached: ``status`` 0).
+
+    ``status``: the HTTP status code; ``reason``: the Status reason
+    (``NotFound``, ``AlreadyExists``, ``Forbidden``, ``Invalid``...; see
+    k8s.io/apimachinery metav1.StatusReason); ``retry_after_s``: the
+    server's ``Retry-After`` in seconds, if it sent one; ``str(err)`` is the
+    API's message prefixed with what jobsup was doing.
+    """
+
+    def __init__(
+        self, message: str, *, status: int, reason: str, body: object = None, retry_after_s: float | None = None
+    ) -> None:
+        self.status = status
+        self.reason = reason
+        self.body = body
+        self.retry_after_s = retry_after_s
         super().__init__(message)
 
 

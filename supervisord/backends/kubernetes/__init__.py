@@ -1,5 +1,7 @@
-"""The Kubernetes backend: the manifest contract and render (this part), then
-cluster access, staging, watches (the backend proper).
+"""The Kubernetes backend: the manifest contract and render, and the backend
+proper (:class:`KubernetesBackend`: cluster access, preflight, submit and
+rollback, source staging, shared watches, phase mapping, logs, cancel,
+reattach).
 
 The contract (DESIGN.md, "Kubernetes manifest contract"): the run's shape
 lives in a manifest committed to the repository; jobsup reads it from the
@@ -10,6 +12,7 @@ exact objects to create from :func:`render_run`.
 
 from __future__ import annotations
 
+from supervisord.backends.kubernetes.backend import KubernetesBackend
 from supervisord.backends.kubernetes.inject import ENV_SECRET, LABEL_NAME, LABEL_PROJECT, LABEL_RUN
 from supervisord.backends.kubernetes.lint import PRIMARY_LABEL, SCRIPT_ENV
 from supervisord.backends.kubernetes.manifest import (
@@ -33,6 +36,8 @@ from supervisord.backends.kubernetes.script import (
 )
 
 __all__ = [
+    # the backend
+    "KubernetesBackend",
     # render
     "RenderedRun",
     "render_run",

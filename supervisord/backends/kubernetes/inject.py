@@ -99,12 +99,14 @@ def inject_contract(
     labels: Mapping[str, str],
     timeout_s: int,
     script: str,
+    env_secret: str = ENV_SECRET,
 ) -> list[str]:
     """Inject the contract into ``objects`` in place (they must have passed
     :func:`~supervisord.backends.kubernetes.lint.lint_manifest`, which gave
     ``lint``). ``timeout_s`` (seconds, > 0) becomes the primary Job's
     ``activeDeadlineSeconds`` unless set; ``script`` is the ``JOBSUP_SCRIPT``
-    value.
+    value; ``env_secret`` names the env Secret every container reads through
+    ``envFrom`` (the backend passes its per-run ``jobsup-env-<run id>``).
 
     Returns notes, one line each, for every author value jobsup overrode
     (e.g. ``Job/train-…: spec.backoffLimit 3 overridden to 0 …``).
@@ -143,7 +145,7 @@ def inject_contract(
     for field in ("initContainers", "containers"):
         for container in pod.get(field) or []:
             if isinstance(container, dict):
-                _inject_env_secret(container)
+                _inject_env_secret(container, env_secret)
     return notes
 
 
@@ -167,14 +169,14 @@ def _inject_script_env(container: dict[str, Any], script: str, who: str) -> list
     return notes
 
 
-def _inject_env_secret(container: dict[str, Any]) -> None:
+def _inject_env_secret(container: dict[str, Any], env_secret: str) -> None:
     env_from = container.get("envFrom")
     if not isinstance(env_from, list):
         env_from = []
     for entry in env_from:
         ref = entry.get("secretRef") if isinstance(entry, dict) else None
-        if isinstance(ref, dict) and ref.get("name") == ENV_SECRET:
+        if isinstance(ref, dict) and ref.get("name") == env_secret:
             container["envFrom"] = env_from
             return
-    env_from.append({"secretRef": {"name": ENV_SECRET, "optional": True}})
+    env_from.append({"secretRef": {"name": env_secret, "optional": True}})
     container["envFrom"] = env_from

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from supervisord.backends.kubernetes.inject import inject_contract, run_labels
+from supervisord.backends.kubernetes.inject import ENV_SECRET, inject_contract, run_labels
 from supervisord.backends.kubernetes.lint import LintResult, describe, lint_manifest, lint_primary_job
 from supervisord.backends.kubernetes.manifest import check_run_id, parse_manifest, substitute_run_token
 from supervisord.backends.kubernetes.sandbox import apply_sandbox_options
@@ -84,6 +84,7 @@ def render_run(
     staging_timeout_s: int,
     kube_config: Mapping[str, Any],
     manifest_path: str,
+    env_secret: str = ENV_SECRET,
 ) -> RenderedRun:
     """Render the run ``run_id`` (12 lowercase hex) of task ``name`` in
     ``project`` from the manifest text (read from the recorded commit at
@@ -94,7 +95,10 @@ def render_run(
     unless the manifest sets it; ``staging_timeout_s`` (seconds, > 0) bounds
     the script's wait for the source; ``kube_config`` is the effective
     ``kubernetes:`` config section (``pod_config``, ``custom_metadata`` and
-    the sandbox options are read from it; other keys are ignored).
+    the sandbox options are read from it; other keys are ignored);
+    ``env_secret`` is the name of the env Secret every container reads
+    through ``envFrom`` (default ``jobsup-env``; the Kubernetes backend passes
+    a per-run ``jobsup-env-<run id>``, so concurrent submits never share one).
 
     Raises ManifestError (``errors``: every violation, each naming the
     object) when the manifest breaks the contract, including after the pod
@@ -142,7 +146,9 @@ def render_run(
 
     script = gated_script(command, staging_timeout_s=staging_timeout_s)
     labels = run_labels(run_id=run_id, project=project, name=name)
-    notes += inject_contract(objects, lint, namespace=namespace, labels=labels, timeout_s=timeout_s, script=script)
+    notes += inject_contract(
+        objects, lint, namespace=namespace, labels=labels, timeout_s=timeout_s, script=script, env_secret=env_secret
+    )
     notes += apply_sandbox_options(job, script_container=lint.script_container, kube_config=kube_config, who=who)
     return RenderedRun(objects=objects, primary_job=job, script_container=lint.script_container, notes=notes)
 

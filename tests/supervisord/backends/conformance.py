@@ -38,6 +38,10 @@ class BackendHarness:
     repo_files: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # Submitted-event extras (e.g. {"manifest": ".jobsup/k8s.yaml"}).
     submitted: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # The stream stderr lines are recorded under: "stdout" where the backend
+    # reads one merged log (the Kubernetes pods/log API serves both streams
+    # as one unless a cluster enables the alpha PodLogsQuerySplitStreams).
+    stderr_stream: str = "stderr"
 
 
 def make_git_repo(path: Path, files: Mapping[str, str]) -> str:
@@ -141,7 +145,7 @@ async def scenario_completes_with_logs(h: SupervisorHarness) -> None:
     run = await h.terminal(run_id)
     assert run.phase == "COMPLETED" and run.exit_code == 0, run
     lines = await h.lines(run_id)
-    assert ("stdout", "hello-out") in lines and ("stderr", "hello-err") in lines
+    assert ("stdout", "hello-out") in lines and (h.harness.stderr_stream, "hello-err") in lines
     assert ("stdout", "tail-no-newline") in lines
     assert len(lines) == 3
     phases = await h.phases(run_id)

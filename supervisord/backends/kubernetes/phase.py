@@ -1,0 +1,278 @@
+"""From a Job and its pods to the run's phase: pure functions, no I/O.
+
+Rules (jobsup issue 7, "Supervision"), with the Kubernetes fields they read
+(batch/v1 JobStatus and core/v1 PodStatus; conditions per
+https://kubernetes.io/docs/concepts/workloads/controllers/job/#termination-of-job-pods):
+
+- a Job condition ``Complete`` or ``SuccessCriteriaMet`` with status
+  ``"True"`` -> COMPLETED (the exit code of the script container, if it
+  terminated);
+- ``Failed`` or ``FailureTarget`` with status ``"True"`` -> ERROR, reason the
+  condition's reason (BackoffLimitExceeded, DeadlineExceeded,
+  PodFailurePolicy...), message ``"<reason>: <message>"``; when the script
+  container exited non-zero or was OOMKilled the message starts with that
+  (``NonZeroExit: container "main" exited with code 3 (Error)``) and the
+  run's exit code is recorded, while the reason stays the Job's;
+- a condition with status ``"False"`` or ``"Unknown"`` is never terminal;
+- otherwise the current pod decides: its script container running ->
+  RUNNING (STAGING until jobsup staged the source), else SCHEDULING with the
+  scheduler's ``Unschedulable`` message or the container's waiting reason
+  and message (ImagePullBackOff, CreateContainerConfigError, ...) kept.
+
+A terminated container reason such as OOMKilled on a Job that completed
+does not make the run an ERROR (it is mentioned in the message).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Sequence
+
+__all__ = [
+    "COMPLETION_INDEX",
+    "Observation",
+    "condition",
+    "container_status",
+    "current_pod",
+    "describe_pod",
+    "job_outcome",
+    "leader_pod",
+    "observe",
+    "pod_is_terminal",
+    "pod_progress",
+    "terminated_state",
+]
+
+#: The annotation (and label) Indexed Jobs put on each pod (batch/v1).
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+
+_SUCCESS = ("Complete", "SuccessCriteriaMet")
+_FAILURE = ("Failed", "FailureTarget")
+#: Job condition reasons that say nothing about why the pod failed.
+_GENERIC_REASONS = frozenset({"BackoffLimitExceeded", "MaxFailedIndexesExceeded", "FailedIndexes", "Failed"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Observation:
+    """What a Job and its pods say about the run: ``phase`` (a jobsup phase),
+    ``reason`` (one CamelCase word or None), ``message`` (human text or
+    None), ``exit_code`` (of the script container, when it terminated)."""
+
+    phase: str
+    reason: str | None = None
+    message: str | None = None
+    exit_code: int | None = None
+
+    @property
+    def terminal(self) -> bool:
+        """True for COMPLETED and ERROR (the phases a Job itself can reach)."""
+        return self.phase in ("COMPLETED", "ERROR")
+
+
+def condition(job: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    """The Job's condition of ``type_`` when its status is ``"True"``, else None."""
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, Mapping) and cond.get("type") == type_ and cond.get("status") == "True":
+            return cond
+    return None
+
+
+def pod_is_terminal(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod's phase is Succeeded or Failed."""
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _name(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("name") or "")
+
+
+def _created(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("creationTimestamp") or "")
+
+
+def _index(pod: Mapping[str, Any]) -> str | None:
+    meta = pod.get("metadata") or {}
+    value = (meta.get("annotations") or {}).get(COMPLETION_INDEX) or (meta.get("labels") or {}).get(COMPLETION_INDEX)
+    return None if value is None else str(value)
+
+
+def leader_pod(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The pod whose logs are the run's: among the pods not yet terminal and
+    not being deleted (else among all), the one with completion index "0",
+    else the first by name. None without pods."""
+    live = [p for p in pods if not pod_is_terminal(p) and not (p.get("metadata") or {}).get("deletionTimestamp")]
+    candidates = live or list(pods)
+    if not candidates:
+        return None
+    indexed = [p for p in candidates if _index(p) == "0"]
+    if indexed:
+        return sorted(indexed, key=_name)[0]
+    return sorted(candidates, key=_name)[0]
+
+
+def current_pod(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The pod that says where the run is now: the newest pod not yet
+    terminal, else the newest pod. None without pods."""
+    if not pods:
+        return None
+    ordered = sorted(pods, key=lambda p: (_created(p), _name(p)))
+    live = [p for p in ordered if not pod_is_terminal(p)]
+    return (live or ordered)[-1]
+
+
+def container_status(pod: Mapping[str, Any], container: str) -> Mapping[str, Any] | None:
+    """The containerStatuses (or initContainerStatuses) entry named ``container``."""
+    status = pod.get("status") or {}
+    for field in ("containerStatuses", "initContainerStatuses"):
+        for cs in status.get(field) or []:
+            if isinstance(cs, Mapping) and cs.get("name") == container:
+                return cs
+    return None
+
+
+def terminated_state(pod: Mapping[str, Any], container: str) -> Mapping[str, Any] | None:
+    """``state.terminated`` of the container, or None while it has not terminated."""
+    cs = container_status(pod, container)
+    if cs is None:
+        return None
+    term = (cs.get("state") or {}).get("terminated")
+    return term if isinstance(term, Mapping) else None
+
+
+def _exit_code(term: Mapping[str, Any] | None) -> int | None:
+    if term is None:
+        return None
+    code = term.get("exitCode")
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+def _exit_detail(term: Mapping[str, Any], container: str) -> str | None:
+    code = _exit_code(term)
+    why = str(term.get("reason") or "")
+    if why == "OOMKilled":
+        return f'OOMKilled: container "{container}" was killed for using too much memory (exit code {code})'
+    if code:
+        return f'NonZeroExit: container "{container}" exited with code {code}' + (f" ({why})" if why else "")
+    return None
+
+
+def job_outcome(
+    job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], script_container: str
+) -> Observation | None:
+    """The terminal :class:`Observation` when the Job has finished (a
+    success or failure condition with status "True"), else None."""
+    pod = current_pod(pods)
+    term = terminated_state(pod, script_container) if pod is not None else None
+    success = next((c for t in _SUCCESS if (c := condition(job, t)) is not None), None)
+    if success is not None:
+        code = _exit_code(term)
+        message = None
+        if term is not None and term.get("reason") == "OOMKilled":
+            message = f'container "{script_container}" reported OOMKilled, but the Job completed'
+        return Observation("COMPLETED", None, message, 0 if code is None else code)
+    failure = next((c for t in _FAILURE if (c := condition(job, t)) is not None), None)
+    if failure is None:
+        return None
+    reason = str(failure.get("reason") or "Failed")
+    text = f"{reason}: {failure.get('message') or 'the Job failed'}"
+    detail = _exit_detail(term, script_container) if term is not None else None
+    if detail is None and pod is not None:
+        status = pod.get("status") or {}
+        if status.get("reason") == "Evicted":
+            detail = f"Evicted: {status.get('message') or 'the pod was evicted'}".strip()
+    if detail is not None:
+        text = f"{detail}. {text}" if reason in _GENERIC_REASONS or reason == "PodFailurePolicy" else f"{text} ({detail})"
+    return Observation("ERROR", reason, text, _exit_code(term))
+
+
+def _unschedulable(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if (
+            isinstance(cond, Mapping)
+            and cond.get("type") == "PodScheduled"
+            and cond.get("status") == "False"
+            and cond.get("reason") == "Unschedulable"
+        ):
+            return cond
+    return None
+
+
+def _waiting(pod: Mapping[str, Any], script_container: str) -> tuple[str, str | None] | None:
+    """The most telling waiting reason: an init container's, else the
+    script container's, else any other container's."""
+    status = pod.get("status") or {}
+    ordered: list[Mapping[str, Any]] = []
+    ordered += [cs for cs in status.get("initContainerStatuses") or [] if isinstance(cs, Mapping)]
+    regular = [cs for cs in status.get("containerStatuses") or [] if isinstance(cs, Mapping)]
+    ordered += [cs for cs in regular if cs.get("name") == script_container]
+    ordered += [cs for cs in regular if cs.get("name") != script_container]
+    fallback: tuple[str, str | None] | None = None
+    for cs in ordered:
+        waiting = (cs.get("state") or {}).get("waiting")
+        if not isinstance(waiting, Mapping) or not waiting.get("reason"):
+            continue
+        found = (str(waiting["reason"]), str(waiting["message"]) if waiting.get("message") else None)
+        # ContainerCreating/PodInitializing say little; keep looking for a problem.
+        if found[0] not in ("ContainerCreating", "PodInitializing"):
+            return found
+        fallback = fallback or found
+    return fallback
+
+
+def pod_progress(pods: Sequence[Mapping[str, Any]], script_container: str, *, staged: bool) -> Observation:
+    """The non-terminal phase the pods show: RUNNING once the script
+    container runs (STAGING when the source is not staged yet; a container
+    that already terminated counts as having run), else SCHEDULING with the
+    reason and message that say why (Unschedulable, ImagePullBackOff...)."""
+    pod = current_pod(pods)
+    if pod is None:
+        return Observation("SCHEDULING", None, "waiting for the Job's pod to be created")
+    cs = container_status(pod, script_container)
+    state = (cs or {}).get("state") or {}
+    if "running" in state or "terminated" in state:
+        return Observation("RUNNING" if staged else "STAGING")
+    unschedulable = _unschedulable(pod)
+    if unschedulable is not None:
+        return Observation("SCHEDULING", "Unschedulable", str(unschedulable.get("message") or "") or None)
+    waiting = _waiting(pod, script_container)
+    if waiting is not None:
+        return Observation("SCHEDULING", waiting[0], waiting[1])
+    phase = (pod.get("status") or {}).get("phase") or "Pending"
+    return Observation("SCHEDULING", None, f"pod {_name(pod)} is {phase}")
+
+
+def observe(
+    job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], script_container: str, *, staged: bool
+) -> Observation:
+    """The run's phase from its primary Job and that Job's pods:
+    :func:`job_outcome` when the Job finished, else :func:`pod_progress`."""
+    return job_outcome(job, pods, script_container) or pod_progress(pods, script_container, staged=staged)
+
+
+def describe_pod(pod: Mapping[str, Any] | None, script_container: str) -> str:
+    """One line on where a pod is, for error messages: its phase and the
+    scheduler's or the container's reason and message, e.g. ``pod train-x
+    is Pending; container "main" waiting: ImagePullBackOff: Back-off pulling
+    image "…"``."""
+    if pod is None:
+        return "no pod of the Job was created"
+    status = pod.get("status") or {}
+    text = f"pod {_name(pod)} is {status.get('phase') or 'Pending'}"
+    unschedulable = _unschedulable(pod)
+    if unschedulable is not None:
+        return f"{text}; Unschedulable: {unschedulable.get('message') or 'no node fits'}"
+    waiting = _waiting(pod, script_container)
+    if waiting is not None:
+        who = script_container
+        for field in ("initContainerStatuses", "containerStatuses"):
+            for cs in status.get(field) or []:
+                if ((cs.get("state") or {}).get("waiting") or {}).get("reason") == waiting[0]:
+                    who = str(cs.get("name"))
+                    break
+        return f'{text}; container "{who}" waiting: {waiting[0]}' + (f": {waiting[1]}" if waiting[1] else "")
+    term = terminated_state(pod, script_container)
+    if term is not None:
+        return f'{text}; container "{script_container}" terminated with exit code {term.get("exitCode")} ({term.get("reason") or "no reason"})'
+    if status.get("reason"):
+        return f"{text}; {status.get('reason')}: {status.get('message') or ''}".rstrip(": ")
+    return text

@@ -1,0 +1,252 @@
+"""Preflight: can this run start on this cluster? (jobsup issue 7 part 2 and
+issue 8's reference checks.)
+
+Checked, each failure one line saying what to fix, nothing created:
+
+1. the kubeconfig loads and names the context (:mod:`.access`);
+2. the API server answers (``GET /version``);
+3. SelfSubjectAccessReview (authorization.k8s.io/v1) allows, in the
+   namespace: create/delete/list/watch Jobs, list/watch Pods, create
+   ``pods/exec``, get ``pods/log``, create/update Secrets, and create every
+   other kind the manifest holds;
+4. every Secret and PersistentVolumeClaim the rendered pod templates
+   reference (volumes, ``envFrom``, ``secretKeyRef``; optional references
+   excepted; objects the manifest itself creates excepted) exists, and so
+   does the RuntimeClass; a 403 on reading a RuntimeClass is a warning (many
+   users may not read cluster-scoped objects), not a refusal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable, Mapping
+
+from supervisord.backends.kubernetes.access import Cluster
+from supervisord.backends.kubernetes.objects import ResourceResolver
+from supervisord.exceptions import KubernetesApiError
+
+__all__ = [
+    "AccessCheck",
+    "REQUIRED_ACCESS",
+    "References",
+    "check_access",
+    "check_api",
+    "check_references",
+    "references",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class AccessCheck:
+    """One permission: ``verb`` on ``resource`` (plural, e.g. ``jobs``) of API
+    ``group`` ("" for core), optionally a ``subresource`` (``exec``, ``log``)."""
+
+    verb: str
+    group: str
+    resource: str
+    subresource: str = ""
+
+    def describe(self) -> str:
+        """``create jobs.batch``, ``create pods/exec``."""
+        res = self.resource + (f".{self.group}" if self.group else "")
+        return f"{self.verb} {res}" + (f"/{self.subresource}" if self.subresource else "")
+
+    def rule(self) -> str:
+        """The RBAC Role rule that grants it, for the fix-it line."""
+        res = self.resource + (f"/{self.subresource}" if self.subresource else "")
+        return f'apiGroups: ["{self.group}"], resources: ["{res}"], verbs: ["{self.verb}"]'
+
+
+#: What every run needs in its namespace.
+REQUIRED_ACCESS: tuple[AccessCheck, ...] = (
+    AccessCheck("create", "batch", "jobs"),
+    AccessCheck("delete", "batch", "jobs"),
+    AccessCheck("list", "batch", "jobs"),
+    AccessCheck("watch", "batch", "jobs"),
+    AccessCheck("list", "", "pods"),
+    AccessCheck("watch", "", "pods"),
+    AccessCheck("create", "", "pods", "exec"),
+    AccessCheck("get", "", "pods", "log"),
+    AccessCheck("create", "", "secrets"),
+    AccessCheck("update", "", "secrets"),
+)
+
+
+async def check_api(cluster: Cluster) -> tuple[str | None, str]:
+    """``GET /version``: (problem or None, detail such as ``Kubernetes
+    v1.33.0``)."""
+    try:
+        version = await cluster.request("GET", "/version", what="GET /version", timeout=(5.0, 10.0))
+    except KubernetesApiError as err:
+        return (
+            f"the API server of context {cluster.context} ({cluster.host}) does not answer: {err}; "
+            "check the network/VPN and that `kubectl version` works with this context",
+            str(err),
+        )
+    return None, f"{cluster.host} answers, Kubernetes {version.get('gitVersion') if isinstance(version, dict) else version}"
+
+
+async def check_access(cluster: Cluster, namespace: str, checks: Iterable[AccessCheck]) -> list[tuple[AccessCheck, str | None]]:
+    """One SelfSubjectAccessReview per check; returns (check, problem or
+    None) in order. Raises KubernetesApiError when the review itself fails."""
+    out: list[tuple[AccessCheck, str | None]] = []
+    for check in checks:
+        attrs: dict[str, Any] = {"namespace": namespace, "verb": check.verb, "group": check.group, "resource": check.resource}
+        if check.subresource:
+            attrs["subresource"] = check.subresource
+        body = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attrs},
+        }
+        review = await cluster.request(
+            "POST",
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            body=body,
+            what=f"SelfSubjectAccessReview for {check.describe()}",
+        )
+        status = review.get("status") or {}
+        if status.get("allowed"):
+            out.append((check, None))
+            continue
+        why = status.get("reason") or status.get("evaluationError") or "denied"
+        out.append(
+            (
+                check,
+                f"not allowed to {check.describe()} in namespace {namespace} (context {cluster.context}): {why}; "
+                f"ask for a Role/RoleBinding with {check.rule()}",
+            )
+        )
+    return out
+
+
+@dataclasses.dataclass
+class References:
+    """Objects the pod templates need: ``secrets`` and ``pvcs`` (name ->
+    where it is used, e.g. ``Job/train volume "creds"``) and the
+    ``runtime_classes`` (name -> where)."""
+
+    secrets: dict[str, str] = dataclasses.field(default_factory=dict)
+    pvcs: dict[str, str] = dataclasses.field(default_factory=dict)
+    runtime_classes: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def _pod_specs(objects: Iterable[Mapping[str, Any]]) -> list[tuple[str, Mapping[str, Any]]]:
+    out: list[tuple[str, Mapping[str, Any]]] = []
+    for obj in objects:
+        who = f"{obj.get('kind')}/{(obj.get('metadata') or {}).get('name')}"
+        spec = obj.get("spec") or {}
+        if obj.get("kind") == "Pod":
+            out.append((who, spec))
+        template = spec.get("template") if isinstance(spec, Mapping) else None
+        if isinstance(template, Mapping) and isinstance(template.get("spec"), Mapping):
+            out.append((who, template["spec"]))
+        job_template = spec.get("jobTemplate") if isinstance(spec, Mapping) else None
+        if isinstance(job_template, Mapping):
+            inner = ((job_template.get("spec") or {}).get("template") or {}).get("spec")
+            if isinstance(inner, Mapping):
+                out.append((who, inner))
+    return out
+
+
+def references(objects: Iterable[Mapping[str, Any]]) -> References:
+    """The Secrets, PVCs and RuntimeClasses the pod templates of ``objects``
+    reference (non-optional references only), minus the Secrets and PVCs
+    ``objects`` create themselves. Pure."""
+    objects = list(objects)
+    own = {(o.get("kind"), (o.get("metadata") or {}).get("name")) for o in objects}
+    refs = References()
+    for who, pod in _pod_specs(objects):
+        for vol in pod.get("volumes") or []:
+            if not isinstance(vol, Mapping):
+                continue
+            where = f'{who} volume "{vol.get("name")}"'
+            secret = vol.get("secret")
+            if isinstance(secret, Mapping) and secret.get("secretName") and not secret.get("optional"):
+                refs.secrets.setdefault(str(secret["secretName"]), where)
+            pvc = vol.get("persistentVolumeClaim")
+            if isinstance(pvc, Mapping) and pvc.get("claimName"):
+                refs.pvcs.setdefault(str(pvc["claimName"]), where)
+            projected = vol.get("projected")
+            for source in (projected.get("sources") or []) if isinstance(projected, Mapping) else []:
+                sec = source.get("secret") if isinstance(source, Mapping) else None
+                if isinstance(sec, Mapping) and sec.get("name") and not sec.get("optional"):
+                    refs.secrets.setdefault(str(sec["name"]), where)
+        for field in ("initContainers", "containers"):
+            for c in pod.get(field) or []:
+                if not isinstance(c, Mapping):
+                    continue
+                cwho = f'{who} container "{c.get("name")}"'
+                for ef in c.get("envFrom") or []:
+                    ref = ef.get("secretRef") if isinstance(ef, Mapping) else None
+                    if isinstance(ref, Mapping) and ref.get("name") and not ref.get("optional"):
+                        refs.secrets.setdefault(str(ref["name"]), f"{cwho} envFrom")
+                for env in c.get("env") or []:
+                    vf = env.get("valueFrom") if isinstance(env, Mapping) else None
+                    key_ref = vf.get("secretKeyRef") if isinstance(vf, Mapping) else None
+                    if isinstance(key_ref, Mapping) and key_ref.get("name") and not key_ref.get("optional"):
+                        refs.secrets.setdefault(str(key_ref["name"]), f"{cwho} env {env.get('name')}")
+        if pod.get("runtimeClassName"):
+            refs.runtime_classes.setdefault(str(pod["runtimeClassName"]), f"{who} runtimeClassName")
+    for name in list(refs.secrets):
+        if ("Secret", name) in own:
+            del refs.secrets[name]
+    for name in list(refs.pvcs):
+        if ("PersistentVolumeClaim", name) in own:
+            del refs.pvcs[name]
+    return refs
+
+
+async def check_references(
+    resolver: ResourceResolver, namespace: str, refs: References
+) -> tuple[list[str], list[str]]:
+    """Check each referenced object exists: (problems, warnings). A missing
+    Secret, PVC or RuntimeClass is a problem; a PVC that is not Bound is a
+    warning (the pod waits for it); a 403 on a RuntimeClass is a warning."""
+    problems: list[str] = []
+    warnings: list[str] = []
+    for name, where in sorted(refs.secrets.items()):
+        try:
+            found = await resolver.get("v1", "Secret", name, namespace)
+        except KubernetesApiError as err:
+            problems.append(f"cannot read Secret {name} (used by {where}) in namespace {namespace}: {err}")
+            continue
+        if found is None:
+            problems.append(
+                f"Secret {name} (used by {where}) does not exist in namespace {namespace}: create it "
+                f"(kubectl -n {namespace} create secret generic {name} ...) or change the reference"
+            )
+    for name, where in sorted(refs.pvcs.items()):
+        try:
+            pvc = await resolver.get("v1", "PersistentVolumeClaim", name, namespace)
+        except KubernetesApiError as err:
+            problems.append(f"cannot read PersistentVolumeClaim {name} (used by {where}) in namespace {namespace}: {err}")
+            continue
+        if pvc is None:
+            problems.append(
+                f"PersistentVolumeClaim {name} (used by {where}) does not exist in namespace {namespace}: "
+                "create the claim or fix kubernetes.pvc_mounts / the manifest's volumes"
+            )
+        elif (pvc.get("status") or {}).get("phase") not in (None, "Bound"):
+            warnings.append(
+                f"PersistentVolumeClaim {name} is {(pvc.get('status') or {}).get('phase')}, not Bound: "
+                "the pod waits until it binds"
+            )
+    for name, where in sorted(refs.runtime_classes.items()):
+        try:
+            rc = await resolver.get("node.k8s.io/v1", "RuntimeClass", name, "")
+        except KubernetesApiError as err:
+            if err.status == 403:
+                warnings.append(
+                    f"cannot check RuntimeClass {name} (used by {where}): reading RuntimeClasses is forbidden "
+                    "to you; the pod fails to start if it does not exist"
+                )
+                continue
+            problems.append(f"cannot read RuntimeClass {name} (used by {where}): {err}")
+            continue
+        if rc is None:
+            problems.append(
+                f"RuntimeClass {name} (used by {where}) does not exist on this cluster: "
+                "fix kubernetes.runtime_class (kubectl get runtimeclasses lists the available ones)"
+            )
+    return problems, warnings
