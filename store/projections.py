@@ -158,6 +158,9 @@ _UPSERT_SOURCE: Final = (
     "INSERT INTO log_sources (run_id, source, pos, line_no) VALUES (?, ?, ?, ?)"
     " ON CONFLICT (run_id, source) DO UPDATE SET pos = excluded.pos, line_no = excluded.line_no"
 )
+_LAST_LINE_NOS: Final = (
+    "SELECT j.value, (SELECT MAX(line_no) FROM log_lines WHERE run_id = j.value) FROM json_each(?) AS j"
+)
 _EXISTING_POSITIONS: Final = (
     "SELECT l.run_id, l.source, l.pos FROM json_each(?) AS j, log_lines AS l"
     " WHERE l.run_id = j.value ->> 0 AND l.source = j.value ->> 1 AND l.pos = j.value ->> 2"
@@ -210,15 +213,14 @@ class Projector:
 
     @staticmethod
     async def _line_counts(conn: aiosqlite.Connection, run_ids: set[str]) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for chunk in _chunks(sorted(run_ids)):
-            rows = await conn.execute_fetchall(
-                f"SELECT run_id, MAX(line_no) FROM log_lines WHERE run_id IN ({', '.join('?' * len(chunk))})"
-                " GROUP BY run_id",
-                chunk,
-            )
-            counts.update((str(r[0]), int(r[1])) for r in rows)
-        return counts
+        """The last ``line_no`` of each of ``run_ids`` that has lines.
+
+        One ``MAX`` subquery per run: SQLite answers a bare ``MAX(line_no)
+        ... WHERE run_id = ?`` with one primary-key seek, whereas ``MAX ...
+        GROUP BY run_id`` reads every line of the run (O(lines) per append,
+        https://sqlite.org/optoverview.html#minmax)."""
+        rows = await conn.execute_fetchall(_LAST_LINE_NOS, (json.dumps(sorted(run_ids)),))
+        return {str(r[0]): int(r[1]) for r in rows if r[1] is not None}
 
     @staticmethod
     def _line_rows(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -37,6 +38,9 @@ __all__ = ["Writer", "PreparedEvent"]
 
 log = structlog.get_logger("store.writer")
 
+_STREAM_VERSIONS: Final = (
+    "SELECT j.value, (SELECT MAX(version) FROM events WHERE run_id = j.value) FROM json_each(?) AS j"
+)
 _INSERT_EVENT: Final = "INSERT INTO events (seq, run_id, version, type, at, data) VALUES (?, ?, ?, ?, ?, ?)"
 
 
@@ -274,17 +278,11 @@ class Writer:
                 job.done.set()
 
     async def _stream_versions(self, run_ids: set[str]) -> dict[str, int]:
-        ordered = sorted(run_ids)
-        versions: dict[str, int] = {}
-        for i in range(0, len(ordered), 500):
-            chunk = ordered[i : i + 500]
-            rows = await self._conn.execute_fetchall(
-                f"SELECT run_id, MAX(version) FROM events WHERE run_id IN ({', '.join('?' * len(chunk))})"
-                " GROUP BY run_id",
-                chunk,
-            )
-            versions.update((str(r[0]), int(r[1])) for r in rows)
-        return versions
+        """The current version of each of ``run_ids`` that has events: one
+        index seek per run (a bare ``MAX`` subquery; ``MAX ... GROUP BY``
+        would read every event of the run's stream)."""
+        rows = await self._conn.execute_fetchall(_STREAM_VERSIONS, (json.dumps(sorted(run_ids)),))
+        return {str(r[0]): int(r[1]) for r in rows if r[1] is not None}
 
 
 def prepared_rows(event_type: str, data: dict[str, Any]) -> int:
