@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from pathlib import Path
@@ -63,6 +64,24 @@ class _DropServerKilled(logging.Filter):
 
 _FILTER = _DropServerKilled()
 logging.getLogger("uvicorn.error").addFilter(_FILTER)
+
+# uvicorn's "websockets" protocol is the one that supports the ASGI
+# websocket.http.response extension, which exec needs to refuse an upgrade
+# with a Status body (400 "container not found") the way the kubelet does;
+# the sans-I/O one can only answer 403 without a body. Its module warns that
+# it is deprecated when imported: import it quietly, once.
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from uvicorn.protocols.websockets.websockets_impl import WebSocketProtocol as _LegacyWebSocketProtocol
+
+
+class _ExecWebSocketProtocol(_LegacyWebSocketProtocol):
+    """uvicorn's websockets protocol with a one-argument handler, so that the
+    websockets library does not warn about the legacy two-argument form on
+    every connection."""
+
+    async def ws_handler(self, protocol: Any, path: str = "") -> Any:
+        return await super().ws_handler(protocol, path or protocol.path)
 
 
 def _listen_socket() -> socket.socket:
@@ -254,7 +273,7 @@ class SimCluster:
             log_config=None,
             access_log=False,
             lifespan="off",
-            ws="websockets-sansio",
+            ws=_ExecWebSocketProtocol,
             ws_max_size=64 * 1024 * 1024,
             ws_per_message_deflate=False,
             timeout_graceful_shutdown=2,

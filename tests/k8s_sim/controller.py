@@ -271,12 +271,18 @@ class JobController:
         fail_job: tuple[str, str] | None = None
         # Count terminal pods once; a pod that is gone or being deleted before
         # finishing counts as failed (it is terminal by the time the kubelet is done).
+        # job_controller.go isPodFailed: unless only failed pods are replaced
+        # (podReplacementPolicy Failed, or a podFailurePolicy), a pod being
+        # deleted counts as failed at once.
+        only_failed = spec.get("podReplacementPolicy") == "Failed" or spec.get("podFailurePolicy") is not None
         for p in pods:
             puid = p["metadata"]["uid"]
-            if puid in counted or not _is_terminal(p):
+            phase = (p.get("status") or {}).get("phase")
+            deleting = bool(p["metadata"].get("deletionTimestamp"))
+            if puid in counted or not (phase in ("Succeeded", "Failed") or (deleting and not only_failed)):
                 continue
             counted.add(puid)
-            if p["status"]["phase"] == "Succeeded":
+            if phase == "Succeeded":
                 succeeded += 1
             else:
                 action = self._pod_failure_action(spec, p)
@@ -294,7 +300,11 @@ class JobController:
                 failed += 1
                 self._last_failure[uid] = now
         for p in pods:
-            if p["metadata"]["uid"] in counted and TRACKING_FINALIZER in (p["metadata"].get("finalizers") or []):
+            if (
+                p["metadata"]["uid"] in counted
+                and (_is_terminal(p) or p["metadata"].get("deletionTimestamp"))
+                and TRACKING_FINALIZER in (p["metadata"].get("finalizers") or [])
+            ):
                 self._drop_finalizer(p)
         active_pods = [p for p in pods if not _is_terminal(p) and not p["metadata"].get("deletionTimestamp")]
         terminating = [p for p in pods if not _is_terminal(p) and p["metadata"].get("deletionTimestamp")]
@@ -343,7 +353,7 @@ class JobController:
                     self._event(job, "Normal", "Completed", "Job completed")
         elif not suspended:
             want = parallelism if completions is None else min(parallelism, int(completions) - succeeded)
-            missing = want - len(active_pods) - len(terminating)
+            missing = want - len(active_pods) - (len(terminating) if only_failed else 0)
             if missing > 0:
                 last = self._last_failure.get(uid)
                 delay = 0.0

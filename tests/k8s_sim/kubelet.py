@@ -515,11 +515,6 @@ class Kubelet:
                 _killpg(c.proc, signal.SIGKILL)
         if pending:
             await asyncio.wait(pending, timeout=10)
-        # The container tasks record the terminated states; give them a turn.
-        for _ in range(50):
-            if all(c.state != "running" for c in procs):
-                break
-            await asyncio.sleep(0.02)
 
     # ------------------------------------------------------------ containers
 

@@ -288,8 +288,9 @@ def test_exec_stdin_tar_into_private_tmp(sim: SimCluster, core: Any, protocol: s
     out, _err, ws = _exec(core, ns, "other", ["sh", "-c", "ls /tmp/jobsup-source 2>&1; exit 7"])
     assert ws.returncode == 7 and b"No such file" in out
     # Exec into a finished container is refused before the upgrade.
-    with pytest.raises(ApiException):
+    with pytest.raises(ApiException) as exc:
         _exec(core, ns, "box", ["true"])
+    assert "Handshake status 400" in str(exc.value.reason) and "container not found" in str(exc.value.reason)
 
 
 def test_exec_stdin_close_v5(sim: SimCluster, core: Any) -> None:
