@@ -21,7 +21,8 @@ class RequestFailure:
     """Answer ``status`` (500 or 429) to matching API requests: ``remaining``
     requests (None: unlimited) until ``until`` (Unix seconds; None: no end).
     ``path_contains`` limits it to URLs containing that text; ``methods`` to
-    those HTTP methods (upper case)."""
+    those HTTP methods (upper case); the first ``skip`` matching requests
+    pass untouched (e.g. a dry run before the create that should fail)."""
 
     status: int
     remaining: int | None
@@ -29,6 +30,7 @@ class RequestFailure:
     path_contains: str | None
     methods: frozenset[str] | None
     retry_after_s: int
+    skip: int = 0
 
 
 @dataclass
@@ -76,17 +78,19 @@ class Faults:
         path_contains: str | None = None,
         methods: tuple[str, ...] | None = None,
         retry_after_s: int = 1,
+        skip: int = 0,
     ) -> None:
         """Answer ``status`` (500 InternalError or 429 TooManyRequests with
         ``Retry-After``) to the next ``count`` matching requests and/or for
         ``seconds``; with neither, until :meth:`clear_request_failures`.
+        The first ``skip`` matching requests are let through first.
 
         Raises SimError when ``status`` is not 500 or 429 or a bound is negative.
         """
         if status not in (429, 500):
             raise SimError(f"fail_requests: status must be 429 or 500, not {status}")
-        if (count is not None and count < 0) or (seconds is not None and seconds < 0):
-            raise SimError("fail_requests: count and seconds must be >= 0")
+        if (count is not None and count < 0) or (seconds is not None and seconds < 0) or skip < 0:
+            raise SimError("fail_requests: count, seconds and skip must be >= 0")
         with self._lock:
             self.request_failures.append(
                 RequestFailure(
@@ -96,6 +100,7 @@ class Faults:
                     path_contains=path_contains,
                     methods=None if methods is None else frozenset(m.upper() for m in methods),
                     retry_after_s=retry_after_s,
+                    skip=skip,
                 )
             )
 
@@ -115,6 +120,9 @@ class Faults:
                 if f.path_contains is not None and f.path_contains not in path:
                     continue
                 if f.methods is not None and method.upper() not in f.methods:
+                    continue
+                if f.skip > 0:
+                    f.skip -= 1
                     continue
                 if f.remaining is not None:
                     if f.remaining <= 0:

@@ -122,6 +122,20 @@ def test_fail_requests_500_then_429(sim: SimCluster, core: Any) -> None:
     core.list_namespaced_pod(ns)
 
 
+def test_fail_requests_after_skipping_some(sim: SimCluster, core: Any) -> None:
+    """``skip`` lets the first matching requests through (added for the
+    Kubernetes backend's test of a create failing after its dry run)."""
+    ns = sim.namespace
+    sim.faults.fail_requests(500, count=1, skip=2, path_contains="/configmaps", methods=("POST",))
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "s1"}}, dry_run="All")
+    core.list_namespaced_config_map(ns)  # another method: neither skipped nor failed
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "s1"}})
+    with pytest.raises(ApiException) as exc:
+        core.create_namespaced_config_map(ns, {"metadata": {"name": "s2"}})
+    assert exc.value.status == 500
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "s2"}})
+
+
 def test_exec_empty_status_channel(sim: SimCluster, core: Any) -> None:
     _running_pod(sim, core, "box", "sleep 60")
     sim.faults.set_exec_empty_status()
