@@ -276,6 +276,7 @@ class SimCluster:
             ws=_ExecWebSocketProtocol,
             ws_max_size=64 * 1024 * 1024,
             ws_per_message_deflate=False,
+            ws_ping_interval=None,
             timeout_graceful_shutdown=2,
             timeout_keep_alive=30,
             **kwargs,

@@ -264,6 +264,24 @@ class JobController:
             return
         now = time.time()
         suspended = bool(spec.get("suspend"))
+        if suspended:
+            # Suspending deletes the active pods, clears startTime and sets
+            # Suspended=True (reason JobSuspended); resuming flips it to False.
+            for p in pods:
+                if not _is_terminal(p) and not p["metadata"].get("deletionTimestamp"):
+                    # Pods removed by suspension are not failures.
+                    counted.add(p["metadata"]["uid"])
+                    self._delete_pod(job, p)
+            if not _has(status, "Suspended"):
+                status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != "Suspended"]
+                status["conditions"].append(_condition("Suspended", "JobSuspended", "Job suspended"))
+                self._event(job, "Normal", "Suspended", "Job suspended")
+            status.pop("startTime", None)
+        elif _has(status, "Suspended"):
+            for c in status["conditions"]:
+                if c.get("type") == "Suspended":
+                    c.update(status="False", reason="JobResumed", message="Job resumed", lastTransitionTime=rfc3339(now), lastProbeTime=rfc3339(now))
+            self._event(job, "Normal", "Resumed", "Job resumed")
         if not status.get("startTime") and not suspended:
             status["startTime"] = rfc3339(now)
         succeeded = int(status.get("succeeded", 0))
@@ -328,7 +346,7 @@ class JobController:
                 target_fail = _condition("FailureTarget", *fail_job)
             elif failed + restarts > backoff_limit:
                 target_fail = _condition("FailureTarget", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
-            elif deadline is not None and started_ns is not None and now >= started_ns / 1e9 + float(deadline):
+            elif deadline is not None and started_ns is not None and not suspended and now >= started_ns / 1e9 + float(deadline):
                 target_fail = _condition("FailureTarget", "DeadlineExceeded", "Job was active longer than specified deadline")
             elif completions is not None and succeeded >= int(completions):
                 target_ok = _condition("SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods")
@@ -337,7 +355,7 @@ class JobController:
                 self._event(job, "Warning", target_fail["reason"], target_fail["message"])
             elif target_ok is not None:
                 status.setdefault("conditions", []).append(target_ok)
-            elif deadline is not None and started_ns is not None:
+            elif deadline is not None and started_ns is not None and not suspended:
                 self._later(("job", namespace, name), "deadline", started_ns / 1e9 + float(deadline) - now + 0.01)
         if target_fail or target_ok:
             for p in active_pods:

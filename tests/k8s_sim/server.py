@@ -532,6 +532,10 @@ class SimApp:
                 self._authorize(user, "create", t)
                 body = await self._body(request)
                 return self._create(t, body, q.get("dryRun") == "All")
+            if method == "DELETE":
+                self._authorize(user, "deletecollection", t)
+                body = await self._body(request)
+                return self._delete_collection(request, t, body if isinstance(body, dict) else {})
             raise ApiError(status_failure(405, "MethodNotAllowed", f"the server does not allow this method on the requested resource"))
         if method == "GET":
             self._authorize(user, "get", t)
@@ -652,6 +656,23 @@ class SimApp:
             dry_run=dry,
         )
         return _json_response(out, code, headers)
+
+    def _delete_collection(self, request: Request, t: Target, body: JSON) -> Response:
+        """DELETE on a collection (deletecollection): every object matching the
+        selectors is deleted with the given options; the answer is the list of
+        what was deleted (or is being deleted)."""
+        store = self.state.store
+        q = request.query_params
+        ok = self._filters(request, t)
+        items = [o for o in store.items(t.res, t.namespace or None) if ok(o)]
+        out: list[JSON] = []
+        for o in items:
+            sub = Target(t.res, o["metadata"].get("namespace", ""), o["metadata"]["name"], None)
+            self._delete(sub, body, q)
+            out.append(list_item(o))
+        return _json_response(
+            {"kind": t.res.kind + "List", "apiVersion": t.res.api_version, "metadata": {"resourceVersion": str(store.rv)}, "items": out}
+        )
 
     # ------------------------------------------------------------ list/watch
 

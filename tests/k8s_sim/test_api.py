@@ -175,6 +175,8 @@ def test_list_label_selector_and_pages(sim: SimCluster, core: Any) -> None:
         page = core.list_namespaced_config_map(ns, limit=4, _continue=page.metadata._continue)
         seen += [c.metadata.name for c in page.items]
     assert sorted(seen) == sorted([f"cm-{i}" for i in range(5)] + [f"lab-{i}" for i in range(5)])
+    core.delete_collection_namespaced_config_map(ns, label_selector="tier=0")
+    assert sorted(c.metadata.name for c in core.list_namespaced_config_map(ns, label_selector="app").items) == ["lab-1", "lab-3"]
 
 
 def test_watch_from_resource_version_sees_job_lifecycle(sim: SimCluster, batch: Any, core: Any) -> None:

@@ -299,3 +299,58 @@ def test_exec_stdin_close_v5(sim: SimCluster, core: Any) -> None:
     _running(sim, "cat", job_name=False)
     out, _err, ws = _exec(core, ns, "cat", ["sh", "-c", "wc -c; echo done >&2"], stdin=b"x" * 1000, close_stdin=True)
     assert out.strip() == b"1000" and ws.returncode == 0
+
+
+def test_suspend_and_resume(sim: SimCluster, batch: Any) -> None:
+    ns = sim.namespace
+    batch.create_namespaced_job(ns, job("susp", "sleep 0.5; echo ok"))
+    _running(sim, "susp")
+    batch.patch_namespaced_job("susp", ns, {"spec": {"suspend": True}})
+
+    def suspended() -> dict[str, Any] | None:
+        j = sim.require_object("jobs.batch", "susp")
+        conds = {c["type"]: c for c in j["status"].get("conditions") or []}
+        s = conds.get("Suspended")
+        return j if s and s["status"] == "True" and not j["status"].get("active") else None
+
+    j = sim.wait_for(suspended, what="suspended")
+    assert "startTime" not in j["status"] and j["status"]["conditions"][0]["reason"] == "JobSuspended"
+    batch.patch_namespaced_job("susp", ns, {"spec": {"suspend": False}})
+    j = _wait_terminal(sim, "susp")
+    conds = {c["type"]: c for c in j["status"]["conditions"]}
+    assert conds["Suspended"]["status"] == "False" and conds["Suspended"]["reason"] == "JobResumed"
+    assert "Complete" in conds
+
+
+def test_pod_failure_policy_fail_job_on_exit_code(sim: SimCluster, batch: Any) -> None:
+    policy = {"rules": [{"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [42]}}]}
+    batch.create_namespaced_job(sim.namespace, job("pfp", "exit 42", backoff_limit=5, podFailurePolicy=policy, podReplacementPolicy="Failed"))
+    j = _wait_terminal(sim, "pfp")
+    conds = j["status"]["conditions"]
+    assert [c["type"] for c in conds] == ["FailureTarget", "Failed"] and conds[-1]["reason"] == "PodFailurePolicy"
+    assert j["status"]["failed"] == 1
+
+
+def test_exec_v4_offered_alone_and_text_frames(sim: SimCluster, core: Any) -> None:
+    ns = sim.namespace
+    core.create_namespaced_pod(ns, pod("txt", "sleep 60"))
+    _running(sim, "txt", job_name=False)
+    # A client that offers only v4; stdin sent as text frames (binary=False).
+    ws = exec_stream(
+        core.connect_get_namespaced_pod_exec,
+        "txt",
+        ns,
+        command=["sh", "-c", "head -c 5; echo; echo oops >&2; exit 2"],
+        stdin=True,
+        stdout=True,
+        stderr=True,
+        tty=False,
+        _preload_content=False,
+        _headers={"sec-websocket-protocol": "v4.channel.k8s.io"},
+    )
+    assert ws.subprotocol == "v4.channel.k8s.io"
+    ws.write_stdin("h\u00e9llo")
+    ws.run_forever(timeout=10)
+    assert ws.read_stdout() == "h\u00e9ll\n"
+    assert ws.read_stderr() == "oops\n"
+    assert ws.returncode == 2
