@@ -48,8 +48,6 @@ log = structlog.get_logger("store.schema")
 
 Synchronous = Literal["FULL", "NORMAL", "OFF"]
 
-#: The header every SQLite 3 database file starts with (https://sqlite.org/fileformat.html §1.3).
-_SQLITE_HEADER: Final = b"SQLite format 3\x00"
 
 # Primary result codes (https://sqlite.org/rescode.html).
 _SQLITE_BUSY: Final = 5
@@ -166,23 +164,6 @@ def translate_error(exc: sqlite3.Error, path: Path, busy_timeout_s: float) -> St
     return StoreError(f"{path}: SQLite error: {exc}")
 
 
-def _check_header(path: Path) -> None:
-    """Refuse, before SQLite touches it, a file that is not SQLite 3."""
-    try:
-        with path.open("rb") as f:
-            header = f.read(len(_SQLITE_HEADER))
-    except FileNotFoundError:
-        return
-    except IsADirectoryError:
-        raise NotADatabaseError(f"{path}: is a directory, not an SQLite database file") from None
-    except OSError as exc:
-        raise StoreOpenError(f"{path}: cannot read the database file: {exc}") from exc
-    if header and header != _SQLITE_HEADER:
-        raise NotADatabaseError(
-            f"{path}: not an SQLite database (it starts with {header[:16]!r}); the file was left untouched"
-        )
-
-
 async def _schema_version(conn: aiosqlite.Connection, path: Path) -> int:
     """The schema version of an open database: 0 for an empty one.
 
@@ -249,7 +230,13 @@ async def open_connection(
     unreadable) and StoreLockedError; the file is untouched in every case
     but the last.
     """
-    _check_header(path)
+    # No pre-check of the file header with open()/close() here: closing any
+    # descriptor of the database file drops every POSIX lock this process
+    # holds on it (fcntl(2)), including those of SQLite connections already
+    # open, and another process could then delete our live WAL. SQLite itself
+    # refuses a non-database file (SQLITE_NOTADB) without writing to it.
+    if path.is_dir():
+        raise NotADatabaseError(f"{path}: is a directory, not an SQLite database file")
     try:
         conn = await aiosqlite.connect(
             os.fspath(path), isolation_level=None, timeout=busy_timeout_s
@@ -268,7 +255,8 @@ async def open_connection(
             rows = list(await conn.execute_fetchall("PRAGMA journal_mode = WAL"))
             if str(rows[0][0]).lower() != "wal":
                 raise StoreOpenError(f"{path}: cannot switch the database to WAL mode (got {rows[0][0]})")
-            await _migrate(conn, path)
+            if version < SCHEMA_VERSION:
+                await _migrate(conn, path)
         else:
             await conn.execute("PRAGMA query_only = ON")
         await conn.execute(f"PRAGMA synchronous = {synchronous}")
