@@ -93,6 +93,7 @@ def main() -> None:
         steady_loop = sim.cpu_seconds() - cpu_loop_running
         steady_wall = time.monotonic() - t_mark
         cpu_proc = sum(me.cpu_times()[:2]) - cpu0_proc
+        rss_mib = me.memory_info().rss / 2**20
         children = me.cpu_times()
         stop.set()
         watcher.join(10)
@@ -106,6 +107,7 @@ def main() -> None:
     print(f"simulator loop CPU (s)       {cpu_loop:.1f}")
     print(f"  of which while running     {steady_loop:.1f} over {steady_wall:.1f}s = {100 * steady_loop / max(steady_wall, 1e-9):.0f}% of a core")
     print(f"this process CPU (s)         {cpu_proc:.1f}  (simulator + kubernetes client + watch)")
+    print(f"this process RSS (MiB)       {rss_mib:.0f}")
     print(f"containers CPU (s)           {children.children_user + children.children_system:.1f}  (bash, sleep, unshare)")
 
 

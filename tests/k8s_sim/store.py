@@ -148,8 +148,9 @@ class WatchEvent:
 
 @dataclass(eq=False)
 class Watcher:
-    """An open watch: receives every event of its resource into ``queue``;
-    ``closed`` is set when the server ends it (compaction, stop)."""
+    """An open watch: receives every event of its resource into ``queue``; a
+    ``bytes`` item is a final line to send (an ERROR event after compaction),
+    ``None`` ends the watch."""
 
     resource: ResourceType
     queue: asyncio.Queue[WatchEvent | bytes | None] = field(default_factory=asyncio.Queue)
