@@ -201,24 +201,30 @@ class SimCluster:
         namespace: str = "jobsup-test",
         tls: bool = True,
         watch_window: int = 10_000,
+        private_tmp: bool | None = None,
     ) -> Iterator[SimCluster]:
         """Start a cluster whose files live under ``root`` (created if needed);
         stop it and kill every container on exit.
 
         ``watch_window`` is how many events are retained for watches to resume
-        from (older resourceVersions get 410). Raises SimError when the
-        certificates cannot be made.
+        from (older resourceVersions get 410). ``private_tmp`` None probes
+        whether mount namespaces work (root + unshare) and uses them if so;
+        False forces the fallback that rewrites /tmp paths; True fails with
+        SimError when they do not work. Raises SimError when the certificates
+        cannot be made.
         """
         sim = cls(Path(root), namespace, tls, watch_window)
-        sim._open()
+        sim._open(private_tmp)
         try:
             yield sim
         finally:
             sim.close()
 
-    def _open(self) -> None:
+    def _open(self, private_tmp: bool | None) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        self.private_tmp = _probe_private_tmp(self.root)
+        self.private_tmp = _probe_private_tmp(self.root) if private_tmp is not False else False
+        if private_tmp and not self.private_tmp:
+            raise SimError("private_tmp=True: unshare --mount with a bind mount on /tmp does not work here (needs root and util-linux unshare)")
         if not self.private_tmp:
             log.warning("no mount namespaces here: /tmp paths are rewritten to per-container folders")
         if self.tls:

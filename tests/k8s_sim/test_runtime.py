@@ -12,6 +12,7 @@ import ssl
 import tarfile
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -354,3 +355,16 @@ def test_exec_v4_offered_alone_and_text_frames(sim: SimCluster, core: Any) -> No
     assert ws.read_stdout() == "h\u00e9ll\n"
     assert ws.read_stderr() == "oops\n"
     assert ws.returncode == 2
+
+
+def test_fallback_without_mount_namespaces_rewrites_tmp(tmp_path: Path) -> None:
+    marker = f"who-{os.getpid()}-{time.monotonic_ns()}"
+    with SimCluster.start(tmp_path / "sim", private_tmp=False) as sim:
+        core: Any = client.CoreV1Api(sim.api_client())
+        core.create_namespaced_pod(sim.namespace, pod("a", f"mkdir -p /tmp/jobsup-source && echo a > /tmp/jobsup-source/{marker}; echo $TMPDIR; sleep 30"))
+        sim.wait_for(lambda: any(tmp_path.glob(f"sim/pods/*/containers/main/tmp/jobsup-source/{marker}")), what="a wrote its file")
+        core.create_namespaced_pod(sim.namespace, pod("b", f"if [ -e /tmp/jobsup-source/{marker} ]; then echo shared; else echo isolated; fi"))
+        sim.wait_for(lambda: sim.require_object("pods", "b")["status"]["phase"] == "Succeeded", what="b done")
+        assert core.read_namespaced_pod_log("b", sim.namespace) == "isolated\n"
+        assert core.read_namespaced_pod_log("a", sim.namespace).startswith(str(tmp_path / "sim" / "pods"))
+        assert not Path("/tmp/jobsup-source", marker).exists(), "the host's /tmp was written"
