@@ -209,6 +209,8 @@ class KubernetesBackend:
         self._runs: dict[str, _RunState] = {}
         self._access_ok: dict[tuple[str, str, frozenset[AccessCheck]], float] = {}
         self._refs_ok: dict[tuple[str, str, str, str], float] = {}
+        self.stats: dict[str, int] = {}
+        """Counters for tests and benchmarks (log follows, stalls, cuts...)."""
 
     # ------------------------------------------------------------- plumbing
 
@@ -548,16 +550,10 @@ class KubernetesBackend:
             if state.canceled:
                 raise _Canceled("the run was canceled while its source was being staged")
             job = view.jobs.get(job_name)
-            pods = [p for p in job_pods(job, view.pods)] if job is not None else []
-            if job is not None:
-                outcome = job_outcome(job, pods, container)
-                if outcome is not None and outcome.terminal:
-                    raise StagingError(
-                        f"the Job ended before jobsup could stage the source: {outcome.message}",
-                        outcome.reason or "JobEnded",
-                    )
+            pods = job_pods(job, view.pods) if job is not None else []
             live = [p for p in pods if p["metadata"]["name"] not in exclude]
             pod = current_pod(live)
+            outcome = job_outcome(job, pods, container) if job is not None else None
             if pod is not None:
                 last_pod = pod
                 name = str(pod["metadata"]["name"])
@@ -570,6 +566,12 @@ class KubernetesBackend:
                         "before jobsup could stage the source. Last log lines:\n" + (lines or "(none)"),
                         "ExitedBeforeStaging",
                     )
+            if outcome is not None and outcome.terminal:
+                raise StagingError(
+                    f"the Job ended before jobsup could stage the source: {outcome.message}",
+                    outcome.reason or "JobEnded",
+                )
+            if pod is not None:
                 running = "running" in ((container_status(pod, container) or {}).get("state") or {})
                 if running and not pod_is_terminal(pod):
                     await reporter.phase("STAGING", message=f"copying the source into pod {name}")
@@ -845,6 +847,7 @@ class _Supervision:
             stall_s=self.b.log_stall_s,
             stall_max_s=self.b.log_stall_max_s,
             final_read_s=self.b.final_read_s,
+            stats=self.b.stats,
         )
         self.followers[name] = follower
         tg.start_soon(follower.run, name=f"k8s-logs {self.spec.run_id} {name}")

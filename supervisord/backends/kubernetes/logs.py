@@ -187,6 +187,7 @@ class LogFollower:
         stall_s: float = 30.0,
         stall_max_s: float = 300.0,
         final_read_s: float = 30.0,
+        stats: dict[str, int] | None = None,
     ) -> None:
         self.cluster = cluster
         self.namespace = namespace
@@ -198,6 +199,7 @@ class LogFollower:
         self.stall_s = stall_s
         self.stall_max_s = stall_max_s
         self.final_read_s = final_read_s
+        self.stats = stats if stats is not None else {}
         self.source = f"{pod}/{container}"
         self.cursor: LogCursor | None = None
         self.connects = 0
@@ -215,6 +217,9 @@ class LogFollower:
         if self.cursor is not None:
             q.append(("sinceTime", self.cursor.since_time()))
         return q
+
+    def _count(self, key: str) -> None:
+        self.stats[key] = self.stats.get(key, 0) + 1
 
     async def _emit(self, lines: Sequence[tuple[str, str]]) -> None:
         for i in range(0, len(lines), _MAX_LINES_PER_EVENT):
@@ -275,6 +280,7 @@ class LogFollower:
         got = 0
         how = "eof"
         self.connects += 1
+        self._count("log_follows")
         async with self.cluster.stream(self._path, self._query(True), what=f"follow the log of {self.source}") as response:
             chunks = response.aiter_raw()
             while True:
@@ -287,9 +293,11 @@ class LogFollower:
                     except Exception as exc:  # the connection dropped mid-body
                         log.info("log stream cut; resuming", source=self.source, error=f"{type(exc).__name__}: {exc}")
                         how = "cut"
+                        self._count("log_cuts")
                         break
                 if chunk is None:
                     how = "stall"
+                    self._count("log_stalls")
                     break
                 lines = decoder.feed(chunk)
                 if lines:
@@ -303,6 +311,7 @@ class LogFollower:
         at most ``final_read_s`` seconds; a trailing line without newline is
         recorded too."""
         for attempt in range(1, 4):
+            self._count("log_final_reads")
             decoder = LogDecoder(self.cursor)
             try:
                 with anyio.fail_after(self.final_read_s):

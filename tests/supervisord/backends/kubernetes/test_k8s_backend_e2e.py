@@ -1,0 +1,439 @@
+"""The Kubernetes backend end to end on the simulated cluster: the real
+supervisor and event store, the official client over HTTPS, real containers
+as local processes, and the simulator's fault knobs.
+
+One simulated cluster serves the whole module; each test uses its own store
+and repository.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import anyio
+import pytest
+import yaml
+
+from tests.k8s_sim import MISSING_REGISTRY, SimCluster
+from tests.supervisord.backends.kubernetes.k8s_backend_helpers import job_manifest, run_objects, sim_cluster
+from tests.supervisord.backends.kubernetes.k8s_supervisor_env import k8s_env
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+M = ".jobsup/k8s.yaml"
+
+
+def ticker(n: int, pause: float = 0.01) -> str:
+    """A command printing line-1..line-n, ``pause`` seconds apart."""
+    return f"for i in $(seq 1 {n}); do echo line-$i; sleep {pause}; done"
+
+
+def expected(n: int) -> list[str]:
+    return [f"line-{i}" for i in range(1, n + 1)]
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
+    with sim_cluster(tmp_path_factory.mktemp("sim")) as cluster:
+        yield cluster
+
+
+@pytest.fixture(autouse=True)
+def clean_faults(sim: SimCluster) -> Iterator[None]:
+    yield
+    sim.faults.clear_request_failures()
+    sim.faults.clear_log_faults()
+    sim.faults.set_exec_empty_status(False)
+    sim.faults.set_unschedulable(None)
+
+
+def pod_name(sim: SimCluster, run_id: str) -> str:
+    pod = sim.wait_for(lambda: sim.pod_of_job(f"t-{run_id}"), what="the run's pod")
+    return str(pod["metadata"]["name"])
+
+
+async def no_pods_left(sim: SimCluster, run_id: str, timeout_s: float = 30) -> None:
+    with anyio.fail_after(timeout_s):
+        while run_objects(sim, run_id, "pods"):
+            await anyio.sleep(0.1)
+
+
+# --------------------------------------------------------------- happy path
+
+
+async def test_submit_stage_run_logs_complete(tmp_path: Path, sim: SimCluster) -> None:
+    extra = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg-{{JOBSUP_RUN}}"}, "data": {"a": "1"}}]
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit(
+            'echo "secret is $API_KEY"; cat data.txt; printf last-no-newline',
+            manifest=M,
+            files={M: job_manifest(extra_docs=extra), "data.txt": "from-the-commit\n"},
+            env={"API_KEY": "v3ry-s3cret"},
+        )
+        run = await env.terminal(run_id)
+        assert run.phase == "COMPLETED" and run.exit_code == 0, run
+        assert await env.lines(run_id) == ["secret is v3ry-s3cret", "from-the-commit", "last-no-newline"]
+        phases = [p for p, _ in await env.phases(run_id)]
+        assert phases[0] == "SCHEDULING" and "STAGING" in phases and phases[-2:] == ["RUNNING", "COMPLETED"], phases
+        # Every object is recorded as created, the env Secret with names and hashes only.
+        created = await env.events(run_id, "ObjectCreated")
+        kinds = [(e.data["kind"], e.data["name"]) for e in created]
+        assert kinds == [("Secret", f"jobsup-env-{run_id}"), ("ConfigMap", f"cfg-{run_id}"), ("Job", f"t-{run_id}")]
+        assert all(e.data["uid"] for e in created)
+        assert created[0].data["env"] == {"API_KEY": "sha256:" + __import__("hashlib").sha256(b"v3ry-s3cret").hexdigest()}
+        for event in await env.events(run_id):
+            if event.type != "LogLines":
+                assert "v3ry-s3cret" not in str(event.data)
+        # The Secret is per run, labelled, owned by the Job; the rendered
+        # envFrom references it.
+        secret = sim.get_object("secrets", f"jobsup-env-{run_id}")
+        assert secret is not None
+        assert secret["metadata"]["labels"]["jobsup.io/managed-by"] == "jobsup"
+        assert secret["metadata"]["labels"]["jobsup.io/run"] == run_id
+        job = sim.get_object("jobs.batch", f"t-{run_id}")
+        assert job is not None
+        assert [r["uid"] for r in secret["metadata"]["ownerReferences"]] == [job["metadata"]["uid"]]
+        env_from = job["spec"]["template"]["spec"]["containers"][0]["envFrom"]
+        assert {"secretRef": {"name": f"jobsup-env-{run_id}", "optional": True}} in env_from
+        # On completion the auxiliary ConfigMap is deleted; the Job stays for its TTL.
+        assert sim.get_object("configmaps", f"cfg-{run_id}") is None
+        assert [e.data["name"] for e in await env.events(run_id, "ObjectDeleted")] == [f"cfg-{run_id}"]
+        status = await env.store.get_run(run_id)
+        assert status is not None and status.handle["staged_pods"] and status.handle["created"] is True
+
+
+async def test_failing_command_is_error_with_exit_code(tmp_path: Path, sim: SimCluster) -> None:
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit("echo about to fail; exit 7", manifest=M, files={M: job_manifest()})
+        run = await env.terminal(run_id)
+        assert run.phase == "ERROR" and run.exit_code == 7, run
+        assert run.reason == "BackoffLimitExceeded"
+        assert run.message is not None and run.message.startswith('NonZeroExit: container "main" exited with code 7')
+        assert await env.lines(run_id) == ["about to fail"]
+
+
+async def test_active_deadline_is_error_deadline_exceeded(tmp_path: Path, sim: SimCluster) -> None:
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit("echo started; sleep 60", manifest=M, files={M: job_manifest()}, timeout_s=3)
+        run = await env.terminal(run_id)
+        assert run.phase == "ERROR" and run.reason == "DeadlineExceeded", run
+        assert "started" in await env.lines(run_id)
+        await no_pods_left(sim, run_id)
+
+
+async def test_cancel_deletes_everything_and_is_canceled(tmp_path: Path, sim: SimCluster) -> None:
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit("echo started; sleep 300", manifest=M, files={M: job_manifest()})
+        await env.wait_until(run_id, lambda r: r.phase == "RUNNING")
+        await env.wait_until(run_id, lambda r: r.log_lines >= 1)
+        run = await env.supervisor.cancel(run_id)
+        assert run.phase == "CANCELED"
+        assert not run_objects(sim, run_id, "pods")
+        assert not run_objects(sim, run_id, "jobs.batch") and not run_objects(sim, run_id, "secrets")
+        assert await env.lines(run_id) == ["started"]
+        again = await env.supervisor.cancel(run_id)
+        assert again.phase == "CANCELED" and again.version == run.version
+        # The backend's cancel is idempotent on its own too.
+        await env.backend.cancel(env.supervisor._runs[run_id].spec, run.handle)
+
+
+# ---------------------------------------------------------- pod not ready
+
+
+async def test_missing_image_is_scheduling_then_error_and_rolled_back(tmp_path: Path, sim: SimCluster) -> None:
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit(
+            "echo never",
+            manifest=M,
+            files={M: job_manifest(image=MISSING_REGISTRY + "nope:1")},
+            kube={"pod_ready_timeout_s": 3},
+        )
+        run = await env.terminal(run_id, timeout_s=30)
+        assert run.phase == "ERROR" and run.reason == "ImagePullBackOff", run
+        assert run.message is not None
+        assert "pod_ready_timeout_s=3s" in run.message and "Back-off pulling image" in run.message
+        assert "jobsup deleted" in run.message
+        reasons = [r for p, r in await env.phases(run_id) if p == "SCHEDULING"]
+        assert "ImagePullBackOff" in reasons or "ErrImagePull" in reasons, reasons
+        assert "RUNNING" not in [p for p, _ in await env.phases(run_id)]
+        assert not run_objects(sim, run_id, "jobs.batch") and not run_objects(sim, run_id, "secrets")
+        await no_pods_left(sim, run_id)
+
+
+async def test_missing_secret_key_is_create_container_config_error(tmp_path: Path, sim: SimCluster) -> None:
+    sim.create_secret("creds-e2e", {"present": "x"})
+    env_var = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds-e2e", "key": "absent"}}}]
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit(
+            "echo never", manifest=M, files={M: job_manifest(env=env_var)}, kube={"pod_ready_timeout_s": 3}
+        )
+        run = await env.terminal(run_id, timeout_s=30)
+        assert run.phase == "ERROR" and run.reason == "CreateContainerConfigError", run
+        assert run.message is not None and "couldn't find key absent" in run.message
+        assert ("SCHEDULING", "CreateContainerConfigError") in await env.phases(run_id)
+        assert not run_objects(sim, run_id, "jobs.batch")
+
+
+async def test_unschedulable_reports_the_schedulers_message(tmp_path: Path, sim: SimCluster) -> None:
+    sim.faults.set_unschedulable("unsched-")
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit(
+            "echo never",
+            manifest=M,
+            files={M: job_manifest(name="unsched-{{JOBSUP_RUN}}")},
+            kube={"pod_ready_timeout_s": 3},
+        )
+        run = await env.terminal(run_id, timeout_s=30)
+        assert run.phase == "ERROR" and run.reason == "Unschedulable", run
+        assert run.message is not None and "0/1 nodes are available" in run.message
+        assert ("SCHEDULING", "Unschedulable") in await env.phases(run_id)
+
+
+async def test_slow_pod_within_budget_runs(tmp_path: Path, sim: SimCluster) -> None:
+    sim.faults.set_start_delay(1.5)
+    try:
+        async with k8s_env(tmp_path, sim) as env:
+            run_id = await env.submit("echo ok", manifest=M, files={M: job_manifest()}, kube={"pod_ready_timeout_s": 20})
+            run = await env.terminal(run_id)
+            assert run.phase == "COMPLETED", run
+            assert ("SCHEDULING", "ContainerCreating") in await env.phases(run_id)
+    finally:
+        sim.faults.set_start_delay(0)
+
+
+async def test_exec_status_channel_empty_is_error_not_running(tmp_path: Path, sim: SimCluster) -> None:
+    sim.faults.set_exec_empty_status(True)
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit("echo never", manifest=M, files={M: job_manifest()}, kube={"pod_ready_timeout_s": 3})
+        run = await env.terminal(run_id, timeout_s=30)
+        assert run.phase == "ERROR", run
+        assert run.message is not None and "status channel was empty" in run.message
+        assert "RUNNING" not in [p for p, _ in await env.phases(run_id)]
+        assert await env.lines(run_id) == []
+        assert not run_objects(sim, run_id, "jobs.batch")
+
+
+async def test_pod_exiting_before_staging_is_error_with_its_last_lines(tmp_path: Path, sim: SimCluster) -> None:
+    doc = yaml.safe_load(job_manifest())
+    doc["spec"]["template"]["spec"]["containers"][0]["command"] = ["bash", "-c", "echo broken image; exit 3"]
+    doc["spec"]["template"]["spec"]["containers"][0]["args"] = ['eval "$JOBSUP_SCRIPT"']
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit("echo never", manifest=M, files={M: yaml.safe_dump(doc)}, kube={"pod_ready_timeout_s": 20})
+        run = await env.terminal(run_id, timeout_s=30)
+        assert run.phase == "ERROR" and run.reason == "ExitedBeforeStaging", run
+        assert run.message is not None and "exit code 3" in run.message and "broken image" in run.message
+        assert not run_objects(sim, run_id, "jobs.batch")
+
+
+# --------------------------------------------------------- submit failures
+
+
+async def test_create_failing_on_second_object_deletes_the_first(tmp_path: Path, sim: SimCluster) -> None:
+    # The ConfigMap's dry run passes; its create then fails with 500 on every
+    # retry. The env Secret (created first) is deleted again.
+    extra = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "first-{{JOBSUP_RUN}}"}, "data": {"a": "1"}}]
+    async with k8s_env(tmp_path, sim) as env:
+        sim.faults.fail_requests(500, count=20, skip=1, path_contains="/configmaps", methods=("POST",))
+        run_id = await env.submit("echo never", manifest=M, files={M: job_manifest(extra_docs=extra)})
+        run = await env.terminal(run_id)
+        assert run.phase == "ERROR" and run.reason == "InternalError", run
+        assert run.message is not None and f"create ConfigMap/first-{run_id}" in run.message
+        assert "injected by the simulator" in run.message and f"Secret/jobsup-env-{run_id}" in run.message
+        assert sim.get_object("secrets", f"jobsup-env-{run_id}") is None
+        assert not run_objects(sim, run_id, "jobs.batch")
+        created = [e.data["name"] for e in await env.events(run_id, "ObjectCreated")]
+        deleted = [e.data["name"] for e in await env.events(run_id, "ObjectDeleted")]
+        assert created == deleted == [f"jobsup-env-{run_id}"]
+
+
+async def test_dry_run_refusal_creates_nothing(tmp_path: Path, sim: SimCluster) -> None:
+    # A Job of that name exists and is not this run's: the dry run says so.
+    sim.create_object("jobs.batch", yaml.safe_load(job_manifest(name="taken-job")))
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit("echo never", manifest=M, files={M: job_manifest(name="taken-job")})
+        run = await env.terminal(run_id)
+        assert run.phase == "ERROR" and run.reason == "AlreadyExists", run
+        assert run.message is not None and "dry run" in run.message and "already exists" in run.message
+        assert await env.events(run_id, "ObjectCreated") == []
+        assert sim.get_object("secrets", f"jobsup-env-{run_id}") is None
+
+
+async def test_transient_api_errors_are_retried(tmp_path: Path, sim: SimCluster) -> None:
+    async with k8s_env(tmp_path, sim) as env:
+        sim.faults.fail_requests(500, count=2, methods=("POST",))
+        sim.faults.fail_requests(429, count=2, path_contains="/jobs", methods=("GET",), retry_after_s=1)
+        run_id = await env.submit("echo fine", manifest=M, files={M: job_manifest()})
+        run = await env.terminal(run_id)
+        assert run.phase == "COMPLETED", run
+        assert await env.lines(run_id) == ["fine"]
+
+
+# -------------------------------------------------------------- supervision
+
+
+async def test_job_deleted_behind_our_back_is_deleted(tmp_path: Path, sim: SimCluster) -> None:
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit("echo started; sleep 300", manifest=M, files={M: job_manifest()})
+        await env.wait_until(run_id, lambda r: r.phase == "RUNNING" and r.log_lines >= 1)
+        sim.delete_job(f"t-{run_id}")
+        run = await env.terminal(run_id)
+        assert run.phase == "DELETED" and run.reason == "JobDeleted", run
+        assert await env.lines(run_id) == ["started"]
+
+
+async def test_watch_410_mid_run_relists_and_completes(tmp_path: Path, sim: SimCluster) -> None:
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit(ticker(40, 0.05), manifest=M, files={M: job_manifest()})
+        await env.wait_until(run_id, lambda r: r.phase == "RUNNING")
+        watch = next(iter(env.backend._watches.values()))
+        before = watch.relists
+        sim.expire_watches()
+        run = await env.terminal(run_id)
+        assert run.phase == "COMPLETED", run
+        assert watch.relists >= before + 2  # both the Job and the Pod watch listed again
+        assert await env.lines(run_id) == expected(40)
+
+
+@pytest.mark.parametrize("fault", ["cut", "stall", "rotate"])
+async def test_log_stream_faults_keep_every_line_exactly_once(tmp_path: Path, sim: SimCluster, fault: str) -> None:
+    n = 150
+    async with k8s_env(tmp_path, sim) as env:
+        if fault == "cut":
+            sim.faults.cut_logs(7, count=3)
+        elif fault == "stall":
+            sim.faults.stall_logs(9, count=2)
+        run_id = await env.submit(ticker(n, 0.02), manifest=M, files={M: job_manifest()})
+        if fault == "rotate":
+            await env.wait_until(run_id, lambda r: r.log_lines >= 20)
+            name = pod_name(sim, run_id)
+            sim.rotate_log(name)
+            await env.wait_until(run_id, lambda r: r.log_lines >= 60)
+            sim.rotate_log(name)
+        run = await env.terminal(run_id)
+        assert run.phase == "COMPLETED", run
+        assert await env.lines(run_id) == expected(n)
+        stats = env.backend.stats
+        if fault == "cut":
+            assert stats.get("log_cuts", 0) >= 3, stats
+        else:
+            assert stats.get("log_stalls", 0) >= (2 if fault == "stall" else 1), stats
+        assert stats["log_follows"] >= 2, stats
+
+
+async def test_api_server_restart_mid_run(tmp_path: Path, sim: SimCluster) -> None:
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit(ticker(100, 0.03), manifest=M, files={M: job_manifest()})
+        await env.wait_until(run_id, lambda r: r.log_lines >= 10)
+        await anyio.to_thread.run_sync(sim.stop)
+        await anyio.sleep(1.0)
+        await anyio.to_thread.run_sync(sim.restart)
+        run = await env.terminal(run_id)
+        assert run.phase == "COMPLETED", run
+        assert await env.lines(run_id) == expected(100)
+
+
+async def test_eviction_replacement_pod_is_staged_and_followed(tmp_path: Path, sim: SimCluster) -> None:
+    policy = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit(
+            'echo "run on $HOSTNAME"; sleep 1.5; echo done',
+            manifest=M,
+            files={M: job_manifest(podFailurePolicy=policy)},
+        )
+        await env.wait_until(run_id, lambda r: r.phase == "RUNNING" and r.log_lines >= 1)
+        first = pod_name(sim, run_id)
+        sim.evict_pod(first)
+        run = await env.terminal(run_id)
+        assert run.phase == "COMPLETED", run
+        changed = await env.events(run_id, "LeaderPodChanged")
+        assert changed and changed[0].data["from"] == first
+        second = changed[0].data["to"]
+        lines = await env.lines(run_id)
+        assert lines == [f"run on {first}", f"run on {second}", "done"]
+        staged = [e.data["pod"] for e in await env.events(run_id, "StagingStep")]
+        assert staged == [first, second]
+
+
+async def test_completed_job_then_ttl_deleted_stays_completed(tmp_path: Path, sim: SimCluster) -> None:
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit("echo quick", manifest=M, files={M: job_manifest(ttlSecondsAfterFinished=1)})
+        run = await env.terminal(run_id)
+        assert run.phase == "COMPLETED"
+        sim.wait_for(lambda: sim.get_object("jobs.batch", f"t-{run_id}") is None, what="the TTL deletion")
+        after = await env.store.get_run(run_id)
+        assert after is not None and after.phase == "COMPLETED" and after.version == run.version
+
+
+# ----------------------------------------------------------------- reattach
+
+
+async def test_reattach_after_restart_resumes_logs_exactly_once(tmp_path: Path, sim: SimCluster) -> None:
+    n = 120
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit(ticker(n, 0.03), manifest=M, files={M: job_manifest()})
+        await env.wait_until(run_id, lambda r: r.log_lines >= 15)
+    # The "daemon" is gone; the run goes on. A new one reattaches.
+    await anyio.sleep(0.5)
+    async with k8s_env(tmp_path, sim, reattach=True) as env:
+        run = await env.terminal(run_id)
+        assert run.phase == "COMPLETED", run
+        assert await env.lines(run_id) == expected(n)
+
+
+async def test_reattach_to_a_job_gone_while_down_is_deleted(tmp_path: Path, sim: SimCluster) -> None:
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit("echo started; sleep 300", manifest=M, files={M: job_manifest()})
+        await env.wait_until(run_id, lambda r: r.phase == "RUNNING" and r.log_lines >= 1)
+    sim.delete_job(f"t-{run_id}")
+    async with k8s_env(tmp_path, sim, reattach=True) as env:
+        run = await env.terminal(run_id)
+        assert run.phase == "DELETED", run
+        assert await env.lines(run_id) == ["started"]
+
+
+async def test_reattach_to_a_finished_job_reports_its_outcome(tmp_path: Path, sim: SimCluster) -> None:
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit("echo started; sleep 2; echo finished; exit 4", manifest=M, files={M: job_manifest()})
+        await env.wait_until(run_id, lambda r: r.phase == "RUNNING" and r.log_lines >= 1)
+    sim.wait_for(
+        lambda: any(c["type"] == "Failed" for c in (sim.get_object("jobs.batch", f"t-{run_id}") or {}).get("status", {}).get("conditions") or []),
+        what="the Job to fail",
+    )
+    async with k8s_env(tmp_path, sim, reattach=True) as env:
+        run = await env.terminal(run_id)
+        assert run.phase == "ERROR" and run.exit_code == 4, run
+        assert await env.lines(run_id) == ["started", "finished"]
+
+
+async def test_reattach_mid_submit_rolls_back(tmp_path: Path, sim: SimCluster) -> None:
+    # Simulate a daemon that died after recording the handle and creating the
+    # Secret, before the Job: supervise finds the objects by label.
+    from supervisord.backends.kubernetes.inject import run_labels
+    from supervisord.backends.kubernetes.objects import env_secret
+
+    async with k8s_env(tmp_path, sim) as env:
+        commit = await anyio.to_thread.run_sync(env.commit, {M: job_manifest()})
+        assert commit
+        run_id = "0123456789ab"
+        labels = run_labels(run_id=run_id, project="k8s-e2e", name="t")
+        secret = env_secret(run_id, sim.namespace, labels, {})
+        sim.create_object("secrets", secret)
+        handle: dict[str, Any] = {
+            "context": sim.contexts[0],
+            "namespace": sim.namespace,
+            "job": f"t-{run_id}",
+            "script_container": "main",
+            "objects": [{"apiVersion": "batch/v1", "kind": "Job", "name": f"t-{run_id}", "uid": None}],
+            "created": False,
+            "staged_pods": [],
+        }
+        from store import NewEvent
+
+        await env.store.append(run_id, 0, [NewEvent("Submitted", {"project": "k8s-e2e", "name": "t", "backend": "kubernetes", "config": {"kubernetes": {"namespace": sim.namespace, "context": sim.contexts[0]}}})])
+        await env.store.append(run_id, 1, [NewEvent("HandleRecorded", {"handle": handle})])
+    async with k8s_env(tmp_path, sim, reattach=True) as env:
+        run = await env.terminal(run_id)
+        assert run.phase == "ERROR" and run.reason == "SubmitInterrupted", run
+        assert f"jobsup-env-{run_id}" in (run.message or "")
+        assert sim.get_object("secrets", f"jobsup-env-{run_id}") is None
