@@ -21,7 +21,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from . import SimCluster
-from .k8s_typed import status_body, Watch, exec_stream, iter_resp_lines
+from .k8s_typed import Watch, exec_stream, iter_resp_lines, status_body
 from .manifests import job, pod
 
 TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{9}Z ")
@@ -368,3 +368,70 @@ def test_fallback_without_mount_namespaces_rewrites_tmp(tmp_path: Path) -> None:
         assert core.read_namespaced_pod_log("b", sim.namespace) == "isolated\n"
         assert core.read_namespaced_pod_log("a", sim.namespace).startswith(str(tmp_path / "sim" / "pods"))
         assert not Path("/tmp/jobsup-source", marker).exists(), "the host's /tmp was written"
+
+
+JOBSUP_SCRIPT = r"""
+set -e
+while [ ! -f /tmp/jobsup-source/source.tar.ready ]; do sleep 0.1; done
+mkdir -p /tmp/jobsup-source/repo
+tar -xf /tmp/jobsup-source/source.tar -C /tmp/jobsup-source/repo
+cd /tmp/jobsup-source/repo
+exec python3 train.py
+"""
+
+
+def test_jobsup_manifest_contract_flow(sim: SimCluster, batch: Any, core: Any) -> None:
+    """The path jobsup's backend takes: a Job whose container evals
+    JOBSUP_SCRIPT, source staged over exec stdin, logs followed with
+    timestamps, completion seen on a label-selected watch."""
+    ns = sim.namespace
+    run = "0123456789ab"
+    labels = {"jobsup.io/run": run, "jobsup.io/project": "demo", "jobsup.io/name": "train"}
+    body = job(
+        f"jobsup-{run}",
+        "",
+        labels=labels,
+        env=[
+            {"name": "JOBSUP_SCRIPT", "value": JOBSUP_SCRIPT},
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+            {"name": "PYTHONIOENCODING", "value": "utf-8"},
+        ],
+        env_from=[{"secretRef": {"name": "jobsup-env", "optional": True}}],
+        activeDeadlineSeconds=3600,
+        ttlSecondsAfterFinished=86400,
+    )
+    body["metadata"]["labels"]["jobsup.io/primary"] = "true"
+    body["spec"]["template"]["metadata"]["annotations"] = {"kubectl.kubernetes.io/default-container": "main"}
+    body["spec"]["template"]["spec"]["containers"][0]["command"] = ["bash", "-c", 'eval "$JOBSUP_SCRIPT"']
+    rv = batch.list_namespaced_job(ns, label_selector=f"jobsup.io/run={run}").metadata.resource_version
+    batch.create_namespaced_job(ns, body)
+    pods = core.list_namespaced_pod(ns, label_selector=f"jobsup.io/run={run}")
+    p = sim.wait_for(lambda: (x := sim.pod_of_job(f"jobsup-{run}")) and x["status"].get("phase") == "Running" and x, what="pod running")
+    name = p["metadata"]["name"]
+    assert p["metadata"]["labels"]["jobsup.io/run"] == run and pods.metadata.resource_version
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        src = b"import sys\nfor i in range(3):\n    print('epoch', i)\nprint('bye', file=sys.stderr)\n"
+        info = tarfile.TarInfo("train.py")
+        info.size = len(src)
+        tar.addfile(info, io.BytesIO(src))
+    data = buf.getvalue()
+    out, _err, ws = _exec(
+        core, ns, name,
+        ["sh", "-c", f"mkdir -p /tmp/jobsup-source && head -c {len(data)} > /tmp/jobsup-source/source.tar.part && sha256sum /tmp/jobsup-source/source.tar.part"],
+        stdin=data,
+    )
+    assert ws.returncode == 0 and out.split()[0].decode() == hashlib.sha256(data).hexdigest()
+    _out, _err, ws = _exec(core, ns, name, ["sh", "-c", "mv /tmp/jobsup-source/source.tar.part /tmp/jobsup-source/source.tar && touch /tmp/jobsup-source/source.tar.ready"])
+    assert ws.returncode == 0
+    resp = core.read_namespaced_pod_log(name, ns, container="main", follow=True, timestamps=True, _preload_content=False)
+    lines = resp.data.decode().splitlines()
+    assert [x.split(" ", 1)[1] for x in lines] == ["epoch 0", "epoch 1", "epoch 2", "bye"]
+    assert all(TS.match(x) for x in lines)
+    done = None
+    for ev in Watch().stream(batch.list_namespaced_job, ns, label_selector=f"jobsup.io/run={run}", resource_version=rv, timeout_seconds=20):
+        conds = [c.type for c in ev["object"].status.conditions or []]
+        if "Complete" in conds:
+            done = ev["object"]
+            break
+    assert done is not None and done.status.succeeded == 1
