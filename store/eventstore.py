@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Collection, Sequence
@@ -403,25 +404,27 @@ class EventStore:
         if limit <= 0:
             raise ValueError(f"limit must be > 0, got {limit!r}")
         want_runs, want_types = _frozen(run_ids, "run_ids"), _frozen(types, "types")
-        with anyio.move_on_after(float("inf") if timeout_s is None else timeout_s):
-            while True:
-                waiter = self._subs.register(after_seq, want_runs, want_types, limit)
-                try:
-                    if waiter.closed:
-                        raise StoreClosedError(f"{self.path}: the store is closed")
-                    if after_seq < self._subs.published_seq or waiter.reread:
-                        found = await self._query_events(after_seq, limit, want_runs, want_types)
-                        if found:
-                            return found
+        deadline = None if timeout_s is None else anyio.current_time() + timeout_s
+        while True:
+            waiter = self._subs.register(after_seq, want_runs, want_types, limit)
+            try:
+                if waiter.closed:
+                    raise StoreClosedError(f"{self.path}: the store is closed")
+                if after_seq < self._subs.published_seq or waiter.reread:
+                    found = await self._query_events(after_seq, limit, want_runs, want_types)
+                    if found:
+                        return found
+                with anyio.move_on_after(math.inf if deadline is None else deadline - anyio.current_time()):
                     await waiter.woken.wait()
-                    if waiter.closed:
-                        raise StoreClosedError(f"{self.path}: the store was closed while waiting")
-                    if waiter.result:
-                        return waiter.result
-                    # reread: another process appended; loop to query the database
-                finally:
-                    self._subs.unregister(waiter)
-        return []
+                if waiter.closed:
+                    raise StoreClosedError(f"{self.path}: the store was closed while waiting")
+                if waiter.result:
+                    return waiter.result
+                if not waiter.reread:  # timed out
+                    return []
+                # another process appended: loop to query the database
+            finally:
+                self._subs.unregister(waiter)
 
     async def subscribe(
         self,

@@ -1,0 +1,149 @@
+"""Opening, migrations, refusing foreign files, and the append-only schema."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+from store_helpers import submitted
+
+from store import SCHEMA_VERSION, EventStore, NotADatabaseError, SchemaTooNewError, StoreOpenError
+
+pytestmark = pytest.mark.anyio
+
+
+async def _make_db(path: Path) -> None:
+    async with await EventStore.open(path) as store:
+        await store.append("r1", 0, [submitted()])
+        await store.append("r2", 0, [submitted()])
+
+
+async def test_open_creates_file_folder_and_schema(db_path: Path) -> None:
+    assert not db_path.parent.exists()
+    async with await EventStore.open(db_path) as store:
+        assert store.path == db_path.absolute()
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("SELECT version FROM schema_migrations").fetchall() == [(SCHEMA_VERSION,)]
+    conn.close()
+
+
+async def test_reopen_keeps_events_and_does_not_migrate_again(db_path: Path) -> None:
+    await _make_db(db_path)
+    async with await EventStore.open(db_path) as store:
+        assert await store.last_seq() == 2
+        await store.append("r1", 1, [submitted()])
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0] == SCHEMA_VERSION
+    conn.close()
+
+
+async def test_empty_file_is_initialised(db_path: Path) -> None:
+    db_path.parent.mkdir(parents=True)
+    db_path.write_bytes(b"")
+    async with await EventStore.open(db_path) as store:
+        assert await store.last_seq() == 0
+
+
+@pytest.mark.parametrize(("synchronous", "level"), [("FULL", 2), ("NORMAL", 1), ("OFF", 0)])
+async def test_synchronous_is_applied_to_the_writer(db_path: Path, synchronous: str, level: int) -> None:
+    async with await EventStore.open(db_path, synchronous=synchronous) as store:  # type: ignore[arg-type]
+        rows = await store._writer_conn.execute_fetchall("PRAGMA synchronous")
+        assert list(rows)[0][0] == level
+
+
+async def test_bad_open_arguments(db_path: Path) -> None:
+    with pytest.raises(ValueError, match="synchronous"):
+        await EventStore.open(db_path, synchronous="EXTRA")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="commit_window_s"):
+        await EventStore.open(db_path, commit_window_s=-1)
+    assert not db_path.exists()
+
+
+async def test_events_refuse_update_and_delete(db_path: Path) -> None:
+    await _make_db(db_path)
+    conn = sqlite3.connect(db_path)
+    with pytest.raises(sqlite3.IntegrityError, match="append-only: UPDATE"):
+        conn.execute("UPDATE events SET type = 'Forged' WHERE seq = 1")
+    with pytest.raises(sqlite3.IntegrityError, match="append-only: DELETE"):
+        conn.execute("DELETE FROM events WHERE seq = 2")
+    with pytest.raises(sqlite3.IntegrityError, match="append-only: DELETE"):
+        conn.execute("DELETE FROM events")
+    # inserts must extend the order: no reused seq, no gap or repeat in a run's versions
+    with pytest.raises(sqlite3.IntegrityError, match="seq must increase"):
+        conn.execute("INSERT INTO events VALUES (1, 'r9', 1, 'X', 'now', '{}')")
+    with pytest.raises(sqlite3.IntegrityError, match="seq must increase"):
+        conn.execute("INSERT INTO events VALUES (10, 'r1', 3, 'X', 'now', '{}')")
+    conn.rollback()
+    assert conn.execute("SELECT seq, run_id, version, type FROM events ORDER BY seq").fetchall() == [
+        (1, "r1", 1, "Submitted"),
+        (2, "r2", 1, "Submitted"),
+    ]
+    conn.close()
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+async def test_newer_schema_is_refused_and_left_untouched(db_path: Path) -> None:
+    await _make_db(db_path)
+    conn = sqlite3.connect(db_path)
+    conn.execute("INSERT INTO schema_migrations VALUES (?, 'future')", (SCHEMA_VERSION + 1,))
+    conn.commit()
+    conn.close()
+    before = db_path.read_bytes()
+    with pytest.raises(SchemaTooNewError) as info:
+        await EventStore.open(db_path)
+    assert str(db_path) in str(info.value) and f"schema version {SCHEMA_VERSION + 1}" in str(info.value)
+    assert db_path.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"name: not a database\n",
+        os.urandom(8192),
+        b"\x00" * 4096,
+    ],
+    ids=["yaml", "random", "zeros"],
+)
+async def test_non_sqlite_file_is_refused_and_left_untouched(db_path: Path, content: bytes) -> None:
+    db_path.parent.mkdir(parents=True)
+    db_path.write_bytes(content)
+    with pytest.raises(NotADatabaseError) as info:
+        await EventStore.open(db_path)
+    assert str(db_path) in str(info.value)
+    assert _files(db_path.parent) == {db_path.name: content}
+
+
+async def test_corrupt_sqlite_file_is_refused_and_left_untouched(db_path: Path) -> None:
+    await _make_db(db_path)
+    data = bytearray(db_path.read_bytes())
+    data[16:100] = os.urandom(84)  # page size, counters, schema cookie: garbage behind a valid magic string
+    data[100:] = os.urandom(len(data) - 100)
+    db_path.write_bytes(bytes(data))
+    with pytest.raises(NotADatabaseError) as info:
+        await EventStore.open(db_path)
+    assert str(db_path) in str(info.value)
+    assert db_path.read_bytes() == bytes(data)
+
+
+async def test_someone_elses_sqlite_database_is_refused(db_path: Path) -> None:
+    db_path.parent.mkdir(parents=True)
+    conn = sqlite3.connect(db_path)
+    conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY)")
+    conn.commit()
+    conn.close()
+    before = db_path.read_bytes()
+    with pytest.raises(StoreOpenError, match="not a jobsup one.*invoices"):
+        await EventStore.open(db_path)
+    assert db_path.read_bytes() == before
+
+
+async def test_directory_is_refused(db_path: Path) -> None:
+    db_path.mkdir(parents=True)
+    with pytest.raises(NotADatabaseError, match="directory"):
+        await EventStore.open(db_path)

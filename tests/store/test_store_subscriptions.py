@@ -1,0 +1,200 @@
+"""wait_for_events / subscribe: immediate, woken by commits, race-free, no polling."""
+
+from __future__ import annotations
+
+import random
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from store_helpers import phase, submitted
+
+from store import EventStore, NewEvent, RecordedEvent, StoreClosedError
+
+pytestmark = pytest.mark.anyio
+
+HELPER = str(Path(__file__).with_name("store_proc.py"))
+
+
+def _count_reads(store: EventStore) -> list[str]:
+    """Record every SQL query the store's readers run."""
+    queries: list[str] = []
+    original = store._read
+
+    async def counting(sql: str, params: Any = ()) -> Any:
+        queries.append(sql)
+        return await original(sql, params)
+
+    store._read = counting  # type: ignore[method-assign]
+    return queries
+
+
+async def test_wait_returns_already_committed_events_at_once(store: EventStore) -> None:
+    await store.append("r1", 0, [submitted(), phase("RUNNING")])
+    await store.append("r2", 0, [submitted()])
+    got = await store.wait_for_events(0, timeout_s=0)
+    assert [e.seq for e in got] == [1, 2, 3]
+    assert [e.seq for e in await store.wait_for_events(1, run_ids=["r1"])] == [2]
+    assert [e.seq for e in await store.wait_for_events(0, types=["Submitted"], limit=1)] == [1]
+
+
+async def test_wait_sleeps_without_polling_until_a_commit(store: EventStore) -> None:
+    await store.append("r1", 0, [submitted()])
+    queries = _count_reads(store)
+    got: list[RecordedEvent] = []
+
+    async def wait() -> None:
+        got.extend(await store.wait_for_events(1, run_ids=["r1"], timeout_s=30))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait)
+        await anyio.sleep(0.3)
+        assert got == [] and queries == []  # cursor at the head: registered, no query, no polling
+        [event] = await store.append("r1", 1, [phase("RUNNING")])
+        # the waiter is woken before append returns (notified right after COMMIT)
+        await anyio.sleep(0)
+    assert got == [event] and queries == []
+
+
+async def test_wait_times_out_with_an_empty_list(store: EventStore) -> None:
+    await store.append("r1", 0, [submitted()])
+    assert await store.wait_for_events(1, timeout_s=0.05) == []
+    assert await store.wait_for_events(0, run_ids=["other"], timeout_s=0.05) == []
+    assert await store.wait_for_events(0, types=["PhaseChanged"], timeout_s=0.05) == []
+
+
+async def test_filters_route_events_to_the_right_waiters(db_path: Path) -> None:
+    async with await EventStore.open(db_path, commit_window_s=0.05) as store:
+        for run_id in ("a", "b", "c"):
+            await store.append(run_id, 0, [submitted()])
+        got: dict[str, list[RecordedEvent]] = {}
+
+        async def wait(key: str, **filters: Any) -> None:
+            got[key] = await store.wait_for_events(3, timeout_s=30, **filters)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(partial(wait, "a", run_ids=["a"]))
+            tg.start_soon(partial(wait, "a+b", run_ids=["a", "b"]))
+            tg.start_soon(partial(wait, "phase", types=["PhaseChanged"]))
+            tg.start_soon(partial(wait, "b-phase", run_ids=["b"], types=["PhaseChanged"]))
+            tg.start_soon(partial(wait, "any", limit=2))
+            await anyio.sleep(0.05)
+            async with anyio.create_task_group() as batch:  # one transaction
+                batch.start_soon(store.append, "b", 1, [NewEvent("Tick"), phase("RUNNING")])
+                batch.start_soon(store.append, "a", 1, [NewEvent("Tick")])
+            assert store._writer.transactions == 4
+            assert set(got) == {"a", "a+b", "phase", "b-phase", "any"}
+
+        def seqs(key: str) -> list[tuple[str, str]]:
+            return [(e.run_id, e.type) for e in got[key]]
+
+        assert seqs("a") == [("a", "Tick")]
+        assert seqs("a+b") == [("b", "Tick"), ("b", "PhaseChanged"), ("a", "Tick")]
+        assert seqs("phase") == [("b", "PhaseChanged")]
+        assert seqs("b-phase") == [("b", "PhaseChanged")]
+        assert seqs("any") == [("b", "Tick"), ("b", "PhaseChanged")]
+
+
+async def test_randomized_interleavings_never_lose_a_wakeup(db_path: Path) -> None:
+    rng = random.Random(42)
+    runs = [f"run{i}" for i in range(8)]
+    async with await EventStore.open(db_path, synchronous="OFF", commit_window_s=0) as store:
+        versions = {r: (await store.append(r, 0, [submitted()]))[-1].version for r in runs}
+        # Widen the race windows: the waiter's re-check read may be slow to start and
+        # slow to come back, so commits land before, during and after it.
+        query = store._query_events
+
+        async def slow_query(*args: Any) -> list[RecordedEvent]:
+            await anyio.sleep(rng.choice([0, 0, 0.001, 0.003]))
+            found = await query(*args)
+            await anyio.sleep(rng.choice([0, 0, 0.001, 0.003]))
+            return found
+
+        store._query_events = slow_query  # type: ignore[method-assign]
+        for _ in range(400):
+            target = rng.choice(runs)
+            head = await store.last_seq()
+            after = head - rng.choice([0, 0, 0, 1, 2])  # mostly at the head, sometimes behind
+            filters: dict[str, Any] = rng.choice(
+                [{}, {"run_ids": [target]}, {"run_ids": [target, rng.choice(runs)]}, {"types": ["Tick"]}]
+            )
+            got: list[RecordedEvent] = []
+            delays = rng.choice([0, 0, 0.001, 0.002, 0.004]), rng.choice([0, 0, 0.001, 0.002, 0.004])
+
+            async def waiter() -> None:
+                await anyio.sleep(delays[0])
+                got.extend(await store.wait_for_events(after, timeout_s=5, **filters))
+
+            async def appender() -> None:
+                await anyio.sleep(delays[1])
+                versions[target] = (await store.append(target, versions[target], [NewEvent("Tick")]))[-1].version
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiter)
+                tg.start_soon(appender)
+            expected = [
+                e
+                for e in await store.read_all(after_seq=after)
+                if ("run_ids" not in filters or e.run_id in filters["run_ids"])
+                and ("types" not in filters or e.type in filters["types"])
+            ]
+            assert got, f"lost wake-up: waited after seq {after} with {filters}, appended to {target}"
+            assert got == expected[: len(got)]  # a prefix of what is there, in seq order
+
+
+async def test_events_from_another_process_wake_waiters_at_the_next_local_commit(db_path: Path) -> None:
+    async with await EventStore.open(db_path) as store:
+        await store.append("local", 0, [submitted()])
+        got: list[RecordedEvent] = []
+
+        async def wait() -> None:
+            got.extend(await store.wait_for_events(1, run_ids=["proc"], timeout_s=60))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait)
+            with anyio.fail_after(60):
+                await anyio.run_process([sys.executable, HELPER, "append", str(db_path), "proc", "1"])
+            assert got == []  # not notified across processes...
+            await store.append("local", 1, [phase("RUNNING")])  # ...until a local commit shows the seq gap
+        assert [(e.run_id, e.seq) for e in got] == [("proc", 2)]
+
+
+async def test_close_wakes_waiters_with_store_closed(db_path: Path) -> None:
+    store = await EventStore.open(db_path)
+    errors: list[BaseException] = []
+
+    async def wait() -> None:
+        try:
+            await store.wait_for_events(0, timeout_s=30)
+        except StoreClosedError as exc:
+            errors.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):
+            tg.start_soon(wait)
+        await anyio.sleep(0.05)
+        await store.close()
+    assert len(errors) == 3
+
+
+async def test_subscribe_yields_every_matching_event_in_order(store: EventStore) -> None:
+    await store.append("r1", 0, [submitted()])
+    seen: list[tuple[str, int]] = []
+
+    async def follow() -> None:
+        async for event in store.subscribe(0, run_ids=["r1", "r2"]):
+            seen.append((event.run_id, event.version))
+            if len(seen) == 6:
+                return
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow)
+            await store.append("r2", 0, [submitted()])
+            await store.append("other", 0, [submitted()])
+            await store.append("r1", 1, [phase("RUNNING"), phase("COMPLETED")])
+            await store.append("r2", 1, [NewEvent("Tick"), NewEvent("Tick")])
+    assert seen == [("r1", 1), ("r2", 1), ("r1", 2), ("r1", 3), ("r2", 2), ("r2", 3)]
