@@ -1,0 +1,168 @@
+"""Preflight on the simulated cluster: kubeconfig, API server, RBAC through
+SelfSubjectAccessReview, referenced Secrets/PVCs/RuntimeClasses; one line per
+problem, nothing created, successes cached briefly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, AsyncIterator, Iterator
+
+import anyio
+import pytest
+
+from supervisord.backends.base import RunSpec
+from supervisord.backends.kubernetes import KubernetesBackend
+from supervisord.exceptions import ManifestError, PreflightError
+from tests.k8s_sim import AccessRule, SimCluster
+from tests.supervisord.backends.conformance import make_git_repo
+from tests.supervisord.backends.kubernetes.k8s_backend_helpers import (
+    MANIFEST_PATH,
+    job_manifest,
+    kube_config,
+    make_backend,
+    run_objects,
+    sim_cluster,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+RUN_ID = "aa11bb22cc33"
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
+    with sim_cluster(tmp_path_factory.mktemp("sim")) as cluster:
+        cluster.create_secret("present-secret", {"k": "v"})
+        cluster.create_pvc("present-claim")
+        cluster.create_pvc("pending-claim", phase="Pending")
+        cluster.create_runtime_class("gvisor")
+        yield cluster
+
+
+@pytest.fixture(autouse=True)
+def open_access(sim: SimCluster) -> Iterator[None]:
+    yield
+    sim.set_access_rules([AccessRule()], enforce=False)
+
+
+@pytest.fixture
+async def backend(sim: SimCluster) -> AsyncIterator[KubernetesBackend]:
+    b = make_backend(sim, preflight_cache_s=30.0)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(b.serve)
+        yield b
+        tg.cancel_scope.cancel()
+    await b.aclose()
+
+
+def spec(tmp_path: Path, sim: SimCluster, manifest: str, **kube: Any) -> RunSpec:
+    repo = tmp_path / "repo"
+    commit = make_git_repo(repo, {MANIFEST_PATH: manifest, "x.txt": "x\n"})
+    config = kube_config(sim, **kube)
+    return RunSpec(
+        run_id=RUN_ID,
+        project="p",
+        name="t",
+        backend="kubernetes",
+        command="echo hi",
+        timeout_s=60,
+        env={},
+        config=config,
+        snapshot=tmp_path / "none.tar",
+        snapshot_sha256="",
+        commit=commit,
+        repo=str(repo),
+        run_dir=tmp_path / "run",
+        submitted={"manifest": MANIFEST_PATH, "config": config},
+    )
+
+
+def nothing_created(sim: SimCluster) -> bool:
+    return not any(run_objects(sim, RUN_ID, r) for r in ("jobs.batch", "secrets", "configmaps", "pods"))
+
+
+async def test_preflight_passes_and_is_cached(tmp_path: Path, sim: SimCluster, backend: KubernetesBackend) -> None:
+    s = spec(tmp_path, sim, job_manifest())
+    before = sim.requests_served
+    assert await backend.preflight(s) == []
+    first = sim.requests_served - before
+    before = sim.requests_served
+    await backend.preflight(s)
+    assert sim.requests_served - before < first / 3, "the second preflight should use the cached answers"
+    assert nothing_created(sim)
+
+
+async def test_broken_manifest_is_refused_at_preflight(tmp_path: Path, sim: SimCluster, backend: KubernetesBackend) -> None:
+    with pytest.raises(ManifestError) as err:
+        await backend.preflight(spec(tmp_path, sim, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"))
+    assert "Job" in str(err.value)
+    assert nothing_created(sim)
+
+
+async def test_unknown_context_names_the_kubeconfig(tmp_path: Path, sim: SimCluster, backend: KubernetesBackend) -> None:
+    with pytest.raises(PreflightError) as err:
+        await backend.preflight(spec(tmp_path, sim, job_manifest(), context="no-such-context"))
+    assert "no-such-context" in str(err.value) and str(sim.kubeconfig_path) in str(err.value)
+    assert "jobsup-sim" in str(err.value)  # the contexts that exist
+
+
+async def test_missing_permissions_are_one_line_each(tmp_path: Path, sim: SimCluster, backend: KubernetesBackend) -> None:
+    # Everything but exec and secrets updates.
+    sim.set_access_rules(
+        [
+            AccessRule(groups=("batch",)),
+            AccessRule(verbs=("get", "list", "watch"), groups=("",), resources=("pods", "pods/log")),
+            AccessRule(verbs=("create", "get"), groups=("",), resources=("secrets",)),
+        ]
+    )
+    with pytest.raises(PreflightError) as err:
+        await backend.preflight(spec(tmp_path, sim, job_manifest()))
+    problems = err.value.problems
+    assert len(problems) == 2, problems
+    assert any("create pods/exec" in p and 'resources: ["pods/exec"]' in p for p in problems)
+    assert any("update secrets" in p for p in problems)
+    assert nothing_created(sim)
+
+
+async def test_missing_secret_pvc_and_runtime_class(tmp_path: Path, sim: SimCluster, backend: KubernetesBackend) -> None:
+    volumes = [
+        {"name": "a", "secret": {"secretName": "absent-secret"}},
+        {"name": "b", "secret": {"secretName": "optional-secret", "optional": True}},
+        {"name": "c", "secret": {"secretName": "present-secret"}},
+    ]
+    env = [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "absent-too", "key": "k"}}}]
+    s = spec(
+        tmp_path,
+        sim,
+        job_manifest(volumes=volumes, env=env),
+        runtime_class="no-such-runtime",
+        pvc_mounts=[{"claim_name": "absent-claim", "mount_path": "/data"}, {"claim_name": "present-claim", "mount_path": "/ok"}],
+    )
+    with pytest.raises(PreflightError) as err:
+        await backend.preflight(s)
+    problems = err.value.problems
+    assert len(problems) == 4, problems
+    text = "\n".join(problems)
+    for name in ("absent-secret", "absent-too", "absent-claim", "no-such-runtime"):
+        assert name in text
+    assert "optional-secret" not in text and "present-secret" not in text and "present-claim" not in text
+    assert nothing_created(sim)
+
+
+async def test_objects_the_manifest_creates_are_not_required(tmp_path: Path, sim: SimCluster, backend: KubernetesBackend) -> None:
+    own = [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "own-{{JOBSUP_RUN}}"}, "stringData": {"k": "v"}}]
+    volumes = [{"name": "a", "secret": {"secretName": "own-{{JOBSUP_RUN}}"}}]
+    assert await backend.preflight(spec(tmp_path, sim, job_manifest(volumes=volumes, extra_docs=own))) == []
+
+
+async def test_runtime_class_forbidden_is_a_warning_and_pending_pvc_too(
+    tmp_path: Path, sim: SimCluster, backend: KubernetesBackend
+) -> None:
+    sim.set_access_rules([AccessRule(groups=("", "batch"))], enforce=True)
+    s = spec(
+        tmp_path, sim, job_manifest(), runtime_class="gvisor", pvc_mounts=[{"claim_name": "pending-claim", "mount_path": "/d"}]
+    )
+    warnings = await backend.preflight(s)
+    assert any("RuntimeClass gvisor" in w and "forbidden" in w for w in warnings), warnings
+    assert any("pending-claim" in w and "Pending" in w for w in warnings), warnings
+    assert nothing_created(sim)
