@@ -3,11 +3,12 @@
 Start-up order (each step fails fast with a clear message, before serving):
 
 1. read and validate the daemon config layer (every error at once);
-2. check the socket folder (created 0700; refused when others can write it)
+2. lock the state dir (one daemon per state dir, whatever its socket);
+3. check the socket folder (created 0700; refused when others can write it)
    and that no other daemon answers on the socket;
-3. open the event store (refuses corrupt or newer databases);
-4. reattach to every non-terminal run;
-5. serve the API on the socket (0600), then tell systemd READY=1.
+4. open the event store (refuses corrupt or newer databases);
+5. reattach to every non-terminal run;
+6. serve the API on the socket (0600), then tell systemd READY=1.
 
 SIGTERM/SIGINT stop supervision and the API cleanly; runs keep running (the
 next daemon reattaches to them).
@@ -16,6 +17,7 @@ next daemon reattaches to them).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import socket
@@ -106,6 +108,26 @@ def _prepare_socket(path: Path) -> socket.socket:
     return sock
 
 
+def _lock_state_dir(state_dir: Path) -> int:
+    """Hold ``<state dir>/daemon.lock`` (flock, exclusive) for the daemon's
+    life: one daemon per state dir, whatever socket each was given. Returns
+    the descriptor (closed by the OS when the daemon exits). Raises DaemonError."""
+    path = state_dir / "daemon.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        other = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise DaemonError(
+            f"another jobsup daemon (pid {other}) already uses the state dir {state_dir}; "
+            "stop it first, or point JOBSUP_STATE_DIR elsewhere"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 class Daemon:
     """One daemon instance. ``run()`` serves until ``stop()`` or a signal."""
 
@@ -124,14 +146,23 @@ class Daemon:
 
     async def run(self) -> None:
         """Start everything in order (see the module docstring) and serve."""
+        # Everything the daemon creates (database, run dirs, snapshots) is
+        # private to the user.
+        os.umask(0o077)
         self.paths.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.paths.runs_dir.mkdir(mode=0o700, exist_ok=True)
-        sock = _prepare_socket(self.paths.socket)
+        lock_fd = _lock_state_dir(self.paths.state_dir)
+        try:
+            sock = _prepare_socket(self.paths.socket)
+        except BaseException:
+            os.close(lock_fd)
+            raise
         try:
             store = await EventStore.open(self.paths.database, synchronous=self.settings.get("synchronous", "FULL"))
         except BaseException:
             sock.close()
             self.paths.socket.unlink(missing_ok=True)
+            os.close(lock_fd)
             raise
         backends = self._backends()
         try:
@@ -199,6 +230,7 @@ class Daemon:
                     await backend.aclose()
                 await store.close()
                 self.paths.socket.unlink(missing_ok=True)
+                os.close(lock_fd)
             log.info("stopped")
 
 

@@ -119,3 +119,20 @@ def test_no_daemon_and_no_autostart_exits_69(js: JobsupEnv) -> None:
     r = js.cli("wait", "abcd", check=False)
     assert r.returncode == 69
     assert "JOBSUP_NO_AUTOSTART" in r.stderr
+
+
+def test_one_daemon_per_state_dir_whatever_the_socket(js: JobsupEnv) -> None:
+    js.start_daemon()
+    other = {**js.env, "JOBSUP_SOCKET": str(js.sock_dir / "other.sock")}
+    r = subprocess.run([sys.executable, "-m", "supervisord", "daemon"], env=other,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "already uses the state dir" in r.stderr
+    assert not (js.sock_dir / "other.sock").exists()
+    js.cli("runs")
+
+
+def test_state_files_are_private(js: JobsupEnv) -> None:
+    js.start_daemon()
+    db = js.state_dir / "jobsup.db"
+    assert stat.S_IMODE(db.stat().st_mode) == 0o600
+    assert stat.S_IMODE(js.state_dir.stat().st_mode) == 0o700
