@@ -1,0 +1,135 @@
+"""End to end through the CLI: the real daemon (a subprocess reading the
+simulator's kubeconfig through KUBECONFIG), the real CLI, the simulated
+cluster running real containers."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tests.k8s_sim import SimCluster
+from tests.supervisord.backends.kubernetes.k8s_backend_helpers import MANIFEST_PATH, job_manifest, sim_cluster
+from tests.supervisord.jobsup_env import JobsupEnv, make_repo
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
+    with sim_cluster(tmp_path_factory.mktemp("sim")) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def js(tmp_path: Path, sim: SimCluster) -> Iterator[JobsupEnv]:
+    env = JobsupEnv(tmp_path)
+    env.env["KUBECONFIG"] = str(sim.kubeconfig_path)
+    # The user's config: which namespace, a short pod-ready budget.
+    user_config = Path(env.env["XDG_CONFIG_HOME"]) / "jobsup" / "config.yaml"
+    user_config.parent.mkdir(parents=True, exist_ok=True)
+    user_config.write_text(
+        f"kubernetes:\n  context: {sim.contexts[0]}\n  namespace: {sim.namespace}\n  pod_ready_timeout_s: 20\n"
+    )
+    env.start_daemon()
+    yield env
+    env.close()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(
+        tmp_path / "proj",
+        {
+            MANIFEST_PATH: job_manifest(),
+            "count.py": (
+                "import sys, time\n"
+                "n = int(sys.argv[1]); pause = float(sys.argv[2])\n"
+                "for i in range(1, n + 1):\n"
+                "    print(i, flush=True)\n"
+                "    time.sleep(pause)\n"
+            ),
+            "task.yaml": "name: hello\nbackend: kubernetes\nrun: echo hello from $TOKEN_NAME; python3 count.py 3 0\ntimeout: 5m\nenv:\n  TOKEN_NAME: s3cr3t-value\n",
+        },
+    )
+
+
+def test_submit_wait_logs_completed(js: JobsupEnv, repo: Path, sim: SimCluster) -> None:
+    run_id = js.submit(repo, "task.yaml")
+    w = js.cli("wait", run_id, "--timeout", "2m", check=False)
+    assert w.returncode == 0, w.stdout + w.stderr
+    assert js.cli("logs", run_id).stdout.splitlines() == ["hello from s3cr3t-value", "1", "2", "3"]
+    shown = js.show(run_id)
+    assert shown["phase"] == "COMPLETED" and shown["exit_code"] == 0 and shown["backend"] == "kubernetes"
+    assert "s3cr3t-value" not in json.dumps(shown)
+    events = js.cli("events", run_id, "-o", "json").stdout
+    # The job itself prints the value (a log line); no other event holds it.
+    assert all("s3cr3t-value" not in line for line in events.splitlines() if '"LogLines"' not in line)
+    types = [json.loads(line)["type"] for line in events.splitlines()]
+    assert types.count("ObjectCreated") == 2 and "StagingStep" in types
+    phases = [json.loads(line)["data"]["phase"] for line in events.splitlines() if json.loads(line)["type"] == "PhaseChanged"]
+    assert phases[0] == "SCHEDULING" and phases[-2:] == ["RUNNING", "COMPLETED"], phases
+
+
+def test_failing_command_exits_1(js: JobsupEnv, repo: Path) -> None:
+    run_id = js.submit(repo, "--backend", "kubernetes", "--", "echo bye; exit 5")
+    w = js.cli("wait", run_id, "-o", "json", "--timeout", "2m", check=False)
+    assert w.returncode == 1, w.stdout + w.stderr
+    run = json.loads(w.stdout)[0]
+    assert run["phase"] == "ERROR" and run["exit_code"] == 5 and "NonZeroExit" in run["message"]
+
+
+def test_cancel_leaves_no_pod(js: JobsupEnv, repo: Path, sim: SimCluster) -> None:
+    run_id = js.submit(repo, "--backend", "kubernetes", "--", "echo started; sleep 300")
+    assert js.cli("wait", run_id, "--for", "RUNNING", "--timeout", "60s", check=False).returncode == 0
+    js.cli("cancel", run_id)
+    w = js.cli("wait", run_id, "--timeout", "60s", check=False)
+    assert w.returncode == 3, w.stdout + w.stderr
+    labelled = [p for p in sim.list_objects("pods") if (p["metadata"].get("labels") or {}).get("jobsup.io/run") == run_id]
+    assert labelled == []
+
+
+def test_kill_9_daemon_mid_run_loses_and_doubles_nothing(js: JobsupEnv, repo: Path) -> None:
+    n = 400
+    run_id = js.submit(repo, "--backend", "kubernetes", "--", f"python3 count.py {n} 0.01")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if js.show(run_id)["log_lines"] > 50:
+            break
+        time.sleep(0.1)
+    js.kill_daemon(signal.SIGKILL)
+    time.sleep(1.0)  # the container keeps printing while no daemon runs
+    js.start_daemon()
+    w = js.cli("wait", run_id, "--timeout", "2m", check=False)
+    assert w.returncode == 0, w.stdout + w.stderr
+    lines = js.cli("logs", run_id).stdout.splitlines()
+    assert lines == [str(i) for i in range(1, n + 1)]
+    js.stop_daemon()
+    js.start_daemon()
+    assert js.cli("logs", run_id).stdout.splitlines() == lines
+
+
+def test_broken_manifest_is_refused_and_nothing_recorded(js: JobsupEnv, repo: Path) -> None:
+    (repo / "bad.yaml").write_text("kind: ConfigMap\napiVersion: v1\nmetadata: {name: x}\n")
+    import subprocess
+
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@e.invalid", "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@e.invalid", "-C", str(repo), "commit", "-qm", "bad"], check=True)
+    r = js.cli("submit", "--backend", "kubernetes", "--manifest", "bad.yaml", "--", "true", cwd=repo, check=False)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Job" in r.stderr
+    assert json.loads(js.cli("runs", "--all", "-o", "json").stdout) == []
+
+
+def test_doctor_checks_kubernetes(js: JobsupEnv, sim: SimCluster) -> None:
+    r = js.cli("doctor", "-o", "json", check=False)
+    checks = json.loads(r.stdout)
+    names = {c["name"]: c for c in checks}
+    assert names["kubeconfig"]["ok"] and sim.contexts[0] in names["kubeconfig"]["detail"]
+    assert names["kubernetes api"]["ok"]
+    assert names["rbac: create pods/exec"]["ok"]
+    assert r.returncode == 0, r.stdout + r.stderr
