@@ -18,7 +18,7 @@ from supervisord import config as cfg
 from supervisord.exceptions import TaskError
 from supervisord.source import SnapshotStore, is_dirty, repo_root, resolve_commit
 from supervisord.supervisor import SubmitPlan, env_digest
-from supervisord.task import BACKENDS, DEFAULT_TIMEOUT_S
+from supervisord.task import BACKENDS, DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S
 
 __all__ = ["SubmitRequest", "Planner"]
 
@@ -74,8 +74,8 @@ class Planner:
         if not isinstance(command, str) or not command.strip():
             raise TaskError("no command: give `run:` in the task file or `-- CMD...` on the command line")
         timeout_s = task.get("timeout_s") or DEFAULT_TIMEOUT_S
-        if not isinstance(timeout_s, int) or timeout_s <= 0:
-            raise TaskError(f"timeout must be a positive number of seconds, got {timeout_s!r}")
+        if not isinstance(timeout_s, int) or isinstance(timeout_s, bool) or not 0 < timeout_s <= MAX_TIMEOUT_S:
+            raise TaskError(f"timeout must be a whole number of seconds in 1..{MAX_TIMEOUT_S}, got {timeout_s!r}")
         env = task.get("env") or {}
         if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise TaskError("env must map names to string values")

@@ -43,7 +43,7 @@ from supervisord.exceptions import (
 from supervisord.paths import Paths
 from supervisord.source import SnapshotStore
 
-__all__ = ["Supervisor", "SubmitPlan", "PHASE_RANK"]
+__all__ = ["Supervisor", "SubmitPlan", "PHASE_RANK", "MAX_LINES_PER_EVENT"]
 
 log = structlog.get_logger("jobsup.supervisor")
 
@@ -56,6 +56,8 @@ PHASE_RANK: dict[str, int] = {
     **{p: 4 for p in TERMINAL_PHASES},
 }
 _CANCEL_DRAIN_S = 30.0
+#: The most log lines one LogLines event holds (~400 KB of 100-byte lines).
+MAX_LINES_PER_EVENT = 4000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,11 +158,18 @@ class _Reporter:
             await self._append_locked([NewEvent(type, dict(data))])
 
     async def log_lines(self, stream: str, source: str, lines: Sequence[tuple[str, str]]) -> None:
+        """Record ``lines`` as LogLines events of at most
+        :data:`MAX_LINES_PER_EVENT` lines each, all in one append (one
+        transaction, one fsync). The ``(pos, text)`` tuples are stored as
+        they are: JSON has no tuples, so they read back as ``[pos, text]``."""
         if not lines:
             return
-        event = NewEvent(LOG_LINES, {"stream": stream, "source": source, "lines": [list(x) for x in lines]})
+        events = [
+            NewEvent(LOG_LINES, {"stream": stream, "source": source, "lines": list(lines[i : i + MAX_LINES_PER_EVENT])})
+            for i in range(0, len(lines), MAX_LINES_PER_EVENT)
+        ]
         async with self._state.lock:
-            await self._append_locked([event])
+            await self._append_locked(events)
 
     async def log_position(self, source: str) -> str | None:
         return await self._store.last_log_position(self._state.spec.run_id, source)
@@ -322,7 +331,7 @@ class Supervisor:
         (after a daemon restart). Returns how many runs were reattached."""
         runs = await self.store.list_runs(non_terminal_only=True)
         for status in runs:
-            events = await self.store.read_stream(status.id, 1)
+            events = await self.store.read_all(0, limit=1, run_id=status.id)  # Submitted, not the whole stream
             submitted = events[0].data if events else {}
             spec = self._spec_from_submitted(status, submitted)
             state = _RunState(spec, status)

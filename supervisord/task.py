@@ -34,12 +34,15 @@ __all__ = [
     "parse_duration",
     "parse_env_pairs",
     "DEFAULT_TIMEOUT_S",
+    "MAX_TIMEOUT_S",
 ]
 
 #: Backends a task may name.
 BACKENDS: tuple[str, ...] = ("local", "kubernetes")
 #: The run timeout when neither the task nor the CLI gives one (DESIGN.md: 4h).
 DEFAULT_TIMEOUT_S = 4 * 3600
+#: The longest timeout accepted: 366 days.
+MAX_TIMEOUT_S = 366 * 86400
 
 _TASK_KEYS = {"name", "run", "backend", "timeout", "env", "config", "kubernetes"}
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
@@ -96,7 +99,8 @@ class Task:
 
 
 def parse_duration(text: str, *, what: str = "--timeout") -> int:
-    """Parse ``90s``, ``30m``, ``4h`` or ``1d`` into whole seconds (> 0).
+    """Parse ``90s``, ``30m``, ``4h`` or ``1d`` into whole seconds (> 0, at
+    most :data:`MAX_TIMEOUT_S`).
 
     Raises TaskError naming ``what`` (the flag or key) for anything else,
     including zero, negatives, fractions and missing units.
@@ -110,6 +114,8 @@ def parse_duration(text: str, *, what: str = "--timeout") -> int:
     seconds = int(match.group(1)) * _UNITS[match.group(2)]
     if seconds <= 0:
         raise TaskError(f"{what}: {text!r} must be positive")
+    if seconds > MAX_TIMEOUT_S:
+        raise TaskError(f"{what}: {text!r} is longer than the maximum of 366d")
     return seconds
 
 

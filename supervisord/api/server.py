@@ -21,11 +21,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from store import PHASE_CHANGED, EventStore, RunStatus
+from store import PHASE_CHANGED, PHASES, TERMINAL_PHASES, EventStore, RunStatus
 from supervisord.api.wire import API_PREFIX, encode_error
 from supervisord.exceptions import JobsupError, UsageError
 from supervisord.submit import Planner, SubmitRequest
-from supervisord.supervisor import Supervisor
+from supervisord.supervisor import PHASE_RANK, Supervisor
 
 __all__ = ["create_app", "PeerCredProtocol"]
 
@@ -46,6 +46,9 @@ class PeerCredProtocol(H11Protocol):
             _pid, uid, _gid = struct.unpack("3i", creds)
             if uid != os.getuid():
                 log.warning("refused connection", peer_uid=uid)
+                # Let uvicorn register the connection, then close it before
+                # any byte is read (data_received only runs after this returns).
+                super().connection_made(transport)
                 transport.close()
                 return
         super().connection_made(transport)
@@ -125,6 +128,8 @@ def create_app(
 
     async def list_runs(request: Request) -> Response:
         phase = request.query_params.get("phase")
+        if phase and phase.upper() not in PHASE_NAMES:
+            raise UsageError(f"--phase {phase!r}: use one of {', '.join(PHASE_NAMES)}")
         runs = await store.list_runs(
             project=request.query_params.get("project") or None,
             phases=[phase.upper()] if phase else None,
@@ -137,7 +142,7 @@ def create_app(
     async def show(request: Request) -> Response:
         run_id = await supervisor.resolve(request.path_params["ref"])
         run = await supervisor.get(run_id)
-        first = await store.read_stream(run_id, 1)
+        first = await store.read_all(0, limit=1, run_id=run_id)  # Submitted, not the whole stream
         return JSONResponse({"run": run.to_json(), "submitted": first[0].data if first else {}})
 
     async def cancel(request: Request) -> Response:
@@ -255,15 +260,16 @@ def create_app(
     return Starlette(routes=routes)
 
 
-PHASE_NAMES = ("QUEUED", "SCHEDULING", "STAGING", "RUNNING", "COMPLETED", "ERROR", "CANCELED", "DELETED")
+PHASE_NAMES = PHASES
 
 
 async def _condition_met(store: EventStore, cond: str, runs: list[RunStatus], after_seq: int) -> bool:
     """Whether ``wait --for cond`` is satisfied for ``runs``.
 
     terminal: every run is terminal. change: any run had a PhaseChanged with
-    seq > after_seq. PHASE: every run is in PHASE or terminal (a run that
-    ended can no longer reach it).
+    seq > after_seq. PHASE: every run is at or past PHASE (phases never go
+    backwards); for a terminal PHASE, every run is terminal (the caller's
+    exit code then tells which terminal phase it was).
     """
     if cond == "terminal":
         return all(r.terminal for r in runs)
@@ -273,4 +279,7 @@ async def _condition_met(store: EventStore, cond: str, runs: list[RunStatus], af
                 return True
         return False
     target = cond.upper()
-    return all(r.phase == target or r.terminal for r in runs)
+    if target in TERMINAL_PHASES:
+        return all(r.terminal for r in runs)
+    # Phases never go backwards: a run at or past the target has reached it.
+    return all(PHASE_RANK[r.phase] >= PHASE_RANK[target] for r in runs)

@@ -14,7 +14,7 @@ import click
 
 from supervisord import config as cfg
 from supervisord.api.client import Client
-from supervisord.api.wire import EXIT_UNREACHABLE, EXIT_WAIT_TIMEOUT, exit_code_for_phase
+from supervisord.api.wire import EXIT_UNREACHABLE, EXIT_WAIT_TIMEOUT, PHASES, exit_code_for_phase
 from supervisord.cli.main import cli
 from supervisord.cli.output import emit, info, output_option, warn
 from supervisord.exceptions import DaemonUnreachableError, TaskError
@@ -170,7 +170,7 @@ def emit_json_line(obj: dict[str, Any]) -> None:
 @cli.command("runs")
 @click.option("--all", "all_", is_flag=True, help="Include every finished run (default: in flight and the 20 newest).")
 @click.option("--project", help="Only runs of this project.")
-@click.option("--phase", help="Only runs in this phase.")
+@click.option("--phase", type=click.Choice(list(PHASES), case_sensitive=False), help="Only runs in this phase.")
 @output_option()
 def runs(all_: bool, project: str | None, phase: str | None, output: str) -> None:
     """List runs, newest first."""

@@ -255,3 +255,80 @@ def test_submit_follow_exits_like_wait(js: JobsupEnv, repo: Path) -> None:
     r = js.cli("submit", "--follow", "--", "bash fail.sh", cwd=repo, check=False)
     assert r.returncode == 1
     assert "about to fail" in r.stdout and "NonZeroExit" in r.stderr
+
+
+def _alive_with_arg(marker: str) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+                state = Path(f"/proc/{entry}/stat").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmd and b") Z " not in state:
+                pids.append(int(entry))
+    return pids
+
+
+def test_cancel_reaches_processes_that_left_the_group(js: JobsupEnv, repo: Path) -> None:
+    # One escapes with setsid, one also ignores SIGTERM; both must be gone.
+    cmd = ('setsid sleep 1003 & ( setsid bash -c "trap \\"\\" TERM; exec sleep 1005" & ); '
+           "echo started; wait")
+    run_id = js.submit(repo, "--", cmd)
+    assert js.cli("wait", run_id, "--for", "RUNNING", "--timeout", "30s", check=False).returncode == 0
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(_alive_with_arg("sleep\x00100")) < 2:
+        time.sleep(0.05)
+    assert _alive_with_arg("sleep\x001003") and _alive_with_arg("sleep\x001005")
+    js.cli("cancel", run_id)
+    assert _alive_with_arg("sleep\x001003") == [] and _alive_with_arg("sleep\x001005") == []
+
+
+def test_a_daemonized_leftover_is_stopped_when_the_job_ends(js: JobsupEnv, repo: Path) -> None:
+    run_id = js.submit(repo, "--", '( setsid sleep 1007 & ); echo done')
+    assert js.cli("wait", run_id, check=False).returncode == 0
+    assert _alive_with_arg("sleep\x001007") == []
+
+
+def test_lost_run_leaves_nothing_running(js: JobsupEnv, repo: Path) -> None:
+    run_id = js.submit(repo, "--", "sleep 1009")
+    assert js.cli("wait", run_id, "--for", "RUNNING", "--timeout", "30s", check=False).returncode == 0
+    status = json.loads((js.state_dir / "runs" / run_id / "status.json").read_text())
+    os.kill(status["runner_pid"], signal.SIGKILL)
+    r = js.cli("wait", run_id, "-o", "json", "--timeout", "30s", check=False)
+    assert r.returncode == 1 and json.loads(r.stdout)[0]["reason"] == "Lost"
+    assert _alive_with_arg("sleep\x001009") == []
+
+
+def test_symlinks_in_the_repo_are_kept(js: JobsupEnv, repo: Path, tmp_path: Path) -> None:
+    (repo / "abs-link").symlink_to("/etc/hostname")
+    (repo / "up-link").symlink_to("../elsewhere")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-C", str(repo)]
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-qm", "links"], check=True)
+    run_id = js.submit(repo, "--", "readlink abs-link up-link")
+    assert js.cli("wait", run_id, check=False).returncode == 0
+    assert js.cli("logs", run_id).stdout.splitlines() == ["/etc/hostname", "../elsewhere"]
+
+
+def test_huge_timeout_is_refused(js: JobsupEnv, repo: Path) -> None:
+    r = js.cli("submit", "--timeout", "99999999999d", "--", "true", cwd=repo, check=False)
+    assert r.returncode == 2 and "--timeout" in r.stderr and "366d" in r.stderr
+
+
+def test_wait_for_a_phase_already_passed_returns_at_once(js: JobsupEnv, repo: Path) -> None:
+    run_id = js.submit(repo, "--", "sleep 20")
+    assert js.cli("wait", run_id, "--for", "RUNNING", "--timeout", "30s", check=False).returncode == 0
+    assert js.cli("wait", run_id, "--for", "STAGING", "--timeout", "5s", check=False).returncode == 0
+    js.cli("cancel", run_id)
+
+
+def test_audit_trail_is_in_causal_order(js: JobsupEnv, repo: Path) -> None:
+    for _ in range(5):
+        run_id = js.submit(repo, "--force", "--", "echo hi")
+        assert js.cli("wait", run_id, check=False).returncode == 0
+        evs = [json.loads(l) for l in js.cli("events", run_id, "-o", "json").stdout.splitlines()]
+        kinds = [e["data"].get("phase", e["type"]) if e["type"] == "PhaseChanged" else e["type"] for e in evs]
+        assert kinds.index("RUNNING") < kinds.index("LogLines"), kinds
+        assert kinds.index("STAGING") < kinds.index("RUNNING"), kinds

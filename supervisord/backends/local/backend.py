@@ -25,7 +25,10 @@ __all__ = ["LocalBackend"]
 log = structlog.get_logger("jobsup.local")
 
 _STREAMS = ("stdout", "stderr")
-_MAX_LINES_PER_EVENT = 4000
+# One drain step reads at most this much of a file and hands at most this
+# many lines to the reporter (one append: one transaction and fsync).
+_READ_BYTES = 1 << 20
+_MAX_LINES_PER_CALL = 16000
 _POLL_MIN_S = 0.02
 _POLL_MAX_S = 0.5
 
@@ -132,29 +135,30 @@ class LocalBackend:
         for stream in _STREAMS:
             pos = await reporter.log_position(stream)
             tailers[stream] = FileTailer(run_dir / f"{stream}.log", int(pos) if pos else 0)
-        seen_state: str | None = None
         delay = _POLL_MIN_S
         try:
             while True:
                 status = self._read_status(run_dir)
                 state = status.get("state")
-                if state == "exited" or not self._runner_alive(handle):
+                if state != "exited" and not self._runner_alive(handle):
+                    # Read again: the runner may have finished between the two checks.
+                    status = self._read_status(run_dir)
+                    state = status.get("state")
                     if state != "exited":
-                        # Read again: the runner may have finished between the two checks.
-                        status = self._read_status(run_dir)
-                        state = status.get("state")
+                        await self._drain(tailers, reporter, final=True)
+                        await self._report_outcome(status, reporter)
+                        return
+                # Phases first, then the output they explain: the audit trail
+                # never shows a line before the RUNNING that produced it.
+                if state in ("staging", "running") or status.get("started_at"):
+                    await reporter.phase("STAGING")
+                if state == "running" or status.get("started_at"):
+                    await reporter.phase("RUNNING")
+                if state == "exited":
                     await self._drain(tailers, reporter, final=True)
                     await self._report_outcome(status, reporter)
                     return
-                if state != seen_state:
-                    seen_state = state
-                    # The runner always stages before it runs: record both,
-                    # even when one poll saw only the later state.
-                    if state in ("staging", "running"):
-                        await reporter.phase("STAGING")
-                    if state == "running":
-                        await reporter.phase("RUNNING")
-                got = await self._drain(tailers, reporter, final=False)
+                got = await self._drain(tailers, reporter, final=False) if state == "running" else 0
                 delay = _POLL_MIN_S if got else min(delay * 2, _POLL_MAX_S)
                 await anyio.sleep(delay)
         finally:
@@ -166,27 +170,24 @@ class LocalBackend:
         total = 0
         for stream, tailer in tailers.items():
             while True:
-                lines = tailer.read(final=final)
+                lines = tailer.read(final=final, max_bytes=_READ_BYTES)
                 if not lines:
                     break
                 total += len(lines)
-                for i in range(0, len(lines), _MAX_LINES_PER_EVENT):
-                    await reporter.log_lines(stream, stream, lines[i : i + _MAX_LINES_PER_EVENT])
+                for i in range(0, len(lines), _MAX_LINES_PER_CALL):
+                    await reporter.log_lines(stream, stream, lines[i : i + _MAX_LINES_PER_CALL])
         return total
 
     @staticmethod
     async def _report_outcome(status: Mapping[str, Any], reporter: RunReporter) -> None:
         if status.get("state") != "exited":
+            _kill_orphaned_group(status)
             await reporter.phase(
                 "ERROR",
                 reason="Lost",
                 message="the run's local runner is gone without a final status (was the machine restarted?)",
             )
             return
-        if status.get("started_at"):
-            # The command ran, even if no poll saw it running.
-            await reporter.phase("STAGING")
-            await reporter.phase("RUNNING")
         reason = str(status.get("reason") or "Unknown")
         phase = _OUTCOMES.get(reason, "ERROR")
         await reporter.phase(
@@ -229,6 +230,26 @@ class LocalBackend:
 
     async def aclose(self) -> None:
         """Nothing to release: runners are detached and keep running."""
+
+
+def _kill_orphaned_group(status: Mapping[str, Any]) -> None:
+    """The runner died without a final status: SIGKILL what is left of its
+    job's process group, so a Lost run leaves nothing running.
+
+    A pgid stays reserved while any member lives, so a live group is the
+    job's; if a process now has the leader's pid, it must also have the
+    leader's recorded start time (else the pid was reused: leave it alone).
+    """
+    pgid = status.get("pgid")
+    if not isinstance(pgid, int):
+        return
+    start = proc_start_time(pgid)
+    if start is not None and start != status.get("child_start"):
+        return
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _group_alive(pgid: int) -> bool:

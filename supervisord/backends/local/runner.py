@@ -27,11 +27,15 @@ rename) at each step:
 
 SIGTERM to the runner is a cancel: the group gets SIGTERM, then SIGKILL after
 the grace period, and the final status is written only once no process of the
-group remains.
+group remains. The runner is its job's child subreaper (prctl(2)), so a
+process that leaves the group (setsid, a double-forked daemon) is re-parented
+to the runner and stopped with the rest — on cancel, on timeout, and when the
+job's shell exits.
 """
 
 from __future__ import annotations
 
+import ctypes
 import datetime as dt
 import json
 import os
@@ -97,6 +101,85 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
+_PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
+
+
+def _become_subreaper() -> None:
+    """Make orphaned descendants re-parent to this process, not to init
+    (prctl PR_SET_CHILD_SUBREAPER), so a job cannot escape by daemonizing."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(err)}")
+
+
+def _descendants() -> set[int]:
+    """Every live process below this one (by parent pid, from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/stat").read_bytes()
+        except OSError:
+            continue
+        fields = raw[raw.rindex(b")") + 2 :].split()
+        if fields[0] == b"Z":
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    found: set[int] = set()
+    todo = [os.getpid()]
+    while todo:
+        for pid in children.get(todo.pop(), []):
+            if pid not in found:
+                found.add(pid)
+                todo.append(pid)
+    return found
+
+
+def _reap(main_pid: int) -> int | None:
+    """Reap every exited child (the job and re-parented orphans); the job's
+    exit code (negative: killed by that signal) once it has exited."""
+    code: int | None = None
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return code
+        if pid == 0:
+            return code
+        if pid == main_pid:
+            code = os.waitstatus_to_exitcode(status)
+
+
+def _signal_tree(pgid: int, sig: int) -> None:
+    """Send ``sig`` to the job's process group and to every descendant."""
+    _signal_group(pgid, sig)
+    for pid in _descendants():
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _stop_tree(pgid: int, grace: float) -> None:
+    """SIGTERM what is left of the job, SIGKILL after ``grace`` seconds, and
+    return once nothing of it remains (all reaped)."""
+    def left() -> bool:
+        _reap(-1)
+        return _group_alive(pgid) or bool(_descendants())
+
+    if not left():
+        return
+    _signal_tree(pgid, signal.SIGTERM)
+    end = time.monotonic() + grace
+    while left() and time.monotonic() < end:
+        time.sleep(0.05)
+    while left():
+        _signal_tree(pgid, signal.SIGKILL)
+        time.sleep(0.02)
+
+
 class _Runner:
     def __init__(self, run_dir: Path, spec: dict[str, Any]) -> None:
         self.run_dir = run_dir
@@ -107,6 +190,9 @@ class _Runner:
         self.wake_r = rfd
         signal.set_wakeup_fd(wfd)
         signal.signal(signal.SIGTERM, self._on_term)
+        # SIGCHLD must have a handler for the wakeup fd to see it.
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        _become_subreaper()
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
@@ -121,7 +207,9 @@ class _Runner:
         repo = self.run_dir / "repo"
         repo.mkdir(exist_ok=True)
         with tarfile.open(self.spec["snapshot"], "r:") as tar:
-            tar.extractall(repo, filter="data")
+            # The "tar" filter keeps symlinks as git recorded them (even
+            # absolute ones) but refuses members that would land outside repo/.
+            tar.extractall(repo, filter="tar")
         return repo
 
     def run(self) -> int:
@@ -163,31 +251,33 @@ class _Runner:
             os.close(out)
             os.close(err)
         pgid = child.pid
-        self.base.update(pid=child.pid, pgid=pgid, started_at=_now())
+        self.base.update(pid=child.pid, pgid=pgid, child_start=proc_start_time(child.pid), started_at=_now())
         self.status(state="running")
         return self.supervise(child, pgid)
 
     def supervise(self, child: subprocess.Popen[bytes], pgid: int) -> int:
         deadline = time.monotonic() + float(self.spec["timeout_s"])
         grace = float(self.spec.get("kill_grace_s", 10))
-        pidfd = os.pidfd_open(child.pid)
         outcome: str | None = None
         kill_at: float | None = None
-        while child.poll() is None:
+        code = _reap(child.pid)
+        while code is None:
             now = time.monotonic()
             if outcome is None and self.cancel_requested:
                 outcome = "Canceled"
             if outcome is None and now >= deadline:
                 outcome = "DeadlineExceeded"
             if outcome is not None and kill_at is None:
-                _signal_group(pgid, signal.SIGTERM)
+                _signal_tree(pgid, signal.SIGTERM)
                 kill_at = now + grace
             if kill_at is not None and now >= kill_at:
-                _signal_group(pgid, signal.SIGKILL)
+                _signal_tree(pgid, signal.SIGKILL)
             wake = [t for t in (deadline if outcome is None else None, kill_at) if t is not None]
-            timeout = max(0.0, min(wake) - now) if wake else None
+            # SIGCHLD and SIGTERM wake the select through the wakeup fd; the
+            # cap only bounds how long a missed wake-up could go unnoticed.
+            timeout = min([max(0.0, t - now) for t in wake] + [5.0])
             try:
-                select.select([pidfd, self.wake_r], [], [], timeout)
+                select.select([self.wake_r], [], [], timeout)
             except InterruptedError:
                 pass
             try:
@@ -195,18 +285,12 @@ class _Runner:
                     pass
             except BlockingIOError:
                 pass
-        os.close(pidfd)
-        code = child.returncode
-        # The direct child is gone; grandchildren of its group may remain.
-        # The run is over when its shell exits: stop what it left behind.
-        if _group_alive(pgid):
-            _signal_group(pgid, signal.SIGTERM)
-            end = time.monotonic() + grace
-            while _group_alive(pgid) and time.monotonic() < end:
-                time.sleep(0.05)
-            _signal_group(pgid, signal.SIGKILL)
-            while _group_alive(pgid):
-                time.sleep(0.02)
+            code = _reap(child.pid)
+        child.returncode = code
+        # The run is over when its shell exits: stop everything it left
+        # behind — its process group, and any descendant that left the group
+        # (setsid, double fork): as child subreaper the runner inherits those.
+        _stop_tree(pgid, grace)
         exit_code = code if code >= 0 else None
         sig = -code if code < 0 else None
         if outcome == "Canceled":
