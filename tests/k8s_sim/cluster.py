@@ -570,7 +570,7 @@ class SimCluster:
         namespace: str | None = None,
     ) -> JSON:
         """Create a PersistentVolumeClaim with the given status phase (Bound,
-        Pending, Lost); nothing is mounted into pods."""
+        Pending, Lost); pods mounting it see :meth:`pvc_path`."""
         return self.create_object(
             "persistentvolumeclaims",
             {
@@ -585,6 +585,13 @@ class SimCluster:
             },
             namespace=namespace,
         )
+
+    def pvc_path(self, claim: str, *, namespace: str | None = None) -> Path:
+        """The host folder that pods mounting PersistentVolumeClaim ``claim``
+        see at their mountPath (made on first use), e.g. to seed files."""
+        state = self._require_state()
+        path: Path = self._sync(state.kubelet.pvc_dir, namespace or self.namespace, claim)
+        return path
 
     def create_runtime_class(self, name: str, handler: str = "runc") -> JSON:
         """Create a RuntimeClass (node.k8s.io/v1); pods using it run like any other."""

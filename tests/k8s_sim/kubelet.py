@@ -12,6 +12,12 @@ Copies the kubelet's observable behaviour:
 - each container gets a private ``/tmp``: a per-container host directory bound
   onto ``/tmp`` in its own mount namespace (``unshare --mount``), so two pods
   never share ``/tmp/jobsup-source``; exec enters the same view;
+- volumes (secret, configMap, persistentVolumeClaim, emptyDir) are host
+  folders bind-mounted at each volumeMount's mountPath in the container's
+  mount namespace, read-only when ``readOnly`` says so (pkg/volume: a missing
+  non-optional Secret/ConfigMap or PVC keeps the container in
+  ContainerCreating with a ``FailedMount`` event, retried); see
+  :meth:`Kubelet.pvc_dir` for a claim's folder;
 - logs are written in the CRI log format (``<RFC3339Nano> <stream> <P|F>
   <content>``), one file per container instance, so timestamps, sinceTime,
   tailLines, previous and rotation read real files;
@@ -33,6 +39,7 @@ import base64
 import contextlib
 import hashlib
 import os
+import shlex
 import shutil
 import signal
 import time
@@ -44,7 +51,7 @@ from typing import Any
 import structlog
 
 from .faults import Faults
-from .store import CONFIGMAPS, EVENTS, PODS, SECRETS, ObjectStore, WatchEvent
+from .store import CONFIGMAPS, EVENTS, PODS, RESOURCES, SECRETS, ObjectStore, WatchEvent
 from .util import JSON, ApiError, err_bad_request, err_not_found, expand, rfc3339, rfc3339_nano
 
 log = structlog.get_logger("tests.k8s_sim.kubelet")
@@ -71,6 +78,12 @@ directory, exec the command (argv: tmp dir, workdir, create-workdir flag, cmd...
 class ServerKilledError(Exception):
     """Raised inside a streaming response to abort its connection (the API
     server was killed, or a fault cuts the stream)."""
+
+
+class VolumeMountError(Exception):
+    """A volume cannot be set up yet (its Secret, ConfigMap or claim is
+    missing); the container stays ContainerCreating and it is retried. The
+    message is the kubelet's FailedMount text."""
 
 
 class ContainerConfigError(Exception):
@@ -109,6 +122,8 @@ class ContainerRuntime:
     log_path: Path | None = None
     log_fh: Any = None
     exec_procs: set[asyncio.subprocess.Process] = field(default_factory=set)
+    mounts: list[tuple[str, str, bool]] = field(default_factory=list)
+    """(host folder, mountPath, read-only) per volumeMount."""
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def kill_execs(self) -> None:
@@ -548,6 +563,15 @@ class Kubelet:
                 try:
                     self._prepare(rt, c, pod_spec)
                     break
+                except VolumeMountError as exc:
+                    if c.waiting_message != str(exc):
+                        c.waiting_reason = "ContainerCreating"
+                        c.waiting_message = str(exc)
+                        self._record_event(rt, "Warning", "FailedMount", str(exc))
+                        if not self._write_status(rt):
+                            return False
+                    if await self._wait_or_stop(rt, self.config_retry_s):
+                        return False
                 except ContainerConfigError as exc:
                     if c.waiting_reason != "CreateContainerConfigError" or c.waiting_message != str(exc):
                         c.waiting_reason = "CreateContainerConfigError"
@@ -594,16 +618,74 @@ class Kubelet:
         if not create and not os.path.isdir(workdir):
             log.warning("workingDir does not exist on the host; using /tmp/workdir", workdir=workdir)
             workdir, create = "/tmp/workdir", True
+        c.mounts = self._volume_mounts(rt, c, (pod or {}).get("spec") or pod_spec)
         if not self.private_tmp:
             host = str(c.host_tmp)
-            argv = [_rewrite_tmp(a, host) for a in argv]
-            env = {k: _rewrite_tmp(v, host) for k, v in env.items()}
+            argv = [_rewrite_mounts(_rewrite_tmp(a, host), c.mounts) for a in argv]
+            env = {k: _rewrite_mounts(_rewrite_tmp(v, host), c.mounts) for k, v in env.items()}
             env["TMPDIR"] = host
             workdir = _rewrite_tmp(workdir, host)
         c.env = env
         c.argv = argv
         c.workdir = workdir
         c.create_workdir = create
+
+    def pvc_dir(self, namespace: str, claim: str) -> Path:
+        """The host folder behind PersistentVolumeClaim ``claim`` (made on
+        first use; shared by every pod mounting the claim), e.g. to seed it."""
+        path = self.root / "_pvcs" / namespace / claim
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _volume_mounts(self, rt: PodRuntime, c: ContainerRuntime, pod_spec: JSON) -> list[tuple[str, str, bool]]:
+        """Set up the container's volumes as host folders: secret and
+        configMap volumes get one file per key (or per ``items`` entry),
+        emptyDir a per-pod folder, a PVC :meth:`pvc_dir`. Raises
+        VolumeMountError when a Secret, ConfigMap or claim is missing."""
+        volumes = {v.get("name"): v for v in pod_spec.get("volumes") or [] if isinstance(v, dict)}
+        out: list[tuple[str, str, bool]] = []
+        for m in c.spec.get("volumeMounts") or []:
+            vol = volumes.get(m.get("name"))
+            if vol is None:
+                continue
+            read_only = bool(m.get("readOnly"))
+            host = rt.pod_dir / "volumes" / str(vol["name"])
+            if "emptyDir" in vol:
+                host.mkdir(parents=True, exist_ok=True)
+            elif "secret" in vol or "configMap" in vol:
+                kind, key = ("Secret", "secret") if "secret" in vol else ("ConfigMap", "configMap")
+                src = vol[key] or {}
+                name = src.get("secretName") if kind == "Secret" else src.get("name")
+                obj = self.store.find(SECRETS if kind == "Secret" else CONFIGMAPS, rt.namespace, str(name))
+                if obj is None and not src.get("optional"):
+                    raise VolumeMountError(f'MountVolume.SetUp failed for volume "{vol["name"]}" : {kind.lower()} "{name}" not found')
+                data: dict[str, bytes] = {}
+                for k, v in ((obj or {}).get("data") or {}).items():
+                    data[k] = base64.b64decode(v) if kind == "Secret" else str(v).encode()
+                for k, v in ((obj or {}).get("binaryData") or {}).items():
+                    data[k] = base64.b64decode(v)
+                items = src.get("items")
+                files = {str(i["path"]): data[i["key"]] for i in items if i.get("key") in data} if items else data
+                host.mkdir(parents=True, exist_ok=True)
+                for rel, content in files.items():
+                    target = host / rel
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(content)
+                read_only = True  # the kubelet always mounts these read-only
+            elif "persistentVolumeClaim" in vol:
+                claim = str((vol["persistentVolumeClaim"] or {}).get("claimName"))
+                if self.store.find(RESOURCES[("", "persistentvolumeclaims")], rt.namespace, claim) is None:
+                    raise VolumeMountError(f'persistentvolumeclaim "{claim}" not found')
+                host = self.pvc_dir(rt.namespace, claim)
+                read_only = read_only or bool((vol["persistentVolumeClaim"] or {}).get("readOnly"))
+            else:
+                continue
+            sub = m.get("subPath")
+            if sub:
+                host = host / str(sub)
+                host.mkdir(parents=True, exist_ok=True)
+            out.append((str(host), str(m["mountPath"]), read_only))
+        return out
 
     def _spawn_argv(self, c: ContainerRuntime, argv: list[str]) -> list[str]:
         if self.private_tmp:
@@ -615,7 +697,7 @@ class Kubelet:
                 "--",
                 "/bin/sh",
                 "-c",
-                _LAUNCH,
+                _mount_script(c.mounts) + _LAUNCH,
                 "k8s-sim-launch",
                 str(c.host_tmp),
                 c.workdir,
@@ -851,7 +933,7 @@ class Kubelet:
             raise err_bad_request(f'unable to upgrade connection: container not found ("{cname}")')
         if not command:
             raise err_bad_request("you must specify at least 1 command")
-        argv = command if self.private_tmp else [_rewrite_tmp(a, str(c.host_tmp)) for a in command]
+        argv = command if self.private_tmp else [_rewrite_mounts(_rewrite_tmp(a, str(c.host_tmp)), c.mounts) for a in command]
         proc = await asyncio.create_subprocess_exec(
             *self._spawn_argv(c, argv),
             stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
@@ -1010,6 +1092,31 @@ def _rewrite_tmp(text: str, host_tmp: str) -> str:
     if text == "/tmp":
         return host_tmp
     return text.replace("/tmp/", host_tmp + "/")
+
+
+def _mount_script(mounts: list[tuple[str, str, bool]]) -> str:
+    """Shell text binding each (host, mountPath, read-only) in the
+    container's mount namespace. The mount point folder is created on the
+    host when missing (mount namespaces share the file system)."""
+    parts = []
+    for host, target, read_only in mounts:
+        h, t = shlex.quote(host), shlex.quote(target)
+        line = f"mkdir -p {t} && mount --bind {h} {t}"
+        if read_only:
+            line += f" && mount -o remount,bind,ro {t}"
+        parts.append(line + f' || {{ echo "k8s-sim: cannot mount a volume at "{t} >&2; exit 127; }}; ')
+    return "".join(parts)
+
+
+def _rewrite_mounts(text: str, mounts: list[tuple[str, str, bool]]) -> str:
+    """Without mount namespaces: mountPath prefixes become the host folders
+    (read-only is then not enforced)."""
+    for host, target, _ro in mounts:
+        if text == target:
+            text = host
+        else:
+            text = text.replace(target.rstrip("/") + "/", host + "/")
+    return text
 
 
 def _qos_class(containers: list[ContainerRuntime]) -> str:

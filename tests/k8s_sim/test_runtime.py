@@ -435,3 +435,58 @@ def test_jobsup_manifest_contract_flow(sim: SimCluster, batch: Any, core: Any) -
             done = ev["object"]
             break
     assert done is not None and done.status.succeeded == 1
+
+
+@pytest.mark.parametrize("private_tmp", [True, False])
+def test_volume_mounts_secret_pvc_read_only_and_missing(tmp_path: Path, private_tmp: bool) -> None:
+    """Secret, PVC (read-only) and emptyDir volumes at their mountPath; a
+    missing Secret keeps the pod ContainerCreating with FailedMount (added
+    for jobsup's sandbox secret_mounts/pvc_mounts tests)."""
+    with SimCluster.start(tmp_path / "sim", private_tmp=private_tmp) as sim:
+        sim.create_secret("creds", {"token": "t0ken", "other": "x"})
+        sim.create_pvc("data")
+        (sim.pvc_path("data") / "input.txt").write_text("from-the-claim\n")
+        mount = "/srv/jobsup-k8s-sim-test"
+        script = (
+            f"cat {mount}/creds/token; echo; cat {mount}/data/input.txt; "
+            f"echo scratch > {mount}/scratch/f && cat {mount}/scratch/f; "
+            f"if {{ echo x > {mount}/data/new; }} 2>/dev/null; then echo data-writable; else echo data-read-only; fi"
+        )
+        body = job("vols", script)
+        spec = body["spec"]["template"]["spec"]
+        spec["volumes"] = [
+            {"name": "creds", "secret": {"secretName": "creds"}},
+            {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+            {"name": "scratch", "emptyDir": {}},
+        ]
+        spec["containers"][0]["volumeMounts"] = [
+            {"name": "creds", "mountPath": f"{mount}/creds"},
+            {"name": "data", "mountPath": f"{mount}/data", "readOnly": True},
+            {"name": "scratch", "mountPath": f"{mount}/scratch"},
+        ]
+        sim.create_object("jobs.batch", body)
+        finished = _wait_terminal(sim, "vols")
+        assert [c["type"] for c in finished["status"]["conditions"]][-1] == "Complete"
+        pod = sim.pod_of_job("vols")
+        assert pod is not None
+        logs = _raw_get(sim, f"/api/v1/namespaces/{sim.namespace}/pods/{pod['metadata']['name']}/log")
+        lines = logs.splitlines()
+        assert lines[:3] == ["t0ken", "from-the-claim", "scratch"]
+        assert lines[3] == ("data-read-only" if private_tmp else "data-writable")
+        assert (sim.pvc_path("data") / "new").exists() == (not private_tmp)
+
+        missing = job("novol", "true")
+        missing["spec"]["template"]["spec"]["volumes"] = [{"name": "s", "secret": {"secretName": "absent"}}]
+        missing["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "s", "mountPath": f"{mount}/absent"}]
+        sim.create_object("jobs.batch", missing)
+
+        def waiting() -> str | None:
+            p = sim.pod_of_job("novol")
+            statuses = (p or {}).get("status", {}).get("containerStatuses") or []
+            w = (statuses[0]["state"].get("waiting") or {}) if statuses else {}
+            return w.get("message") if w.get("reason") == "ContainerCreating" and w.get("message") else None
+
+        message = sim.wait_for(waiting, what="FailedMount")
+        assert 'secret "absent" not found' in message
+        sim.create_secret("absent", {"k": "v"})
+        _wait_terminal(sim, "novol")
