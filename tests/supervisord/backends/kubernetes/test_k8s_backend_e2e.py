@@ -437,3 +437,30 @@ async def test_reattach_mid_submit_rolls_back(tmp_path: Path, sim: SimCluster) -
         assert run.phase == "ERROR" and run.reason == "SubmitInterrupted", run
         assert f"jobsup-env-{run_id}" in (run.message or "")
         assert sim.get_object("secrets", f"jobsup-env-{run_id}") is None
+
+
+# ------------------------------------------------- sandbox options (issue 8)
+
+
+async def test_secret_mount_and_read_only_pvc_mount(tmp_path: Path, sim: SimCluster) -> None:
+    sim.create_secret("e2e-creds", {"token": "t0ken-e2e"})
+    sim.create_pvc("e2e-data")
+    (sim.pvc_path("e2e-data") / "in.txt").write_text("claim-data\n")
+    base = "/srv/jobsup-k8s-e2e"
+    kube = {
+        "secret_mounts": [{"secret_name": "e2e-creds", "mount_path": f"{base}/creds"}],
+        "pvc_mounts": [{"claim_name": "e2e-data", "mount_path": f"{base}/data", "read_only": True}],
+    }
+    command = (
+        f"cat {base}/creds/token; echo; cat {base}/data/in.txt; "
+        f"if {{ echo x > {base}/data/new; }} 2>/dev/null; then echo writable; else echo read-only; fi"
+    )
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit(command, manifest=M, files={M: job_manifest()}, kube=kube)
+        run = await env.terminal(run_id)
+        assert run.phase == "COMPLETED", run
+        assert await env.lines(run_id) == ["t0ken-e2e", "claim-data", "read-only" if sim.private_tmp else "writable"]
+        job = sim.get_object("jobs.batch", f"t-{run_id}")
+        assert job is not None
+        mounts = job["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+        assert {"name": "jobsup-pvc-0", "mountPath": f"{base}/data", "readOnly": True} in mounts
