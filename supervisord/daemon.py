@@ -103,7 +103,7 @@ def _prepare_socket(path: Path) -> socket.socket:
     finally:
         os.umask(old)
     os.chmod(path, 0o600)
-    sock.listen(128)
+    sock.listen(socket.SOMAXCONN)
     sock.setblocking(False)
     return sock
 

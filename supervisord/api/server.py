@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import struct
+from json.encoder import encode_basestring as _json_str  # what json.dumps(str, ensure_ascii=False) uses
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 import anyio
@@ -21,7 +22,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from store import PHASE_CHANGED, PHASES, TERMINAL_PHASES, EventStore, RunStatus
+from store import PHASE_CHANGED, PHASES, TERMINAL_PHASES, EventStore, LogLine, RunStatus
 from supervisord.api.wire import API_PREFIX, encode_error
 from supervisord.exceptions import JobsupError, UsageError
 from supervisord.submit import Planner, SubmitRequest
@@ -56,6 +57,13 @@ class PeerCredProtocol(H11Protocol):
 
 def _dumps(obj: Any) -> bytes:
     return (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+
+
+def _log_line_json(line: LogLine) -> str:
+    """``{"line_no":N,"stream":S,"text":T}`` and a newline: the same text as
+    :func:`_dumps` of that dict gives, without building a JSON encoder for
+    each line (a replay sends millions; this is ~3x cheaper)."""
+    return f'{{"line_no":{line.line_no:d},"stream":{_json_str(line.stream)},"text":{_json_str(line.text)}}}\n'
 
 
 def _flag(request: Request, name: str) -> bool:
@@ -169,7 +177,7 @@ def create_app(
                     if not lines:
                         break
                     cursor = lines[-1].line_no
-                    yield b"".join(_dumps({"line_no": l.line_no, "stream": l.stream, "text": l.text}) for l in lines)
+                    yield "".join(map(_log_line_json, lines)).encode()
                 if not follow:
                     return
                 if run.terminal:
@@ -196,6 +204,8 @@ def create_app(
 
         async def stream() -> AsyncIterator[bytes]:
             start_seq = after if after is not None else await store.last_seq()
+            # Tell the client its cursor, so it can resume after a reconnect.
+            yield _dumps({"after": start_seq})
             deadline = None if timeout is None else anyio.current_time() + timeout
             while True:
                 # Read the global position first: any change after it wakes

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import click
 
@@ -35,6 +36,31 @@ class _DashDashCommand(click.Command):
             ctx.meta["jobsup.command"] = args[i + 1 :]
             args = args[:i]
         return super().parse_args(ctx, args)
+
+
+_RECONNECT_WINDOW_S = 120.0
+
+
+def _reconnecting(client: Client, open_stream: Callable[[], Iterator[dict[str, Any]]]) -> Iterator[dict[str, Any]]:
+    """Items of ``open_stream()``; when the daemon goes away mid-stream (a
+    restart, ``kill -9``), reconnect — autostarting one when allowed — and
+    call ``open_stream()`` again, which resumes from the caller's cursor.
+    Gives up with DaemonUnreachableError after two minutes without a daemon."""
+    while True:
+        try:
+            yield from open_stream()
+            return
+        except DaemonUnreachableError as err:
+            info(f"lost the jobsup daemon ({err}); reconnecting")
+            deadline = time.monotonic() + _RECONNECT_WINDOW_S
+            while True:
+                try:
+                    client.connect()
+                    break
+                except DaemonUnreachableError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
 
 
 def _client() -> Client:
@@ -147,8 +173,22 @@ def _print_line(obj: dict[str, Any]) -> None:
 
 def _follow_logs(client: Client, ref: str, *, tail: int | None = None, output: str = "text") -> dict[str, Any]:
     end: dict[str, Any] = {}
-    for obj in client.logs(ref, follow=True, tail=tail):
+    cursor: dict[str, Any] = {"after": 0, "tail": tail}
+
+    def open_stream() -> Iterator[dict[str, Any]]:
+        if cursor["after"]:
+            stream = client.logs(ref, follow=True, after_line=cursor["after"])
+        else:
+            stream = client.logs(ref, follow=True, tail=cursor["tail"])
+        for obj in stream:
+            yield obj
+            if "end" in obj:
+                return
+        raise DaemonUnreachableError("the daemon closed the log stream before the run ended")
+
+    for obj in _reconnecting(client, open_stream):
         if "line_no" in obj:
+            cursor["after"] = obj["line_no"]
             if output == "json":
                 emit_json_line(obj)
             else:
@@ -251,8 +291,22 @@ def wait(ctx: click.Context, runs_: tuple[str, ...], for_: str, timeout: str | N
     4 DELETED, 124 timeout, 69 daemon unreachable.
     """
     timeout_s = parse_duration(timeout, what="--timeout") if timeout is not None else None
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    client = _client()
+    cursor: dict[str, Any] = {"after": after}
+
+    def open_stream() -> Iterator[dict[str, Any]]:
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        for obj in client.wait(list(runs_), for_=for_, after=cursor["after"], timeout=remaining):
+            yield obj
+            if "result" in obj:
+                return
+        raise DaemonUnreachableError("the daemon closed the wait stream before answering")
+
     result: dict[str, Any] = {}
-    for obj in _client().wait(list(runs_), for_=for_, after=after, timeout=timeout_s):
+    for obj in _reconnecting(client, open_stream):
+        if "after" in obj and cursor["after"] is None:
+            cursor["after"] = obj["after"]
         if "result" in obj:
             result = obj["result"]
     runs_out = result.get("runs") or []
@@ -281,8 +335,10 @@ def cancel(runs_: tuple[str, ...], output: str) -> None:
 
 
 def _events(client: Client, run: str | None, after: int, follow: bool) -> Iterator[dict[str, Any]]:
-    for obj in client.events(run=run, after=after, follow=follow):
+    cursor = {"after": after}
+    for obj in _reconnecting(client, lambda: client.events(run=run, after=cursor["after"], follow=follow)):
         if "seq" in obj:
+            cursor["after"] = obj["seq"]
             yield obj
 
 
