@@ -41,7 +41,7 @@ from supervisord.exceptions import DaemonError, JobsupError
 from supervisord.logging import configure_logging
 from supervisord.paths import Paths
 from supervisord.submit import Planner
-from supervisord.supervisor import Supervisor
+from supervisord.supervisor import Supervisor, load_digest_key
 
 __all__ = ["Daemon", "daemon_command", "sd_notify"]
 
@@ -170,7 +170,7 @@ class Daemon:
                 for backend in backends.values():
                     tg.start_soon(backend.serve, name=f"backend-{backend.name}")
                 supervisor = Supervisor(store, backends, self.paths, tg)
-                planner = Planner(self.daemon_layer, supervisor.snapshots)
+                planner = Planner(self.daemon_layer, supervisor.snapshots, load_digest_key(self.paths.state_dir))
                 reattached = await supervisor.reattach_all()
                 info = {
                     "pid": os.getpid(),

@@ -26,6 +26,7 @@ __all__ = [
     "repo_root",
     "resolve_commit",
     "is_dirty",
+    "untracked_files",
     "read_file_at",
 ]
 
@@ -83,6 +84,13 @@ def resolve_commit(repo: Path, rev: str = "HEAD") -> str:
 def is_dirty(repo: Path) -> bool:
     """True when tracked files differ from HEAD (staged or not); untracked files are ignored."""
     return bool(_git(repo, "status", "--porcelain", "--untracked-files=no").stdout.strip())
+
+
+def untracked_files(repo: Path) -> list[str]:
+    """Files git does not track and does not ignore: they are not in any
+    snapshot (``git ls-files --others --exclude-standard``)."""
+    out = _git(repo, "ls-files", "--others", "--exclude-standard", "-z").stdout
+    return [p.decode("utf-8", "replace") for p in out.split(b"\0") if p]
 
 
 def read_file_at(repo: Path, commit: str, path: str) -> bytes | None:

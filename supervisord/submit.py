@@ -16,7 +16,7 @@ import anyio
 
 from supervisord import config as cfg
 from supervisord.exceptions import TaskError
-from supervisord.source import SnapshotStore, is_dirty, repo_root, resolve_commit
+from supervisord.source import SnapshotStore, is_dirty, repo_root, resolve_commit, untracked_files
 from supervisord.supervisor import SubmitPlan, env_digest
 from supervisord.task import BACKENDS, DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S
 
@@ -60,9 +60,10 @@ class SubmitRequest:
 class Planner:
     """Validates submits against the daemon's config layer and snapshots sources."""
 
-    def __init__(self, daemon_layer: cfg.Layer, snapshots: SnapshotStore) -> None:
+    def __init__(self, daemon_layer: cfg.Layer, snapshots: SnapshotStore, digest_key: bytes) -> None:
         self.daemon_layer = daemon_layer
         self.snapshots = snapshots
+        self.digest_key = digest_key
         self._git = anyio.CapacityLimiter(4)
 
     async def plan(self, req: SubmitRequest) -> tuple[SubmitPlan, list[str]]:
@@ -101,6 +102,10 @@ class Planner:
             warnings.append(
                 f"{repo} has uncommitted changes; they will not run (jobsup runs commit {commit[:12]})"
             )
+        untracked = await anyio.to_thread.run_sync(untracked_files, repo, limiter=self._git)
+        if untracked:
+            shown = ", ".join(untracked[:3]) + (f" and {len(untracked) - 3} more" if len(untracked) > 3 else "")
+            warnings.append(f"{len(untracked)} untracked file(s) are not in the snapshot: {shown} (git add and commit them to run them)")
         snapshot = await anyio.to_thread.run_sync(self.snapshots.create, repo, commit, limiter=self._git)
         project = str(data.get("project") or repo.name)
         name = str(task.get("name") or _default_name(command))
@@ -117,7 +122,7 @@ class Planner:
                 "snapshot_sha256": snapshot.sha256,
                 "snapshot_size": snapshot.size,
             },
-            "env": env_digest(merged_env),
+            "env": env_digest(merged_env, self.digest_key),
             "config": cfg.redact(data),
             "task_file": str(task["path"]) if task.get("path") else None,
             "manifest": task.get("manifest"),

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import hmac
+import os
 import secrets
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -35,6 +37,7 @@ from store import (
 from supervisord.backends.base import Backend, RunSpec
 from supervisord.exceptions import (
     AmbiguousRunError,
+    DaemonError,
     BackendError,
     RunInFlightError,
     RunNotFoundError,
@@ -83,9 +86,31 @@ class SubmitPlan:
     force: bool = False
 
 
-def env_digest(env: Mapping[str, str]) -> dict[str, str]:
-    """NAME -> ``sha256:<hex>`` of the value: what events record instead of values."""
-    return {k: "sha256:" + hashlib.sha256(v.encode()).hexdigest() for k, v in sorted(env.items())}
+def env_digest(env: Mapping[str, str], key: bytes) -> dict[str, str]:
+    """NAME -> ``hmac-sha256:<hex>`` of the value, keyed with the daemon's
+    secret ``key``: what events record instead of values. Equal values give
+    equal digests (so a changed secret shows), but without the key a short
+    or guessable value cannot be brute-forced from the database."""
+    return {k: "hmac-sha256:" + hmac.new(key, v.encode(), hashlib.sha256).hexdigest() for k, v in sorted(env.items())}
+
+
+def load_digest_key(state_dir: Path) -> bytes:
+    """The daemon's env-digest key: 32 random bytes in ``<state dir>/digest.key``
+    (mode 0600), created on first use."""
+    path = state_dir / "digest.key"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        key = path.read_bytes()
+        if len(key) != 32:
+            raise DaemonError(f"{path} is damaged ({len(key)} bytes, expected 32); remove it to make a new key")
+        return key
+    key = secrets.token_bytes(32)
+    with os.fdopen(fd, "wb") as f:
+        f.write(key)
+        f.flush()
+        os.fsync(f.fileno())
+    return key
 
 
 class _RunState:

@@ -25,7 +25,8 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from supervisord.exceptions import TaskError
+from supervisord.config.sources import load_yaml
+from supervisord.exceptions import ConfigError, TaskError
 
 __all__ = [
     "Task",
@@ -35,6 +36,7 @@ __all__ = [
     "parse_env_pairs",
     "DEFAULT_TIMEOUT_S",
     "MAX_TIMEOUT_S",
+    "check_name",
 ]
 
 #: Backends a task may name.
@@ -155,17 +157,28 @@ def load_task(path: str | Path) -> Task:
     except (OSError, UnicodeDecodeError) as exc:
         raise TaskError(f"{p}: cannot read task file: {exc}") from None
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise TaskError(f"{p}:{where}: not valid YAML: {problem}") from None
+        # The config loader: safe, and a duplicated key is an error naming
+        # its line (never "the last one wins" silently).
+        doc = load_yaml(text, source=str(p))
+    except ConfigError as exc:
+        raise TaskError(str(exc)) from None
     if doc is None:
         raise TaskError(f"{p}: task file is empty; it needs at least `run:`")
     if not isinstance(doc, dict):
         raise TaskError(f"{p}: the top level must be a mapping of task keys, got {type(doc).__name__}")
     return _task_from_mapping(doc, p)
+
+
+def check_name(name: str, *, what: str = "--name") -> str:
+    """A run name: 1 to 63 characters, none of them whitespace other than a
+    space or a control character. Returns it; raises TaskError naming ``what``."""
+    if not name or not name.strip():
+        raise TaskError(f"{what}: the name must not be empty")
+    if len(name) > 63:
+        raise TaskError(f"{what}: the name is {len(name)} characters long; at most 63 are allowed")
+    if any(not c.isprintable() for c in name):
+        raise TaskError(f"{what}: the name must not contain control characters")
+    return name
 
 
 def _task_from_mapping(doc: Mapping[Any, Any], p: Path) -> Task:
@@ -207,8 +220,9 @@ def _task_from_mapping(doc: Mapping[Any, Any], p: Path) -> Task:
     manifest = k8s.get("manifest")
     if manifest is not None and (not isinstance(manifest, str) or not manifest):
         raise TaskError(f"{p}: `kubernetes.manifest` must be a repository-relative path")
+    name = string("name")
     return Task(
-        name=string("name"),
+        name=check_name(name, what=f"{p}: `name`") if name is not None else None,
         run=string("run"),
         backend=backend,
         timeout_s=timeout_s,

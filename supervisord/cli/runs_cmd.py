@@ -19,7 +19,7 @@ from supervisord.api.wire import EXIT_UNREACHABLE, EXIT_WAIT_TIMEOUT, PHASES, ex
 from supervisord.cli.main import cli
 from supervisord.cli.output import emit, info, output_option, warn
 from supervisord.exceptions import DaemonUnreachableError, TaskError
-from supervisord.task import BACKENDS, Task, load_task, parse_duration, parse_env_pairs
+from supervisord.task import BACKENDS, Task, check_name, load_task, parse_duration, parse_env_pairs
 
 __all__ = ["submit", "runs", "show", "logs", "wait", "cancel", "events", "doctor"]
 
@@ -94,7 +94,7 @@ def build_task(
 
         run = command[0] if len(command) == 1 else shlex.join(command)
     return task.with_overrides(
-        name=name,
+        name=check_name(name) if name is not None else None,
         run=run,
         backend=backend,
         timeout_s=parse_duration(timeout, what="--timeout") if timeout is not None else None,
@@ -369,6 +369,12 @@ def events(run: str | None, after: int, follow: bool, output: str) -> None:
 @click.pass_context
 def doctor(ctx: click.Context, output: str) -> None:
     """Check the daemon, the store and (when configured) Kubernetes access."""
-    checks = _client().doctor()
+    client = Client()
+    try:
+        client.connect()
+    except DaemonUnreachableError as err:
+        emit([{"name": "daemon", "ok": False, "detail": str(err)}], output, columns=("name", "ok", "detail"))
+        ctx.exit(1)
+    checks = client.doctor()
     emit(checks, output, columns=("name", "ok", "detail"))
     ctx.exit(0 if all(c.get("ok") for c in checks) else 1)

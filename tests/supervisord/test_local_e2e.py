@@ -350,3 +350,34 @@ def test_streams_survive_a_daemon_restart(js: JobsupEnv, repo: Path) -> None:
     assert follower.returncode == 0, err
     assert out.splitlines() == [f"n{i}" for i in range(1, 31)]
     assert "reconnecting" in err
+
+
+def test_task_and_name_validation(js: JobsupEnv, repo: Path) -> None:
+    (repo / "dup.yaml").write_text("run: echo a\nrun: echo b\n")
+    r = js.cli("submit", "dup.yaml", cwd=repo, check=False)
+    assert r.returncode == 2 and "dup.yaml" in r.stderr and "line 2" in r.stderr
+    r = js.cli("submit", "--name", "", "--", "true", cwd=repo, check=False)
+    assert r.returncode == 2 and "--name" in r.stderr
+    r = js.cli("submit", "--name", "x" * 64, "--", "true", cwd=repo, check=False)
+    assert r.returncode == 2 and "63" in r.stderr
+
+
+def test_untracked_files_are_named_in_a_warning(js: JobsupEnv, repo: Path) -> None:
+    (repo / "new_script.py").write_text("print('never committed')\n")
+    r = js.cli("submit", "--", "ls", cwd=repo)
+    assert "untracked" in r.stderr and "new_script.py" in r.stderr
+
+
+def test_env_digests_are_keyed(js: JobsupEnv, repo: Path) -> None:
+    import hashlib
+
+    run_id = js.submit(repo, "--env", "PIN=1234", "--", "true")
+    digest = js.show(run_id)["env"]["PIN"]
+    assert digest.startswith("hmac-sha256:")
+    assert hashlib.sha256(b"1234").hexdigest() not in digest
+
+
+def test_doctor_reports_a_missing_daemon(js: JobsupEnv) -> None:
+    js.stop_daemon()
+    r = js.cli("doctor", check=False)
+    assert r.returncode == 1 and "daemon" in r.stdout

@@ -245,9 +245,11 @@ class Cluster:
         what: str | None = None,
         timeout: tuple[float, float] = _SHORT_TIMEOUT,
         retry: bool = True,
+        raw: bool = False,
     ) -> Any:
         """One API call (``path`` below the server URL, e.g.
-        ``/apis/batch/v1/namespaces/ns/jobs``); returns the decoded JSON body.
+        ``/apis/batch/v1/namespaces/ns/jobs``); returns the decoded JSON body
+        (``raw``: the body's bytes, for pods/log).
 
         ``timeout`` is (connect, read) seconds. Transient failures are
         retried per :attr:`retry` unless ``retry`` is False. Raises
@@ -264,6 +266,8 @@ class Cluster:
                 limiter=self.limiter, abandon_on_cancel=True,
             )
             if 200 <= status < 300:
+                if raw:
+                    return data
                 if not data:
                     return {}
                 try:

@@ -613,15 +613,16 @@ class KubernetesBackend:
 
     async def _last_lines(self, cluster: Cluster, ns: str, pod: str, container: str, count: int = 20) -> str:
         try:
-            text = await cluster.request(
+            data: bytes = await cluster.request(
                 "GET",
                 f"/api/v1/namespaces/{ns}/pods/{pod}/log",
                 query=[("container", container), ("tailLines", count)],
                 what=f"read the last log lines of {pod}",
+                raw=True,
             )
         except KubernetesApiError as err:
             return f"(could not read the log: {err})"
-        return text if isinstance(text, str) else str(text)
+        return data.decode("utf-8", "replace").rstrip("\n")
 
     # ------------------------------------------------------------ supervise
 

@@ -16,10 +16,11 @@ lost or doubled, and the whole log is never read again.
 
 A follow is resumed after: the connection dropping, an end of stream while
 the container still runs, a stall (no byte for ``stall_s`` seconds although
-the container runs; the wait doubles up to ``stall_max_s`` while reconnects
-find nothing new, so a quiet container costs one request every few
-minutes), and log rotation (a follow stream stays on the rotated file and
-goes silent: a stall; the new request reads the new file). ``400 ... is
+the log has lines past the cursor, which a short non-follow read checks; a
+quiet container keeps its stream, and the check's wait doubles up to
+``stall_max_s``, so it costs one small request every few minutes), and log
+rotation (a follow stream stays on the rotated file and goes silent: a
+stall; the new request reads the new file). ``400 ... is
 waiting to start`` is retried. Once the container has terminated, one final
 read (bounded in time) picks up the rest, including a last line without a
 newline, and the follower ends. Phases never come from here.
@@ -231,7 +232,6 @@ class LogFollower:
         done (or the pod is gone). Never raises for API trouble: it retries."""
         try:
             self.cursor = LogCursor.parse(await self.reporter.log_position(self.source))
-            stall = self.stall_s
             backoff = 0.25
             while True:
                 state = self.state()
@@ -247,7 +247,7 @@ class LogFollower:
                             await token.wait()
                     continue
                 try:
-                    got, how = await self._follow(stall)
+                    got, how = await self._follow(self.stall_s)
                 except KubernetesApiError as err:
                     if err.status == 404:
                         log.info("pod gone; log follow ends", source=self.source)
@@ -261,8 +261,7 @@ class LogFollower:
                     continue
                 backoff = 0.25
                 if how == "stall":
-                    stall = self.stall_s if got else min(stall * 2, self.stall_max_s)
-                    log.debug("log stream stalled; reconnecting", source=self.source, new=got, next_stall_s=stall)
+                    log.debug("log stream stalled; reconnecting", source=self.source, new=got)
                 elif not got:
                     await self._pause(0.5)
         finally:
@@ -275,17 +274,24 @@ class LogFollower:
 
     async def _follow(self, stall_s: float) -> tuple[int, str]:
         """One follow request. Returns (lines recorded, how it ended:
-        "eof", "stall" or "cut")."""
+        "eof", "stall" or "cut").
+
+        When no byte came for ``stall_s`` seconds, a short non-follow read
+        from the cursor (on a pooled connection) tells a quiet container from
+        a stalled stream: only when the log has lines past the cursor is the
+        stream dropped ("stall"); otherwise the same stream is kept and the
+        next check waits twice as long (at most ``stall_max_s``)."""
         decoder = LogDecoder(self.cursor)
         got = 0
         how = "eof"
+        wait = stall_s
         self.connects += 1
         self._count("log_follows")
         async with self.cluster.stream(self._path, self._query(True), what=f"follow the log of {self.source}") as response:
             chunks = response.aiter_raw()
             while True:
                 chunk: bytes | None = None
-                with anyio.move_on_after(stall_s):
+                with anyio.move_on_after(wait):
                     try:
                         chunk = await chunks.__anext__()
                     except StopAsyncIteration:
@@ -296,15 +302,34 @@ class LogFollower:
                         self._count("log_cuts")
                         break
                 if chunk is None:
+                    self._count("log_stall_checks")
+                    if self.state() == "running" and not await self._has_newer():
+                        wait = min(wait * 2, self.stall_max_s)
+                        continue
                     how = "stall"
                     self._count("log_stalls")
                     break
+                wait = stall_s
                 lines = decoder.feed(chunk)
                 if lines:
                     await self._emit(lines)
                     got += len(lines)
                     self.cursor = decoder.position()
         return got, how
+
+    async def _has_newer(self) -> bool:
+        """Whether the log holds a line past the cursor (a bounded,
+        non-follow read of at most 64 KiB); True when that cannot be told."""
+        decoder = LogDecoder(self.cursor)
+        query = self._query(False) + [("limitBytes", 65536)]
+        try:
+            with anyio.fail_after(15):
+                body: bytes = await self.cluster.request(
+                    "GET", self._path, query=query, what=f"check the log of {self.source}", retry=False, raw=True
+                )
+        except (KubernetesApiError, TimeoutError):
+            return True
+        return bool(decoder.feed(body))
 
     async def _final_read(self) -> None:
         """Read what is left once the container terminated (not following),
