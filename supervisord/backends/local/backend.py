@@ -52,6 +52,9 @@ class LocalBackend:
         self.kill_grace_s = kill_grace_s
         self.shell = shell
         self._limiter = anyio.CapacityLimiter(8)
+        # run id -> the event that ends the current poll sleep of its
+        # supervise loop early (set by cancel once the run is stopped).
+        self._wakeups: dict[str, anyio.Event] = {}
 
     def _settings(self, spec: RunSpec) -> tuple[str, int]:
         local = spec.config.get("local") or {}
@@ -136,6 +139,7 @@ class LocalBackend:
             pos = await reporter.log_position(stream)
             tailers[stream] = FileTailer(run_dir / f"{stream}.log", int(pos) if pos else 0)
         delay = _POLL_MIN_S
+        wake = self._wakeups[spec.run_id] = anyio.Event()
         try:
             while True:
                 status = self._read_status(run_dir)
@@ -160,8 +164,13 @@ class LocalBackend:
                     return
                 got = await self._drain(tailers, reporter, final=False) if state == "running" else 0
                 delay = _POLL_MIN_S if got else min(delay * 2, _POLL_MAX_S)
-                await anyio.sleep(delay)
+                with anyio.move_on_after(delay):
+                    await wake.wait()
+                if wake.is_set():
+                    wake = self._wakeups[spec.run_id] = anyio.Event()
         finally:
+            if self._wakeups.get(spec.run_id) is wake:
+                del self._wakeups[spec.run_id]
             for t in tailers.values():
                 t.close()
 
@@ -224,6 +233,11 @@ class LocalBackend:
             with anyio.fail_after(30):
                 while _group_alive(pgid):
                     await anyio.sleep(0.02)
+        # Let supervise see the final status now, not at its next poll (up
+        # to 0.5 s later): a cancel of many runs waits for each in turn.
+        wake = self._wakeups.get(spec.run_id)
+        if wake is not None:
+            wake.set()
 
     async def serve(self) -> None:
         """Nothing shared between local runs."""
