@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import hashlib
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -93,9 +92,12 @@ log = structlog.get_logger("jobsup.kubernetes")
 _DEFAULT_POD_READY_TIMEOUT_S = 90
 
 
-def _env_digest(env: Mapping[str, str]) -> dict[str, str]:
-    """NAME -> ``sha256:<hex>`` of the value (what events record)."""
-    return {k: "sha256:" + hashlib.sha256(v.encode()).hexdigest() for k, v in sorted(env.items())}
+def _env_digest(spec: RunSpec) -> dict[str, str | None]:
+    """NAME -> the digest the Submitted event recorded for it (the daemon's
+    keyed hash; None when it has none): never a value."""
+    recorded = spec.submitted.get("env")
+    digests = recorded if isinstance(recorded, Mapping) else {}
+    return {name: (str(digests[name]) if name in digests else None) for name in sorted(spec.env)}
 
 
 def _wall_to_monotonic(rfc3339: str | None, plus_s: float) -> float:
@@ -439,7 +441,7 @@ class KubernetesBackend:
             stored_secret = await self._create(resolver, state, secret, ns, spec.run_id)
             created.append((ObjectRef.of(stored_secret), stored_secret))
             await reporter.record(
-                "ObjectCreated", {**ObjectRef.of(stored_secret).to_json(), "env": _env_digest(spec.env)}
+                "ObjectCreated", {**ObjectRef.of(stored_secret).to_json(), "env": _env_digest(spec)}
             )
             job_obj: dict[str, Any] | None = None
             for obj in rendered.objects:

@@ -262,8 +262,10 @@ class LogFollower:
                 backoff = 0.25
                 if how == "stall":
                     log.debug("log stream stalled; reconnecting", source=self.source, new=got)
-                elif not got:
-                    await self._pause(0.5)
+                else:
+                    # The stream ended: usually the container did; give the
+                    # pod watch a moment to say so before following again.
+                    await self._pause(0.2 if got else 0.5)
         finally:
             self.done.set()
 
@@ -288,33 +290,49 @@ class LogFollower:
         self.connects += 1
         self._count("log_follows")
         async with self.cluster.stream(self._path, self._query(True), what=f"follow the log of {self.source}") as response:
-            chunks = response.aiter_raw()
-            while True:
-                chunk: bytes | None = None
-                with anyio.move_on_after(wait):
+            # A reader task feeds a queue, so that a wait that times out never
+            # cancels the body iterator (a cancelled async generator is done).
+            send, receive = anyio.create_memory_object_stream[bytes | Exception | None](64)
+
+            async def pump() -> None:
+                async with send:
                     try:
-                        chunk = await chunks.__anext__()
-                    except StopAsyncIteration:
+                        async for piece in response.aiter_raw():
+                            await send.send(piece)
+                    except Exception as exc:  # the connection dropped mid-body: hand it over
+                        await send.send(exc)
+                        return
+                    await send.send(None)
+
+            async with anyio.create_task_group() as tg, receive:
+                tg.start_soon(pump)
+                while True:
+                    item: bytes | Exception | None = b""
+                    with anyio.move_on_after(wait) as scope:
+                        item = await receive.receive()
+                    if scope.cancelled_caught:
+                        self._count("log_stall_checks")
+                        if self.state() == "running" and not await self._has_newer():
+                            wait = min(wait * 2, self.stall_max_s)
+                            continue
+                        how = "stall"
+                        self._count("log_stalls")
                         break
-                    except Exception as exc:  # the connection dropped mid-body
-                        log.info("log stream cut; resuming", source=self.source, error=f"{type(exc).__name__}: {exc}")
+                    if item is None:
+                        break
+                    if isinstance(item, Exception):
+                        log.info("log stream cut; resuming", source=self.source, error=f"{type(item).__name__}: {item}")
                         how = "cut"
                         self._count("log_cuts")
                         break
-                if chunk is None:
-                    self._count("log_stall_checks")
-                    if self.state() == "running" and not await self._has_newer():
-                        wait = min(wait * 2, self.stall_max_s)
-                        continue
-                    how = "stall"
-                    self._count("log_stalls")
-                    break
-                wait = stall_s
-                lines = decoder.feed(chunk)
-                if lines:
-                    await self._emit(lines)
-                    got += len(lines)
-                    self.cursor = decoder.position()
+                    wait = stall_s
+                    lines = decoder.feed(item)
+                    if lines:
+                        await self._emit(lines)
+                        got += len(lines)
+                        self.cursor = decoder.position()
+                tg.cancel_scope.cancel()
+        log.debug("log follow ended", source=self.source, how=how, new=got)
         return got, how
 
     async def _has_newer(self) -> bool:
@@ -323,7 +341,7 @@ class LogFollower:
         decoder = LogDecoder(self.cursor)
         query = self._query(False) + [("limitBytes", 65536)]
         try:
-            with anyio.fail_after(15):
+            with anyio.fail_after(max(5.0, min(15.0, self.stall_s))):
                 body: bytes = await self.cluster.request(
                     "GET", self._path, query=query, what=f"check the log of {self.source}", retry=False, raw=True
                 )

@@ -20,6 +20,10 @@ from tests.supervisord.backends.conformance import make_git_repo
 from tests.supervisord.backends.kubernetes.k8s_backend_helpers import kube_config, make_backend
 
 
+#: The env-digest key of these tests' "daemon".
+DIGEST_KEY = b"k8s-e2e-digest-key"
+
+
 class K8sEnv:
     """One daemon's worth of state: store, supervisor, backend, a repo."""
 
@@ -82,7 +86,7 @@ class K8sEnv:
                 "timeout_s": timeout_s,
                 "source": {"repo": str(self.repo), "commit": commit, "snapshot_sha256": snapshot.sha256},
                 "config": config,
-                "env": env_digest(dict(env or {})),
+                "env": env_digest(dict(env or {}), DIGEST_KEY),
                 "manifest": manifest,
             },
             force=True,

@@ -81,7 +81,8 @@ async def test_submit_stage_run_logs_complete(tmp_path: Path, sim: SimCluster) -
         kinds = [(e.data["kind"], e.data["name"]) for e in created]
         assert kinds == [("Secret", f"jobsup-env-{run_id}"), ("ConfigMap", f"cfg-{run_id}"), ("Job", f"t-{run_id}")]
         assert all(e.data["uid"] for e in created)
-        assert created[0].data["env"] == {"API_KEY": "sha256:" + __import__("hashlib").sha256(b"v3ry-s3cret").hexdigest()}
+        submitted = (await env.events(run_id, "Submitted"))[0]
+        assert created[0].data["env"] == submitted.data["env"] and list(created[0].data["env"]) == ["API_KEY"]
         for event in await env.events(run_id):
             if event.type != "LogLines":
                 assert "v3ry-s3cret" not in str(event.data)
@@ -302,7 +303,7 @@ async def test_log_stream_faults_keep_every_line_exactly_once(tmp_path: Path, si
         if fault == "cut":
             sim.faults.cut_logs(7, count=3)
         elif fault == "stall":
-            sim.faults.stall_logs(9, count=2)
+            sim.faults.stall_logs(9, count=1)
         run_id = await env.submit(ticker(n, 0.02), manifest=M, files={M: job_manifest()})
         if fault == "rotate":
             await env.wait_until(run_id, lambda r: r.log_lines >= 20)
@@ -317,8 +318,21 @@ async def test_log_stream_faults_keep_every_line_exactly_once(tmp_path: Path, si
         if fault == "cut":
             assert stats.get("log_cuts", 0) >= 3, stats
         else:
-            assert stats.get("log_stalls", 0) >= (2 if fault == "stall" else 1), stats
+            assert stats.get("log_stalls", 0) >= 1, stats
         assert stats["log_follows"] >= 2, stats
+
+
+async def test_quiet_container_keeps_its_log_stream(tmp_path: Path, sim: SimCluster) -> None:
+    # No output for a while is not a stall: a small check read finds nothing
+    # new and the same stream goes on (the check's wait doubles).
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit("echo a; sleep 7; echo b", manifest=M, files={M: job_manifest()})
+        run = await env.terminal(run_id)
+        assert run.phase == "COMPLETED", run
+        assert await env.lines(run_id) == ["a", "b"]
+        stats = env.backend.stats
+        assert stats.get("log_stall_checks", 0) >= 2 and stats.get("log_stalls", 0) == 0, stats
+        assert stats["log_follows"] <= 2, stats  # one, and maybe one more racing the container's end
 
 
 async def test_api_server_restart_mid_run(tmp_path: Path, sim: SimCluster) -> None:
