@@ -270,7 +270,11 @@ class LogFollower:
             self.done.set()
 
     async def _pause(self, seconds: float) -> None:
+        """Wait ``seconds``, or less when the pod changes; not at all when
+        the container is no longer running (the final read is next)."""
         token = self.changed()
+        if self.state() != "running":
+            return
         with anyio.move_on_after(seconds):
             await token.wait()
 
