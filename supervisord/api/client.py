@@ -130,9 +130,7 @@ class Client:
                 if resp.status_code >= 400:
                     resp.read()
                     raise decode_error(resp.status_code, _json(resp))
-                for line in resp.iter_lines():
-                    if line:
-                        yield json.loads(line)
+                yield from _ndjson(resp)
         except (httpx.TransportError, OSError) as err:
             raise DaemonUnreachableError(f"lost the jobsup daemon on {self.paths.socket}: {err}") from None
 
@@ -172,9 +170,7 @@ class Client:
                 if resp.status_code >= 400:
                     resp.read()
                     raise decode_error(resp.status_code, _json(resp))
-                for line in resp.iter_lines():
-                    if line:
-                        yield json.loads(line)
+                yield from _ndjson(resp)
         except (httpx.TransportError, OSError) as err:
             raise DaemonUnreachableError(f"lost the jobsup daemon on {self.paths.socket}: {err}") from None
 
@@ -188,6 +184,25 @@ class Client:
     def doctor(self) -> list[dict[str, Any]]:
         """``GET /doctor``: the daemon's checks."""
         return list(self._call("GET", "/doctor", timeout=httpx.Timeout(120.0, connect=5.0))["checks"])
+
+
+def _ndjson(resp: httpx.Response) -> Iterator[dict[str, Any]]:
+    """The objects of a newline-delimited JSON body, as they arrive.
+
+    Lines end at ``\n`` only. ``Response.iter_lines`` would also end them
+    at U+2028, U+2029 and U+0085 (it follows ``str.splitlines``), which
+    JSON leaves unescaped inside strings: a log line holding one of them
+    would cut its object in two. Raises ValueError on a line that is not
+    JSON."""
+    pending = b""
+    for chunk in resp.iter_bytes():
+        lines = (pending + chunk).split(b"\n")
+        pending = lines.pop()
+        for line in lines:
+            if line.strip():
+                yield json.loads(line)
+    if pending.strip():
+        yield json.loads(pending)
 
 
 def _json(resp: httpx.Response) -> Any:

@@ -169,6 +169,7 @@ def create_app(
         async def stream() -> AsyncIterator[bytes]:
             cursor = after
             seq = 0
+            sent_at = anyio.current_time()
             while True:
                 run = await supervisor.get(run_id)
                 seq = run.last_seq
@@ -178,13 +179,19 @@ def create_app(
                         break
                     cursor = lines[-1].line_no
                     yield "".join(map(_log_line_json, lines)).encode()
+                    sent_at = anyio.current_time()
                 if not follow:
                     return
                 if run.terminal:
                     yield _dumps({"end": run.to_json()})
                     return
-                if not await store.wait_for_events(seq, run_ids=[run_id], limit=1, timeout_s=_HEARTBEAT_S):
+                got = await store.wait_for_events(seq, run_ids=[run_id], limit=1, timeout_s=_HEARTBEAT_S)
+                # A heartbeat also when the run's events bring no line past
+                # the cursor for a while (following from a line still to
+                # come): the client takes a silent stream for a dead daemon.
+                if not got or anyio.current_time() - sent_at >= _HEARTBEAT_S:
                     yield _dumps({"heartbeat": seq})
+                    sent_at = anyio.current_time()
 
         return StreamingResponse(stream(), media_type=_NDJSON)
 
