@@ -642,9 +642,14 @@ class KubernetesBackend:
             return
         watch = await self._watch(cluster, ns)
         view = watch.view(spec.run_id)
-        await watch.wait_synced(view, 60.0)
-        run = _Supervision(self, cluster, ns, view, state, reporter, spec, dict(handle))
-        await run.run()
+        try:
+            await watch.wait_synced(view, 60.0)
+            run = _Supervision(self, cluster, ns, view, state, reporter, spec, dict(handle))
+            await run.run()
+        finally:
+            # The run is over (or the daemon stops): drop what was kept for it.
+            watch.forget(spec.run_id)
+            self._runs.pop(spec.run_id, None)
 
     async def _abandoned_submit(self, spec: RunSpec, reporter: RunReporter, handle: Mapping[str, Any]) -> None:
         """The daemon stopped while creating this run's objects: delete what

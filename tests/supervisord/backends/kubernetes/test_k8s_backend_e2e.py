@@ -420,6 +420,38 @@ async def test_reattach_to_a_finished_job_reports_its_outcome(tmp_path: Path, si
         assert await env.lines(run_id) == ["started", "finished"]
 
 
+async def test_reattach_mid_staging_finishes_staging(tmp_path: Path, sim: SimCluster) -> None:
+    # The daemon stops while the pod is still ContainerCreating (objects
+    # created, source not staged): the next one stages and the run completes.
+    sim.faults.set_start_delay(2.0)
+    try:
+        async with k8s_env(tmp_path, sim) as env:
+            run_id = await env.submit("echo staged-late", manifest=M, files={M: job_manifest()}, kube={"pod_ready_timeout_s": 30})
+            await env.wait_until(run_id, lambda r: r.handle.get("created") is True)
+            status = await env.store.get_run(run_id)
+            assert status is not None and status.handle["staged_pods"] == [] and status.phase in ("QUEUED", "SCHEDULING")
+    finally:
+        sim.faults.set_start_delay(0)
+    async with k8s_env(tmp_path, sim, reattach=True) as env:
+        run = await env.terminal(run_id)
+        assert run.phase == "COMPLETED", run
+        assert await env.lines(run_id) == ["staged-late"]
+        assert len(await env.events(run_id, "StagingStep")) == 1
+
+
+async def test_cancel_racing_completion_ends_in_one_terminal_phase(tmp_path: Path, sim: SimCluster) -> None:
+    async with k8s_env(tmp_path, sim) as env:
+        for delay in (0.0, 0.3):
+            run_id = await env.submit(f"sleep {delay}; echo done", manifest=M, files={M: job_manifest()})
+            await env.wait_until(run_id, lambda r: r.phase in ("RUNNING", "COMPLETED"))
+            run = await env.supervisor.cancel(run_id)
+            assert run.phase in ("CANCELED", "COMPLETED"), run
+            terminal = [p for p, _ in await env.phases(run_id) if p in ("COMPLETED", "ERROR", "CANCELED", "DELETED")]
+            assert terminal == [run.phase], terminal
+            if run.phase == "CANCELED":
+                await no_pods_left(sim, run_id)
+
+
 async def test_reattach_mid_submit_rolls_back(tmp_path: Path, sim: SimCluster) -> None:
     # Simulate a daemon that died after recording the handle and creating the
     # Secret, before the Job: supervise finds the objects by label.
