@@ -176,6 +176,25 @@ async def test_missing_secret_key_is_create_container_config_error(tmp_path: Pat
         assert not run_objects(sim, run_id, "jobs.batch")
 
 
+async def test_secret_deleted_after_preflight_is_create_container_config_error(tmp_path: Path, sim: SimCluster) -> None:
+    # Preflight saw the Secret; it is gone before the container starts.
+    sim.create_secret("short-lived", {"K": "v"})
+    doc = yaml.safe_load(job_manifest())
+    doc["spec"]["template"]["spec"]["containers"][0]["envFrom"] = [{"secretRef": {"name": "short-lived"}}]
+    sim.faults.set_start_delay(1.0)
+    try:
+        async with k8s_env(tmp_path, sim) as env:
+            run_id = await env.submit("echo never", manifest=M, files={M: yaml.safe_dump(doc)}, kube={"pod_ready_timeout_s": 4})
+            sim.delete_object("secrets", "short-lived")
+            run = await env.terminal(run_id, timeout_s=30)
+            assert run.phase == "ERROR" and run.reason == "CreateContainerConfigError", run
+            assert run.message is not None and 'secret "short-lived" not found' in run.message
+            assert ("SCHEDULING", "CreateContainerConfigError") in await env.phases(run_id)
+            assert not run_objects(sim, run_id, "jobs.batch") and not run_objects(sim, run_id, "secrets")
+    finally:
+        sim.faults.set_start_delay(0)
+
+
 async def test_unschedulable_reports_the_schedulers_message(tmp_path: Path, sim: SimCluster) -> None:
     sim.faults.set_unschedulable("unsched-")
     async with k8s_env(tmp_path, sim) as env:
