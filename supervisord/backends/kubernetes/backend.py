@@ -81,7 +81,7 @@ from supervisord.backends.kubernetes.preflight import (
     references,
 )
 from supervisord.backends.kubernetes.render import DEFAULT_STAGING_TIMEOUT_S, RenderedRun, render_run
-from supervisord.backends.kubernetes.staging import StagingError, stage_source
+from supervisord.backends.kubernetes.staging import StagingError, stage_source, upload_timeout_s
 from supervisord.backends.kubernetes.watch import NamespaceWatch, RunView, job_pods
 from supervisord.exceptions import BackendError, ConfigError, JobsupError, KubernetesApiError, PreflightError
 
@@ -577,13 +577,14 @@ class KubernetesBackend:
                 running = "running" in ((container_status(pod, container) or {}).get("state") or {})
                 if running and not pod_is_terminal(pod):
                     await reporter.phase("STAGING", message=f"copying the source into pod {name}")
-                    left = deadline - time.monotonic()
-                    if left > 0:
+                    if deadline - time.monotonic() > 0:
                         try:
+                            # The deadline bounds the wait for the pod; an
+                            # upload that started gets the time its size needs.
+                            budget = upload_timeout_s(spec.snapshot.stat().st_size)
                             await cluster.call_in_thread(
                                 lambda: stage_source(
-                                    cluster, ns, name, container, spec.snapshot, spec.snapshot_sha256,
-                                    timeout_s=max(5.0, min(left, 120.0)),
+                                    cluster, ns, name, container, spec.snapshot, spec.snapshot_sha256, timeout_s=budget
                                 ),
                                 exec_session=True,
                             )

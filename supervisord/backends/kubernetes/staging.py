@@ -35,9 +35,9 @@ from supervisord.backends.kubernetes.access import Cluster
 from supervisord.backends.kubernetes.script import READY_MARKER, SOURCE_TAR, STAGING_DIR
 from supervisord.exceptions import BackendError
 
-__all__ = ["ExecResult", "StagingError", "exec_command", "stage_source", "UPLOAD_SCRIPT", "COMMIT_SCRIPT"]
+__all__ = ["ExecResult", "StagingError", "exec_command", "stage_source", "upload_timeout_s", "UPLOAD_SCRIPT", "COMMIT_SCRIPT"]
 
-_CHUNK = 256 * 1024
+_CHUNK = 64 * 1024
 _KEEP_OUTPUT = 64 * 1024
 _PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
 
@@ -235,6 +235,12 @@ def _status_message(body: bytes) -> str | None:
     if isinstance(parsed, dict):
         return str(parsed.get("message") or parsed.get("reason") or "") or None
     return None
+
+
+def upload_timeout_s(size: int) -> float:
+    """Seconds allowed for staging ``size`` bytes: 60 s plus one second per
+    MiB (an upload slower than 1 MiB/s is treated as stuck)."""
+    return 60.0 + size / 2**20
 
 
 def stage_source(

@@ -104,6 +104,40 @@ async def test_submit_stage_run_logs_complete(tmp_path: Path, sim: SimCluster) -
         assert status is not None and status.handle["staged_pods"] and status.handle["created"] is True
 
 
+async def test_exec_credential_plugin_context(tmp_path: Path, sim: SimCluster) -> None:
+    # The kubeconfig's other context gets its token from an exec credential
+    # plugin: short calls, watches, log streams and exec all carry it, and
+    # the plugin runs once, not per request.
+    before = sim.exec_plugin_calls()
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit("echo via-exec-plugin", manifest=M, files={M: job_manifest()}, kube={"context": sim.contexts[1]})
+        run = await env.terminal(run_id)
+        assert run.phase == "COMPLETED", run
+        assert await env.lines(run_id) == ["via-exec-plugin"]
+        assert run.handle["context"] == sim.contexts[1]
+    assert 1 <= sim.exec_plugin_calls() - before <= 2
+
+
+@pytest.mark.parametrize("protocols", [("v5.channel.k8s.io", "v4.channel.k8s.io"), ("v4.channel.k8s.io",)])
+async def test_staging_a_larger_snapshot_intact(tmp_path: Path, sim: SimCluster, protocols: tuple[str, ...]) -> None:
+    # v4 has no stdin half-close: the pod side reads exactly the byte count.
+    import base64
+    import hashlib
+    import os
+
+    blob = base64.b64encode(os.urandom(3 * 2**20)).decode()
+    digest = hashlib.sha256(blob.encode()).hexdigest()
+    sim.configure(exec_protocols=protocols)
+    try:
+        async with k8s_env(tmp_path, sim) as env:
+            run_id = await env.submit("sha256sum big.txt", manifest=M, files={M: job_manifest(), "big.txt": blob})
+            run = await env.terminal(run_id)
+            assert run.phase == "COMPLETED", run
+            assert await env.lines(run_id) == [f"{digest}  big.txt"]
+    finally:
+        sim.configure(exec_protocols=("v5.channel.k8s.io", "v4.channel.k8s.io"))
+
+
 async def test_failing_command_is_error_with_exit_code(tmp_path: Path, sim: SimCluster) -> None:
     async with k8s_env(tmp_path, sim) as env:
         run_id = await env.submit("echo about to fail; exit 7", manifest=M, files={M: job_manifest()})
