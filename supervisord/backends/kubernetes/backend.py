@@ -205,6 +205,8 @@ class KubernetesBackend:
         self.cancel_timeout_s = cancel_timeout_s
         self._tg: anyio.abc.TaskGroup | None = None
         self._serving = anyio.Event()
+        # git (the manifest at the recorded commit) and config files: their own threads.
+        self._files = anyio.CapacityLimiter(4)
         self._watches: dict[tuple[str, str], NamespaceWatch] = {}
         self._resolvers: dict[str, ResourceResolver] = {}
         self._rendered: dict[str, RenderedRun] = {}
@@ -266,7 +268,7 @@ class KubernetesBackend:
 
     async def _render(self, spec: RunSpec, settings: _Settings) -> RenderedRun:
         text = await anyio.to_thread.run_sync(
-            load_manifest_at_commit, Path(spec.repo), spec.commit, settings.manifest_path
+            load_manifest_at_commit, Path(spec.repo), spec.commit, settings.manifest_path, limiter=self._files
         )
         return render_run(
             text,
@@ -362,12 +364,14 @@ class KubernetesBackend:
 
         items: list[dict[str, Any]] = []
         try:
-            context = await anyio.to_thread.run_sync(cfg.current_kube_context)
-            layers = await anyio.to_thread.run_sync(
-                lambda: cfg.load_client_layers(task=None, cli_config=[], cwd=Path.home())
-            )
-            eff = cfg.effective_config(cfg.load_daemon_layer(), layers, context=context)
-            kube = eff.data.get("kubernetes") or {}
+
+            def read_config() -> Mapping[str, Any]:
+                layers = cfg.load_client_layers(task=None, cli_config=[], cwd=Path.home())
+                eff = cfg.effective_config(cfg.load_daemon_layer(), layers, context=cfg.current_kube_context())
+                section = eff.data.get("kubernetes") or {}
+                return section if isinstance(section, Mapping) else {}
+
+            kube = await anyio.to_thread.run_sync(read_config, limiter=self._files)
         except JobsupError as err:
             return [{"name": "kubernetes config", "ok": False, "detail": str(err)}]
         namespace = str(kube.get("namespace") or "default")
