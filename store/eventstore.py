@@ -228,6 +228,7 @@ class EventStore:
             validate_event(run_id, event)
             try:
                 data_json = json.dumps(event.data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+                data_json.encode()  # a lone surrogate cannot be stored as UTF-8
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"run {run_id}: {event.type} data is not JSON-serialisable: {exc}") from exc
             rows = 1 + (len(event.data["lines"]) if event.type == LOG_LINES else 0)

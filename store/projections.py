@@ -24,6 +24,7 @@ The rules (see :mod:`store.types` for the ``data`` shapes):
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
@@ -154,6 +155,12 @@ _UPSERT_RUN: Final = (
     f" ON CONFLICT (id) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in _RUN_ROW_COLUMNS[1:])}"
 )
 _INSERT_LINE: Final = f"INSERT OR IGNORE INTO log_lines ({LOG_LINE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+# Line i (0-based) of the event's "lines" becomes line_no base + i + 1.
+_INSERT_EVENT_LINES: Final = (
+    "INSERT OR IGNORE INTO log_lines (run_id, line_no, stream, source, pos, text, seq)"
+    " SELECT ?1, ?2 + key + 1, ?3, ?4, value ->> 0, value ->> 1, ?5"
+    " FROM json_each((SELECT data FROM events WHERE seq = ?5), '$.lines')"
+)
 _UPSERT_SOURCE: Final = (
     "INSERT INTO log_sources (run_id, source, pos, line_no) VALUES (?, ?, ?, ?)"
     " ON CONFLICT (run_id, source) DO UPDATE SET pos = excluded.pos, line_no = excluded.line_no"
@@ -176,16 +183,23 @@ class Projector:
     """Maintains the projection tables; every method runs inside the
     caller's open write transaction on ``conn`` and never commits."""
 
-    async def apply(self, conn: aiosqlite.Connection, events: Sequence[RecordedEvent]) -> None:
+    async def apply(self, conn: aiosqlite.Connection, events: Sequence[RecordedEvent], data_json: Sequence[str]) -> None:
         """Fold ``events`` (seq order, already inserted into ``events``)
-        into the projections. Raises ``sqlite3.Error`` (e.g. disk full);
-        the caller rolls back."""
+        into the projections; ``data_json[i]`` is the stored JSON text of
+        ``events[i].data``. Raises ``sqlite3.Error`` (e.g. disk full); the
+        caller rolls back."""
         if not events:
             return
         counts = await self._line_counts(
             conn, {e.run_id for e in events if e.type in (LOG_LINES, SUBMITTED)}
         )
-        await self._apply_log_lines(conn, [e for e in events if e.type == LOG_LINES], counts)
+        newest: dict[tuple[str, str], tuple[str, str, str, int]] = {}
+        log_events = [(e, text) for e, text in zip(events, data_json) if e.type == LOG_LINES]
+        # SQLite's JSON functions end a string at an escaped NUL: events with one go line by line.
+        for fast, group in itertools.groupby(log_events, key=lambda pair: "\\u0000" not in pair[1]):
+            await self._insert_lines(conn, [e for e, _ in group], counts, newest, fast=fast)
+        if newest:
+            await conn.executemany(_UPSERT_SOURCE, list(newest.values()))
         await self._apply_runs(conn, events, counts)
 
     async def rebuild(self, conn: aiosqlite.Connection, chunk_events: int = 5000) -> int:
@@ -207,7 +221,7 @@ class Projector:
             if not rows:
                 return total
             events = [RecordedEvent(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows]
-            await self.apply(conn, events)
+            await self.apply(conn, events, [r[5] for r in rows])
             after = events[-1].seq
             total += len(events)
 
@@ -248,36 +262,61 @@ class Projector:
                 counts[run_id] = n
         return rows, newest
 
-    async def _apply_log_lines(
-        self, conn: aiosqlite.Connection, events: Sequence[RecordedEvent], counts: dict[str, int]
+    async def _insert_lines(
+        self,
+        conn: aiosqlite.Connection,
+        events: Sequence[RecordedEvent],
+        counts: dict[str, int],
+        newest: dict[tuple[str, str], tuple[str, str, str, int]],
+        *,
+        fast: bool,
     ) -> None:
-        """Insert the new lines of ``events``. Optimistically assumes no
-        position is recorded yet (the common case: one INSERT OR IGNORE); if
-        the unique index ignored any row, undoes that insert and redoes it
-        knowing which positions exist, so line numbers stay consecutive."""
-        if not events:
-            return
-        attempt_counts = dict(counts)
-        rows, newest = self._line_rows(events, attempt_counts, set())
-        if not rows:
+        """Insert the new lines of ``events`` (``LogLines``, seq order),
+        numbering on from ``counts`` and updating it and ``newest`` (the
+        ``log_sources`` rows).
+
+        Fast path (``fast``), for the common case where every position is
+        new: one ``INSERT ... SELECT`` per event that lets SQLite read the
+        lines out of the event's stored JSON -- no per-line Python work, and
+        the GIL is taken back once per event rather than once per line. If
+        the unique (run, source, pos) index ignored any line (a replay), that
+        insert is rolled back and redone line by line knowing which
+        positions exist, so line numbers stay consecutive.
+        """
+        running = dict(counts)
+        params: list[tuple[str, int, str, str, int]] = []
+        fast_newest: dict[tuple[str, str], tuple[str, str, str, int]] = {}
+        expected = 0
+        for e in events:
+            lines = e.data["lines"]
+            if lines:
+                base = running.get(e.run_id, 0)
+                running[e.run_id] = base + len(lines)
+                params.append((e.run_id, base, e.data["stream"], e.data["source"], e.seq))
+                fast_newest[(e.run_id, e.data["source"])] = (
+                    e.run_id, e.data["source"], lines[-1][0], base + len(lines)
+                )  # fmt: skip
+                expected += len(lines)
+        if not expected:
             return
         await conn.execute("SAVEPOINT log_lines")
-        cursor = await conn.executemany(_INSERT_LINE, rows)
-        if cursor.rowcount != len(rows):
-            await conn.execute("ROLLBACK TO log_lines")
+        if fast and (await conn.executemany(_INSERT_EVENT_LINES, params)).rowcount == expected:
+            newest.update(fast_newest)
+        else:
+            if fast:
+                await conn.execute("ROLLBACK TO log_lines")
             keys = [[e.run_id, e.data["source"], line[0]] for e in events for line in e.data["lines"]]
             seen = {
                 (str(r[0]), str(r[1]), str(r[2]))
                 for r in await conn.execute_fetchall(_EXISTING_POSITIONS, (json.dumps(keys),))
             }
-            attempt_counts = dict(counts)
-            rows, newest = self._line_rows(events, attempt_counts, seen)
+            running = dict(counts)
+            rows, slow_newest = self._line_rows(events, running, seen)
             if rows:
                 await conn.executemany(_INSERT_LINE, rows)
+            newest.update(slow_newest)
         await conn.execute("RELEASE log_lines")
-        counts.update(attempt_counts)
-        if newest:
-            await conn.executemany(_UPSERT_SOURCE, list(newest.values()))
+        counts.update(running)
 
     @staticmethod
     async def _apply_runs(

@@ -170,7 +170,10 @@ class Writer:
         except BaseException as exc:
             self._failure = exc
             self._send.close()
-            log.error("store.writer_failed", path=str(self._path), error=repr(exc))
+            if isinstance(exc, anyio.get_cancelled_exc_class()):
+                log.warning("store.writer_cancelled", path=str(self._path), hint="close the store before its loop ends")
+            else:
+                log.error("store.writer_failed", path=str(self._path), error=repr(exc))
             while True:
                 try:
                     job = self._receive.receive_nowait()
@@ -250,7 +253,7 @@ class Writer:
                     recorded.extend(result)
                 if inserts:
                     await conn.executemany(_INSERT_EVENT, inserts)
-                    await self._projector.apply(conn, recorded)
+                    await self._projector.apply(conn, recorded, [row[5] for row in inserts])
                 await conn.execute("COMMIT")
                 committed = True
             except BaseException:

@@ -149,6 +149,7 @@ async def test_read_all_pages_and_filters(store: EventStore) -> None:
         (NewEvent("LogLines", {"stream": "stdout", "source": "s", "lines": [[1, "x"]]}), r"lines'\]\[0\]"),
         (NewEvent("Tick", {"when": object()}), "not JSON-serialisable"),
         (NewEvent("Tick", {"x": float("nan")}), "not JSON-serialisable"),
+        (NewEvent("LogLines", {"stream": "stdout", "source": "s", "lines": [["1", "\udc80"]]}), "serialisable"),
         (NewEvent("", {}), "non-empty"),
     ],
 )

@@ -152,15 +152,27 @@ class Model:
         run.update(updated_at=e.at, last_seq=e.seq, version=e.version, log_lines=len(run_lines))
 
 
-def _random_events(rng: random.Random, run_id: str, version: int) -> list[NewEvent]:
+def _random_events(rng: random.Random, run_id: str, version: int, sent: dict[tuple[str, str], int]) -> list[NewEvent]:
+    """1-3 random events; log lines mostly new, sometimes replayed (``sent``
+    remembers how many lines each (run, source) has sent)."""
     out = []
     for _ in range(rng.randint(1, 3)):
         kind = rng.random()
         if kind < 0.55:
             source = rng.choice(["stdout", "stderr", "pod/main"])
             stream = "stderr" if source == "stderr" else "stdout"
-            # positions from a small space, so replays (duplicates) are frequent
-            pairs = [(str(rng.randint(0, 60)), f"{run_id} {rng.random():.6f} é\ufffd") for _ in range(rng.randint(0, 12))]
+            so_far = sent.get((run_id, source), 0)
+            first = so_far
+            if so_far and rng.random() < 0.04:  # a replay after a reconnect: some lines again
+                first = rng.randint(max(0, so_far - 10), so_far - 1)
+            count = rng.randint(0, 12)
+            sent[(run_id, source)] = max(so_far, first + count)
+            pairs = [
+                (str(n * 7), f"{run_id} {n} {rng.random():.6f} é\ufffd\t\"\\ 😀" + ("\x00nul" if rng.random() < 0.01 else ""))
+                for n in range(first, first + count)
+            ]
+            if pairs and rng.random() < 0.02:
+                pairs.append(pairs[0])  # the same position twice in one event
             out.append(lines(pairs, stream=stream, source=source))
         elif kind < 0.75:
             out.append(
@@ -187,6 +199,7 @@ async def test_randomized_history_rebuild_equals_incremental_and_the_model(db_pa
     # most runs start with Submitted; some never do (events without a run row)
     versions = {r: 0 for r in run_ids}
     budget = [n_events]
+    sent: dict[tuple[str, str], int] = {}
 
     async with await EventStore.open(db_path, synchronous="OFF", commit_window_s=0.001) as store:
 
@@ -198,7 +211,7 @@ async def test_randomized_history_rebuild_equals_incremental_and_the_model(db_pa
                     budget[0] -= 1
             while budget[0] > 0:
                 run_id = wrng.choice(mine)
-                events = _random_events(wrng, run_id, versions[run_id])
+                events = _random_events(wrng, run_id, versions[run_id], sent)
                 budget[0] -= len(events)
                 versions[run_id] = (await store.append(run_id, versions[run_id], events))[-1].version
                 if wrng.random() < 0.3:
