@@ -43,7 +43,7 @@ from supervisord.paths import Paths
 from supervisord.submit import Planner
 from supervisord.supervisor import Supervisor, load_digest_key
 
-__all__ = ["Daemon", "daemon_command", "sd_notify"]
+__all__ = ["Daemon", "run_daemon", "sd_notify"]
 
 log = structlog.get_logger("jobsup.daemon")
 
@@ -243,9 +243,10 @@ def _version() -> str:
         return "0+unknown"
 
 
-@click.command("daemon")
-def daemon_command() -> None:
-    """Run the daemon in the foreground (systemd runs this)."""
+def run_daemon() -> None:
+    """``jobsup daemon``: validate the daemon config (exit 2 with every
+    error), configure logging, and serve until SIGTERM/SIGINT (exit 1 when
+    the daemon cannot start)."""
     try:
         layer = cfg.load_daemon_layer()
         cfg.validate_daemon_config(layer)

@@ -25,6 +25,7 @@ from supervisord.backends.kubernetes import (
     objects_to_yaml,
     render_run,
 )
+from supervisord.backends.kubernetes.inject import env_secret_name
 from supervisord.backends.kubernetes.manifest import check_run_id
 from supervisord.cli.main import cli
 from supervisord.cli.output import output_option, warn
@@ -146,6 +147,7 @@ def render_command(
             staging_timeout_s=DEFAULT_STAGING_TIMEOUT_S,
             kube_config=kube,
             manifest_path=manifest_path,
+            env_secret=env_secret_name(the_run_id),
         )
     except ManifestError as exc:
         click.echo(f"error: {exc}", err=True)

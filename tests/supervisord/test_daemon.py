@@ -51,7 +51,8 @@ def test_refuses_second_daemon(js: JobsupEnv) -> None:
     second = subprocess.run([sys.executable, "-m", "supervisord", "daemon"], env=js.env,
                             capture_output=True, text=True, timeout=60)
     assert second.returncode != 0
-    assert "already answers" in second.stderr
+    # The state-dir lock is taken before the socket is looked at.
+    assert "already uses the state dir" in second.stderr
     js.cli("runs")  # the first one is unharmed
 
 
@@ -136,3 +137,11 @@ def test_state_files_are_private(js: JobsupEnv) -> None:
     db = js.state_dir / "jobsup.db"
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
     assert stat.S_IMODE(js.state_dir.stat().st_mode) == 0o700
+
+
+def test_refuses_a_socket_another_daemon_answers(js: JobsupEnv, tmp_path: Path) -> None:
+    js.start_daemon()
+    other_state = {**js.env, "JOBSUP_STATE_DIR": str(tmp_path / "other-state")}
+    r = subprocess.run([sys.executable, "-m", "supervisord", "daemon"], env=other_state,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "already answers" in r.stderr

@@ -51,14 +51,13 @@ import structlog
 
 from supervisord.backends.base import RunReporter, RunSpec
 from supervisord.backends.kubernetes.access import Cluster, ClusterAccess
-from supervisord.backends.kubernetes.inject import run_labels
+from supervisord.backends.kubernetes.inject import env_secret_name, run_labels
 from supervisord.backends.kubernetes.logs import ContainerState, LogFollower
 from supervisord.backends.kubernetes.manifest import load_manifest_at_commit, manifest_path_for
 from supervisord.backends.kubernetes.objects import (
     ObjectRef,
     ResourceResolver,
     env_secret,
-    env_secret_name,
     owner_reference,
 )
 from supervisord.backends.kubernetes.phase import (

@@ -28,6 +28,7 @@ from typing import Any, Mapping, MutableMapping
 from supervisord.backends.kubernetes.lint import SCRIPT_ENV, LintResult, describe
 
 __all__ = [
+    "env_secret_name",
     "DEFAULT_CONTAINER_ANNOTATION",
     "ENV_SECRET",
     "LABEL_NAME",
@@ -44,6 +45,14 @@ LABEL_PROJECT = "jobsup.io/project"
 LABEL_NAME = "jobsup.io/name"
 #: The namespace's env Secret every primary container reads (optional).
 ENV_SECRET = "jobsup-env"
+
+
+def env_secret_name(run_id: str) -> str:
+    """The run's env Secret: ``jobsup-env-<run id>``, one per run, so
+    concurrent submits never overwrite each other's values (DESIGN.md names a
+    single ``jobsup-env``; a shared Secret races between submits)."""
+    return f"{ENV_SECRET}-{run_id}"
+
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 #: Finished Jobs are garbage-collected after a day unless the author says otherwise.
 TTL_SECONDS_AFTER_FINISHED = 86400

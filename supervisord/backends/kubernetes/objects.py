@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping
 import structlog
 
 from supervisord.backends.kubernetes.access import Cluster
-from supervisord.backends.kubernetes.inject import LABEL_RUN
+from supervisord.backends.kubernetes.inject import LABEL_RUN, env_secret_name
 from supervisord.exceptions import KubernetesApiError
 
 __all__ = [
@@ -46,12 +46,6 @@ _KNOWN: dict[tuple[str, str], tuple[str, bool]] = {
     ("batch/v1", "Job"): ("jobs", True),
     ("node.k8s.io/v1", "RuntimeClass"): ("runtimeclasses", False),
 }
-
-
-def env_secret_name(run_id: str) -> str:
-    """The run's env Secret: ``jobsup-env-<run id>`` (one per run, so
-    concurrent submits never overwrite each other's values)."""
-    return f"jobsup-env-{run_id}"
 
 
 def env_secret(run_id: str, namespace: str, labels: Mapping[str, str], env: Mapping[str, str]) -> dict[str, Any]:
