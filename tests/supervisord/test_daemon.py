@@ -145,3 +145,31 @@ def test_refuses_a_socket_another_daemon_answers(js: JobsupEnv, tmp_path: Path) 
     r = subprocess.run([sys.executable, "-m", "supervisord", "daemon"], env=other_state,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "already answers" in r.stderr
+
+
+def test_bad_daemon_config_fails_fast_with_every_error(js: JobsupEnv, tmp_path: Path) -> None:
+    cfg = tmp_path / "daemon.yaml"
+    cfg.write_text(
+        "kubernetes:\n"
+        "  pod_ready_timeout_s: 0\n"
+        "  runtime_class: Not_A_DNS_Name\n"
+        "  tolerations:\n"
+        "    - {key: gpu, operator: Exists, value: 'yes'}\n"
+        "  pvc_mounts:\n"
+        "    - {claim_name: data, mount_path: /dev/shm/}\n"
+    )
+    env = {**js.env, "JOBSUP_DAEMON_CONFIG": str(cfg)}
+    r = subprocess.run([sys.executable, "-m", "supervisord", "daemon"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    for needle in ("pod_ready_timeout_s", "runtime_class", "tolerations", "mount_path"):
+        assert needle in r.stderr, (needle, r.stderr)
+    assert not js.socket.exists()
+
+
+def test_bad_timeout_variable_fails_fast(js: JobsupEnv) -> None:
+    env = {**js.env, "JOBSUP_K8S_POD_READY_TIMEOUT_S": "abc"}
+    r = subprocess.run([sys.executable, "-m", "supervisord", "daemon"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "JOBSUP_K8S_POD_READY_TIMEOUT_S" in r.stderr
+    assert not js.socket.exists()
