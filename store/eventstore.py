@@ -18,14 +18,7 @@ import anyio
 import structlog
 
 from store.errors import StoreClosedError
-from store.projections import (
-    LOG_LINE_COLUMNS,
-    RUN_COLUMNS,
-    Projector,
-    log_line_from_row,
-    run_status_from_row,
-    validate_event,
-)
+from store.projections import RUN_COLUMNS, Projector, log_lines_from_blocks, run_status_from_row, validate_event
 from store.schema import Synchronous, open_connection, translate_error
 from store.subscriptions import Subscriptions
 from store.types import LOG_LINES, TERMINAL_PHASES, LogLine, NewEvent, RecordedEvent, RunStatus
@@ -127,7 +120,7 @@ class EventStore:
         db_path = Path(path).absolute()
         db_path.parent.mkdir(parents=True, exist_ok=True)
         writer_conn = await open_connection(
-            db_path, synchronous=synchronous, busy_timeout_s=busy_timeout_s, writer=True
+            db_path, synchronous=synchronous, busy_timeout_s=busy_timeout_s, writer=True, rebuild=Projector().rebuild
         )
         readers: list[aiosqlite.Connection] = []
         try:
@@ -340,17 +333,27 @@ class EventStore:
     async def log_lines(self, run_id: str, after_line: int = 0, limit: int = 10000) -> list[LogLine]:
         """Up to ``limit`` log lines of ``run_id`` with line_no >
         ``after_line``, in line_no order. Page on with ``page[-1].line_no``."""
+        if limit <= 0:
+            raise ValueError(f"limit must be > 0, got {limit!r}")
+        # The blocks holding lines after_line+1 .. after_line+limit: from the one
+        # that holds after_line+1 to the last one starting in that range.
         rows = await self._read(
-            f"SELECT {LOG_LINE_COLUMNS} FROM log_lines WHERE run_id = ? AND line_no > ? ORDER BY line_no LIMIT ?",
+            "SELECT b.first_line, b.picks, b.seq, e.data FROM log_blocks AS b JOIN events AS e ON e.seq = b.seq"
+            " WHERE b.run_id = ?1 AND b.first_line <= ?2 + ?3 AND b.first_line >= COALESCE(("
+            "SELECT first_line FROM log_blocks WHERE run_id = ?1 AND first_line <= ?2 + 1"
+            " ORDER BY first_line DESC LIMIT 1), 1) ORDER BY b.first_line",
             (run_id, after_line, limit),
         )
-        return [log_line_from_row(r) for r in rows]
+        return log_lines_from_blocks(run_id, rows, after_line, limit)
 
     async def tail_line_no(self, run_id: str, n: int) -> int:
         """The ``after_line`` for :meth:`log_lines` that yields the last
         ``n`` lines of ``run_id`` (0 when it has ``n`` lines or fewer)."""
-        rows = await self._read("SELECT COALESCE(MAX(line_no), 0) FROM log_lines WHERE run_id = ?", (run_id,))
-        return max(0, int(rows[0][0]) - max(0, n))
+        rows = await self._read(
+            "SELECT first_line + lines - 1 FROM log_blocks WHERE run_id = ? ORDER BY first_line DESC LIMIT 1",
+            (run_id,),
+        )
+        return max(0, (int(rows[0][0]) if rows else 0) - max(0, n))
 
     async def last_log_position(self, run_id: str, source: str) -> str | None:
         """The ``pos`` of the newest recorded line of ``run_id`` from

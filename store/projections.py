@@ -1,10 +1,11 @@
-"""Projections: the run status and log line tables, derived from events.
+"""Projections: run status and log lines, derived from events.
 
-:class:`Projector` folds a batch of just-recorded events into ``runs``,
-``log_lines`` and ``log_sources`` inside the writer's transaction, so a
-projection row is never ahead of or behind the events it derives from.
-``rebuild`` drops those tables and replays the whole log through the very
-same fold, so the rebuilt rows equal the incrementally maintained ones.
+:class:`Projector` folds a batch of just-recorded events into the projection
+tables (``runs``, ``log_blocks``, ``log_positions``, ``log_sources``) inside
+the writer's transaction, so a projection row is never ahead of or behind
+the events it derives from. ``rebuild`` drops those tables and replays the
+whole log through the very same fold, so the rebuilt rows equal the
+incrementally maintained ones.
 
 The rules (see :mod:`store.types` for the ``data`` shapes):
 
@@ -13,10 +14,11 @@ The rules (see :mod:`store.types` for the ``data`` shapes):
   and backend). Events of a run without a ``Submitted`` create no row.
 * ``PhaseChanged`` sets phase, reason, message and exit_code (absent keys
   become NULL). ``HandleRecorded`` sets ``handle``.
-* ``LogLines`` adds one ``log_lines`` row per ``[pos, text]`` whose
-  ``(run, source, pos)`` is not recorded yet, numbering them on from the
-  run's last ``line_no``; a recorded position adds nothing (exactly-once
-  replays). ``log_sources`` keeps the newest recorded line of each source.
+* ``LogLines`` numbers each ``[pos, text]`` whose ``(run, source, pos)`` is
+  not recorded yet as the run's next line (1, 2, 3...); a recorded position
+  adds nothing (exactly-once replays). The lines' text stays in the event:
+  ``log_blocks`` maps line numbers to (event, index in its ``lines``).
+  ``log_sources`` keeps the newest recorded line of each source.
 * Every event of a run sets its ``updated_at``, ``last_seq`` and ``version``;
   ``log_lines`` is the run's number of recorded lines.
 """
@@ -44,7 +46,7 @@ from store.types import (
     RunStatus,
 )
 
-__all__ = ["Projector", "validate_event", "run_status_from_row", "log_line_from_row", "RUN_COLUMNS", "LOG_LINE_COLUMNS"]
+__all__ = ["Projector", "validate_event", "run_status_from_row", "log_lines_from_blocks", "RUN_COLUMNS"]
 
 _STREAMS: Final = frozenset({"stdout", "stderr"})
 _PHASES: Final = frozenset(PHASES)
@@ -55,7 +57,6 @@ RUN_COLUMNS: Final = (
     "id, project, name, backend, phase, reason, message, exit_code, created_at,"
     " updated_at, last_seq, version, handle, log_lines"
 )
-LOG_LINE_COLUMNS: Final = "run_id, line_no, stream, source, pos, text, seq"
 
 
 def _require(data: dict[str, Any], key: str, kind: type | tuple[type, ...], etype: str, run_id: str) -> Any:
@@ -154,24 +155,29 @@ _UPSERT_RUN: Final = (
     f"INSERT INTO runs ({', '.join(_RUN_ROW_COLUMNS)}) VALUES ({', '.join('?' * len(_RUN_ROW_COLUMNS))})"
     f" ON CONFLICT (id) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in _RUN_ROW_COLUMNS[1:])}"
 )
-_INSERT_LINE: Final = f"INSERT OR IGNORE INTO log_lines ({LOG_LINE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
-# Line i (0-based) of the event's "lines" becomes line_no base + i + 1.
-_INSERT_EVENT_LINES: Final = (
-    "INSERT OR IGNORE INTO log_lines (run_id, line_no, stream, source, pos, text, seq)"
-    " SELECT ?1, ?2 + key + 1, ?3, ?4, value ->> 0, value ->> 1, ?5"
-    " FROM json_each((SELECT data FROM events WHERE seq = ?5), '$.lines')"
+# Fast path: every line of the event is new (checked by the rowcount).
+_INSERT_EVENT_POSITIONS: Final = (
+    "INSERT OR IGNORE INTO log_positions (run_id, source, pos)"
+    " SELECT ?1, ?2, value ->> 0 FROM json_each((SELECT data FROM events WHERE seq = ?3), '$.lines')"
 )
+_INSERT_POSITION: Final = "INSERT INTO log_positions (run_id, source, pos) VALUES (?, ?, ?)"
+_INSERT_BLOCK: Final = "INSERT INTO log_blocks (run_id, first_line, lines, seq, picks) VALUES (?, ?, ?, ?, ?)"
 _UPSERT_SOURCE: Final = (
     "INSERT INTO log_sources (run_id, source, pos, line_no) VALUES (?, ?, ?, ?)"
     " ON CONFLICT (run_id, source) DO UPDATE SET pos = excluded.pos, line_no = excluded.line_no"
 )
+# One primary-key seek per run (a bare ORDER BY ... LIMIT 1 subquery).
 _LAST_LINE_NOS: Final = (
-    "SELECT j.value, (SELECT MAX(line_no) FROM log_lines WHERE run_id = j.value) FROM json_each(?) AS j"
+    "SELECT j.value, (SELECT first_line + lines - 1 FROM log_blocks WHERE run_id = j.value"
+    " ORDER BY first_line DESC LIMIT 1) FROM json_each(?) AS j"
 )
 _EXISTING_POSITIONS: Final = (
-    "SELECT l.run_id, l.source, l.pos FROM json_each(?) AS j, log_lines AS l"
-    " WHERE l.run_id = j.value ->> 0 AND l.source = j.value ->> 1 AND l.pos = j.value ->> 2"
+    "SELECT p.run_id, p.source, p.pos FROM json_each(?) AS j, log_positions AS p"
+    " WHERE p.run_id = j.value ->> 0 AND p.source = j.value ->> 1 AND p.pos = j.value ->> 2"
 )
+
+_Block = tuple[str, int, int, int, str | None]
+_Newest = dict[tuple[str, str], tuple[str, str, str, int]]
 
 
 def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
@@ -193,11 +199,11 @@ class Projector:
         counts = await self._line_counts(
             conn, {e.run_id for e in events if e.type in (LOG_LINES, SUBMITTED)}
         )
-        newest: dict[tuple[str, str], tuple[str, str, str, int]] = {}
+        newest: _Newest = {}
         log_events = [(e, text) for e, text in zip(events, data_json) if e.type == LOG_LINES]
         # SQLite's JSON functions end a string at an escaped NUL: events with one go line by line.
         for fast, group in itertools.groupby(log_events, key=lambda pair: "\\u0000" not in pair[1]):
-            await self._insert_lines(conn, [e for e, _ in group], counts, newest, fast=fast)
+            await self._record_lines(conn, [e for e, _ in group], counts, newest, fast=fast)
         if newest:
             await conn.executemany(_UPSERT_SOURCE, list(newest.values()))
         await self._apply_runs(conn, events, counts)
@@ -229,94 +235,94 @@ class Projector:
     async def _line_counts(conn: aiosqlite.Connection, run_ids: set[str]) -> dict[str, int]:
         """The last ``line_no`` of each of ``run_ids`` that has lines.
 
-        One ``MAX`` subquery per run: SQLite answers a bare ``MAX(line_no)
-        ... WHERE run_id = ?`` with one primary-key seek, whereas ``MAX ...
-        GROUP BY run_id`` reads every line of the run (O(lines) per append,
+        One subquery per run answered with one primary-key seek (a ``MAX ...
+        GROUP BY run_id`` would read every block of the run,
         https://sqlite.org/optoverview.html#minmax)."""
         rows = await conn.execute_fetchall(_LAST_LINE_NOS, (json.dumps(sorted(run_ids)),))
         return {str(r[0]): int(r[1]) for r in rows if r[1] is not None}
 
     @staticmethod
-    def _line_rows(
-        events: Sequence[RecordedEvent], counts: dict[str, int], seen: set[tuple[str, str, str]]
-    ) -> tuple[list[tuple[str, int, str, str, str, str, int]], dict[tuple[str, str], tuple[str, str, str, int]]]:
-        """The ``log_lines`` rows to insert for ``events``, skipping the
-        positions in ``seen`` (and repeats within the batch), numbering on
-        from ``counts`` (updated in place), and the newest line of each
-        (run, source) as ``log_sources`` rows."""
-        rows: list[tuple[str, int, str, str, str, str, int]] = []
-        newest: dict[tuple[str, str], tuple[str, str, str, int]] = {}
+    def _blocks(
+        events: Sequence[RecordedEvent], counts: dict[str, int], seen: set[tuple[str, str, str]], newest: _Newest
+    ) -> tuple[list[_Block], list[tuple[str, str, str]]]:
+        """The slow path: the ``log_blocks`` and ``log_positions`` rows for
+        ``events``, skipping the positions in ``seen`` (and repeats within
+        the batch), numbering on from ``counts``; updates ``counts``,
+        ``seen`` and ``newest`` in place."""
+        blocks: list[_Block] = []
+        positions: list[tuple[str, str, str]] = []
         for e in events:
-            run_id, seq, data = e.run_id, e.seq, e.data
-            source, stream = data["source"], data["stream"]
-            first = n = counts.get(run_id, 0)
-            for pos, text in data["lines"]:
+            run_id, source, lines = e.run_id, e.data["source"], e.data["lines"]
+            picks = []
+            for i, (pos, _text) in enumerate(lines):
                 key = (run_id, source, pos)
-                if key in seen:
-                    continue
-                seen.add(key)
-                n += 1
-                rows.append((run_id, n, stream, source, pos, text, seq))
-            if n != first:
-                newest[(run_id, source)] = (run_id, source, rows[-1][4], n)
-                counts[run_id] = n
-        return rows, newest
+                if key not in seen:
+                    seen.add(key)
+                    positions.append(key)
+                    picks.append(i)
+            if picks:
+                first = counts.get(run_id, 0) + 1
+                counts[run_id] = first + len(picks) - 1
+                every = len(picks) == len(lines)
+                blocks.append((run_id, first, len(picks), e.seq, None if every else json.dumps(picks)))
+                newest[(run_id, source)] = (run_id, source, lines[picks[-1]][0], counts[run_id])
+        return blocks, positions
 
-    async def _insert_lines(
+    async def _record_lines(
         self,
         conn: aiosqlite.Connection,
         events: Sequence[RecordedEvent],
         counts: dict[str, int],
-        newest: dict[tuple[str, str], tuple[str, str, str, int]],
+        newest: _Newest,
         *,
         fast: bool,
     ) -> None:
-        """Insert the new lines of ``events`` (``LogLines``, seq order),
-        numbering on from ``counts`` and updating it and ``newest`` (the
+        """Record the new lines of ``events`` (``LogLines``, seq order),
+        numbering on from ``counts``; updates ``counts`` and ``newest`` (the
         ``log_sources`` rows).
 
         Fast path (``fast``), for the common case where every position is
-        new: one ``INSERT ... SELECT`` per event that lets SQLite read the
-        lines out of the event's stored JSON -- no per-line Python work, and
-        the GIL is taken back once per event rather than once per line. If
-        the unique (run, source, pos) index ignored any line (a replay), that
-        insert is rolled back and redone line by line knowing which
-        positions exist, so line numbers stay consecutive.
+        new: one ``INSERT ... SELECT`` per event lets SQLite read the
+        positions out of the event's stored JSON -- no per-line Python work,
+        and the GIL is taken back once per event rather than once per line --
+        and one block per event holds all its lines. If the unique
+        (run, source, pos) key ignored any position (a replay), that insert
+        is rolled back and redone line by line knowing which positions exist.
         """
-        running = dict(counts)
-        params: list[tuple[str, int, str, str, int]] = []
-        fast_newest: dict[tuple[str, str], tuple[str, str, str, int]] = {}
-        expected = 0
-        for e in events:
-            lines = e.data["lines"]
-            if lines:
-                base = running.get(e.run_id, 0)
-                running[e.run_id] = base + len(lines)
-                params.append((e.run_id, base, e.data["stream"], e.data["source"], e.seq))
-                fast_newest[(e.run_id, e.data["source"])] = (
-                    e.run_id, e.data["source"], lines[-1][0], base + len(lines)
-                )  # fmt: skip
-                expected += len(lines)
-        if not expected:
+        if not any(e.data["lines"] for e in events):
             return
         await conn.execute("SAVEPOINT log_lines")
-        if fast and (await conn.executemany(_INSERT_EVENT_LINES, params)).rowcount == expected:
-            newest.update(fast_newest)
-        else:
-            if fast:
-                await conn.execute("ROLLBACK TO log_lines")
-            keys = [[e.run_id, e.data["source"], line[0]] for e in events for line in e.data["lines"]]
-            seen = {
-                (str(r[0]), str(r[1]), str(r[2]))
-                for r in await conn.execute_fetchall(_EXISTING_POSITIONS, (json.dumps(keys),))
-            }
+        if fast:
             running = dict(counts)
-            rows, slow_newest = self._line_rows(events, running, seen)
-            if rows:
-                await conn.executemany(_INSERT_LINE, rows)
-            newest.update(slow_newest)
+            blocks: list[_Block] = []
+            fast_newest: _Newest = {}
+            params: list[tuple[str, str, int]] = []
+            for e in events:
+                run_id, source, lines = e.run_id, e.data["source"], e.data["lines"]
+                if lines:
+                    first = running.get(run_id, 0) + 1
+                    running[run_id] = first + len(lines) - 1
+                    blocks.append((run_id, first, len(lines), e.seq, None))
+                    params.append((run_id, source, e.seq))
+                    fast_newest[(run_id, source)] = (run_id, source, lines[-1][0], running[run_id])
+            cursor = await conn.executemany(_INSERT_EVENT_POSITIONS, params)
+            if cursor.rowcount == sum(block[2] for block in blocks):
+                await conn.executemany(_INSERT_BLOCK, blocks)
+                await conn.execute("RELEASE log_lines")
+                counts.update(running)
+                newest.update(fast_newest)
+                return
+            await conn.execute("ROLLBACK TO log_lines")
+        keys = [[e.run_id, e.data["source"], line[0]] for e in events for line in e.data["lines"]]
+        seen = {
+            (str(r[0]), str(r[1]), str(r[2]))
+            for r in await conn.execute_fetchall(_EXISTING_POSITIONS, (json.dumps(keys),))
+        }
+        blocks, positions = self._blocks(events, counts, seen, newest)
+        if blocks:
+            await conn.executemany(_INSERT_POSITION, positions)
+            await conn.executemany(_INSERT_BLOCK, blocks)
         await conn.execute("RELEASE log_lines")
-        counts.update(running)
 
     @staticmethod
     async def _apply_runs(
@@ -370,6 +376,21 @@ def run_status_from_row(row: Sequence[Any]) -> RunStatus:
     )  # fmt: skip
 
 
-def log_line_from_row(row: Sequence[Any]) -> LogLine:
-    """A :class:`LogLine` from a ``log_lines`` row selected as :data:`LOG_LINE_COLUMNS`."""
-    return LogLine(row[0], row[1], row[2], row[3], row[4], row[5], row[6])
+def log_lines_from_blocks(
+    run_id: str, rows: Iterable[Sequence[Any]], after_line: int, limit: int
+) -> list[LogLine]:
+    """The :class:`LogLine` list for ``log_blocks`` rows joined with their
+    event, selected as ``first_line, picks, seq, data`` in ``first_line``
+    order: the lines numbered after ``after_line``, at most ``limit``."""
+    out: list[LogLine] = []
+    for first_line, picks, seq, data_json in rows:
+        data = json.loads(data_json)
+        stream, source, lines = data["stream"], data["source"], data["lines"]
+        indexes: Sequence[int] = range(len(lines)) if picks is None else json.loads(picks)
+        skip = max(0, after_line + 1 - first_line)
+        for line_no, i in enumerate(indexes[skip:], first_line + skip):
+            if len(out) >= limit:
+                return out
+            pos, text = lines[i]
+            out.append(LogLine(run_id, line_no, stream, source, pos, text, seq))
+    return out

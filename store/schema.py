@@ -1,23 +1,24 @@
 """The SQLite schema: DDL, append-only triggers, forward migrations, opening.
 
 One database file holds the event log (``events``), the projections derived
-from it (``runs``, ``log_lines``, ``log_sources``) and ``schema_migrations``,
-one row per applied migration (the schema version is its highest
-``version``).
+from it (:data:`PROJECTION_TABLES`) and ``schema_migrations``, one row per
+applied migration (the schema version is its highest ``version``).
 
 Opening (:func:`open_connection`) never writes to a file it has not first
-recognised: the SQLite header is checked, then the schema version is read;
-only a jobsup database of this or an older version is switched to WAL and
-migrated. A non-SQLite or corrupt file raises :class:`NotADatabaseError`, a
+recognised: SQLite reads the schema (refusing a non-database file), then the
+schema version is read; only a jobsup database of this or an older version
+is switched to WAL and migrated. A non-SQLite or corrupt file raises :class:`NotADatabaseError`, a
 database from a newer jobsup raises :class:`SchemaTooNewError`, and in both
 cases the file is left byte-for-byte untouched.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 import sqlite3
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final, Literal
 
@@ -36,6 +37,8 @@ from store.errors import (
 __all__ = [
     "SCHEMA_VERSION",
     "MIGRATIONS",
+    "Migration",
+    "RebuildProjections",
     "PROJECTION_TABLES",
     "PROJECTION_DDL",
     "Synchronous",
@@ -79,12 +82,7 @@ _EVENTS_DDL: Final[tuple[str, ...]] = (
     BEGIN SELECT RAISE(ABORT, 'events: seq must increase and version must follow its run''s last'); END""",
 )
 
-#: The projection tables, dropped and recreated by ``rebuild()``.
-PROJECTION_TABLES: Final[tuple[str, ...]] = ("runs", "log_lines", "log_sources")
-
-#: DDL of the projection tables at :data:`SCHEMA_VERSION`. A migration that
-#: changes a projection table must change this to match.
-PROJECTION_DDL: Final[tuple[str, ...]] = (
+_RUNS_DDL: Final[tuple[str, ...]] = (
     """CREATE TABLE runs (
         id          TEXT    PRIMARY KEY,
         project     TEXT    NOT NULL,
@@ -104,34 +102,97 @@ PROJECTION_DDL: Final[tuple[str, ...]] = (
     )""",
     "CREATE INDEX runs_by_created ON runs (created_seq)",
     "CREATE INDEX runs_by_project ON runs (project, created_seq)",
-    # line_no is 1, 2, 3... per run; (run_id, source, pos) is the dedup key.
-    """CREATE TABLE log_lines (
-        run_id  TEXT    NOT NULL,
-        line_no INTEGER NOT NULL,
-        stream  TEXT    NOT NULL,
-        source  TEXT    NOT NULL,
-        pos     TEXT    NOT NULL,
-        text    TEXT    NOT NULL,
-        seq     INTEGER NOT NULL,
-        PRIMARY KEY (run_id, line_no),
-        UNIQUE (run_id, source, pos)
-    ) WITHOUT ROWID""",
-    # The newest recorded line of each (run, source): where a tailer resumes.
-    """CREATE TABLE log_sources (
+)
+
+# The newest recorded line of each (run, source): where a tailer resumes.
+_LOG_SOURCES_DDL: Final = """CREATE TABLE log_sources (
         run_id  TEXT    NOT NULL,
         source  TEXT    NOT NULL,
         pos     TEXT    NOT NULL,
         line_no INTEGER NOT NULL,
         PRIMARY KEY (run_id, source)
+    ) WITHOUT ROWID"""
+
+#: The projection tables at :data:`SCHEMA_VERSION`, dropped and recreated by ``rebuild()``.
+PROJECTION_TABLES: Final[tuple[str, ...]] = ("runs", "log_blocks", "log_positions", "log_sources")
+
+#: DDL of the projection tables at :data:`SCHEMA_VERSION`. A migration that
+#: changes a projection table changes this and sets ``rebuild_projections``.
+PROJECTION_DDL: Final[tuple[str, ...]] = (
+    *_RUNS_DDL,
+    # Log lines, numbered 1, 2, 3... per run, in blocks: the block at
+    # (run_id, first_line) holds line numbers first_line .. first_line+lines-1,
+    # whose stream, source, pos and text are lines of the LogLines event
+    # `seq` -- all of its "lines" in order when `picks` is NULL, else those at
+    # the indexes in the JSON list `picks` (the others were replays). The
+    # text is stored once, in the event.
+    """CREATE TABLE log_blocks (
+        run_id     TEXT    NOT NULL,
+        first_line INTEGER NOT NULL,
+        lines      INTEGER NOT NULL,
+        seq        INTEGER NOT NULL,
+        picks      TEXT,
+        PRIMARY KEY (run_id, first_line)
     ) WITHOUT ROWID""",
+    # Every recorded (run, source, pos): a position recorded again adds no line.
+    """CREATE TABLE log_positions (
+        run_id TEXT NOT NULL,
+        source TEXT NOT NULL,
+        pos    TEXT NOT NULL,
+        PRIMARY KEY (run_id, source, pos)
+    ) WITHOUT ROWID""",
+    _LOG_SOURCES_DDL,
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class Migration:
+    """One forward step of the schema: ``statements`` run in one
+    transaction; with ``rebuild_projections`` the projection tables are then
+    dropped, recreated from :data:`PROJECTION_DDL` and replayed from the
+    event log in that same transaction."""
+
+    title: str
+    statements: tuple[str, ...]
+    rebuild_projections: bool = False
+
 
 #: ``MIGRATIONS[i]`` takes a database from schema version ``i`` to ``i + 1``.
 #: Append only; never edit a released migration.
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_EVENTS_DDL + PROJECTION_DDL,)
+MIGRATIONS: Final[tuple[Migration, ...]] = (
+    Migration(
+        "the event log; run status and log line projections",
+        _EVENTS_DDL
+        + _RUNS_DDL
+        + (
+            """CREATE TABLE log_lines (
+                run_id  TEXT    NOT NULL,
+                line_no INTEGER NOT NULL,
+                stream  TEXT    NOT NULL,
+                source  TEXT    NOT NULL,
+                pos     TEXT    NOT NULL,
+                text    TEXT    NOT NULL,
+                seq     INTEGER NOT NULL,
+                PRIMARY KEY (run_id, line_no),
+                UNIQUE (run_id, source, pos)
+            ) WITHOUT ROWID""",
+            _LOG_SOURCES_DDL,
+        ),
+    ),
+    Migration(
+        "log lines as blocks of their LogLines events: the text is stored once",
+        ("DROP TABLE log_lines",),
+        rebuild_projections=True,
+    ),
+)
 
 #: The schema version this jobsup writes.
 SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+#: Replays the event log into freshly created projection tables, inside the
+#: caller's transaction (``Projector.rebuild``; passed in to keep this module
+#: free of the projection code).
+RebuildProjections = Callable[[aiosqlite.Connection], Awaitable[object]]
 
 
 def utc_now() -> str:
@@ -184,7 +245,7 @@ async def _schema_version(conn: aiosqlite.Connection, path: Path) -> int:
     return int(list(rows)[0][0])
 
 
-async def _migrate(conn: aiosqlite.Connection, path: Path) -> None:
+async def _migrate(conn: aiosqlite.Connection, path: Path, rebuild: RebuildProjections) -> None:
     """Apply the missing migrations, each in its own IMMEDIATE transaction
     (so two processes opening a fresh file at once migrate it once)."""
     while True:
@@ -203,14 +264,17 @@ async def _migrate(conn: aiosqlite.Connection, path: Path) -> None:
                 await conn.execute(
                     "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
                 )
-            for statement in MIGRATIONS[version]:
+            migration = MIGRATIONS[version]
+            for statement in migration.statements:
                 await conn.execute(statement)
+            if migration.rebuild_projections:
+                await rebuild(conn)
             await conn.execute(
                 "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
                 (version + 1, utc_now()),
             )
             await conn.execute("COMMIT")
-            log.info("store.migrated", path=str(path), schema_version=version + 1)
+            log.info("store.migrated", path=str(path), schema_version=version + 1, migration=migration.title)
         except BaseException:
             if conn.in_transaction:
                 await conn.execute("ROLLBACK")
@@ -218,12 +282,18 @@ async def _migrate(conn: aiosqlite.Connection, path: Path) -> None:
 
 
 async def open_connection(
-    path: Path, *, synchronous: Synchronous, busy_timeout_s: float, writer: bool
+    path: Path,
+    *,
+    synchronous: Synchronous,
+    busy_timeout_s: float,
+    writer: bool,
+    rebuild: RebuildProjections | None = None,
 ) -> aiosqlite.Connection:
     """Open ``path`` (creating it if missing) as a jobsup database.
 
     The writer connection (``writer=True``) also switches the file to WAL and
-    runs the forward migrations; reader connections are ``query_only``.
+    runs the forward migrations (``rebuild`` replays the projections for
+    those that need it); reader connections are ``query_only``.
     Connections are in autocommit mode: callers issue BEGIN/COMMIT.
 
     Raises NotADatabaseError, SchemaTooNewError, StoreOpenError (not jobsup's,
@@ -256,7 +326,9 @@ async def open_connection(
             if str(rows[0][0]).lower() != "wal":
                 raise StoreOpenError(f"{path}: cannot switch the database to WAL mode (got {rows[0][0]})")
             if version < SCHEMA_VERSION:
-                await _migrate(conn, path)
+                if rebuild is None:
+                    raise ValueError("the writer connection needs a rebuild function for migrations")
+                await _migrate(conn, path, rebuild)
         else:
             await conn.execute("PRAGMA query_only = ON")
         await conn.execute(f"PRAGMA synchronous = {synchronous}")

@@ -38,7 +38,8 @@ def snapshot(path: Path) -> dict[str, list[tuple[Any, ...]]]:
     try:
         return {
             "runs": conn.execute("SELECT * FROM runs ORDER BY id").fetchall(),
-            "log_lines": conn.execute("SELECT * FROM log_lines ORDER BY run_id, line_no").fetchall(),
+            "log_blocks": conn.execute("SELECT * FROM log_blocks ORDER BY run_id, first_line").fetchall(),
+            "log_positions": conn.execute("SELECT * FROM log_positions ORDER BY run_id, source, pos").fetchall(),
             "log_sources": conn.execute("SELECT * FROM log_sources ORDER BY run_id, source").fetchall(),
         }
     finally:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from pathlib import Path
 
 import pytest
-from store_helpers import submitted
+from store_helpers import lines, submitted
 
 from store import SCHEMA_VERSION, EventStore, NotADatabaseError, SchemaTooNewError, StoreOpenError
+from store.schema import MIGRATIONS
 
 pytestmark = pytest.mark.anyio
 
@@ -26,7 +28,9 @@ async def test_open_creates_file_folder_and_schema(db_path: Path) -> None:
         assert store.path == db_path.absolute()
     conn = sqlite3.connect(db_path)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("SELECT version FROM schema_migrations").fetchall() == [(SCHEMA_VERSION,)]
+    assert conn.execute("SELECT version FROM schema_migrations").fetchall() == [
+        (v,) for v in range(1, SCHEMA_VERSION + 1)
+    ]
     conn.close()
 
 
@@ -45,6 +49,39 @@ async def test_empty_file_is_initialised(db_path: Path) -> None:
     db_path.write_bytes(b"")
     async with await EventStore.open(db_path) as store:
         assert await store.last_seq() == 0
+
+
+async def test_an_older_schema_is_migrated_forward_with_its_projections_rebuilt(db_path: Path) -> None:
+    # A database as schema version 1 left it: events, and v1's projection tables.
+    db_path.parent.mkdir(parents=True)
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)")
+    for statement in MIGRATIONS[0].statements:
+        conn.execute(statement)
+    conn.execute("INSERT INTO schema_migrations VALUES (1, 'then')")
+    events = [
+        ("r1", "Submitted", {"project": "p", "name": "n", "backend": "local"}),
+        ("r1", "LogLines", {"stream": "stdout", "source": "stdout", "lines": [["3", "a"], ["6", "b"]]}),
+        ("r1", "PhaseChanged", {"phase": "COMPLETED", "exit_code": 0}),
+    ]
+    for seq, (run_id, etype, data) in enumerate(events, 1):
+        conn.execute(
+            "INSERT INTO events VALUES (?, ?, ?, ?, '2026-01-01T00:00:00.000000Z', ?)",
+            (seq, run_id, seq, etype, json.dumps(data)),
+        )
+    conn.close()
+
+    async with await EventStore.open(db_path) as store:
+        run = await store.get_run("r1")
+        assert run is not None and (run.phase, run.exit_code, run.log_lines, run.version) == ("COMPLETED", 0, 2, 3)
+        assert [(ln.line_no, ln.pos, ln.text) for ln in await store.log_lines("r1")] == [(1, "3", "a"), (2, "6", "b")]
+        await store.append("r1", 3, [lines([("6", "b"), ("9", "c")])])
+        assert [ln.text for ln in await store.log_lines("r1")] == ["a", "b", "c"]
+    conn = sqlite3.connect(db_path)
+    assert [r[0] for r in conn.execute("SELECT version FROM schema_migrations")] == list(range(1, SCHEMA_VERSION + 1))
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "log_lines" not in tables and {"log_blocks", "log_positions"} <= tables
+    conn.close()
 
 
 @pytest.mark.parametrize(("synchronous", "level"), [("FULL", 2), ("NORMAL", 1), ("OFF", 0)])
