@@ -52,9 +52,12 @@ class LocalBackend:
         self.kill_grace_s = kill_grace_s
         self.shell = shell
         self._limiter = anyio.CapacityLimiter(8)
-        # run id -> the event that ends the current poll sleep of its
-        # supervise loop early (set by cancel once the run is stopped).
-        self._wakeups: dict[str, anyio.Event] = {}
+        # Waking a supervise loop early (cancel, once the run is stopped):
+        # the run id goes into _woken, and the loop's current poll sleep,
+        # if any, is cancelled (a plain sleep in a scope is cheaper per poll
+        # than waiting on an event with a timeout).
+        self._woken: set[str] = set()
+        self._naps: dict[str, anyio.CancelScope] = {}
 
     def _settings(self, spec: RunSpec) -> tuple[str, int]:
         local = spec.config.get("local") or {}
@@ -139,10 +142,10 @@ class LocalBackend:
             pos = await reporter.log_position(stream)
             tailers[stream] = FileTailer(run_dir / f"{stream}.log", int(pos) if pos else 0)
         delay = _POLL_MIN_S
-        wake = self._wakeups[spec.run_id] = anyio.Event()
+        status_file = _StatusFile(run_dir)
         try:
             while True:
-                status = self._read_status(run_dir)
+                status = status_file.read()
                 state = status.get("state")
                 if state != "exited" and not self._runner_alive(handle):
                     # Read again: the runner may have finished between the two checks.
@@ -164,13 +167,15 @@ class LocalBackend:
                     return
                 got = await self._drain(tailers, reporter, final=False) if state == "running" else 0
                 delay = _POLL_MIN_S if got else min(delay * 2, _POLL_MAX_S)
-                with anyio.move_on_after(delay):
-                    await wake.wait()
-                if wake.is_set():
-                    wake = self._wakeups[spec.run_id] = anyio.Event()
+                if spec.run_id in self._woken:
+                    self._woken.discard(spec.run_id)
+                    continue
+                with anyio.CancelScope() as nap:
+                    self._naps[spec.run_id] = nap
+                    await anyio.sleep(delay)
         finally:
-            if self._wakeups.get(spec.run_id) is wake:
-                del self._wakeups[spec.run_id]
+            self._naps.pop(spec.run_id, None)
+            self._woken.discard(spec.run_id)
             for t in tailers.values():
                 t.close()
 
@@ -235,15 +240,44 @@ class LocalBackend:
                     await anyio.sleep(0.02)
         # Let supervise see the final status now, not at its next poll (up
         # to 0.5 s later): a cancel of many runs waits for each in turn.
-        wake = self._wakeups.get(spec.run_id)
-        if wake is not None:
-            wake.set()
+        nap = self._naps.get(spec.run_id)
+        if nap is not None:
+            self._woken.add(spec.run_id)
+            nap.cancel()
 
     async def serve(self) -> None:
         """Nothing shared between local runs."""
 
     async def aclose(self) -> None:
         """Nothing to release: runners are detached and keep running."""
+
+
+class _StatusFile:
+    """``RUN_DIR/status.json``, read again only when it changed.
+
+    The runner replaces the file by rename at each step, and each step's
+    status is longer than the one before (it adds fields), so an unchanged
+    (inode, mtime, ctime, size) means unchanged content: most polls cost a
+    ``stat`` instead of an open, read and JSON parse.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self._key: tuple[int, int, int, int] | None = None
+        self._data: dict[str, Any] = {}
+
+    def read(self) -> dict[str, Any]:
+        """The status as :meth:`LocalBackend._read_status` reads it ({} when missing)."""
+        try:
+            st = os.stat(self.run_dir / "status.json")
+        except FileNotFoundError:
+            self._key, self._data = None, {}
+            return {}
+        key = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+        if key != self._key:
+            self._data = LocalBackend._read_status(self.run_dir)
+            self._key = key
+        return self._data
 
 
 def _kill_orphaned_group(status: Mapping[str, Any]) -> None:
