@@ -155,10 +155,12 @@ _UPSERT_RUN: Final = (
     f"INSERT INTO runs ({', '.join(_RUN_ROW_COLUMNS)}) VALUES ({', '.join('?' * len(_RUN_ROW_COLUMNS))})"
     f" ON CONFLICT (id) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in _RUN_ROW_COLUMNS[1:])}"
 )
-# Fast path: every line of the event is new (checked by the rowcount).
+# Fast path: the positions of every line of the events [[seq, run_id, source], ...],
+# read by SQLite out of the stored events (one statement for the whole batch).
 _INSERT_EVENT_POSITIONS: Final = (
     "INSERT OR IGNORE INTO log_positions (run_id, source, pos)"
-    " SELECT ?1, ?2, value ->> 0 FROM json_each((SELECT data FROM events WHERE seq = ?3), '$.lines')"
+    " SELECT b.value ->> 1, b.value ->> 2, l.value ->> 0"
+    " FROM json_each(?) AS b, events AS e, json_each(e.data, '$.lines') AS l WHERE e.seq = b.value ->> 0"
 )
 _INSERT_POSITION: Final = "INSERT INTO log_positions (run_id, source, pos) VALUES (?, ?, ?)"
 _INSERT_BLOCK: Final = "INSERT INTO log_blocks (run_id, first_line, lines, seq, picks) VALUES (?, ?, ?, ?, ?)"
@@ -282,10 +284,10 @@ class Projector:
         ``log_sources`` rows).
 
         Fast path (``fast``), for the common case where every position is
-        new: one ``INSERT ... SELECT`` per event lets SQLite read the
-        positions out of the event's stored JSON -- no per-line Python work,
-        and the GIL is taken back once per event rather than once per line --
-        and one block per event holds all its lines. If the unique
+        new: one ``INSERT ... SELECT`` lets SQLite read the positions out of
+        the events' stored JSON -- no per-line Python work, and the GIL is
+        released once for the whole batch rather than once per line -- and
+        one block per event holds all its lines. If the unique
         (run, source, pos) key ignored any position (a replay), that insert
         is rolled back and redone line by line knowing which positions exist.
         """
@@ -296,16 +298,16 @@ class Projector:
             running = dict(counts)
             blocks: list[_Block] = []
             fast_newest: _Newest = {}
-            params: list[tuple[str, str, int]] = []
+            batch: list[tuple[int, str, str]] = []
             for e in events:
                 run_id, source, lines = e.run_id, e.data["source"], e.data["lines"]
                 if lines:
                     first = running.get(run_id, 0) + 1
                     running[run_id] = first + len(lines) - 1
                     blocks.append((run_id, first, len(lines), e.seq, None))
-                    params.append((run_id, source, e.seq))
+                    batch.append((e.seq, run_id, source))
                     fast_newest[(run_id, source)] = (run_id, source, lines[-1][0], running[run_id])
-            cursor = await conn.executemany(_INSERT_EVENT_POSITIONS, params)
+            cursor = await conn.execute(_INSERT_EVENT_POSITIONS, (json.dumps(batch),))
             if cursor.rowcount == sum(block[2] for block in blocks):
                 await conn.executemany(_INSERT_BLOCK, blocks)
                 await conn.execute("RELEASE log_lines")

@@ -107,7 +107,7 @@ class Writer:
         self._receive: MemoryObjectReceiveStream[_Job] = receive
         self._failure: BaseException | None = None
         self.transactions = 0
-        self.commit_times: collections.deque[tuple[int, int]] = collections.deque(maxlen=100_000)
+        self.commit_times: collections.deque[tuple[int, int]] = collections.deque(maxlen=10_000)
 
     # -- the caller side ------------------------------------------------
 
