@@ -97,10 +97,11 @@ class EventStore:
         """Open the database at ``path`` (creating it and its folder if
         missing), apply forward migrations and start the writer task.
 
-        ``synchronous``: SQLite's ``PRAGMA synchronous`` -- ``FULL`` (default)
-        makes every append durable on power loss once it returns; ``NORMAL``
-        may lose the last commits on power loss (never on a process crash);
-        ``OFF`` is for tests and benchmarks. ``busy_timeout_s``: how long a
+        ``synchronous``: SQLite's ``PRAGMA synchronous`` in WAL mode
+        (https://sqlite.org/pragma.html#pragma_synchronous) -- ``FULL``
+        (default) syncs the WAL at every commit, so an append that returned
+        survives power loss; ``NORMAL`` may lose the last commits on power
+        loss (never on a process crash); ``OFF`` is for tests and benchmarks. ``busy_timeout_s``: how long a
         write waits for another process's lock before
         :class:`StoreLockedError`. ``commit_window_s``: how long the writer
         keeps collecting appends into one transaction (0 = only what is

@@ -32,7 +32,7 @@ from store.errors import ConcurrencyError, StoreClosedError
 from store.projections import Projector
 from store.schema import translate_error, utc_now
 from store.subscriptions import Subscriptions
-from store.types import LOG_LINES, RecordedEvent
+from store.types import RecordedEvent
 
 __all__ = ["Writer", "PreparedEvent"]
 
@@ -267,18 +267,18 @@ class Writer:
                     job.error = translate_error(exc, self._path, self._busy_timeout_s)
                     job.error.__cause__ = exc
         finally:
-            if committed:
-                if recorded:
+            try:
+                if committed and recorded:
                     self.transactions += 1
                     self.commit_times.append((recorded[-1].seq, time.monotonic_ns()))
                     self._subs.publish(recorded)
-            else:
-                for job in accepted:
-                    job.result = None
-            for job in batch:
-                if job.result is None and job.error is None:  # a bug below us: never leave one hanging
-                    job.error = StoreClosedError(f"{self._path}: the append was interrupted")
-                job.done.set()
+            finally:
+                for job in batch:
+                    if not committed and job in accepted:
+                        job.result = None
+                    if job.result is None and job.error is None:  # a bug below us: never leave one hanging
+                        job.error = StoreClosedError(f"{self._path}: the append was interrupted")
+                    job.done.set()
 
     async def _stream_versions(self, run_ids: set[str]) -> dict[str, int]:
         """The current version of each of ``run_ids`` that has events: one
@@ -286,8 +286,3 @@ class Writer:
         would read every event of the run's stream)."""
         rows = await self._conn.execute_fetchall(_STREAM_VERSIONS, (json.dumps(sorted(run_ids)),))
         return {str(r[0]): int(r[1]) for r in rows if r[1] is not None}
-
-
-def prepared_rows(event_type: str, data: dict[str, Any]) -> int:
-    """The batch weight of one event: 1, plus its lines for ``LogLines``."""
-    return 1 + (len(data["lines"]) if event_type == LOG_LINES else 0)
