@@ -113,7 +113,7 @@ async def test_randomized_interleavings_never_lose_a_wakeup(db_path: Path) -> No
             await anyio.sleep(rng.choice([0, 0, 0.001, 0.003]))
             return found
 
-        store._query_events = slow_query  # type: ignore[method-assign]
+        store._query_events = slow_query  # type: ignore[method-assign,assignment]
         for _ in range(400):
             target = rng.choice(runs)
             head = await store.last_seq()
