@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import math
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Collection, Sequence
@@ -409,18 +408,26 @@ class EventStore:
         if limit <= 0:
             raise ValueError(f"limit must be > 0, got {limit!r}")
         want_runs, want_types = _frozen(run_ids, "run_ids"), _frozen(types, "types")
-        deadline = None if timeout_s is None else anyio.current_time() + timeout_s
+        deadline = None if timeout_s is None else asyncio.get_running_loop().time() + timeout_s
         while True:
             waiter = self._subs.register(after_seq, want_runs, want_types, limit)
             try:
                 if waiter.closed:
                     raise StoreClosedError(f"{self.path}: the store is closed")
-                if after_seq < self._subs.published_seq or waiter.reread:
+                found = None if waiter.reread else self._subs.recent(after_seq, want_runs, want_types, limit)
+                if found is None:
                     found = await self._query_events(after_seq, limit, want_runs, want_types)
-                    if found:
-                        return found
-                with anyio.move_on_after(math.inf if deadline is None else deadline - anyio.current_time()):
-                    await waiter.woken.wait()
+                if found:
+                    return found
+                if deadline is None:
+                    await waiter.woken
+                elif not waiter.woken.done():
+                    loop = asyncio.get_running_loop()
+                    timer = loop.call_at(deadline, waiter.wake)  # wakes with no result: timed out
+                    try:
+                        await waiter.woken
+                    finally:
+                        timer.cancel()
                 if waiter.closed:
                     raise StoreClosedError(f"{self.path}: the store was closed while waiting")
                 if waiter.result:

@@ -59,6 +59,26 @@ async def test_wait_sleeps_without_polling_until_a_commit(store: EventStore) -> 
     assert got == [event] and queries == []
 
 
+async def test_recent_events_answer_a_recheck_without_a_query(db_path: Path) -> None:
+    async with await EventStore.open(db_path) as store:
+        for i in range(10):  # seqs 2i+1, 2i+2 for run ri, one commit each
+            await store.append(f"r{i}", 0, [submitted(), phase("RUNNING")])
+        store._subs.max_recent_events = 7
+        await store.append("r0", 2, [NewEvent("Tick")])  # seq 21; memory keeps whole commits: seqs 15..21
+        queries = _count_reads(store)
+        assert [(e.run_id, e.type) for e in await store.wait_for_events(17, timeout_s=0)] == [
+            ("r8", "PhaseChanged"), ("r9", "Submitted"), ("r9", "PhaseChanged"), ("r0", "Tick"),
+        ]  # fmt: skip
+        assert [e.seq for e in await store.wait_for_events(14, run_ids=["r7", "r0"], timeout_s=0)] == [15, 16, 21]
+        assert [e.seq for e in await store.wait_for_events(14, run_ids=["r8"], limit=1)] == [17]
+        assert [e.seq for e in await store.wait_for_events(14, types=["Tick"], timeout_s=0)] == [21]
+        assert await store.wait_for_events(14, run_ids=["r1"], timeout_s=0) == []
+        assert queries == []
+        # further behind than memory reaches: the database answers
+        assert [e.seq for e in await store.wait_for_events(13, run_ids=["r6", "r0"], timeout_s=0)] == [14, 21]
+        assert len(queries) == 1
+
+
 async def test_wait_times_out_with_an_empty_list(store: EventStore) -> None:
     await store.append("r1", 0, [submitted()])
     assert await store.wait_for_events(1, timeout_s=0.05) == []
@@ -98,10 +118,12 @@ async def test_filters_route_events_to_the_right_waiters(db_path: Path) -> None:
         assert seqs("any") == [("b", "Tick"), ("b", "PhaseChanged")]
 
 
-async def test_randomized_interleavings_never_lose_a_wakeup(db_path: Path) -> None:
+@pytest.mark.parametrize("recent_events", [2048, 3, 0], ids=["memory", "small-memory", "database"])
+async def test_randomized_interleavings_never_lose_a_wakeup(db_path: Path, recent_events: int) -> None:
     rng = random.Random(42)
     runs = [f"run{i}" for i in range(8)]
     async with await EventStore.open(db_path, synchronous="OFF", commit_window_s=0) as store:
+        store._subs.max_recent_events = recent_events  # where re-checks find recent events
         versions = {r: (await store.append(r, 0, [submitted()]))[-1].version for r in runs}
         # Widen the race windows: the waiter's re-check read may be slow to start and
         # slow to come back, so commits land before, during and after it.
@@ -114,7 +136,7 @@ async def test_randomized_interleavings_never_lose_a_wakeup(db_path: Path) -> No
             return found
 
         store._query_events = slow_query  # type: ignore[method-assign,assignment]
-        for _ in range(400):
+        for _ in range(200):
             target = rng.choice(runs)
             head = await store.last_seq()
             after = head - rng.choice([0, 0, 0, 1, 2])  # mostly at the head, sometimes behind
