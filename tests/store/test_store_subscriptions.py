@@ -184,6 +184,18 @@ async def test_events_from_another_process_wake_waiters_at_the_next_local_commit
         assert [(e.run_id, e.seq) for e in got] == [("proc", 2)]
 
 
+async def test_a_cancelled_wait_leaves_nothing_registered(store: EventStore) -> None:
+    await store.append("r1", 0, [submitted()])
+    with anyio.move_on_after(0.05) as scope:
+        await store.wait_for_events(1, run_ids=["r1"])
+    assert scope.cancelled_caught
+    with anyio.move_on_after(0.05):
+        await store.wait_for_events(1, timeout_s=30)
+    assert not store._subs._by_run and not store._subs._any_run
+    await store.append("r1", 1, [phase("RUNNING")])  # publishing to nobody is fine
+    assert [e.seq for e in await store.wait_for_events(1, run_ids=["r1"], timeout_s=1)] == [2]
+
+
 async def test_close_wakes_waiters_with_store_closed(db_path: Path) -> None:
     store = await EventStore.open(db_path)
     errors: list[BaseException] = []
