@@ -123,7 +123,8 @@ class JobsupEnv:
         return out
 
     def show(self, run_id: str) -> dict[str, Any]:
-        return json.loads(self.cli("show", run_id, "-o", "json").stdout)
+        doc: dict[str, Any] = json.loads(self.cli("show", run_id, "-o", "json").stdout)
+        return doc
 
     def close(self) -> None:
         self.stop_daemon()

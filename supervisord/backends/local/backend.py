@@ -30,7 +30,7 @@ _STREAMS = ("stdout", "stderr")
 _READ_BYTES = 1 << 20
 _MAX_LINES_PER_CALL = 16000
 _POLL_MIN_S = 0.02
-_POLL_MAX_S = 0.5
+_POLL_MAX_S = 1.0
 
 # Final runner reasons -> (phase, reason recorded on the run).
 _OUTCOMES: dict[str, str] = {
