@@ -154,11 +154,12 @@ class EventStore:
             self._closed = True
             self._writer.close()
             try:
-                if self._writer_task is not None:
+                task = self._writer_task
+                if task is not None:
                     with anyio.CancelScope(shield=True):
-                        await self._writer_task
-            except Exception as exc:
-                log.error("store.writer_failed_before_close", path=str(self.path), error=repr(exc))
+                        await asyncio.wait([task])  # the queued appends finish; raises nothing
+                    if not task.cancelled() and task.exception() is not None:
+                        log.error("store.writer_failed_before_close", path=str(self.path), error=repr(task.exception()))
             finally:
                 self._subs.close()
                 with anyio.CancelScope(shield=True):

@@ -228,6 +228,7 @@ class Writer:
         recorded: list[RecordedEvent] = []
         accepted: list[_AppendJob] = []
         committed = False
+        interrupted: BaseException | None = None
         try:
             await conn.execute("BEGIN IMMEDIATE")
             try:
@@ -266,6 +267,9 @@ class Writer:
                 if job.error is None:
                     job.error = translate_error(exc, self._path, self._busy_timeout_s)
                     job.error.__cause__ = exc
+        except BaseException as exc:  # a bug or a cancellation: the writer stops (see run)
+            interrupted = exc
+            raise
         finally:
             try:
                 if committed and recorded:
@@ -276,8 +280,9 @@ class Writer:
                 for job in batch:
                     if not committed and job in accepted:
                         job.result = None
-                    if job.result is None and job.error is None:  # a bug below us: never leave one hanging
-                        job.error = StoreClosedError(f"{self._path}: the append was interrupted")
+                    if job.result is None and job.error is None:  # never leave one hanging
+                        job.error = StoreClosedError(f"{self._path}: the append was interrupted: {interrupted!r}")
+                        job.error.__cause__ = interrupted
                     job.done.set()
 
     async def _stream_versions(self, run_ids: set[str]) -> dict[str, int]:

@@ -200,3 +200,22 @@ async def test_close_waits_for_queued_appends(db_path: Path) -> None:
     assert sorted(done) == list(range(20))
     async with await EventStore.open(db_path) as reopened:
         assert await reopened.last_seq() == 20
+
+
+async def test_a_failing_writer_fails_appends_loudly_and_never_hangs(db_path: Path) -> None:
+    store = await EventStore.open(db_path)
+    await store.append("r1", 0, [submitted()])
+
+    async def broken(*args: object) -> None:
+        raise RuntimeError("projection bug")
+
+    store._writer._projector.apply = broken  # type: ignore[method-assign]
+    with anyio.fail_after(10):
+        with pytest.raises(StoreClosedError, match="interrupted"):
+            await store.append("r1", 1, [phase("RUNNING")])
+        with pytest.raises(StoreClosedError, match="projection bug"):
+            await store.append("r1", 1, [phase("RUNNING")])
+        assert await store.last_seq() == 1  # reads still work; nothing half-written
+        await store.close()
+    async with await EventStore.open(db_path) as reopened:
+        assert [e.type for e in await reopened.read_stream("r1")] == ["Submitted"]
