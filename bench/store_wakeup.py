@@ -20,7 +20,9 @@ Runs with ``synchronous=FULL``.
 from __future__ import annotations
 
 import argparse
+import array
 import bisect
+import gc
 import random
 import statistics
 import sys
@@ -41,7 +43,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def latency(path: Path, waiters: int, runs: int, rounds: int) -> dict[str, list[float]]:
+async def latency(path: Path, waiters: int, runs: int, rounds: int, gc_freeze: bool) -> dict[str, list[float]]:
     """Wake-up latencies (ms) of ``waiters`` waiters on ``runs`` runs, for
     ``rounds`` commits touching 1..10 runs each ("few") and ``rounds // 10``
     commits touching every run ("all": every waiter wakes at once)."""
@@ -53,14 +55,16 @@ async def latency(path: Path, waiters: int, runs: int, rounds: int) -> dict[str,
                 "project": "bench", "name": "wake", "backend": "local"})]))[-1].version  # fmt: skip
         start_seq = await store.last_seq()
         ready = [0]
-        wakeups: list[tuple[int, int]] = []  # (first seq received, time.monotonic_ns() on resuming)
+        # first seq received, time.monotonic_ns() on resuming (arrays: nothing for the GC to scan)
+        woke_seq, woke_ns = array.array("q"), array.array("q")
 
         async def waiter(run_id: str, stop_after: int) -> None:
             cursor, seen = start_seq, 0
             ready[0] += 1
             while seen < stop_after:
                 events = await store.wait_for_events(cursor, run_ids=[run_id], timeout_s=60)
-                wakeups.append((events[0].seq, time.monotonic_ns()) if events else (0, 0))
+                woke_ns.append(time.monotonic_ns())
+                woke_seq.append(events[0].seq if events else 0)
                 cursor = events[-1].seq if events else cursor
                 seen += len(events)
 
@@ -77,6 +81,8 @@ async def latency(path: Path, waiters: int, runs: int, rounds: int) -> dict[str,
             while ready[0] < waiters:
                 await anyio.sleep(0.01)
             await anyio.sleep(0.1)
+            if gc_freeze:
+                gc.freeze()  # the long-lived objects so far are never scanned again by the cyclic GC
             for phase, touched in plan:
                 first_seq_of.setdefault(phase, await store.last_seq() + 1)
                 async with anyio.create_task_group() as batch:  # one commit, mostly
@@ -88,10 +94,10 @@ async def latency(path: Path, waiters: int, runs: int, rounds: int) -> dict[str,
                         batch.start_soon(append)
                 await anyio.sleep(0.05 if phase == "all" else 0.01)  # the woken waiters wait again
         commits = list(store._writer.commit_times)  # (last seq of a batch, when its COMMIT returned)
-    assert all(seq for seq, _ in wakeups), "a waiter timed out"
+    assert all(woke_seq), "a waiter timed out"
     last_seqs = [seq for seq, _ in commits]
     latencies: dict[str, list[float]] = {"few": [], "all": []}
-    for seq, resumed in wakeups:
+    for seq, resumed in zip(woke_seq, woke_ns):
         phase = "all" if seq >= first_seq_of["all"] else "few"
         latencies[phase].append((resumed - commits[bisect.bisect_left(last_seqs, seq)][1]) / 1e6)
     return latencies
@@ -142,17 +148,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of the full size (default 1)")
     parser.add_argument("--dir", default=None, help="where to put the databases (default: a temp dir)")
+    parser.add_argument(
+        "--gc-freeze", action="store_true", help="gc.freeze() once the waiters are set up (what a daemon may do)"
+    )
     args = parser.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
     waiters, runs = max(10, int(1000 * args.scale)), max(1, int(100 * args.scale))
     rounds = max(10, int(300 * args.scale))
     pairs, per_pair = max(1, int(100 * args.scale)), 100
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        latencies = anyio.run(latency, Path(tmp, "wake.db"), waiters, runs, rounds)
+        latencies = anyio.run(latency, Path(tmp, "wake.db"), waiters, runs, rounds, args.gc_freeze)
         start = time.perf_counter()
         done, missed = anyio.run(interleavings, Path(tmp, "race.db"), pairs, per_pair)
         race_s = time.perf_counter() - start
-    print(f"store wake-up: {waiters:,} waiters on {runs} runs (10 per run), synchronous=FULL")
+    print(
+        f"store wake-up: {waiters:,} waiters on {runs} runs (10 per run), synchronous=FULL"
+        + (", gc.freeze() after setup" if args.gc_freeze else "")
+    )
     print("  COMMIT returned -> waiter resumed (aim p99 < 20 ms):")
     for phase, title in (("few", f"{rounds} commits to 1..10 runs"), ("all", f"{max(1, rounds // 10)} commits to every run")):
         lat = latencies[phase]
