@@ -195,7 +195,8 @@ class EventStore:
         """Append ``events`` to the stream of ``run_id``, which must be at
         ``expected_version`` (0 = the stream does not exist yet).
 
-        Returns the recorded events (seq, version 1-based per run, ``at``)
+        Returns the recorded events (seq, version 1-based per run, ``at``:
+        the UTC time their transaction began, shared by the whole batch)
         only after their transaction's COMMIT returned, i.e. durably with
         ``synchronous=FULL``; subscribers have been woken by then. Concurrent
         appends are grouped into one transaction; each succeeds or fails on
