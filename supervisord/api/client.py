@@ -124,9 +124,12 @@ class Client:
             raise decode_error(resp.status_code, body)
         return body
 
-    def _stream(self, path: str, params: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    def _stream(
+        self, path: str, params: Mapping[str, Any] | list[tuple[str, Any]]
+    ) -> Iterator[dict[str, Any]]:
+        query = list(params.items()) if isinstance(params, Mapping) else params
         try:
-            with self._http.stream("GET", path, params=dict(params), timeout=_STREAM_TIMEOUT) as resp:
+            with self._http.stream("GET", path, params=query, timeout=_STREAM_TIMEOUT) as resp:
                 if resp.status_code >= 400:
                     resp.read()
                     raise decode_error(resp.status_code, _json(resp))
@@ -165,14 +168,7 @@ class Client:
             params.append(("after", after))
         if timeout is not None:
             params.append(("timeout", timeout))
-        try:
-            with self._http.stream("GET", "/wait", params=params, timeout=_STREAM_TIMEOUT) as resp:
-                if resp.status_code >= 400:
-                    resp.read()
-                    raise decode_error(resp.status_code, _json(resp))
-                yield from _ndjson(resp)
-        except (httpx.TransportError, OSError) as err:
-            raise DaemonUnreachableError(f"lost the jobsup daemon on {self.paths.socket}: {err}") from None
+        return self._stream("/wait", params)
 
     def events(self, *, run: str | None = None, after: int = 0, follow: bool = False) -> Iterator[dict[str, Any]]:
         """Stream ``GET /events``: recorded events oldest first (and heartbeats when following)."""
