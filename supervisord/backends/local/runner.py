@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main", "proc_start_time", "write_status"]
+__all__ = ["main", "extract_snapshot", "proc_start_time", "write_status"]
 
 
 def _now() -> str:
@@ -67,6 +67,31 @@ def proc_start_time(pid: int) -> int | None:
     if fields[0] == b"Z":
         return None
     return int(fields[19])
+
+
+def extract_snapshot(tar: tarfile.TarFile, dest: Path) -> None:
+    """Extract a ``git archive`` into ``dest``, keeping symlinks as git
+    recorded them (even absolute ones or ones pointing up) but refusing any
+    member that would land outside ``dest`` — through ``..``, an absolute
+    name, or a symlink extracted earlier — and device files.
+
+    These are the rules of tarfile's ``"tar"`` extraction filter (PEP 706),
+    applied by hand where the Python lacks it (3.11 before 3.11.4, e.g.
+    Debian 12's). Raises tarfile.TarError naming the member.
+    """
+    if hasattr(tarfile, "tar_filter"):
+        tar.extractall(dest, filter="tar")
+        return
+    root = dest.resolve()
+    for member in tar:
+        if member.isdev():
+            raise tarfile.TarError(f"{member.name}: device files are not extracted")
+        # Resolved against what is already on disk, so a symlink extracted
+        # earlier cannot carry a later member outside dest.
+        target = (root / member.name.lstrip("/")).resolve()
+        if member.name.startswith("/") or not target.is_relative_to(root):
+            raise tarfile.TarError(f"{member.name}: would be extracted outside the source folder")
+        tar.extract(member, root, set_attrs=not member.issym())
 
 
 def write_status(run_dir: Path, status: dict[str, Any]) -> None:
@@ -207,9 +232,7 @@ class _Runner:
         repo = self.run_dir / "repo"
         repo.mkdir(exist_ok=True)
         with tarfile.open(self.spec["snapshot"], "r:") as tar:
-            # The "tar" filter keeps symlinks as git recorded them (even
-            # absolute ones) but refuses members that would land outside repo/.
-            tar.extractall(repo, filter="tar")
+            extract_snapshot(tar, repo)
         return repo
 
     def run(self) -> int:
