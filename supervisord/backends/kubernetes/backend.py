@@ -758,6 +758,9 @@ class _Supervision:
         self.last_job: dict[str, Any] | None = None
         self.settings = _Settings.of(spec)
         self.failed: BackendError | None = None
+        # Set while a failed staging rolls the run's objects back: the Job
+        # disappearing then is jobsup's doing, not an outside delete.
+        self.rolling_back = False
 
     def _container_state(self, pod_name: str) -> ContainerState:
         pod = self.view.pods.get(pod_name)
@@ -784,6 +787,9 @@ class _Supervision:
             token = self.view.token()
             if self.failed is not None:
                 return
+            if self.rolling_back:
+                await self.view.wait(5.0, token)
+                continue
             job = self.view.jobs.get(self.job_name)
             if job is None and not self.state.canceled:
                 job = await self._confirm_job()
@@ -887,11 +893,15 @@ class _Supervision:
         except _Canceled:
             return
         except BackendError as err:
-            resolver = self.b._resolver(self.cluster)
-            refs = [ObjectRef.from_json(o) for o in self.handle.get("objects") or []]
-            undone = await self.b._rollback(resolver, self.ns, list(reversed(refs)), self.reporter)
-            self.failed = _Failed(f"{err}{undone}", _reason(err, "StagingFailed"))
-            self.view.notify()
+            self.rolling_back = True
+            try:
+                resolver = self.b._resolver(self.cluster)
+                refs = [ObjectRef.from_json(o) for o in self.handle.get("objects") or []]
+                undone = await self.b._rollback(resolver, self.ns, list(reversed(refs)), self.reporter)
+                self.failed = _Failed(f"{err}{undone}", _reason(err, "StagingFailed"))
+            finally:
+                self.rolling_back = False
+                self.view.notify()
             return
         finally:
             self.staging.discard(pod_name)

@@ -492,6 +492,23 @@ async def test_reattach_mid_staging_finishes_staging(tmp_path: Path, sim: SimClu
         assert len(await env.events(run_id, "StagingStep")) == 1
 
 
+async def test_reattach_after_the_pod_ready_deadline_is_error_not_deleted(tmp_path: Path, sim: SimCluster) -> None:
+    # The daemon stops while the pod cannot pull its image; the pod-ready
+    # budget runs out while no daemon runs. The next daemon rolls the run back
+    # itself: that is an ERROR with the waiting reason, not an outside delete.
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit(
+            "echo never", manifest=M, files={M: job_manifest(image=MISSING_REGISTRY + "nope:1")},
+            kube={"pod_ready_timeout_s": 3},
+        )
+        await env.wait_until(run_id, lambda r: r.phase == "SCHEDULING" and r.handle.get("created") is True)
+    await anyio.sleep(4.0)
+    async with k8s_env(tmp_path, sim, reattach=True) as env:
+        run = await env.terminal(run_id, timeout_s=60)
+        assert run.phase == "ERROR" and run.reason in ("ImagePullBackOff", "ErrImagePull"), run
+        assert not run_objects(sim, run_id, "jobs.batch") and not run_objects(sim, run_id, "secrets")
+
+
 async def test_cancel_racing_completion_ends_in_one_terminal_phase(tmp_path: Path, sim: SimCluster) -> None:
     async with k8s_env(tmp_path, sim) as env:
         for delay in (0.0, 0.3):
