@@ -339,6 +339,18 @@ class Supervisor:
         backend = self.backends[state.spec.backend]
         try:
             await backend.cancel(state.spec, state.handle)
+        except Exception as err:
+            # The run goes on: say so in its history (and to the caller), so
+            # a CancelRequested is never left looking pending. Cancel again
+            # once the backend is reachable.
+            async with state.lock:
+                state.cancel_requested = False
+                await reporter._append_locked([NewEvent("CancelFailed", {"message": str(err)})])
+            if state.done.is_set():
+                # Supervision ended meanwhile and its outcome was held for the
+                # cancel: the run must still end in one terminal phase.
+                await reporter.phase("ERROR", reason="CancelFailed", message=f"cancel failed: {err}")
+            raise
         except BaseException:
             state.cancel_requested = False
             raise

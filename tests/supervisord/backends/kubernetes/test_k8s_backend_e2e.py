@@ -13,6 +13,8 @@ from typing import Any, Iterator
 
 import anyio
 import pytest
+
+from supervisord.exceptions import BackendError
 import yaml
 
 from tests.k8s_sim import MISSING_REGISTRY, SimCluster
@@ -398,6 +400,24 @@ async def test_api_server_restart_mid_run(tmp_path: Path, sim: SimCluster) -> No
         run = await env.terminal(run_id)
         assert run.phase == "COMPLETED", run
         assert await env.lines(run_id) == expected(100)
+
+
+async def test_cancel_while_the_api_server_is_down_is_recorded_as_failed(tmp_path: Path, sim: SimCluster) -> None:
+    async with k8s_env(tmp_path, sim, cancel_timeout_s=3.0) as env:
+        run_id = await env.submit("echo s; sleep 120", manifest=M, files={M: job_manifest()})
+        await env.wait_until(run_id, lambda r: r.phase == "RUNNING")
+        await anyio.to_thread.run_sync(sim.stop)
+        try:
+            with pytest.raises(BackendError):
+                await env.supervisor.cancel(run_id)
+            failed = await env.events(run_id, "CancelFailed")
+            assert len(failed) == 1 and failed[0].data["message"]
+        finally:
+            await anyio.to_thread.run_sync(sim.restart)
+        # Once the API answers again, a second cancel works.
+        run = await env.supervisor.cancel(run_id)
+        assert run.phase == "CANCELED", run
+        await no_pods_left(sim, run_id)
 
 
 async def test_eviction_replacement_pod_is_staged_and_followed(tmp_path: Path, sim: SimCluster) -> None:
