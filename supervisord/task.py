@@ -211,7 +211,9 @@ def _task_from_mapping(doc: Mapping[Any, Any], p: Path) -> Task:
         if isinstance(value, (dict, list)) or value is None:
             raise TaskError(f"{p}: `env.{name}` must be a scalar value")
         env[str(name)] = value if isinstance(value, str) else yaml.safe_dump(value).strip().removesuffix("...").strip()
-    config = doc.get("config") or {}
+    config = doc.get("config")
+    if config is None:
+        config = {}
     if not isinstance(config, dict):
         raise TaskError(f"{p}: `config` must be a mapping")
     k8s = doc.get("kubernetes") or {}

@@ -11,6 +11,7 @@ violation on stderr.
 from __future__ import annotations
 
 import secrets
+import shlex
 import sys
 from pathlib import Path
 
@@ -28,32 +29,15 @@ from supervisord.backends.kubernetes import (
 from supervisord.backends.kubernetes.inject import env_secret_name
 from supervisord.backends.kubernetes.manifest import check_run_id
 from supervisord.cli.main import cli
+from supervisord.cli.shape import reject_shape_flags, shape_flag_options
 from supervisord.cli.output import output_option, warn
 from supervisord.config.effective import effective_config
 from supervisord.config.sources import current_kube_context, load_client_layers, load_daemon_layer
 from supervisord.exceptions import ManifestError, TaskError, UsageError
 from supervisord.source import repo_root, resolve_commit
-from supervisord.task import DEFAULT_TIMEOUT_S, Task, load_task, parse_duration
+from supervisord.task import DEFAULT_TIMEOUT_S, Task, check_name, load_task, parse_duration
 
 __all__ = ["render_command"]
-
-# Flags other backends take to shape compute; with Kubernetes the manifest is the shape.
-_SHAPE_FLAGS = {
-    "image": "the container image",
-    "gpus": "the GPU count (resources.limits: {nvidia.com/gpu: N})",
-    "cpus": "CPU requests and limits",
-    "memory": "memory requests and limits",
-}
-
-
-def _reject_shape_flags(values: dict[str, str | None]) -> None:
-    for flag, what in _SHAPE_FLAGS.items():
-        if values.get(flag) is not None:
-            raise UsageError(
-                f"--{flag} does not apply to the Kubernetes backend: the manifest "
-                f"({DEFAULT_MANIFEST_PATH} or --manifest PATH, committed) is the run's shape; set {what} there"
-            )
-
 
 def _is_task_file(arg: str) -> bool:
     return arg.endswith((".yaml", ".yml"))
@@ -67,6 +51,7 @@ def _is_task_file(arg: str) -> bool:
 @click.option("--rev", default="HEAD", show_default=True, help="The revision whose manifest is read.")
 @click.option("--timeout", default=None, help="Run timeout: 90s, 30m, 4h, 1d [default: 4h].")
 @click.option("--run-id", "run_id", default=None, help="The run id to render with (12 lowercase hex) [default: random].")
+@click.option("--name", default=None, help="The run's name, as for submit (default: first word of the command).")
 @click.option(
     "--config",
     "config_items",
@@ -75,10 +60,7 @@ def _is_task_file(arg: str) -> bool:
     help="Config override (repeatable), as for submit.",
 )
 @output_option(default="yaml", choices=("yaml", "json"))
-@click.option("--image", default=None, hidden=True)
-@click.option("--gpus", default=None, hidden=True)
-@click.option("--cpus", default=None, hidden=True)
-@click.option("--memory", default=None, hidden=True)
+@shape_flag_options
 @click.pass_context
 def render_command(
     ctx: click.Context,
@@ -87,6 +69,7 @@ def render_command(
     rev: str,
     timeout: str | None,
     run_id: str | None,
+    name: str | None,
     config_items: tuple[str, ...],
     output: str,
     image: str | None,
@@ -100,12 +83,15 @@ def render_command(
     from the working tree. The command comes from the task file's `run:` or
     from the words after `--`. Exit 1 with every contract violation.
     """
-    _reject_shape_flags({"image": image, "gpus": gpus, "cpus": cpus, "memory": memory})
+    reject_shape_flags({"image": image, "gpus": gpus, "cpus": cpus, "memory": memory})
     task_file = args[0] if args and _is_task_file(args[0]) else None
     words = args[1:] if task_file else args
     task = load_task(task_file) if task_file else Task()
     if words:
-        task = task.with_overrides(run=" ".join(words))
+        # Joined exactly as submit joins them.
+        task = task.with_overrides(run=words[0] if len(words) == 1 else shlex.join(words))
+    if name is not None:
+        task = task.with_overrides(name=check_name(name))
     command = task.run or ""
     if not command.strip():
         raise TaskError("no command: give `run:` in the task file or `-- CMD...` on the command line")

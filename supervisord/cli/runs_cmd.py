@@ -18,6 +18,7 @@ from supervisord.api.client import Client
 from supervisord.api.wire import EXIT_UNREACHABLE, EXIT_WAIT_TIMEOUT, PHASES, exit_code_for_phase
 from supervisord.cli.main import cli
 from supervisord.cli.output import emit, info, output_option, warn
+from supervisord.cli.shape import reject_shape_flags, shape_flag_options
 from supervisord.exceptions import DaemonUnreachableError, TaskError
 from supervisord.task import BACKENDS, Task, check_name, load_task, parse_duration, parse_env_pairs
 
@@ -127,9 +128,11 @@ def task_wire(task: Task) -> dict[str, Any]:
 @click.option("--config", "config_args", multiple=True, metavar="KEY.PATH=VALUE|FILE", help="Config override (repeatable) or one config file.")
 @click.option("--force", is_flag=True, help="Submit even if the same project+name has a run in flight.")
 @click.option("--follow", "-f", is_flag=True, help="Stream the logs, then exit like `jobsup wait`.")
+@shape_flag_options
 @click.pass_context
 def submit(
     ctx: click.Context,
+    /,
     task_file: str | None,
     backend: str | None,
     name: str | None,
@@ -140,8 +143,10 @@ def submit(
     config_args: tuple[str, ...],
     force: bool,
     follow: bool,
+    **shape: str | None,
 ) -> None:
     """Queue a run of TASK.yaml and/or `-- CMD...`; print its id on stdout."""
+    reject_shape_flags(shape)
     command = ctx.meta.get("jobsup.command")
     task = build_task(task_file, command, name=name, backend=backend, timeout=timeout, manifest=manifest, env_pairs=env_pairs)
     if not task.run:

@@ -217,6 +217,10 @@ def _mount_path_reason(path: Any) -> str | None:
         return f"{path!r} has surrounding whitespace"
     if not path.startswith("/"):
         return f"{path!r} must be an absolute path"
+    if ":" in path or "\0" in path:
+        # Kubernetes refuses ':' in a mountPath (ValidateVolumeMounts), and
+        # no path can hold a NUL byte.
+        return f"{path!r} must not contain ':' or a NUL character"
     if path == "/":
         return "'/' cannot be a mount path"
     if path.startswith("//") or posixpath.normpath(path) != path:
@@ -369,4 +373,6 @@ def pod_ready_timeout_from_env(env: Mapping[str, str]) -> int | None:
     seconds = float(text)
     if not math.isfinite(seconds) or int(seconds) < 1:
         raise ConfigError(f"{ENV_POD_READY_TIMEOUT}: {raw!r} must be at least 1 second")
+    if seconds > 604800:
+        raise ConfigError(f"{ENV_POD_READY_TIMEOUT}: {raw!r} is more than the maximum of 604800 seconds (a week)")
     return int(seconds)

@@ -81,7 +81,8 @@ _KUBERNETES_PER_CONTEXT: dict[str, Any] = {
         "additionalProperties": False,
         "properties": {"labels": _STR_MAP, "annotations": _STR_MAP},
     },
-    "pod_ready_timeout_s": _POS_INT,
+    # At most a week: a budget for a pod to be found and running.
+    "pod_ready_timeout_s": {"type": "integer", "minimum": 1, "maximum": 604800},
     "runtime_class": _STR,
     "tolerations": {"type": "array", "items": _TOLERATION},
     "node_selector": _STR_MAP,

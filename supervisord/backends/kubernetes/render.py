@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from typing import Any, Mapping
 
 import yaml
@@ -179,8 +180,14 @@ class _Dumper(yaml.SafeDumper):
     """Block YAML; multi-line strings (the script) in literal ``|`` style."""
 
 
+# What Go's YAML decoders (sigs.k8s.io/yaml, used by kubectl) read as a
+# number when plain, although YAML 1.1 (PyYAML) reads some of it, e.g.
+# "012345678901" (a possible run id), as a string.
+_GO_NUMBER = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+
+
 def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
+    style = "|" if "\n" in value else ("'" if _GO_NUMBER.fullmatch(value) else None)
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 

@@ -36,6 +36,7 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("timeout 90", {"pod_ready_timeout_s": 90}, None),
     ("timeout 1", {"pod_ready_timeout_s": 1}, None),
     ("timeout huge", {"pod_ready_timeout_s": 86400 * 7}, None),
+    ("timeout over a week", {"pod_ready_timeout_s": 99999999999999999999999}, "pod_ready_timeout_s"),
     ("timeout 0", {"pod_ready_timeout_s": 0}, "pod_ready_timeout_s: must be a positive integer, got 0"),
     ("timeout negative", {"pod_ready_timeout_s": -5}, "must be a positive integer, got -5"),
     ("timeout string", {"pod_ready_timeout_s": "90"}, "got '90' (a string)"),
@@ -217,3 +218,20 @@ MOUNT_HELPER_CASES: list[tuple[list[str], list[str], list[str]]] = [
 @pytest.mark.parametrize("paths,existing,expected", MOUNT_HELPER_CASES)
 def test_check_mount_paths(paths: list[str], existing: list[str], expected: list[str]) -> None:
     assert check_mount_paths(paths, existing) == expected
+
+
+@pytest.mark.parametrize("path", ["/data:ro", "/da\x00ta"])
+def test_mount_path_with_colon_or_nul_is_refused(path: str) -> None:
+    from supervisord.config.sandbox import check_mount_paths
+
+    errors = check_mount_paths([path], [])
+    assert errors and "':'" in errors[0]
+
+
+@pytest.mark.parametrize("value", ["604801", "99999999999999999999"])
+def test_timeout_variable_has_a_maximum(value: str) -> None:
+    from supervisord.config.sandbox import pod_ready_timeout_from_env
+    from supervisord.exceptions import ConfigError
+
+    with pytest.raises(ConfigError, match="maximum"):
+        pod_ready_timeout_from_env({"JOBSUP_K8S_POD_READY_TIMEOUT_S": value})

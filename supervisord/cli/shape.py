@@ -1,0 +1,43 @@
+"""Flags that other tools take to shape compute (``--image``, ``--gpus``...).
+
+jobsup refuses them with a pointer to the manifest: for Kubernetes the
+committed manifest is the run's shape, and a local run uses this machine.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, TypeVar
+
+import click
+
+from supervisord.exceptions import UsageError
+
+__all__ = ["shape_flag_options", "reject_shape_flags"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_MANIFEST = ".jobsup/k8s.yaml"
+SHAPE_FLAGS = {
+    "image": "the container image",
+    "gpus": "the GPU count (resources.limits: {nvidia.com/gpu: N})",
+    "cpus": "CPU requests and limits",
+    "memory": "memory requests and limits",
+}
+
+
+def shape_flag_options(fn: F) -> F:
+    """Add the hidden ``--image/--gpus/--cpus/--memory`` options (so using
+    one gets :func:`reject_shape_flags`' message, not click's generic one)."""
+    for flag in reversed(SHAPE_FLAGS):
+        fn = click.option(f"--{flag}", default=None, hidden=True)(fn)
+    return fn
+
+
+def reject_shape_flags(values: dict[str, Any]) -> None:
+    """Raise UsageError naming the first shape flag given in ``values``."""
+    for flag, what in SHAPE_FLAGS.items():
+        if values.get(flag) is not None:
+            raise UsageError(
+                f"--{flag} does not shape a jobsup run: for Kubernetes the manifest "
+                f"({_MANIFEST} or --manifest PATH, committed) is the run's shape; set {what} there"
+            )
