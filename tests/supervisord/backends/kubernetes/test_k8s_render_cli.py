@@ -303,8 +303,8 @@ def test_missing_manifest_exits_1_and_says_to_commit_it(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "phrase"),
     [
-        (["--image", "python:3.12"], "--image does not apply to the Kubernetes backend"),
-        (["--gpus", "2"], "--gpus does not apply to the Kubernetes backend"),
+        (["--image", "python:3.12"], "--image does not shape a jobsup run"),
+        (["--gpus", "2"], "--gpus does not shape a jobsup run"),
         (["--run-id", "XYZ"], "--run-id"),
         (["--timeout", "soon"], "--timeout"),
     ],
