@@ -360,6 +360,11 @@ def test_task_and_name_validation(js: JobsupEnv, repo: Path) -> None:
     assert r.returncode == 2 and "--name" in r.stderr
     r = js.cli("submit", "--name", "x" * 64, "--", "true", cwd=repo, check=False)
     assert r.returncode == 2 and "63" in r.stderr
+    r = js.cli("submit", "--gpus", "2", "--", "true", cwd=repo, check=False)
+    assert r.returncode == 2 and "manifest" in r.stderr
+    (repo / "listcfg.yaml").write_text("run: echo a\nconfig: []\n")
+    r = js.cli("submit", "listcfg.yaml", cwd=repo, check=False)
+    assert r.returncode == 2 and "config" in r.stderr
 
 
 def test_untracked_files_are_named_in_a_warning(js: JobsupEnv, repo: Path) -> None:
