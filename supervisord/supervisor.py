@@ -46,7 +46,7 @@ from supervisord.exceptions import (
 from supervisord.paths import Paths
 from supervisord.source import SnapshotStore
 
-__all__ = ["Supervisor", "SubmitPlan", "PHASE_RANK", "MAX_LINES_PER_EVENT"]
+__all__ = ["Supervisor", "SubmitPlan", "PHASE_RANK", "MAX_LINES_PER_EVENT", "env_digest", "load_digest_key"]
 
 log = structlog.get_logger("jobsup.supervisor")
 

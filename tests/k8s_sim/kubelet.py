@@ -997,6 +997,9 @@ async def stream_log(
             start = sum(len(x) for x in lines[: len(lines) - len(keep)])
             fh.seek(start)
         buf = b""
+        # As the kubelet's log reader (kuberuntime/logs ReadLogs): the
+        # timestamp prefixes a logical line once, not each partial record.
+        new_line = True
         while True:
             token = c.changed_token()
             chunk = fh.read()
@@ -1016,7 +1019,9 @@ async def stream_log(
                         continue
                     if only_stream is not None and stream_name != only_stream:
                         continue
-                    piece = (rfc3339_nano(ts_ns).encode() + b" " if timestamps else b"") + content + (b"" if partial else b"\n")
+                    prefix = rfc3339_nano(ts_ns).encode() + b" " if timestamps and new_line else b""
+                    piece = prefix + content + (b"" if partial else b"\n")
+                    new_line = not partial
                     if limit_bytes is not None and sent + len(piece) > limit_bytes:
                         piece = piece[: limit_bytes - sent]
                         if piece:

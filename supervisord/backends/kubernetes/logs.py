@@ -36,6 +36,7 @@ from typing import Any, Callable, Sequence
 import anyio
 import structlog
 
+from store import MAX_LINE_BYTES
 from supervisord.backends.base import RunReporter
 from supervisord.backends.kubernetes.access import Cluster, is_transient
 from supervisord.exceptions import KubernetesApiError
@@ -49,7 +50,6 @@ log = structlog.get_logger("jobsup.kubernetes.logs")
 ContainerState = str
 
 _TS = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})$")
-_MAX_LINES_PER_EVENT = 4000
 
 
 def parse_timestamp(text: str) -> int:
@@ -80,6 +80,8 @@ class LogCursor:
         if pos is None:
             return None
         ts, sep, n = pos.rpartition("#")
+        # "<ts>#<n>/<k>" is piece k of a line longer than MAX_LINE_BYTES.
+        n = n.partition("/")[0]
         if not sep or not n.isdigit():
             raise ValueError(f"log position {pos!r} is not <timestamp>#<n>")
         return cls(ts, parse_timestamp(ts), int(n))
@@ -165,6 +167,25 @@ class LogDecoder:
         return LogCursor(ts, ts_ns, self._counts.get(ts_ns, 1) - 1)
 
 
+def split_long_line(pos: str, text: str) -> list[tuple[str, str]]:
+    """``(pos, text)`` as is, or — when the text is longer than
+    ``MAX_LINE_BYTES`` in UTF-8 — pieces of at most that many bytes, cut at
+    character boundaries, at positions ``pos``, ``pos/1``, ``pos/2``...
+    (the same 64 KiB rule as local logs: a long line is split, never dropped)."""
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) <= MAX_LINE_BYTES:
+        return [(pos, text)]
+    out: list[tuple[str, str]] = []
+    start = 0
+    while start < len(raw):
+        end = min(start + MAX_LINE_BYTES, len(raw))
+        while end < len(raw) and end > start + 1 and (raw[end] & 0xC0) == 0x80:
+            end -= 1
+        out.append((pos if not out else f"{pos}/{len(out)}", raw[start:end].decode("utf-8", "replace")))
+        start = end
+    return out
+
+
 class LogFollower:
     """Follows one container's log into ``reporter.log_lines`` (stream
     ``"stdout"``: the API serves stdout and stderr merged).
@@ -223,8 +244,10 @@ class LogFollower:
         self.stats[key] = self.stats.get(key, 0) + 1
 
     async def _emit(self, lines: Sequence[tuple[str, str]]) -> None:
-        for i in range(0, len(lines), _MAX_LINES_PER_EVENT):
-            await self.reporter.log_lines("stdout", self.source, lines[i : i + _MAX_LINES_PER_EVENT])
+        pieces = [piece for line in lines for piece in split_long_line(*line)]
+        # One reporter call: all of it lands in one transaction, so a line's
+        # pieces are recorded together or not at all.
+        await self.reporter.log_lines("stdout", self.source, pieces)
         self.recorded += len(lines)
 
     async def run(self) -> None:

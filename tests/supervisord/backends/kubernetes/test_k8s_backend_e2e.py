@@ -420,6 +420,18 @@ async def test_cancel_while_the_api_server_is_down_is_recorded_as_failed(tmp_pat
         await no_pods_left(sim, run_id)
 
 
+async def test_a_line_longer_than_64k_is_recorded_in_pieces(tmp_path: Path, sim: SimCluster) -> None:
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit(
+            "python3 -c 'print(\"y\" * 200000); print(\"after\")'", manifest=M, files={M: job_manifest()}
+        )
+        run = await env.terminal(run_id)
+        assert run.phase == "COMPLETED", run
+        lines = await env.lines(run_id)
+        assert [len(l) for l in lines] == [65536, 65536, 65536, 3392, 5]
+        assert "".join(lines[:4]) == "y" * 200000 and lines[-1] == "after"
+
+
 async def test_eviction_replacement_pod_is_staged_and_followed(tmp_path: Path, sim: SimCluster) -> None:
     policy = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
     async with k8s_env(tmp_path, sim) as env:

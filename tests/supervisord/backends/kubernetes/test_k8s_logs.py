@@ -87,3 +87,19 @@ def test_a_replay_assigns_the_same_positions_again() -> None:
     for i, (pos, _) in enumerate(first):
         again = LogDecoder(LogCursor.parse(pos)).feed(body(*lines))
         assert again == first[i + 1 :]
+
+
+def test_long_lines_are_split_into_64k_pieces_at_character_boundaries() -> None:
+    from store import MAX_LINE_BYTES
+    from supervisord.backends.kubernetes.logs import LogCursor, split_long_line
+
+    ts = "2026-11-29T17:00:00.000000001Z"
+    assert split_long_line(f"{ts}#0", "short") == [(f"{ts}#0", "short")]
+    text = "é" * 70000  # 140,000 bytes of 2-byte characters
+    pieces = split_long_line(f"{ts}#3", text)
+    assert [p for p, _ in pieces] == [f"{ts}#3", f"{ts}#3/1", f"{ts}#3/2"]
+    assert "".join(t for _, t in pieces) == text
+    assert all(len(t.encode()) <= MAX_LINE_BYTES for _, t in pieces)
+    # A piece's position resumes like its line's.
+    cur = LogCursor.parse(pieces[-1][0])
+    assert cur is not None and cur.n == 3 and cur.ts == ts
