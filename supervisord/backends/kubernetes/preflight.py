@@ -78,6 +78,13 @@ async def check_api(cluster: Cluster) -> tuple[str | None, str]:
     try:
         version = await cluster.request("GET", "/version", what="GET /version", timeout=(5.0, 10.0))
     except KubernetesApiError as err:
+        if err.status in (401, 403):
+            # It answered: the credentials are what is wrong.
+            return (
+                f"the API server of context {cluster.context} ({cluster.host}) refused the credentials "
+                f"(HTTP {err.status}: {err}); refresh the token or the exec plugin's login for this context",
+                str(err),
+            )
         return (
             f"the API server of context {cluster.context} ({cluster.host}) does not answer: {err}; "
             "check the network/VPN and that `kubectl version` works with this context",

@@ -106,6 +106,24 @@ async def test_unknown_context_names_the_kubeconfig(tmp_path: Path, sim: SimClus
     assert "jobsup-sim" in str(err.value)  # the contexts that exist
 
 
+async def test_a_refused_token_is_named_as_such(tmp_path: Path, sim: SimCluster) -> None:
+    import yaml
+
+    doc = yaml.safe_load(sim.kubeconfig_path.read_text())
+    for user in doc["users"]:
+        if "token" in user["user"]:
+            user["user"]["token"] = "not-the-token"
+    bad = tmp_path / "bad-kubeconfig"
+    bad.write_text(yaml.safe_dump(doc))
+    b = make_backend(sim, kubeconfig=str(bad))
+    try:
+        with pytest.raises(PreflightError) as err:
+            await b.preflight(spec(tmp_path, sim, job_manifest(), context="jobsup-sim"))
+        assert "refused the credentials" in str(err.value) and "401" in str(err.value)
+    finally:
+        await b.aclose()
+
+
 async def test_missing_permissions_are_one_line_each(tmp_path: Path, sim: SimCluster, backend: KubernetesBackend) -> None:
     # Everything but exec and secrets updates.
     sim.set_access_rules(
