@@ -1,4 +1,4 @@
-"""Turning a submit request into a :class:`~supervisord.supervisor.SubmitPlan`.
+"""Turning a submit request into a :class:`Plan` for :meth:`Supervisor.submit`.
 
 Runs in the daemon. Order matters: everything that can reject the request
 (task fields, config layers, allowed backends, git source) is checked before
@@ -17,10 +17,10 @@ import anyio
 from supervisord import config as cfg
 from supervisord.exceptions import TaskError
 from supervisord.source import SnapshotStore, is_dirty, repo_root, resolve_commit, untracked_files
-from supervisord.supervisor import SubmitPlan, env_digest
+from supervisord.supervisor import env_digest
 from supervisord.task import BACKENDS, DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S
 
-__all__ = ["SubmitRequest", "Planner"]
+__all__ = ["SubmitRequest", "Plan", "Planner"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +57,19 @@ class SubmitRequest:
         return cls(task=task, layers=layers, cwd=cwd, rev=str(body.get("rev") or "HEAD"), force=bool(body.get("force")))
 
 
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A validated submit: the Submitted event data (secrets hashed), the
+    env values and the unredacted effective config (both for the backend
+    only), whether to skip the in-flight guard, and warnings for the user."""
+
+    submitted: Mapping[str, Any]
+    env: Mapping[str, str]
+    config: Mapping[str, Any]
+    force: bool
+    warnings: list[str]
+
+
 class Planner:
     """Validates submits against the daemon's config layer and snapshots sources."""
 
@@ -66,8 +79,8 @@ class Planner:
         self.digest_key = digest_key
         self._git = anyio.CapacityLimiter(4)
 
-    async def plan(self, req: SubmitRequest) -> tuple[SubmitPlan, list[str]]:
-        """The plan and the warnings to show the user. Raises TaskError,
+    async def plan(self, req: SubmitRequest) -> Plan:
+        """The plan, with the warnings to show the user. Raises TaskError,
         ConfigError, SourceError."""
         task = req.task
         warnings: list[str] = []
@@ -129,22 +142,7 @@ class Planner:
             "cwd": req.cwd,
             "submitted_by_uid": os.getuid(),
         }
-        plan = SubmitPlan(
-            project=project,
-            name=name,
-            backend=str(backend),
-            command=command,
-            timeout_s=timeout_s,
-            env=merged_env,
-            config=data,
-            snapshot=snapshot.path,
-            snapshot_sha256=snapshot.sha256,
-            commit=commit,
-            repo=str(repo),
-            submitted=submitted,
-            force=req.force,
-        )
-        return plan, warnings
+        return Plan(submitted=submitted, env=merged_env, config=data, force=req.force, warnings=warnings)
 
 
 def _default_name(command: str) -> str:

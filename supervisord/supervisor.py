@@ -10,7 +10,6 @@ stream version (optimistic concurrency in the store).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import hmac
 import os
@@ -46,7 +45,7 @@ from supervisord.exceptions import (
 from supervisord.paths import Paths
 from supervisord.source import SnapshotStore
 
-__all__ = ["Supervisor", "SubmitPlan", "PHASE_RANK", "MAX_LINES_PER_EVENT", "env_digest", "load_digest_key"]
+__all__ = ["Supervisor", "PHASE_RANK", "MAX_LINES_PER_EVENT", "env_digest", "load_digest_key"]
 
 log = structlog.get_logger("jobsup.supervisor")
 
@@ -61,29 +60,6 @@ PHASE_RANK: dict[str, int] = {
 _CANCEL_DRAIN_S = 30.0
 #: The most log lines one LogLines event holds (~400 KB of 100-byte lines).
 MAX_LINES_PER_EVENT = 4000
-
-
-@dataclasses.dataclass(frozen=True)
-class SubmitPlan:
-    """A validated submit, ready to record: everything but the run id.
-
-    ``submitted`` is the Submitted event data (secrets already hashed);
-    ``env`` holds the values, which only the backend sees.
-    """
-
-    project: str
-    name: str
-    backend: str
-    command: str
-    timeout_s: int
-    env: Mapping[str, str]
-    config: Mapping[str, Any]
-    snapshot: Path
-    snapshot_sha256: str
-    commit: str
-    repo: str
-    submitted: Mapping[str, Any]
-    force: bool = False
 
 
 def env_digest(env: Mapping[str, str], key: bytes) -> dict[str, str]:
@@ -248,48 +224,49 @@ class Supervisor:
 
     # -- submit --------------------------------------------------------------
 
-    async def submit(self, plan: SubmitPlan) -> RunStatus:
-        """Record a Submitted event for ``plan`` and start supervising it.
+    async def submit(
+        self,
+        submitted: Mapping[str, Any],
+        *,
+        env: Mapping[str, str] | None = None,
+        config: Mapping[str, Any] | None = None,
+        force: bool = False,
+    ) -> RunStatus:
+        """Record a Submitted event with ``submitted`` as its data and start
+        supervising the run.
 
-        Raises RunInFlightError when ``plan.project``/``plan.name`` has a run
-        in flight (unless ``plan.force``), UsageError for an unknown backend,
-        PreflightError from the backend. Nothing is recorded on error.
+        ``submitted`` holds what the run records (project, name, backend,
+        command, timeout_s, source {repo, commit, snapshot_sha256}, env
+        digests, redacted config...; see :mod:`store.types`); ``env`` and
+        ``config`` are the values only the backend sees (env values, the
+        unredacted config; default: the recorded config). Raises
+        RunInFlightError when the project+name has a run in flight (unless
+        ``force``), UsageError for an unknown backend, PreflightError from
+        the backend. Nothing is recorded on error.
         """
-        backend = self.backends.get(plan.backend)
+        project, name = str(submitted["project"]), str(submitted["name"])
+        backend = self.backends.get(str(submitted["backend"]))
         if backend is None:
-            raise UsageError(f"backend {plan.backend!r} is not available on this daemon (have: {', '.join(self.backends)})")
+            raise UsageError(
+                f"backend {submitted['backend']!r} is not available on this daemon (have: {', '.join(self.backends)})"
+            )
         async with self._submit_lock:
-            if not plan.force:
-                busy = await self.store.list_runs(project=plan.project, name=plan.name, non_terminal_only=True)
+            if not force:
+                busy = await self.store.list_runs(project=project, name=name, non_terminal_only=True)
                 if busy:
                     raise RunInFlightError(
-                        f"project {plan.project!r} already has run {busy[0].id} named {plan.name!r} in flight "
+                        f"project {project!r} already has run {busy[0].id} named {name!r} in flight "
                         f"({busy[0].phase}); wait for it, cancel it, or submit with --force"
                     )
             run_id = secrets.token_hex(6)
-            spec = RunSpec(
-                run_id=run_id,
-                project=plan.project,
-                name=plan.name,
-                backend=plan.backend,
-                command=plan.command,
-                timeout_s=plan.timeout_s,
-                env=dict(plan.env),
-                config=dict(plan.config),
-                snapshot=plan.snapshot,
-                snapshot_sha256=plan.snapshot_sha256,
-                commit=plan.commit,
-                repo=plan.repo,
-                run_dir=self.paths.runs_dir / run_id,
-                submitted=dict(plan.submitted),
-            )
+            spec = self._spec(run_id, submitted, env=env or {}, config=config)
             await backend.preflight(spec)
-            await self.store.append(run_id, 0, [NewEvent(SUBMITTED, dict(plan.submitted))])
+            await self.store.append(run_id, 0, [NewEvent(SUBMITTED, dict(submitted))])
         status = await self.get(run_id)
         state = _RunState(spec, status)
         self._runs[run_id] = state
         self._tg.start_soon(self._drive, state, True, name=f"run-{run_id}")
-        log.info("submitted", run=run_id, project=plan.project, name=plan.name, backend=plan.backend)
+        log.info("submitted", run=run_id, project=project, name=name, backend=spec.backend)
         return status
 
     async def _drive(self, state: _RunState, fresh: bool) -> None:
@@ -370,7 +347,7 @@ class Supervisor:
         for status in runs:
             events = await self.store.read_all(0, limit=1, run_id=status.id)  # Submitted, not the whole stream
             submitted = events[0].data if events else {}
-            spec = self._spec_from_submitted(status, submitted)
+            spec = self._spec(status.id, submitted, env={}, config=None)
             state = _RunState(spec, status)
             self._runs[status.id] = state
             if spec.backend not in self.backends:
@@ -383,23 +360,29 @@ class Supervisor:
             log.info("reattached", runs=len(runs))
         return len(runs)
 
-    def _spec_from_submitted(self, status: RunStatus, submitted: Mapping[str, Any]) -> RunSpec:
+    def _spec(
+        self, run_id: str, submitted: Mapping[str, Any], *, env: Mapping[str, str], config: Mapping[str, Any] | None
+    ) -> RunSpec:
+        """The RunSpec of ``run_id`` from its Submitted data: the one place
+        that maps what a run records to what its backend gets (for a new run
+        and after a restart, when ``env`` is empty and ``config`` the
+        recorded one)."""
         source = submitted.get("source") or {}
         sha = str(source.get("snapshot_sha256") or "")
         return RunSpec(
-            run_id=status.id,
-            project=status.project,
-            name=status.name,
-            backend=status.backend,
+            run_id=run_id,
+            project=str(submitted["project"]),
+            name=str(submitted["name"]),
+            backend=str(submitted["backend"]),
             command=str(submitted.get("command") or ""),
             timeout_s=int(submitted.get("timeout_s") or 0),
-            env={},
-            config=dict(submitted.get("config") or {}),
+            env=dict(env),
+            config=dict(config if config is not None else submitted.get("config") or {}),
             snapshot=self.snapshots.path_for(sha),
             snapshot_sha256=sha,
             commit=str(source.get("commit") or ""),
             repo=str(source.get("repo") or ""),
-            run_dir=self.paths.runs_dir / status.id,
+            run_dir=self.paths.runs_dir / run_id,
             submitted=dict(submitted),
         )
 

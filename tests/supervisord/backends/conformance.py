@@ -21,7 +21,7 @@ from store import EventStore, RunStatus
 from supervisord.backends.base import Backend
 from supervisord.paths import Paths
 from supervisord.source import SnapshotStore, resolve_commit
-from supervisord.supervisor import SubmitPlan, Supervisor
+from supervisord.supervisor import Supervisor
 
 __all__ = ["BackendHarness", "SupervisorHarness", "make_git_repo"]
 
@@ -91,31 +91,17 @@ class SupervisorHarness:
             await store.close()
 
     async def submit(self, command: str, *, timeout_s: int = 600, name: str = "t", env: Mapping[str, str] | None = None) -> str:
-        plan = SubmitPlan(
-            project="conformance",
-            name=name,
-            backend=self.harness.name,
-            command=command,
-            timeout_s=timeout_s,
-            env=dict(env or {}),
-            config=dict(self.harness.config),
-            snapshot=self.snapshot.path,
-            snapshot_sha256=self.snapshot.sha256,
-            commit=self.commit,
-            repo=str(self.repo),
-            submitted={
-                "project": "conformance",
-                "name": name,
-                "backend": self.harness.name,
-                "command": command,
-                "timeout_s": timeout_s,
-                "source": {"repo": str(self.repo), "commit": self.commit, "snapshot_sha256": self.snapshot.sha256},
-                "config": dict(self.harness.config),
-                **self.harness.submitted,
-            },
-            force=True,
-        )
-        return (await self.supervisor.submit(plan)).id
+        submitted = {
+            "project": "conformance",
+            "name": name,
+            "backend": self.harness.name,
+            "command": command,
+            "timeout_s": timeout_s,
+            "source": {"repo": str(self.repo), "commit": self.commit, "snapshot_sha256": self.snapshot.sha256},
+            "config": dict(self.harness.config),
+            **self.harness.submitted,
+        }
+        return (await self.supervisor.submit(submitted, env=env, force=True)).id
 
     async def wait_until(self, run_id: str, pred: Callable[[RunStatus], bool], timeout_s: float = 120) -> RunStatus:
         """Block (on store notifications) until ``pred(run)``; fail after ``timeout_s``."""

@@ -14,7 +14,7 @@ from store import EventStore, RecordedEvent, RunStatus
 from supervisord.backends.kubernetes import KubernetesBackend
 from supervisord.paths import Paths
 from supervisord.source import SnapshotStore
-from supervisord.supervisor import SubmitPlan, Supervisor, env_digest
+from supervisord.supervisor import Supervisor, env_digest
 from tests.k8s_sim import SimCluster
 from tests.supervisord.backends.conformance import make_git_repo
 from tests.supervisord.backends.kubernetes.k8s_backend_helpers import kube_config, make_backend
@@ -66,32 +66,18 @@ class K8sEnv:
         commit = await anyio.to_thread.run_sync(self.commit, dict(files or {}))
         snapshot = await anyio.to_thread.run_sync(self.snapshots.create, self.repo, commit)
         config = kube_config(self.sim, **dict(kube or {}))
-        plan = SubmitPlan(
-            project="k8s-e2e",
-            name=name,
-            backend="kubernetes",
-            command=command,
-            timeout_s=timeout_s,
-            env=dict(env or {}),
-            config=config,
-            snapshot=snapshot.path,
-            snapshot_sha256=snapshot.sha256,
-            commit=commit,
-            repo=str(self.repo),
-            submitted={
-                "project": "k8s-e2e",
-                "name": name,
-                "backend": "kubernetes",
-                "command": command,
-                "timeout_s": timeout_s,
-                "source": {"repo": str(self.repo), "commit": commit, "snapshot_sha256": snapshot.sha256},
-                "config": config,
-                "env": env_digest(dict(env or {}), DIGEST_KEY),
-                "manifest": manifest,
-            },
-            force=True,
-        )
-        return (await self.supervisor.submit(plan)).id
+        submitted = {
+            "project": "k8s-e2e",
+            "name": name,
+            "backend": "kubernetes",
+            "command": command,
+            "timeout_s": timeout_s,
+            "source": {"repo": str(self.repo), "commit": commit, "snapshot_sha256": snapshot.sha256},
+            "config": config,
+            "env": env_digest(dict(env or {}), DIGEST_KEY),
+            "manifest": manifest,
+        }
+        return (await self.supervisor.submit(submitted, env=env, force=True)).id
 
     async def wait_until(self, run_id: str, pred: Callable[[RunStatus], bool], timeout_s: float = 60) -> RunStatus:
         """Block on store notifications until ``pred(run)``."""
