@@ -16,7 +16,7 @@ from store.errors import (
     StoreOpenError,
 )
 from store.eventstore import EventStore
-from store.logsplit import MAX_LINE_BYTES, split_lines
+from store.logsplit import MAX_LINE_BYTES, split_lines, split_text
 from store.schema import SCHEMA_VERSION
 from store.types import (
     CANCEL_REQUESTED,
@@ -50,6 +50,7 @@ __all__ = [
     "CANCEL_REQUESTED",
     "STAGING_STEP",
     "split_lines",
+    "split_text",
     "MAX_LINE_BYTES",
     "SCHEMA_VERSION",
     "StoreError",

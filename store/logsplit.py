@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["MAX_LINE_BYTES", "split_lines"]
+__all__ = ["MAX_LINE_BYTES", "split_lines", "split_text"]
 
 #: A line longer than this many bytes is recorded as several pieces.
 MAX_LINE_BYTES: Final = 65536
@@ -42,6 +42,24 @@ def _cut_point(buf: bytes, start: int) -> int:
 
 def _decode(piece: bytes) -> str:
     return piece.decode("utf-8", errors="replace")
+
+
+def split_text(text: str) -> list[str]:
+    """One line's text as the pieces it is recorded in: ``[text]``, or for a
+    line longer than :data:`MAX_LINE_BYTES` bytes of UTF-8, pieces of at
+    most that many bytes cut as :func:`split_lines` cuts them (for sources
+    that deliver whole lines, such as a Kubernetes log stream)."""
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) <= MAX_LINE_BYTES:
+        return [text]
+    pieces: list[str] = []
+    start = 0
+    while len(raw) - start > MAX_LINE_BYTES:
+        cut = _cut_point(raw, start)
+        pieces.append(_decode(raw[start:cut]))
+        start = cut
+    pieces.append(_decode(raw[start:]))
+    return pieces
 
 
 def split_lines(buf: bytes, base_offset: int, final: bool) -> tuple[list[tuple[str, str]], int]:

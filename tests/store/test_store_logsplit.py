@@ -118,3 +118,12 @@ def test_result_does_not_depend_on_how_the_file_was_read() -> None:
     for _ in range(20):
         sizes = [rng.choice([1, 7, 100, 4096, 70_000]) for _ in range(len(data) // 3000)]
         assert feed(data, sizes) == whole
+
+
+@pytest.mark.parametrize("text", ["", "short", "y" * 200000, "é" * 70000, "a" + "😀" * 40000])
+def test_split_text_cuts_like_split_lines(text: str) -> None:
+    from store import split_text
+
+    pieces = split_text(text)
+    assert "".join(pieces) == text
+    assert [t for _, t in split_lines(text.encode(), 0, True)[0]] == (pieces if text else [])

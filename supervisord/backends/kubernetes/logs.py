@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 import anyio
 import structlog
 
-from store import MAX_LINE_BYTES
+from store import split_text
 from supervisord.backends.base import RunReporter
 from supervisord.backends.kubernetes.access import Cluster, is_transient
 from supervisord.exceptions import KubernetesApiError
@@ -169,21 +169,9 @@ class LogDecoder:
 
 def split_long_line(pos: str, text: str) -> list[tuple[str, str]]:
     """``(pos, text)`` as is, or — when the text is longer than
-    ``MAX_LINE_BYTES`` in UTF-8 — pieces of at most that many bytes, cut at
-    character boundaries, at positions ``pos``, ``pos/1``, ``pos/2``...
-    (the same 64 KiB rule as local logs: a long line is split, never dropped)."""
-    raw = text.encode("utf-8", "surrogatepass")
-    if len(raw) <= MAX_LINE_BYTES:
-        return [(pos, text)]
-    out: list[tuple[str, str]] = []
-    start = 0
-    while start < len(raw):
-        end = min(start + MAX_LINE_BYTES, len(raw))
-        while end < len(raw) and end > start + 1 and (raw[end] & 0xC0) == 0x80:
-            end -= 1
-        out.append((pos if not out else f"{pos}/{len(out)}", raw[start:end].decode("utf-8", "replace")))
-        start = end
-    return out
+    ``MAX_LINE_BYTES`` in UTF-8 — its pieces (:func:`store.split_text`, the
+    cut local logs use) at positions ``pos``, ``pos/1``, ``pos/2``..."""
+    return [(pos if i == 0 else f"{pos}/{i}", piece) for i, piece in enumerate(split_text(text))]
 
 
 class LogFollower:
