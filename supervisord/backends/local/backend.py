@@ -16,7 +16,7 @@ import anyio
 import structlog
 
 from supervisord.backends.base import RunReporter, RunSpec
-from supervisord.backends.local.runner import proc_start_time
+from supervisord.backends.local.runner import group_alive, proc_start_time
 from supervisord.backends.local.tail import FileTailer
 from supervisord.exceptions import BackendError, PreflightError
 
@@ -236,7 +236,7 @@ class LocalBackend:
             except ProcessLookupError:
                 pass
             with anyio.fail_after(30):
-                while _group_alive(pgid):
+                while group_alive(pgid):
                     await anyio.sleep(0.02)
         # Let supervise see the final status now, not at its next poll (up
         # to 0.5 s later): a cancel of many runs waits for each in turn.
@@ -299,10 +299,3 @@ def _kill_orphaned_group(status: Mapping[str, Any]) -> None:
     except ProcessLookupError:
         pass
 
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True

@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main", "extract_snapshot", "proc_start_time", "write_status"]
+__all__ = ["main", "extract_snapshot", "group_alive", "proc_start_time", "write_status"]
 
 
 def _now() -> str:
@@ -109,7 +109,9 @@ def write_status(run_dir: Path, status: dict[str, Any]) -> None:
         os.close(dfd)
 
 
-def _group_alive(pgid: int) -> bool:
+def group_alive(pgid: int) -> bool:
+    """Whether any process of process group ``pgid`` is alive (kill(2) with
+    signal 0; EPERM means it exists)."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
@@ -192,7 +194,7 @@ def _stop_tree(pgid: int, grace: float) -> None:
     return once nothing of it remains (all reaped)."""
     def left() -> bool:
         _reap(-1)
-        return _group_alive(pgid) or bool(_descendants())
+        return group_alive(pgid) or bool(_descendants())
 
     if not left():
         return
