@@ -136,8 +136,8 @@ def create_app(
 
     async def list_runs(request: Request) -> Response:
         phase = request.query_params.get("phase")
-        if phase and phase.upper() not in PHASE_NAMES:
-            raise UsageError(f"--phase {phase!r}: use one of {', '.join(PHASE_NAMES)}")
+        if phase and phase.upper() not in PHASES:
+            raise UsageError(f"--phase {phase!r}: use one of {', '.join(PHASES)}")
         runs = await store.list_runs(
             project=request.query_params.get("project") or None,
             phases=[phase.upper()] if phase else None,
@@ -201,8 +201,8 @@ def create_app(
             raise UsageError("wait: name at least one run")
         run_ids = [await supervisor.resolve(r) for r in refs]
         cond = (request.query_params.get("for") or "terminal").strip()
-        if cond not in ("terminal", "change") and cond.upper() not in PHASE_NAMES:
-            raise UsageError(f"--for {cond!r}: use terminal, change, or a phase ({', '.join(PHASE_NAMES)})")
+        if cond not in ("terminal", "change") and cond.upper() not in PHASES:
+            raise UsageError(f"--for {cond!r}: use terminal, change, or a phase ({', '.join(PHASES)})")
         after = _int(request, "after")
         timeout = _float(request, "timeout")
         # Validate every run exists before streaming anything.
@@ -275,9 +275,6 @@ def create_app(
         Route(f"{p}/doctor", _errors(doctor_route), methods=["GET"]),
     ]
     return Starlette(routes=routes)
-
-
-PHASE_NAMES = PHASES
 
 
 async def _condition_met(store: EventStore, cond: str, runs: list[RunStatus], after_seq: int) -> bool:
