@@ -41,6 +41,8 @@ from supervisord.backends.local import LocalBackend
 from supervisord.exceptions import DaemonError, JobsupError
 from supervisord.logging import configure_logging
 from supervisord.paths import Paths
+from supervisord.scheduler.driver import Scheduler, SchedulerSettings
+from supervisord.scheduler.gpus import inventory as gpu_inventory
 from supervisord.submit import Planner
 from supervisord.supervisor import Supervisor, load_digest_key
 
@@ -171,8 +173,16 @@ class Daemon:
                 for backend in backends.values():
                     tg.start_soon(backend.serve, name=f"backend-{backend.name}")
                 supervisor = Supervisor(store, backends, self.paths, tg)
+                supervisor.gated = True  # runs wait in QUEUED for the scheduler
                 planner = Planner(self.daemon_layer, supervisor.snapshots, load_digest_key(self.paths.state_dir))
+                daemon_config = cfg.effective_config(self.daemon_layer, []).data
+                gpus = await anyio.to_thread.run_sync(
+                    gpu_inventory, (daemon_config.get("scheduler") or {}).get("gpus")
+                )
                 reattached = await supervisor.reattach_all()
+                scheduler = Scheduler(store, supervisor, gpus, SchedulerSettings.from_config(daemon_config))
+                await scheduler.load()
+                tg.start_soon(scheduler.run, name="scheduler")
                 info = {
                     "pid": os.getpid(),
                     "uid": os.getuid(),
@@ -188,13 +198,16 @@ class Daemon:
                         {"name": "daemon", "ok": True, "detail": f"pid {os.getpid()} on {self.paths.socket}"},
                         {"name": "store", "ok": True, "detail": f"{self.paths.database}, last seq {await store.last_seq()}"},
                     ]
+                    checks.append(scheduler.doctor())
                     for backend in backends.values():
                         extra = getattr(backend, "doctor", None)
                         if extra is not None:
                             checks.extend(await extra())
                     return checks
 
-                app = create_app(supervisor=supervisor, planner=planner, store=store, info=info, doctor=doctor)
+                app = create_app(
+                    supervisor=supervisor, planner=planner, store=store, info=info, doctor=doctor, scheduler=scheduler
+                )
                 config = uvicorn.Config(
                     app,
                     http=PeerCredProtocol,

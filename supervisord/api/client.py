@@ -177,6 +177,23 @@ class Client:
             params["run"] = run
         return self._stream("/events", params)
 
+    def queue(self) -> dict[str, Any]:
+        """``GET /queue``: ``{"waiting": [...], "gpus": [...], "queues": [...]}``."""
+        return dict(self._call("GET", "/queue"))
+
+    def hold(self, ref: str) -> dict[str, Any]:
+        """``POST /runs/{ref}/hold``: the run after the hold."""
+        return dict(self._call("POST", f"/runs/{ref}/hold")["run"])
+
+    def release(self, ref: str) -> dict[str, Any]:
+        """``POST /runs/{ref}/release``: the run after the release."""
+        return dict(self._call("POST", f"/runs/{ref}/release")["run"])
+
+    def rerun(self, ref: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``POST /runs/{ref}/rerun`` with ``{"env", "hold", "force"}``:
+        ``{"run": Run, "rerun_of": id, "missing_env": [NAME]}``."""
+        return dict(self._call("POST", f"/runs/{ref}/rerun", json=dict(body)))
+
     def doctor(self) -> list[dict[str, Any]]:
         """``GET /doctor``: the daemon's checks."""
         return list(self._call("GET", "/doctor", timeout=httpx.Timeout(120.0, connect=5.0))["checks"])

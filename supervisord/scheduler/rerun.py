@@ -1,0 +1,50 @@
+"""``jobsup rerun RUN``: submit a recorded run's task again as a new run.
+
+The new run gets the recorded run's task (command, name, backend, timeout,
+manifest), source (commit and snapshot), effective config and scheduling
+options. Env values are never recorded: the client sends values for the
+names it could fill (from its environment or ``--env``); a name without a
+value is left out of the new run and reported back.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+from supervisord.exceptions import SourceError, TaskError
+from supervisord.scheduler.options import scheduling_of
+from supervisord.supervisor import env_digest
+
+__all__ = ["rerun_submitted"]
+
+
+def rerun_submitted(
+    old_id: str,
+    old: Mapping[str, Any],
+    env: Mapping[str, str],
+    *,
+    digest_key: bytes,
+    snapshot_exists: bool,
+    hold: bool = False,
+) -> tuple[dict[str, Any], list[str]]:
+    """The Submitted data of a rerun of ``old_id`` (whose Submitted data is
+    ``old``) with ``env`` values, and the recorded env names that ``env``
+    does not fill. Raises TaskError for env values that are not strings and
+    SourceError when the recorded snapshot is gone."""
+    if not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise TaskError("rerun: env must map names to string values")
+    if not snapshot_exists:
+        sha = str((old.get("source") or {}).get("snapshot_sha256") or "?")
+        raise SourceError(f"rerun {old_id}: its source snapshot {sha[:12]} is no longer in the state dir")
+    names = sorted((old.get("env") or {}).keys())
+    values = {k: env[k] for k in names if k in env}
+    missing = [k for k in names if k not in env]
+    new = dict(old)
+    sched = scheduling_of(old)
+    sched["hold"] = hold
+    new["scheduling"] = sched
+    new["env"] = env_digest(values, digest_key)
+    new["rerun_of"] = old_id
+    new["submitted_by_uid"] = os.getuid()
+    return new, missing
