@@ -10,3 +10,19 @@ dependencies, hold/release (DESIGN.md "Scheduling on the workstation").
 
 Import the driver and rerun modules directly (they depend on the supervisor).
 """
+
+from supervisord.scheduler.gpus import Inventory, gpu_env, inventory
+from supervisord.scheduler.options import parse_scheduling, scheduling_of
+from supervisord.scheduler.policy import Decision, Gpu, Situation, decide
+
+__all__ = [
+    "Decision",
+    "Gpu",
+    "Inventory",
+    "Situation",
+    "decide",
+    "gpu_env",
+    "inventory",
+    "parse_scheduling",
+    "scheduling_of",
+]
