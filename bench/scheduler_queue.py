@@ -27,22 +27,23 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import anyio
 import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._harness import Figure, load_average, parse_at, percentile, report  # noqa: E402
-from store import EventStore, NewEvent  # noqa: E402
-from supervisord.backends.base import RunReporter, RunSpec  # noqa: E402
-from supervisord.paths import Paths  # noqa: E402
-from supervisord.scheduler.driver import Scheduler, SchedulerSettings  # noqa: E402
-from supervisord.scheduler.gpus import Inventory  # noqa: E402
-from supervisord.scheduler.policy import Gpu  # noqa: E402
-from supervisord.supervisor import Supervisor  # noqa: E402
+from bench._harness import Figure, load_average, parse_at, percentile, report
+from store import EventStore, NewEvent
+from supervisord.backends.base import RunReporter, RunSpec
+from supervisord.paths import Paths
+from supervisord.scheduler.driver import Scheduler, SchedulerSettings
+from supervisord.scheduler.gpus import Inventory
+from supervisord.scheduler.policy import Gpu
+from supervisord.supervisor import Supervisor
 
 
 class FakeBackend:

@@ -11,7 +11,8 @@ The queue document is :meth:`supervisord.scheduler.driver.Scheduler.view`.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import structlog
 from starlette.requests import Request

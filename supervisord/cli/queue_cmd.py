@@ -7,7 +7,8 @@ They talk to the daemon only through :class:`supervisord.api.client.Client`.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -15,7 +16,7 @@ from supervisord.cli.main import cli
 from supervisord.cli.output import emit, info, output_option, warn
 from supervisord.task import parse_env_pairs
 
-__all__ = ["scheduling_options", "take_scheduling", "queue", "hold", "release", "rerun"]
+__all__ = ["hold", "queue", "release", "rerun", "scheduling_options", "take_scheduling"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -77,7 +78,7 @@ def queue(output: str) -> None:
                 "index": g["index"], "uuid": g["uuid"], "name": g["name"],
                 "holder": f"{g['holder']['run']} ({g['holder']['name']})" if g["holder"] else "free",
                 "since": g["holder"]["since"] if g["holder"] else None,
-            }  # fmt: skip
+            }
             for g in doc["gpus"]
         ]
         emit(rows, "table", columns=_GPU_COLUMNS)

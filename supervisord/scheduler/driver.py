@@ -34,13 +34,26 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import anyio
 import structlog
 
-from store import PHASE_CHANGED, SUBMITTED, TERMINAL_PHASES, EventStore, RecordedEvent, StoreError
-from supervisord.exceptions import AmbiguousRunError, RunNotFoundError, TaskError, UsageError
+from store import (
+    PHASE_CHANGED,
+    SUBMITTED,
+    TERMINAL_PHASES,
+    EventStore,
+    RecordedEvent,
+    StoreError,
+)
+from supervisord.exceptions import (
+    AmbiguousRunError,
+    RunNotFoundError,
+    TaskError,
+    UsageError,
+)
 from supervisord.scheduler.gpus import Inventory, gpu_env
 from supervisord.scheduler.options import DEFAULT_QUEUE, scheduling_of
 from supervisord.scheduler.policy import (
@@ -56,7 +69,7 @@ from supervisord.scheduler.policy import (
 )
 from supervisord.supervisor import Supervisor
 
-__all__ = ["Scheduler", "SchedulerSettings", "ADMITTED", "HELD_EVENT", "HOLD_RELEASED", "RESOURCES_FREED"]
+__all__ = ["ADMITTED", "HELD_EVENT", "HOLD_RELEASED", "RESOURCES_FREED", "Scheduler", "SchedulerSettings"]
 
 log = structlog.get_logger("jobsup.scheduler")
 
@@ -78,7 +91,7 @@ class SchedulerSettings:
     cpu_runs_see_gpus: bool = False
 
     @classmethod
-    def from_config(cls, data: Mapping[str, Any]) -> "SchedulerSettings":
+    def from_config(cls, data: Mapping[str, Any]) -> SchedulerSettings:
         """From the daemon's effective config document."""
         sched = data.get("scheduler") or {}
         caps: dict[str, int | None] = {}
@@ -111,11 +124,11 @@ class _Run:
 
 
 def _epoch(at: str) -> float:
-    return dt.datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+    return dt.datetime.fromisoformat(at).timestamp()
 
 
 def _now_rfc3339() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Scheduler:
@@ -243,18 +256,34 @@ class Scheduler:
     async def run(self) -> None:
         """Pass once, then wait for commits of the scheduling event types
         and pass again after each batch; for the daemon's life."""
+        stale = False
         while True:
             try:
+                if stale:
+                    await self._resync()
+                    stale = False
                 async with self._lock:
                     await self._pass()
                 events = await self.store.wait_for_events(self._cursor, types=_TYPES, limit=5000)
                 for e in events:
                     await self._apply(e)
                 self._cursor = events[-1].seq
-            except StoreError as err:
-                # A storage hiccup never decides anything: try again shortly.
-                log.warning("scheduler pass failed; retrying", error=str(err))
+            except* StoreError as group:
+                # A storage hiccup never decides anything: try again shortly
+                # (a decision whose append failed was not acted on).
+                log.warning("scheduler pass failed; retrying", error=str(group.exceptions[0]))
+                stale = True
+            if stale:
                 await anyio.sleep(_RETRY_S)
+
+    async def _resync(self) -> None:
+        """Rebuild the state from the log after a failed pass (its in-memory
+        admissions may not have been recorded)."""
+        self._waiting.clear()
+        self._active.clear()
+        self._dep_phase.clear()
+        self._to_free = []
+        await self.load()
 
     def _env_for(self, run: _Run, gpus: list[Gpu]) -> dict[str, str]:
         if run.backend != "local":
@@ -268,7 +297,7 @@ class Scheduler:
                 run_id=r.run_id, order=r.order, priority=int(r.sched["priority"]), queue=r.queue,
                 gpus=int(r.sched["gpus"]), after=tuple(r.sched["after"]), after_any=tuple(r.sched["after_any"]),
                 held=r.held, timeout_s=r.timeout_s,
-            )  # fmt: skip
+            )
             for r in self._waiting.values()
         ]
         active = [Active(r.run_id, r.queue, r.gpus, r.deadline) for r in self._active.values()]
@@ -410,7 +439,7 @@ class Scheduler:
                     "priority": r.sched["priority"], "gpus": r.sched["gpus"], "after": r.sched["after"],
                     "after_any": r.sched["after_any"], "held": r.held, "reason": r.reason, "message": r.message,
                     "created_at": r.created_at,
-                }  # fmt: skip
+                }
             )
         holder: dict[str, _Run] = {u: r for r in self._active.values() for u in r.gpus}
         gpus = []

@@ -15,12 +15,13 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import subprocess
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from supervisord.exceptions import ConfigError
 from supervisord.scheduler.policy import Gpu
 
-__all__ = ["Inventory", "NVIDIA_SMI_ARGS", "parse_nvidia_smi", "query_nvidia_smi", "inventory", "gpu_env"]
+__all__ = ["NVIDIA_SMI_ARGS", "Inventory", "gpu_env", "inventory", "parse_nvidia_smi", "query_nvidia_smi"]
 
 NVIDIA_SMI_ARGS = ("--query-gpu=index,uuid,name,memory.total", "--format=csv,noheader")
 _TIMEOUT_S = 15.0

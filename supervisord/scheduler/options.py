@@ -13,11 +13,12 @@ The ids are full run ids once the daemon resolved them
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from supervisord.exceptions import TaskError
 
-__all__ = ["PRIORITY_MIN", "PRIORITY_MAX", "DEFAULT_QUEUE", "QUEUE_NAME", "parse_scheduling", "scheduling_of"]
+__all__ = ["DEFAULT_QUEUE", "PRIORITY_MAX", "PRIORITY_MIN", "QUEUE_NAME", "parse_scheduling", "scheduling_of"]
 
 PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
 DEFAULT_QUEUE = "default"

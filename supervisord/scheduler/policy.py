@@ -39,27 +39,27 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 __all__ = [
     "DEADLINE_SLACK_S",
-    "TERMINAL",
-    "Gpu",
-    "Waiting",
-    "Active",
-    "Situation",
-    "Admission",
-    "Failure",
-    "Pending",
-    "Decision",
-    "decide",
-    "start_order",
-    "find_cycle",
-    "HELD",
-    "WAITING_FOR_DEPENDENCY",
-    "WAITING_FOR_SLOT",
-    "WAITING_FOR_GPUS",
     "DEPENDENCY_FAILED",
+    "HELD",
+    "TERMINAL",
+    "WAITING_FOR_DEPENDENCY",
+    "WAITING_FOR_GPUS",
+    "WAITING_FOR_SLOT",
+    "Active",
+    "Admission",
+    "Decision",
+    "Failure",
+    "Gpu",
+    "Pending",
+    "Situation",
+    "Waiting",
+    "decide",
+    "find_cycle",
+    "start_order",
 ]
 
 #: Seconds added to ``admitted_at + timeout`` for a run's deadline: the

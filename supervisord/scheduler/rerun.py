@@ -10,7 +10,8 @@ value is left out of the new run and reported back.
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from supervisord.exceptions import SourceError, TaskError
 from supervisord.scheduler.options import scheduling_of

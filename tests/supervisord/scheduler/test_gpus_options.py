@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from supervisord.exceptions import ConfigError, TaskError
-from supervisord.scheduler.gpus import gpu_env, inventory, parse_nvidia_smi, query_nvidia_smi
+from supervisord.scheduler.gpus import (
+    gpu_env,
+    inventory,
+    parse_nvidia_smi,
+    query_nvidia_smi,
+)
 from supervisord.scheduler.options import parse_scheduling
 from supervisord.scheduler.policy import Gpu
 
@@ -76,3 +81,23 @@ def test_parse_scheduling_defaults_and_dedup() -> None:
     assert parse_scheduling({}) == {"gpus": 0, "queue": "default", "priority": 0, "after": [], "after_any": [], "hold": False}
     got = parse_scheduling({"after": ["ABCD", "abcd"], "after_any": ["abcd", "beef"]}, hold=True)
     assert got["after"] == ["abcd"] and got["after_any"] == ["beef"] and got["hold"] is True
+
+
+def test_max_running_is_the_default_queues_cap() -> None:
+    from supervisord.scheduler.driver import SchedulerSettings
+
+    s = SchedulerSettings.from_config({"daemon": {"max_running": 3}, "scheduler": {"queues": {"gpu": {"max_parallel": 1}}}})
+    assert s.caps == {"gpu": 1, "default": 3}
+    s = SchedulerSettings.from_config({"daemon": {"max_running": 3}, "scheduler": {"queues": {"default": {"max_parallel": 5}}}})
+    assert s.caps == {"default": 5}
+    assert SchedulerSettings.from_config({}).caps == {} and not SchedulerSettings.from_config({}).cpu_runs_see_gpus
+
+
+def test_scheduler_config_keys_validate() -> None:
+    from supervisord.config.schema import validate_document
+
+    assert validate_document({"scheduler": {"gpus": [0, "GPU-x"], "queues": {"gpu": {"max_parallel": 2}}, "cpu_runs_see_gpus": True}}) == []
+    errors = validate_document({"scheduler": {"gpus": "all", "queues": {"gpu": {"max_parallel": 0}}, "extra": 1}})
+    assert any(e.startswith("scheduler.gpus") for e in errors)
+    assert any(e.startswith("scheduler.queues.gpu.max_parallel") for e in errors)
+    assert any(e.startswith("scheduler.extra") for e in errors)

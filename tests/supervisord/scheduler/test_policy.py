@@ -23,9 +23,9 @@ def W(rid: str, order: int, **kw: object) -> Waiting:
     return Waiting(run_id=rid, order=order, **kw)  # type: ignore[arg-type]
 
 
-def S(waiting: list[Waiting], active: list[Active] = [], caps: dict[str, int | None] = {},
-      phases: dict[str, str] = {}, gpus: list[Gpu] = G) -> Situation:
-    return Situation(waiting, active, gpus, caps, phases, NOW)
+def S(waiting: list[Waiting], active: list[Active] | None = None, caps: dict[str, int | None] | None = None,
+      phases: dict[str, str] | None = None, gpus: list[Gpu] | None = None) -> Situation:
+    return Situation(waiting, active or [], G if gpus is None else gpus, caps or {}, phases or {}, NOW)
 
 
 CASES = [
