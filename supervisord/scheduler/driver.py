@@ -121,6 +121,17 @@ class _Run:
     queue: str = DEFAULT_QUEUE
     admitted_at: str | None = None
     deadline: float = 0.0
+    cached: Waiting | None = None  # what decide() gets; rebuilt when ``held`` changes
+
+    def waiting(self) -> Waiting:
+        if self.cached is None or self.cached.held != self.held:
+            s = self.sched
+            self.cached = Waiting(
+                run_id=self.run_id, order=self.order, priority=int(s["priority"]), queue=self.queue,
+                gpus=int(s["gpus"]), after=tuple(s["after"]), after_any=tuple(s["after_any"]),
+                held=self.held, timeout_s=self.timeout_s,
+            )
+        return self.cached
 
 
 def _epoch(at: str) -> float:
@@ -152,6 +163,7 @@ class Scheduler:
         self._cursor = 0
         self._last = Decision()
         self._lock = anyio.Lock()
+        self._dirty = True  # something may have changed since the last pass
         self.passes = 0
 
     # -- state from the log -----------------------------------------------------
@@ -220,36 +232,48 @@ class Scheduler:
             "scheduler loaded", waiting=len(self._waiting), active=len(self._active), gpus=len(self.inventory.gpus)
         )
 
-    async def _apply(self, e: RecordedEvent) -> None:
+    async def _apply(self, e: RecordedEvent) -> bool:
+        """Fold one event into the state; returns whether it can change a
+        decision (a new run, a run that ended, a hold or release, a
+        dependency's phase), so the driver's own QUEUED reasons and the
+        phases of started runs do not cost a pass."""
         rid = e.run_id
         if e.type == SUBMITTED:
-            if rid not in self._waiting and rid not in self._active:
-                new = self._new_run(e)
-                self._waiting[rid] = new
-                await self._watch_deps(new)
-            return
+            if rid in self._waiting or rid in self._active:
+                return False
+            new = self._new_run(e)
+            self._waiting[rid] = new
+            await self._watch_deps(new)
+            return True
         run = self._waiting.get(rid) or self._active.get(rid)
         if e.type == PHASE_CHANGED:
             phase = str(e.data.get("phase"))
-            if rid in self._dep_phase:
+            relevant = False
+            if rid in self._dep_phase and self._dep_phase[rid] != phase:
                 self._dep_phase[rid] = phase
+                relevant = True
             if run is None:
-                return
+                return relevant
             run.phase = phase
-            if phase == "QUEUED":
+            if phase == "QUEUED" and rid in self._waiting:
                 run.reason, run.message = e.data.get("reason"), e.data.get("message")
             if phase in TERMINAL_PHASES:
                 self._waiting.pop(rid, None)
                 if self._active.pop(rid, None) is not None:
                     self._to_free.append(run)
-        elif run is None:
-            return
-        elif e.type == HELD_EVENT:
-            run.held = True
-        elif e.type == HOLD_RELEASED:
-            run.held = False
-        elif e.type == ADMITTED and rid in self._waiting:
+                return True
+            return relevant
+        if run is None:
+            return False
+        if e.type in (HELD_EVENT, HOLD_RELEASED):
+            held = e.type == HELD_EVENT
+            changed = run.held != held
+            run.held = held
+            return changed
+        if e.type == ADMITTED and rid in self._waiting:
             self._admitted(run, e.at, e.data)
+            return True
+        return False
 
     # -- the loop -----------------------------------------------------------------
 
@@ -262,17 +286,20 @@ class Scheduler:
                 if stale:
                     await self._resync()
                     stale = False
-                async with self._lock:
-                    await self._pass()
+                if self._dirty:
+                    async with self._lock:
+                        self._dirty = False
+                        await self._pass()
                 events = await self.store.wait_for_events(self._cursor, types=_TYPES, limit=5000)
                 for e in events:
-                    await self._apply(e)
+                    if await self._apply(e):
+                        self._dirty = True
                 self._cursor = events[-1].seq
             except* StoreError as group:
                 # A storage hiccup never decides anything: try again shortly
                 # (a decision whose append failed was not acted on).
                 log.warning("scheduler pass failed; retrying", error=str(group.exceptions[0]))
-                stale = True
+                stale = self._dirty = True
             if stale:
                 await anyio.sleep(_RETRY_S)
 
@@ -292,14 +319,7 @@ class Scheduler:
 
     def situation(self) -> Situation:
         """What :func:`decide` gets now."""
-        waiting = [
-            Waiting(
-                run_id=r.run_id, order=r.order, priority=int(r.sched["priority"]), queue=r.queue,
-                gpus=int(r.sched["gpus"]), after=tuple(r.sched["after"]), after_any=tuple(r.sched["after_any"]),
-                held=r.held, timeout_s=r.timeout_s,
-            )
-            for r in self._waiting.values()
-        ]
+        waiting = [r.waiting() for r in self._waiting.values()]
         active = [Active(r.run_id, r.queue, r.gpus, r.deadline) for r in self._active.values()]
         return Situation(waiting, active, self.inventory.gpus, self.settings.caps, self._dep_phase, time.time())
 
@@ -348,8 +368,10 @@ class Scheduler:
         where = f"GPU {', '.join(str(g.index) for g in gpus)}" if gpus else "no GPU"
         message = f"admitted in queue {queue!r} ({in_queue}{'/' + str(cap) if cap else ''} started) on {where}"
         if not await self.supervisor.admit(run.run_id, data, self._env_for(run, list(gpus)), message):
-            # Ended or canceled meanwhile: nothing was started on these GPUs.
+            # Ended or canceled meanwhile: nothing was started on these GPUs,
+            # which another run may get at once.
             self._active.pop(run.run_id, None)
+            self._dirty = True
             log.info("admission dropped", run=run.run_id)
 
     # -- requests -----------------------------------------------------------------
@@ -397,7 +419,7 @@ class Scheduler:
                 raise UsageError(f"run {run_id} is {status.phase}: only a queued run can be held")
             if not run.held:
                 await self.supervisor.append_event(run_id, HELD_EVENT, {})
-                run.held = True
+                run.held = self._dirty = True
 
     async def release(self, run_id: str) -> None:
         """Release a held run (record ``HoldReleased``); a no-op for a queued
@@ -410,6 +432,7 @@ class Scheduler:
             if run.held:
                 await self.supervisor.append_event(run_id, HOLD_RELEASED, {})
                 run.held = False
+                self._dirty = True
 
     def doctor(self) -> dict[str, Any]:
         """The ``gpus`` check of ``jobsup doctor`` (always ok: no GPU is not an error)."""

@@ -248,10 +248,11 @@ def decide(s: Situation) -> Decision:
     # Dependency failures, transitively: a run canceled in this pass fails its
     # own dependents in the same pass.
     failed: dict[str, str] = {}
-    changed = True
+    with_deps = [w for w in s.waiting if w.after or w.after_any]
+    changed = bool(with_deps)
     while changed:
         changed = False
-        for w in s.waiting:
+        for w in with_deps:
             if w.run_id in failed:
                 continue
             message, _ = _dependency_state(w, phases)
@@ -272,6 +273,7 @@ def decide(s: Situation) -> Decision:
     # (deadline, GPUs held) of every holder, this pass's admissions included.
     holders: list[tuple[float, int]] = [(a.deadline, len(a.gpus)) for a in s.active if a.gpus]
     head: Waiting | None = None
+    behind: dict[int, Pending] = {}  # the stable message of runs behind the head, by GPU count
     shadow = 0.0
     extra = 0
 
@@ -288,7 +290,7 @@ def decide(s: Situation) -> Decision:
         if w.held:
             out.pending[w.run_id] = Pending(HELD, f"held: `jobsup release {w.run_id}` lets it start")
             continue
-        _, waits = _dependency_state(w, phases)
+        waits = _dependency_state(w, phases)[1] if (w.after or w.after_any) else None
         if waits:
             out.pending[w.run_id] = Pending(
                 WAITING_FOR_DEPENDENCY, f"waits for run{'s' if len(waits) > 1 else ''} {', '.join(waits)}"
@@ -342,7 +344,10 @@ def decide(s: Situation) -> Decision:
                 del free[: w.gpus]
                 out.order.pop()
                 continue
-        out.pending[w.run_id] = Pending(
-            WAITING_FOR_GPUS, f"needs {_plural(w.gpus, 'GPU')}; runs before it in start order get GPUs first"
-        )
+        deep = behind.get(w.gpus)
+        if deep is None:
+            deep = behind[w.gpus] = Pending(
+                WAITING_FOR_GPUS, f"needs {_plural(w.gpus, 'GPU')}; runs before it in start order get GPUs first"
+            )
+        out.pending[w.run_id] = deep
     return out
