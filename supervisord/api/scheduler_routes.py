@@ -22,7 +22,7 @@ from starlette.routing import Route
 from supervisord.api.wire import API_PREFIX, encode_error
 from supervisord.exceptions import JobsupError, UsageError
 from supervisord.scheduler.driver import Scheduler
-from supervisord.scheduler.rerun import rerun_submitted
+from supervisord.scheduler.rerun import rerun_run
 from supervisord.supervisor import Supervisor
 
 __all__ = ["scheduler_routes"]
@@ -71,21 +71,10 @@ def scheduler_routes(*, supervisor: Supervisor, scheduler: Scheduler, digest_key
         if not isinstance(body, dict):
             raise UsageError("rerun: the request body must be a JSON object")
         run_id = await supervisor.resolve(request.path_params["ref"])
-        first = await supervisor.store.read_all(0, limit=1, run_id=run_id)
-        old = first[0].data if first else {}
-        sha = str((old.get("source") or {}).get("snapshot_sha256") or "")
         env = body.get("env") or {}
-        new, missing = rerun_submitted(
-            run_id,
-            old,
-            env,
-            digest_key=digest_key,
-            snapshot_exists=bool(sha) and supervisor.snapshots.path_for(sha).exists(),
-            hold=bool(body.get("hold")),
+        run, missing = await rerun_run(
+            supervisor, scheduler, digest_key, run_id, env, hold=bool(body.get("hold")), force=bool(body.get("force"))
         )
-        new = await scheduler.prepare(new)
-        values = {k: v for k, v in env.items() if k in (old.get("env") or {})}
-        run = await supervisor.submit(new, env=values, config=None, force=bool(body.get("force")))
         return JSONResponse({"run": run.to_json(), "rerun_of": run_id, "missing_env": missing}, status_code=201)
 
     p = API_PREFIX

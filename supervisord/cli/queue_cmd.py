@@ -76,7 +76,7 @@ def queue(output: str) -> None:
         rows = [
             {
                 "index": g["index"], "uuid": g["uuid"], "name": g["name"],
-                "holder": f"{g['holder']['run']} ({g['holder']['name']})" if g["holder"] else "free",
+                "holder": f"{g['holder']['id']} ({g['holder']['name']})" if g["holder"] else "free",
                 "since": g["holder"]["since"] if g["holder"] else None,
             }
             for g in doc["gpus"]

@@ -449,7 +449,7 @@ class Scheduler:
         """What ``jobsup queue`` shows: ``waiting`` (start order: id,
         project, name, queue, priority, gpus, after, after_any, held,
         reason, message, created_at), ``gpus`` (index, uuid, name, memory,
-        holder: {run, project, name, since} or None) and ``queues`` (name,
+        holder: {id, project, name, since} or None, since) and ``queues`` (name,
         max_parallel, running, waiting)."""
         waiting = []
         order = [rid for rid in self._last.order if rid in self._waiting]
@@ -471,7 +471,8 @@ class Scheduler:
             gpus.append(
                 {
                     **g.to_json(),
-                    "holder": None if h is None else {"run": h.run_id, "project": h.project, "name": h.name, "since": h.admitted_at},
+                    "holder": None if h is None else {"id": h.run_id, "project": h.project, "name": h.name, "since": h.admitted_at},
+                    "since": None if h is None else h.admitted_at,
                 }
             )
         names = sorted({*self.settings.caps, *(r.queue for r in self._active.values()), *(r.queue for r in self._waiting.values())})

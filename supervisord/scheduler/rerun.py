@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from store import RunStatus
 from supervisord.exceptions import SourceError, TaskError
 from supervisord.scheduler.options import scheduling_of
-from supervisord.supervisor import env_digest
+from supervisord.supervisor import Supervisor, env_digest
 
-__all__ = ["rerun_submitted"]
+if TYPE_CHECKING:
+    from supervisord.scheduler.driver import Scheduler
+
+__all__ = ["rerun_run", "rerun_submitted"]
 
 
 def rerun_submitted(
@@ -49,3 +53,37 @@ def rerun_submitted(
     new["rerun_of"] = old_id
     new["submitted_by_uid"] = os.getuid()
     return new, missing
+
+
+async def rerun_run(
+    supervisor: Supervisor,
+    scheduler: Scheduler | None,
+    digest_key: bytes,
+    run_id: str,
+    env: Mapping[str, str],
+    *,
+    hold: bool = False,
+    force: bool = False,
+) -> tuple[RunStatus, list[str]]:
+    """Submit a rerun of ``run_id`` (a full id) with the ``env`` values the
+    caller could fill: ``(the new run, the env names left without a
+    value)``. Raises what :func:`rerun_submitted`,
+    :meth:`~supervisord.scheduler.driver.Scheduler.prepare` and
+    :meth:`~supervisord.supervisor.Supervisor.submit` raise (nothing is
+    recorded then)."""
+    first = await supervisor.store.read_all(0, limit=1, run_id=run_id)
+    old = first[0].data if first else {}
+    sha = str((old.get("source") or {}).get("snapshot_sha256") or "")
+    new, missing = rerun_submitted(
+        run_id,
+        old,
+        env,
+        digest_key=digest_key,
+        snapshot_exists=bool(sha) and supervisor.snapshots.path_for(sha).exists(),
+        hold=hold,
+    )
+    if scheduler is not None:
+        new = await scheduler.prepare(new)
+    values = {k: v for k, v in env.items() if k in (old.get("env") or {})}
+    run = await supervisor.submit(new, env=values, config=None, force=force)
+    return run, missing

@@ -189,7 +189,7 @@ def test_priority_then_fifo(four: JobsupEnv, repo: Path, tmp_path: Path) -> None
     assert [w["id"] for w in queued["waiting"]] == [c, a, b]
     assert queued["waiting"][0]["reason"] == "WaitingForGPUs"
     assert "needs 4 GPUs, 0 free: GPU 0 held by run " + blocker in queued["waiting"][0]["message"]
-    assert all(g["holder"]["run"] == blocker for g in queued["gpus"])
+    assert all(g["holder"]["id"] == blocker for g in queued["gpus"])
     assert four.show(a)["phase"] == "QUEUED" and four.show(a)["reason"] == "WaitingForGPUs"
     canceled_at = time.time()
     four.cli("cancel", blocker)
@@ -376,8 +376,8 @@ def test_kill_9_keeps_holders_and_queue(four: JobsupEnv, repo: Path, tmp_path: P
     four.kill_daemon()
     four.start_daemon()
     after = json.loads(four.cli("queue", "-o", "json").stdout)
-    assert [g["holder"] and g["holder"]["run"] for g in after["gpus"]] == [
-        g["holder"] and g["holder"]["run"] for g in before["gpus"]
+    assert [g["holder"] and g["holder"]["id"] for g in after["gpus"]] == [
+        g["holder"] and g["holder"]["id"] for g in before["gpus"]
     ]
     assert [w["id"] for w in after["waiting"]] == [w["id"] for w in before["waiting"]] == ids[2:]
     gate.write_text("")
