@@ -252,6 +252,7 @@ class Daemon:
                         # uvicorn closes the listener, then gives open requests
                         # timeout_graceful_shutdown seconds before cancelling them.
                         server.should_exit = True
+                        page.shutdown()
                     tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):

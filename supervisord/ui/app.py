@@ -47,6 +47,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from store import LOG_LINES, PHASE_CHANGED, PHASES, SUBMITTED, TERMINAL_PHASES, EventStore, RunStatus
+from store import StoreClosedError
 from supervisord.exceptions import JobsupError
 from supervisord.ui.auth import COOKIE_NAME, SESSION_TTL_S, UiAuth
 
@@ -429,7 +430,9 @@ _SECURITY_HEADERS = {
         "frame-ancestors 'none'; form-action 'self'"
     ),
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # Not "no-referrer": with it browsers send "Origin: null" on our own form
+    # posts, which the same-origin check must refuse.
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 
@@ -473,9 +476,19 @@ def _resume_seq(request: Request) -> int | None:
     return value
 
 
+async def _until_store_closes(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """``body``, ended cleanly when the daemon closes its store (it is
+    stopping): the browser reconnects to the next daemon."""
+    try:
+        async for chunk in body:
+            yield chunk
+    except StoreClosedError:
+        return
+
+
 def _sse_response(body: AsyncIterator[bytes]) -> StreamingResponse:
     return StreamingResponse(
-        body,
+        _until_store_closes(body),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no", **_SECURITY_HEADERS},
     )

@@ -126,6 +126,11 @@ class UiServer:
             raise UsageError(f"--port {port}: the page is already served on port {self._port}; run `jobsup ui --stop` first")
         return {"url": self.url(self._auth.new_token()), "port": self._port}
 
+    def shutdown(self) -> None:
+        """Stop serving (the daemon is stopping); the page stays remembered."""
+        if self._server is not None:
+            self._server.should_exit = True
+
     async def disable(self) -> None:
         """Stop serving and forget the page (it stays off after a restart)."""
         self._state_file.unlink(missing_ok=True)
