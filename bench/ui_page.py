@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import BenchEnv, Figure, load_average, make_repo, report  # noqa: E402
+from _harness import BenchEnv, Figure, load_average, make_repo, report
 
 
 def _median_ms(client: httpx.Client, path: str, n: int = 10) -> float:

@@ -3,7 +3,8 @@ supervisor (the same calls the Unix-socket API makes)."""
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from store import EventStore, RunStatus
 from supervisord.exceptions import UsageError

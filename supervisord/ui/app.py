@@ -32,26 +32,40 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlencode, urlsplit
 
 import jinja2
-from markupsafe import escape
 import structlog
+from markupsafe import escape
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from store import LOG_LINES, PHASE_CHANGED, PHASES, SUBMITTED, TERMINAL_PHASES, EventStore, RunStatus
-from store import StoreClosedError
+from store import (
+    LOG_LINES,
+    PHASE_CHANGED,
+    PHASES,
+    SUBMITTED,
+    TERMINAL_PHASES,
+    EventStore,
+    RunStatus,
+    StoreClosedError,
+)
 from supervisord.exceptions import JobsupError
 from supervisord.ui.auth import COOKIE_NAME, SESSION_TTL_S, UiAuth
 
-__all__ = ["UiActions", "create_ui_app", "HEARTBEAT_S", "TAIL_LINES", "PAGE_RUNS"]
+__all__ = ["HEARTBEAT_S", "PAGE_RUNS", "TAIL_LINES", "UiActions", "create_ui_app"]
 
 log = structlog.get_logger("jobsup.ui")
 
@@ -109,7 +123,7 @@ def _when(at: str | None) -> str:
 
 def _seconds(start: str, end: str) -> float:
     def parse(s: str) -> datetime:
-        return datetime.fromisoformat(s.replace("Z", "+00:00"))
+        return datetime.fromisoformat(s)  # 3.11 reads the Z suffix
 
     return max(0.0, (parse(end) - parse(start)).total_seconds())
 
@@ -313,7 +327,7 @@ def create_ui_app(
             first_line=after + 1, last_line=last_line, live=before_line is None, has_logs=bool(events),
             timeline=await timeline(run_id, run), after_seq=run.last_seq,
             config_yaml=_pretty(facts["submitted"].get("config")),
-            handle_json=_pretty(run.handle), env_names=sorted((facts["submitted"].get("env") or {})),
+            handle_json=_pretty(run.handle), env_names=sorted(facts["submitted"].get("env") or {}),
         )  # fmt: skip
 
     async def run_lines(request: Request, page: _Page) -> Response:
@@ -519,6 +533,5 @@ def _excerpt(etype: str, data: Mapping[str, Any]) -> str:
 
 
 def _now() -> str:
-    from datetime import timezone
 
-    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")

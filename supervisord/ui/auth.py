@@ -27,10 +27,10 @@ import hmac
 import os
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-__all__ = ["UiAuth", "COOKIE_NAME", "TOKEN_TTL_S", "SESSION_TTL_S", "load_ui_key"]
+__all__ = ["COOKIE_NAME", "SESSION_TTL_S", "TOKEN_TTL_S", "UiAuth", "load_ui_key"]
 
 COOKIE_NAME = "jobsup_session"
 #: How long a printed one-time token stays valid (seconds).

@@ -18,8 +18,9 @@ import ipaddress
 import json
 import os
 import socket
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import anyio
 import structlog
@@ -30,7 +31,7 @@ from supervisord.exceptions import UsageError
 from supervisord.ui.app import UiActions, create_ui_app
 from supervisord.ui.auth import UiAuth, load_ui_key
 
-__all__ = ["UiServer", "UiConfigError"]
+__all__ = ["UiConfigError", "UiServer"]
 
 log = structlog.get_logger("jobsup.ui")
 

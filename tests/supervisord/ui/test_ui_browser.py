@@ -11,8 +11,9 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -108,7 +109,7 @@ def test_live_run_page_cancel_rerun_and_daemon_restart(js: JobsupEnv, repo: Path
     # Rerun: a new run of the same task, and its page.
     page.once("dialog", lambda d: d.accept())
     page.click("#rerun")
-    page.wait_for_url(re.compile(r"/runs/(?!%s)[0-9a-f]{12}$" % run_id), timeout=60_000)
+    page.wait_for_url(re.compile(rf"/runs/(?!{run_id})[0-9a-f]{{12}}$"), timeout=60_000)
     new_id = page.url.rsplit("/", 1)[1]
     shown = js.show(new_id)
     assert shown["name"] == js.show(run_id)["name"]
