@@ -32,19 +32,22 @@ import click
 import structlog
 import uvicorn
 
-from store import EventStore
+from store import EventStore, RunStatus
 from supervisord import config as cfg
 from supervisord.api.server import PeerCredProtocol, create_app
 from supervisord.backends.base import Backend
 from supervisord.backends.kubernetes import KubernetesBackend
 from supervisord.backends.local import LocalBackend
-from supervisord.exceptions import DaemonError, JobsupError
+from supervisord.exceptions import DaemonError, JobsupError, UsageError
 from supervisord.logging import configure_logging
 from supervisord.paths import Paths
 from supervisord.scheduler.driver import Scheduler, SchedulerSettings
 from supervisord.scheduler.gpus import inventory as gpu_inventory
+from supervisord.scheduler.rerun import rerun_run
 from supervisord.submit import Planner
 from supervisord.supervisor import Supervisor, load_digest_key
+from supervisord.ui import UiServer
+from supervisord.ui.actions import SupervisorActions
 
 __all__ = ["Daemon", "run_daemon", "sd_notify"]
 
@@ -144,6 +147,23 @@ class Daemon:
         """Ask ``run()`` to shut down."""
         self._stop.set()
 
+    def _ui_server(self, store: EventStore, supervisor: Supervisor, scheduler: Scheduler, digest_key: bytes) -> UiServer:
+        settings = cfg.effective_config(self.daemon_layer, []).data.get("ui") or {}
+
+        async def rerun(run_id: str) -> RunStatus:
+            # The page has no env values to give: the names stay unfilled.
+            return (await rerun_run(supervisor, scheduler, digest_key, run_id, {}))[0]
+
+        async def queue() -> dict[str, Any]:
+            return scheduler.view()
+
+        return UiServer(
+            store=store,
+            actions=SupervisorActions(supervisor, store, rerun=rerun, queue=queue),
+            state_dir=self.paths.state_dir,
+            settings=settings,
+        )
+
     def _backends(self) -> dict[str, Backend]:
         return {"local": LocalBackend(), "kubernetes": KubernetesBackend()}
 
@@ -205,8 +225,21 @@ class Daemon:
                             checks.extend(await extra())
                     return checks
 
+                page = self._ui_server(store, supervisor, scheduler, planner.digest_key)
+                tg.start_soon(page.serve, name="ui")
+
+                async def ui(body: dict[str, Any]) -> dict[str, Any]:
+                    if body.get("stop"):
+                        await page.disable()
+                        return {}
+                    port = body.get("port")
+                    if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
+                        raise UsageError(f"--port {port!r}: use a port number 1..65535")
+                    return await page.enable(port)
+
                 app = create_app(
-                    supervisor=supervisor, planner=planner, store=store, info=info, doctor=doctor, scheduler=scheduler
+                    supervisor=supervisor, planner=planner, store=store, info=info, doctor=doctor, ui=ui,
+                    scheduler=scheduler,
                 )
                 config = uvicorn.Config(
                     app,
@@ -240,6 +273,7 @@ class Daemon:
                         # uvicorn closes the listener, then gives open requests
                         # timeout_graceful_shutdown seconds before cancelling them.
                         server.should_exit = True
+                        page.shutdown()
                     tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):

@@ -55,6 +55,7 @@ DAEMON_ONLY_KEYS: tuple[KeyPath, ...] = (
     ("allowed_backends",),
     ("kubernetes", "allowed_contexts"),
     ("scheduler",),
+    ("ui",),
 )
 
 #: The keys (and everything below them) a task YAML's ``config:`` may set.
