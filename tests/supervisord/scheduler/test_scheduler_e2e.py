@@ -158,6 +158,7 @@ def test_no_nvidia_smi_is_a_doctor_note(tmp_path: Path, repo: Path) -> None:
         js.close()
 
 
+@pytest.mark.timeout(1200)  # 30 CLI submits: minutes on a loaded machine
 def test_randomized_30_runs_never_share_a_gpu(four: JobsupEnv, repo: Path, tmp_path: Path) -> None:
     rng = random.Random(int(os.environ.get("JOBSUP_TEST_SEED", "15")))
     out = tmp_path / "rec.jsonl"
