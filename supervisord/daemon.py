@@ -39,6 +39,7 @@ from supervisord.backends.base import Backend
 from supervisord.backends.kubernetes import KubernetesBackend
 from supervisord.backends.local import LocalBackend
 from supervisord.exceptions import DaemonError, JobsupError
+from supervisord.health import storage_check
 from supervisord.logging import configure_logging
 from supervisord.paths import Paths
 from supervisord.submit import Planner
@@ -186,7 +187,7 @@ class Daemon:
                 async def doctor() -> list[dict[str, Any]]:
                     checks = [
                         {"name": "daemon", "ok": True, "detail": f"pid {os.getpid()} on {self.paths.socket}"},
-                        {"name": "store", "ok": True, "detail": f"{self.paths.database}, last seq {await store.last_seq()}"},
+                        storage_check(store, await store.last_seq()),
                     ]
                     for backend in backends.values():
                         extra = getattr(backend, "doctor", None)

@@ -110,15 +110,22 @@ class _Reporter:
         self._store = store
         self._state = state
 
-    async def _append_locked(self, events: Sequence[NewEvent]) -> None:
+    async def _append_locked(self, events: Sequence[NewEvent], *, wait_for_storage: bool = True) -> None:
+        """Append ``events`` to the run's stream (the caller holds the run's
+        lock). By default storage trouble (a lock held by another process, a
+        full disk) never fails it: the store retries until written, so a
+        storage hiccup never decides a run's outcome. ``wait_for_storage=False``
+        (a user's request that must answer) raises StoreLockedError /
+        StorageFullError instead, with nothing written."""
         st = self._state
+        run_id = st.spec.run_id
         try:
-            recorded = await self._store.append(st.spec.run_id, st.version, events)
+            recorded = await self._store.append(run_id, st.version, events, wait_for_storage=wait_for_storage)
         except ConcurrencyError as err:
             # Our cached version is stale (e.g. an append whose caller was
             # cancelled still committed): adopt the stream's and retry once.
             st.version = err.actual
-            recorded = await self._store.append(st.spec.run_id, st.version, events)
+            recorded = await self._store.append(run_id, st.version, events, wait_for_storage=wait_for_storage)
         st.version = recorded[-1].version
 
     async def phase(
@@ -312,7 +319,13 @@ class Supervisor:
             first = not state.cancel_requested
             state.cancel_requested = True
             if first:
-                await reporter._append_locked([NewEvent(CANCEL_REQUESTED, {})])
+                try:
+                    # A cancel that cannot be recorded is refused (nothing done)
+                    # rather than left hanging on a locked or full store.
+                    await reporter._append_locked([NewEvent(CANCEL_REQUESTED, {})], wait_for_storage=False)
+                except BaseException:
+                    state.cancel_requested = False
+                    raise
         backend = self.backends[state.spec.backend]
         try:
             await backend.cancel(state.spec, state.handle)

@@ -39,6 +39,10 @@ class Client:
             timeout=_CALL_TIMEOUT,
         )
 
+    #: The daemon's storage problem reported with the last :meth:`runs`
+    #: (``{"kind", "message", "since", "waiting", "summary"}``), or None.
+    storage: dict[str, Any] | None = None
+
     def close(self) -> None:
         """Close the HTTP connection pool."""
         self._http.close()
@@ -144,7 +148,9 @@ class Client:
     def runs(self, *, all: bool = False, project: str | None = None, phase: str | None = None) -> list[dict[str, Any]]:
         """``GET /runs``: the run objects, newest first."""
         params = {k: v for k, v in {"all": "1" if all else None, "project": project, "phase": phase}.items() if v}
-        return list(self._call("GET", "/runs", params=params)["runs"])
+        doc = self._call("GET", "/runs", params=params)
+        self.storage = doc.get("storage")
+        return list(doc["runs"])
 
     def show(self, ref: str) -> dict[str, Any]:
         """``GET /runs/{ref}``: ``{"run": Run, "submitted": {...}}``."""

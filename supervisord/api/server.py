@@ -24,6 +24,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from store import PHASE_CHANGED, PHASES, TERMINAL_PHASES, EventStore, LogLine, RunStatus
 from supervisord.api.wire import API_PREFIX, encode_error
+from supervisord.health import storage_json
 from supervisord.exceptions import JobsupError, UsageError
 from supervisord.submit import Planner, SubmitRequest
 from supervisord.supervisor import PHASE_RANK, Supervisor
@@ -122,7 +123,9 @@ def create_app(
     """Build the API application over a running supervisor and store."""
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"ok": True, **info, "supervised": supervisor.supervised()})
+        return JSONResponse(
+            {"ok": True, **info, "supervised": supervisor.supervised(), "storage": storage_json(store)}
+        )
 
     async def submit(request: Request) -> Response:
         try:
@@ -145,7 +148,7 @@ def create_app(
         if not _flag(request, "all") and not phase:
             recent = {r.id for r in runs[:20]}
             runs = [r for r in runs if not r.terminal or r.id in recent]
-        return JSONResponse({"runs": [r.to_json() for r in runs]})
+        return JSONResponse({"runs": [r.to_json() for r in runs], "storage": storage_json(store)})
 
     async def show(request: Request) -> Response:
         run_id = await supervisor.resolve(request.path_params["ref"])
