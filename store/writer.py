@@ -39,7 +39,13 @@ import anyio
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from store.errors import ConcurrencyError, StorageFullError, StoreClosedError, StoreError, StoreLockedError
+from store.errors import (
+    ConcurrencyError,
+    StorageFullError,
+    StoreClosedError,
+    StoreError,
+    StoreLockedError,
+)
 from store.projections import Projector
 from store.schema import translate_error, utc_now
 from store.subscriptions import Subscriptions

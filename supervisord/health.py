@@ -8,11 +8,12 @@ output files are the buffer, ingested once writing works again.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from store import EventStore
 
-__all__ = ["storage_check", "storage_warning", "storage_json"]
+__all__ = ["storage_check", "storage_json", "storage_warning"]
 
 
 def storage_warning(problem: Mapping[str, Any] | None) -> str | None:
