@@ -10,6 +10,7 @@ stream version (optimistic concurrency in the store).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import os
@@ -146,7 +147,10 @@ class _Reporter:
                 return False
             if rank == current and (reason, message) == (st.reason, st.message):
                 return False
-            if phase in TERMINAL_PHASES and st.cancel_requested and not _cancel:
+            if phase in TERMINAL_PHASES and st.cancel_requested and not _cancel and phase != "COMPLETED":
+                # The cancel owns the outcome of a run it stops. COMPLETED
+                # (exit 0) is never the cancel's doing: the run had finished
+                # before the cancel reached it, and keeps its outcome.
                 return False
             data: dict[str, Any] = {"phase": phase, "reason": reason, "message": message}
             if exit_code is not None:
@@ -287,6 +291,8 @@ class Supervisor:
                     handle: Mapping[str, Any] = state.handle
                     if fresh:
                         handle = await backend.start(spec, reporter)
+                        # The env values were for the start only: keep none in memory.
+                        spec = state.spec = dataclasses.replace(spec, env={})
                     await backend.supervise(spec, handle, reporter)
                 except BackendError as err:
                     log.warning("backend error", run=spec.run_id, error=str(err))
@@ -296,6 +302,9 @@ class Supervisor:
                     await reporter.phase("ERROR", reason="InternalError", message=f"jobsup failed supervising this run: {err!r}")
         finally:
             state.done.set()
+            if state.phase in TERMINAL_PHASES and self._runs.get(spec.run_id) is state:
+                # A terminal run is only in the store now: nothing of it stays in memory.
+                del self._runs[spec.run_id]
 
     # -- cancel --------------------------------------------------------------
 
