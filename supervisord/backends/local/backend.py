@@ -100,7 +100,7 @@ class LocalBackend:
             # path; -S: no site packages): the runner needs only the standard
             # library, and each one stays small (see the runner's docstring).
             return subprocess.run(
-                [sys.executable, "-I", "-S", _RUNNER_FILE, str(spec.run_dir)],
+                [*_runner_module.command(), str(spec.run_dir)],
                 input=payload,
                 capture_output=True,
                 start_new_session=True,
@@ -261,7 +261,6 @@ class LocalBackend:
         """Nothing to release: runners are detached and keep running."""
 
 
-_RUNNER_FILE = os.path.abspath(_runner_module.__file__)
 _KEY_FILE = "key"
 
 

@@ -1,6 +1,6 @@
 """The detached per-run runner of the local backend.
 
-Started as ``python -I -S runner.py RUN_DIR`` (isolated: no site packages,
+Started as ``python -I -S -c "...import runner..." RUN_DIR`` (:func:`command`; isolated: no site packages,
 no user environment's Python settings; this file imports only the standard
 library, never the daemon's stack) with the run's spec as one JSON object on
 stdin::
@@ -68,18 +68,23 @@ from __future__ import annotations
 
 import os
 import select
-import signal
 import sys
 import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing/pathlib/tarfile are not loaded at run time
+    import signal
     import tarfile
     from pathlib import Path
     from typing import Any
+else:
+    # The C module under ``signal``: the same functions and constants, without
+    # the enum classes (and the ~0.9 MB that importing ``enum`` costs).
+    import _signal as signal
 
 __all__ = [
     "main",
+    "command",
     "extract_snapshot",
     "group_alive",
     "proc_start_time",
@@ -342,6 +347,14 @@ def _stop_tree(pgid: int, grace: float) -> None:
         time.sleep(0.02)
 
 
+def _signal_name(sig: int) -> str:
+    """``SIGKILL`` for 9 (what ``signal.Signals(sig).name`` gives, without enum)."""
+    for name, value in vars(signal).items():
+        if name.startswith("SIG") and not name.startswith("SIG_") and value == sig:
+            return name
+    return str(sig)
+
+
 def _child_error(wfd: int, what: str, err: BaseException) -> None:
     """In a forked child: report ``err`` through ``wfd`` and exit 127."""
     try:
@@ -542,7 +555,7 @@ class _Runner:
         elif code == 0:
             reason, message = "Completed", "exit code 0"
         elif sig is not None:
-            reason, message = "Signaled", f"killed by signal {signal.Signals(sig).name}"
+            reason, message = "Signaled", f"killed by signal {_signal_name(sig)}"
         else:
             reason, message = "NonZeroExit", f"exit code {code}"
         self.final(exit_code=exit_code, signal=sig, reason=reason, message=message)
@@ -550,6 +563,17 @@ class _Runner:
 
 
 # -- start-up ------------------------------------------------------------------------
+
+
+def command() -> list[str]:
+    """The argv that starts this module isolated: ``python -I -S -c ...``
+    importing it from its folder (so its compiled ``.pyc`` is used: running
+    the file as a script would compile it in every runner), then
+    ``main(sys.argv[1:])``. Append the arguments."""
+    folder = os.path.dirname(os.path.abspath(__file__))
+    code = f"import sys; sys.path.insert(0, {folder!r}); from runner import main; sys.exit(main(sys.argv[1:]))"
+    return [sys.executable, "-I", "-S", "-c", code]
+
 
 _SPEC_FIELDS = ("run_id", "command", "shell", "snapshot", "status_path", "status_key", "timeout_s", "kill_grace_s")
 
@@ -604,8 +628,7 @@ def _launch(run_dir: str) -> int:
             os.close(devnull)
             os.close(log)
             _become_subreaper()
-            os.execv(sys.executable, [sys.executable, "-I", "-S", os.path.abspath(__file__),
-                                      "--runner", run_dir, str(spec_fd)])
+            os.execv(sys.executable, [*command(), "--runner", run_dir, str(spec_fd)])
         except BaseException as exc:
             _note(f"runner start failed: {exc!r}")
         os._exit(127)
