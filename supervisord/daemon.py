@@ -32,14 +32,14 @@ import click
 import structlog
 import uvicorn
 
-from store import EventStore
+from store import EventStore, StoreError
 from supervisord import config as cfg
 from supervisord.api.server import PeerCredProtocol, create_app
 from supervisord.backends.base import Backend
 from supervisord.backends.kubernetes import KubernetesBackend
 from supervisord.backends.local import LocalBackend
 from supervisord.exceptions import DaemonError, JobsupError
-from supervisord.health import storage_check
+from supervisord.health import disk_full_hint, storage_check
 from supervisord.logging import configure_logging
 from supervisord.paths import Paths
 from supervisord.submit import Planner
@@ -265,7 +265,13 @@ def run_daemon() -> None:
     paths = Paths.from_env()
     try:
         anyio.run(Daemon(paths, layer).run, backend="asyncio")
-    except JobsupError as err:
-        log.error("cannot start", error=str(err))
-        click.echo(f"error: jobsup daemon: {err}", err=True)
+    except (JobsupError, StoreError, OSError) as err:
+        # One clear line, then exit 1 (never a traceback, never a hang). The
+        # log may be on the full disk: the CLI that autostarted us names it too.
+        text = f"{err}{disk_full_hint(paths.state_dir)}"
+        log.error("cannot start", error=text)
+        try:
+            click.echo(f"error: jobsup daemon: {text}", err=True)
+        except OSError:
+            pass
         sys.exit(1)

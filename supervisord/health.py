@@ -9,6 +9,8 @@ output files are the buffer, ingested once writing works again.
 from __future__ import annotations
 
 from collections.abc import Mapping
+import os
+from pathlib import Path
 from typing import Any
 
 from store import EventStore
@@ -51,3 +53,19 @@ def storage_json(store: EventStore) -> dict[str, Any] | None:
     if problem is None:
         return None
     return {**problem, "summary": storage_warning(problem)}
+
+
+def disk_full_hint(folder: Path) -> str:
+    """``" (the disk holding FOLDER is full: free some space)"`` when the
+    file system of ``folder`` (or its nearest existing parent) has no free
+    block for us (statvfs(3) ``f_bavail``), else ``""``."""
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        st = os.statvfs(probe)
+    except OSError:
+        return ""
+    if st.f_bavail * st.f_frsize < 64 * 1024:
+        return f" (the disk holding {folder} is full: free some space)"
+    return ""

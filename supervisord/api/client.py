@@ -107,8 +107,8 @@ class Client:
                 if info is not None:
                     return info
                 raise DaemonUnreachableError(
-                    f"the jobsup daemon failed to start (exit {proc.returncode}); see {self.paths.daemon_log}:\n"
-                    + _tail(self.paths.daemon_log)
+                    f"the jobsup daemon failed to start (exit {proc.returncode}){_disk_full(self.paths.state_dir)};"
+                    f" see {self.paths.daemon_log}:\n" + _tail(self.paths.daemon_log)
                 )
             time.sleep(0.05)
         raise DaemonUnreachableError(
@@ -221,3 +221,15 @@ def _tail(path: Any, n: int = 15) -> str:
     except OSError:
         return ""
     return "\n".join(lines[-n:])
+
+
+def _disk_full(folder: Any) -> str:
+    """``": the disk holding FOLDER is full ..."`` when its file system has
+    no free space (the daemon's own log, on that disk, may then be empty)."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return ""
+    if st.f_bavail * st.f_frsize < 64 * 1024:
+        return f": the disk holding {folder} is full (free some space; the daemon could not write its log)"
+    return ""

@@ -131,6 +131,7 @@ def full_js(tmp_path: Path) -> Iterator[JobsupEnv]:
     with _tmpfs(tmp_path / "fs", "48m") as fs:
         env = JobsupEnv(tmp_path)
         env.env["JOBSUP_STATE_DIR"] = str(fs / "state")
+        env.daemon_log = fs / "daemon-test.log"  # the daemon's log fills up with the rest
         try:
             yield env
         finally:
@@ -194,3 +195,26 @@ def test_a_full_disk_keeps_the_daemon_up_and_ingests_everything_once_space_retur
     assert out[:n] == [f"line-{i}" for i in range(1, n + 1)]
     checks = json.loads(js.cli("doctor", "-o", "json", check=False).stdout)
     assert next(c for c in checks if c["name"] == "store")["ok"] is True
+
+
+def test_a_daemon_that_cannot_start_on_a_full_disk_says_why_and_exits(tmp_path: Path) -> None:
+    """Item 2: the CLI autostarts a daemon whose state dir is on a full disk:
+    the daemon exits (no hang, no traceback) and the CLI's error says the
+    disk is full, although the daemon could not write its log there."""
+    with _tmpfs(tmp_path / "fs", "2m") as fs:
+        env = JobsupEnv(tmp_path)
+        try:
+            env.env["JOBSUP_STATE_DIR"] = str(fs / "state")
+            del env.env["JOBSUP_NO_AUTOSTART"]
+            _fill(fs)
+            r = env.cli("runs", check=False, timeout=90)
+            assert r.returncode == 69, (r.stdout, r.stderr)
+            assert "full" in r.stderr and "Traceback" not in r.stderr, r.stderr
+            lock = fs / "state" / "daemon.lock"
+            # the daemon is gone: its state-dir lock is free again
+            import fcntl
+
+            with lock.open("rb") as f:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            env.close()
