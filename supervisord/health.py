@@ -8,8 +8,8 @@ output files are the buffer, ingested once writing works again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 

@@ -11,7 +11,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -21,7 +20,11 @@ import structlog
 
 from supervisord.backends.base import RunReporter, RunSpec
 from supervisord.backends.local import runner as _runner_module
-from supervisord.backends.local.runner import decode_status, group_alive, proc_start_time
+from supervisord.backends.local.runner import (
+    decode_status,
+    group_alive,
+    proc_start_time,
+)
 from supervisord.backends.local.tail import FileTailer
 from supervisord.exceptions import BackendError, PreflightError
 

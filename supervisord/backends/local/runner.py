@@ -83,15 +83,15 @@ else:
     import _signal as signal
 
 __all__ = [
-    "main",
+    "STATUS_SIZE",
     "command",
+    "decode_status",
+    "encode_status",
     "extract_snapshot",
     "group_alive",
+    "main",
     "proc_start_time",
     "status_mac",
-    "encode_status",
-    "decode_status",
-    "STATUS_SIZE",
 ]
 
 #: Size of the status file: preallocated once, rewritten in place.
@@ -101,7 +101,7 @@ _PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
 
 def _now() -> str:
     t = time.time()
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + ".%06dZ" % int((t % 1) * 1_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1_000_000):06d}Z"
 
 
 def proc_start_time(pid: int) -> int | None:
@@ -436,7 +436,7 @@ class _Runner:
 
                 with tarfile.open(self.spec["snapshot"], "r:") as tar:
                     extract_snapshot(tar, pathlib.Path(repo))
-            except BaseException as err:
+            except BaseException as err:  # noqa: BLE001 -- a forked child: report anything, then _exit
                 _child_error(wfd, "cannot extract the source snapshot", err)
             os._exit(0)
         os.close(wfd)
@@ -495,7 +495,7 @@ class _Runner:
                     os.dup2(err, 2)
                     os.chdir(cwd)
                     os.execvpe(shell, [shell, "-c", self.spec["command"]], env)
-                except BaseException as exc:
+                except BaseException as exc:  # noqa: BLE001 -- a forked child: report anything, then _exit
                     _child_error(wfd, "exec", exc)
             os.close(wfd)
             wfd = -1
@@ -629,7 +629,7 @@ def _launch(run_dir: str) -> int:
             os.close(log)
             _become_subreaper()
             os.execv(sys.executable, [*command(), "--runner", run_dir, str(spec_fd)])
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 -- a forked child: note anything, then _exit
             _note(f"runner start failed: {exc!r}")
         os._exit(127)
     start = None
