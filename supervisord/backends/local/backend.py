@@ -315,6 +315,7 @@ class _StatusFile:
         self.path = _status_path(run_dir) if signed else run_dir / "status.json"
         self._mac_key = _run_key(run_dir) if signed else None
         self._key: tuple[int, int, int, int] | None = None
+        self._rejected: tuple[int, int, int, int] | None = None
         self._data: dict[str, Any] = {}
 
     def read(self) -> dict[str, Any]:
@@ -334,7 +335,8 @@ class _StatusFile:
             if data is not None:
                 self._data = data
                 self._key = key
-            elif raw.strip():
+            elif raw.strip() and key != self._rejected:  # once per version of the file
+                self._rejected = key
                 log.warning("local.status_rejected", run=self.run_dir.name, path=str(self.path),
                             hint="not a status the runner wrote (torn, or written by something else); ignored")
         return self._data
