@@ -55,20 +55,30 @@ def _daemon_log_events(js: JobsupEnv) -> list[dict[str, object]]:
     return out
 
 
-def test_a_locked_database_never_ends_a_run(js: JobsupEnv, repo: Path) -> None:
+def test_a_locked_database_never_ends_a_run(js: JobsupEnv, repo: Path, tmp_path: Path) -> None:
     """Item 1: a second process holds the write lock for longer than the
-    busy timeout (5 s) while a run writes output: the run stays RUNNING, its
-    lines wait and are all recorded, the daemon log warns, and the outcome is
-    the process's own."""
-    run_id = js.submit(repo, "--", "for i in $(seq 1 60); do echo line-$i; sleep 0.1; done")
-    assert js.cli("wait", run_id, "--for", "RUNNING", "--timeout", "30s", check=False).returncode == 0
+    busy timeout (5 s) while a run writes output and ends: the run stays
+    RUNNING, its lines wait and are all recorded, the daemon log warns, and
+    the outcome is the process's own."""
+    go, done = tmp_path / "go", tmp_path / "done"
+    run_id = js.submit(
+        repo, "--",
+        f"while [ ! -e {go} ]; do sleep 0.05; done; for i in $(seq 1 60); do echo line-$i; sleep 0.02; done; "
+        f"touch {done}",
+    )
+    assert js.cli("wait", run_id, "--for", "RUNNING", "--timeout", "60s", check=False).returncode == 0
     db = js.state_dir / "jobsup.db"
     holder = subprocess.Popen(
         [sys.executable, "-c", _HOLD_LOCK, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
-        time.sleep(12)  # past two busy timeouts, and past the job's own end (~6 s)
+        go.touch()  # the job writes its lines and exits while the lock is held
+        deadline = time.monotonic() + 120
+        while not done.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(11)  # past two busy timeouts
         # Reads still work while writes wait; the run is not ended by the lock.
         run = json.loads(js.cli("runs", "-o", "json").stdout)[0]
         assert run["id"] == run_id and run["phase"] == "RUNNING", run

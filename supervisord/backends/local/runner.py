@@ -223,15 +223,52 @@ class _StatusWriter:
 
     def __init__(self, path: str, key: bytes) -> None:
         self.key = key
+        self.path = path
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        os.posix_fallocate(self.fd, 0, STATUS_SIZE)
+        self.fd = self._open()
+        self.last: dict[str, Any] | None = None
+        self.stamp: tuple[int, int, int] | None = None
+
+    def _open(self) -> int:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        os.posix_fallocate(fd, 0, STATUS_SIZE)
+        return fd
 
     def write(self, status: dict[str, Any]) -> None:
         """One write attempt; raises OSError."""
         data = encode_status(status, self.key)
         os.pwrite(self.fd, data, 0)
         os.fdatasync(self.fd)
+        self.last = status
+        st = os.fstat(self.fd)
+        self.stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def restore(self) -> None:
+        """Rewrite the last status if something else changed, replaced or
+        removed the file since (a job is not meant to reach it, but could):
+        the daemon then sees the runner's word again within one check."""
+        if self.last is None:
+            return
+        try:
+            st = os.stat(self.path)
+            if (st.st_ino, st.st_mtime_ns, st.st_size) == self.stamp:
+                return
+            if self.stamp is None or st.st_ino != self.stamp[0]:
+                raise FileNotFoundError  # replaced: take the path back
+        except FileNotFoundError:
+            try:
+                fd = self._open()
+            except OSError:
+                return
+            os.close(self.fd)
+            self.fd = fd
+        except OSError:
+            return
+        _note("the status file was changed by something else: rewritten")
+        try:
+            self.write(self.last)
+        except OSError as err:
+            _note(f"cannot rewrite the status ({err})")
 
     def write_final(self, status: dict[str, Any]) -> None:
         """Write the final status, retrying with back-off (0.1 s doubling to
@@ -529,8 +566,9 @@ class _Runner:
                 _signal_tree(pgid, signal.SIGKILL)
             wake = [t for t in (deadline if outcome is None else None, kill_at) if t is not None]
             # SIGCHLD and SIGTERM wake the select through the wakeup fd; the
-            # cap only bounds how long a missed wake-up could go unnoticed.
-            timeout = min([max(0.0, t - now) for t in wake] + [5.0])
+            # cap bounds how long a missed wake-up, or a status file changed
+            # by something else (restored below), could go unnoticed.
+            timeout = min([max(0.0, t - now) for t in wake] + [2.0])
             try:
                 select.select([self.wake_r], [], [], timeout)
             except InterruptedError:
@@ -541,6 +579,7 @@ class _Runner:
             except BlockingIOError:
                 pass
             code = _reap(child)
+            self.status_file.restore()
         # The run is over when its shell exits: stop everything it left
         # behind — its process group, and any descendant that left the group
         # (setsid, double fork): as child subreaper the runner inherits those.
