@@ -227,7 +227,8 @@ class _StatusWriter:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         self.fd = self._open()
         self.last: dict[str, Any] | None = None
-        self.stamp: tuple[int, int, int] | None = None
+        self.data = b""
+        self.ino = -1
 
     def _open(self) -> int:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -240,21 +241,22 @@ class _StatusWriter:
         os.pwrite(self.fd, data, 0)
         os.fdatasync(self.fd)
         self.last = status
-        st = os.fstat(self.fd)
-        self.stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        self.data = data
+        self.ino = os.fstat(self.fd).st_ino
 
     def restore(self) -> None:
         """Rewrite the last status if something else changed, replaced or
         removed the file since (a job is not meant to reach it, but could):
-        the daemon then sees the runner's word again within one check."""
+        the daemon then sees the runner's word again within one check. The
+        content is compared, not the mtime: a write in the same clock tick
+        as ours would leave the mtime unchanged."""
         if self.last is None:
             return
         try:
-            st = os.stat(self.path)
-            if (st.st_ino, st.st_mtime_ns, st.st_size) == self.stamp:
-                return
-            if self.stamp is None or st.st_ino != self.stamp[0]:
+            if os.stat(self.path).st_ino != self.ino:
                 raise FileNotFoundError  # replaced: take the path back
+            if os.pread(self.fd, STATUS_SIZE + 1, 0) == self.data:
+                return
         except FileNotFoundError:
             try:
                 fd = self._open()
@@ -266,6 +268,7 @@ class _StatusWriter:
             return
         _note("the status file was changed by something else: rewritten")
         try:
+            os.ftruncate(self.fd, STATUS_SIZE)
             self.write(self.last)
         except OSError as err:
             _note(f"cannot rewrite the status ({err})")
