@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from supervisord.backends.local.backend import run_processes
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
 pytestmark = pytest.mark.timeout(300)
@@ -93,7 +94,7 @@ def test_a_job_cannot_rewrite_its_own_status(js: JobsupEnv, repo: Path) -> None:
     assert "local.status_rejected" in js.daemon_log.read_text() or "rewritten" in runner_log
     js.cli("cancel", run_id)
     assert js.show(run_id)["phase"] == "CANCELED"
-    assert _alive_with_arg("sleep\x001021") == []
+    assert run_processes(run_id) == []
 
 
 def test_lost_kills_setsid_survivors(js: JobsupEnv, repo: Path) -> None:
