@@ -191,7 +191,9 @@ class EventStore:
 
     # -- the event log -----------------------------------------------------------
 
-    async def append(self, run_id: str, expected_version: int, events: Sequence[NewEvent]) -> list[RecordedEvent]:
+    async def append(
+        self, run_id: str, expected_version: int, events: Sequence[NewEvent], *, wait_for_storage: bool = False
+    ) -> list[RecordedEvent]:
         """Append ``events`` to the stream of ``run_id``, which must be at
         ``expected_version`` (0 = the stream does not exist yet).
 
@@ -210,6 +212,13 @@ class EventStore:
         :mod:`store.types`, data that is not JSON-serialisable), naming the
         run, type and key. Cancelling the caller does not withdraw a queued
         append.
+
+        ``wait_for_storage=True``: storage trouble (a lock held by another
+        process, a full disk, an I/O error) does not raise; the append is
+        retried with back-off until written (see :mod:`store.writer`), and
+        :meth:`storage_problem` says what it waits for. It still raises
+        ConcurrencyError, ValueError, and StoreClosedError once the store
+        closes.
         """
         self._check_open()
         if not isinstance(run_id, str) or not run_id:
@@ -228,7 +237,15 @@ class EventStore:
                 raise ValueError(f"run {run_id}: {event.type} data is not JSON-serialisable: {exc}") from exc
             rows = 1 + (len(event.data["lines"]) if event.type == LOG_LINES else 0)
             prepared.append(PreparedEvent(event.type, data_json, json.loads(data_json), rows))
-        return await self._writer.append(run_id, expected_version, prepared)
+        return await self._writer.append(run_id, expected_version, prepared, wait_for_storage=wait_for_storage)
+
+    def storage_problem(self) -> dict[str, Any] | None:
+        """What keeps the store from writing right now, or None while writes
+        succeed: ``{"kind": "locked"|"disk full"|"I/O error", "message": str,
+        "since": RFC 3339 UTC, "waiting": appends held for retry}``. Set by a
+        failed write, cleared by the next commit."""
+        problem = self._writer.problem
+        return None if problem is None else problem.to_json()
 
     async def read_stream(self, run_id: str, from_version: int = 1) -> list[RecordedEvent]:
         """The events of ``run_id`` with version >= ``from_version``, in

@@ -32,13 +32,14 @@ import click
 import structlog
 import uvicorn
 
-from store import EventStore, RunStatus
+from store import EventStore, RunStatus, StoreError
 from supervisord import config as cfg
 from supervisord.api.server import PeerCredProtocol, create_app
 from supervisord.backends.base import Backend
 from supervisord.backends.kubernetes import KubernetesBackend
 from supervisord.backends.local import LocalBackend
 from supervisord.exceptions import DaemonError, JobsupError, UsageError
+from supervisord.health import disk_full_hint, storage_check
 from supervisord.logging import configure_logging
 from supervisord.paths import Paths
 from supervisord.scheduler.driver import Scheduler, SchedulerSettings
@@ -216,7 +217,7 @@ class Daemon:
                 async def doctor() -> list[dict[str, Any]]:
                     checks = [
                         {"name": "daemon", "ok": True, "detail": f"pid {os.getpid()} on {self.paths.socket}"},
-                        {"name": "store", "ok": True, "detail": f"{self.paths.database}, last seq {await store.last_seq()}"},
+                        storage_check(store, await store.last_seq()),
                     ]
                     checks.append(scheduler.doctor())
                     for backend in backends.values():
@@ -311,7 +312,13 @@ def run_daemon() -> None:
     paths = Paths.from_env()
     try:
         anyio.run(Daemon(paths, layer).run, backend="asyncio")
-    except JobsupError as err:
-        log.error("cannot start", error=str(err))
-        click.echo(f"error: jobsup daemon: {err}", err=True)
+    except (JobsupError, StoreError, OSError) as err:
+        # One clear line, then exit 1 (never a traceback, never a hang). The
+        # log may be on the full disk: the CLI that autostarted us names it too.
+        text = f"{err}{disk_full_hint(paths.state_dir)}"
+        log.error("cannot start", error=text)
+        try:
+            click.echo(f"error: jobsup daemon: {text}", err=True)
+        except OSError:
+            pass
         sys.exit(1)

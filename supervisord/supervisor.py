@@ -133,15 +133,22 @@ class _Reporter:
         self._store = store
         self._state = state
 
-    async def _append_locked(self, events: Sequence[NewEvent]) -> None:
+    async def _append_locked(self, events: Sequence[NewEvent], *, wait_for_storage: bool = True) -> None:
+        """Append ``events`` to the run's stream (the caller holds the run's
+        lock). By default storage trouble (a lock held by another process, a
+        full disk) never fails it: the store retries until written, so a
+        storage hiccup never decides a run's outcome. ``wait_for_storage=False``
+        (a user's request that must answer) raises StoreLockedError /
+        StorageFullError instead, with nothing written."""
         st = self._state
+        run_id = st.spec.run_id
         try:
-            recorded = await self._store.append(st.spec.run_id, st.version, events)
+            recorded = await self._store.append(run_id, st.version, events, wait_for_storage=wait_for_storage)
         except ConcurrencyError as err:
             # Our cached version is stale (e.g. an append whose caller was
             # cancelled still committed): adopt the stream's and retry once.
             st.version = err.actual
-            recorded = await self._store.append(st.spec.run_id, st.version, events)
+            recorded = await self._store.append(run_id, st.version, events, wait_for_storage=wait_for_storage)
         st.version = recorded[-1].version
 
     async def phase(
@@ -162,7 +169,10 @@ class _Reporter:
                 return False
             if rank == current and (reason, message) == (st.reason, st.message):
                 return False
-            if phase in TERMINAL_PHASES and st.cancel_requested and not _cancel:
+            if phase in TERMINAL_PHASES and st.cancel_requested and not _cancel and phase != "COMPLETED":
+                # The cancel owns the outcome of a run it stops. COMPLETED
+                # (exit 0) is never the cancel's doing: the run had finished
+                # before the cancel reached it, and keeps its outcome.
                 return False
             data: dict[str, Any] = {"phase": phase, "reason": reason, "message": message}
             if exit_code is not None:
@@ -326,6 +336,8 @@ class Supervisor:
                             spec = state.spec = dataclasses.replace(spec, env={**spec.env, **state.extra_env})
                         handle = await backend.start(spec, reporter)
                         self._remove_pending(spec.run_id)
+                        # The env values were for the start only: keep none in memory.
+                        spec = state.spec = dataclasses.replace(spec, env={})
                     await backend.supervise(spec, handle, reporter)
                 except BackendError as err:
                     log.warning("backend error", run=spec.run_id, error=str(err))
@@ -335,6 +347,9 @@ class Supervisor:
                     await reporter.phase("ERROR", reason="InternalError", message=f"jobsup failed supervising this run: {err!r}")
         finally:
             state.done.set()
+            if state.phase in TERMINAL_PHASES and self._runs.get(spec.run_id) is state:
+                # A terminal run is only in the store now: nothing of it stays in memory.
+                del self._runs[spec.run_id]
 
     # -- cancel --------------------------------------------------------------
 
@@ -362,7 +377,13 @@ class Supervisor:
             first = not state.cancel_requested
             state.cancel_requested = True
             if first:
-                await reporter._append_locked([NewEvent(CANCEL_REQUESTED, {})])
+                try:
+                    # A cancel that cannot be recorded is refused (nothing done)
+                    # rather than left hanging on a locked or full store.
+                    await reporter._append_locked([NewEvent(CANCEL_REQUESTED, {})], wait_for_storage=False)
+                except BaseException:
+                    state.cancel_requested = False
+                    raise
         backend = self.backends[state.spec.backend]
         try:
             await backend.cancel(state.spec, state.handle)

@@ -25,6 +25,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from store import PHASE_CHANGED, PHASES, TERMINAL_PHASES, EventStore, LogLine, RunStatus
 from supervisord.api.scheduler_routes import scheduler_routes
 from supervisord.api.wire import API_PREFIX, encode_error
+from supervisord.health import storage_json
 from supervisord.exceptions import JobsupError, UsageError
 from supervisord.scheduler.driver import Scheduler
 from supervisord.submit import Planner, SubmitRequest
@@ -127,7 +128,9 @@ def create_app(
     the scheduler, whose routes it adds when given)."""
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"ok": True, **info, "supervised": supervisor.supervised()})
+        return JSONResponse(
+            {"ok": True, **info, "supervised": supervisor.supervised(), "storage": storage_json(store)}
+        )
 
     async def submit(request: Request) -> Response:
         try:
@@ -151,7 +154,7 @@ def create_app(
         if not _flag(request, "all") and not phase:
             recent = {r.id for r in runs[:20]}
             runs = [r for r in runs if not r.terminal or r.id in recent]
-        return JSONResponse({"runs": [r.to_json() for r in runs]})
+        return JSONResponse({"runs": [r.to_json() for r in runs], "storage": storage_json(store)})
 
     async def show(request: Request) -> Response:
         run_id = await supervisor.resolve(request.path_params["ref"])

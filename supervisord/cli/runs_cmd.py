@@ -233,7 +233,10 @@ def emit_json_line(obj: dict[str, Any]) -> None:
 @output_option()
 def runs(all_: bool, project: str | None, phase: str | None, output: str) -> None:
     """List runs, newest first."""
-    rows = _client().runs(all=all_, project=project, phase=phase)
+    client = _client()
+    rows = client.runs(all=all_, project=project, phase=phase)
+    if client.storage:
+        click.echo(f"warning: {client.storage.get('summary') or client.storage}", err=True)
     if output == "table":
         if not rows:
             info("no runs")
