@@ -40,6 +40,7 @@ from supervisord.backends.kubernetes import KubernetesBackend
 from supervisord.backends.local import LocalBackend
 from supervisord.exceptions import DaemonError, JobsupError
 from supervisord.logging import configure_logging
+from supervisord.ownership import check_state_dir, remove_snapshot_leftovers
 from supervisord.paths import Paths
 from supervisord.submit import Planner
 from supervisord.supervisor import Supervisor, load_digest_key
@@ -151,8 +152,11 @@ class Daemon:
         # private to the user.
         os.umask(0o077)
         self.paths.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        check_state_dir(self.paths.state_dir)
         self.paths.runs_dir.mkdir(mode=0o700, exist_ok=True)
         lock_fd = _lock_state_dir(self.paths.state_dir)
+        for leftover in remove_snapshot_leftovers(self.paths.snapshots_dir):
+            log.info("removed an interrupted snapshot", path=str(leftover))
         try:
             sock = _prepare_socket(self.paths.socket)
         except BaseException:

@@ -128,10 +128,15 @@ def parse_env_pairs(pairs: Sequence[str], *, what: str = "--env") -> dict[str, s
     the name is not a valid environment variable name. Never echoes a value.
     """
     env: dict[str, str] = {}
-    for pair in pairs:
+    for i, pair in enumerate(pairs, 1):
         name, sep, value = pair.partition("=")
         if not sep:
-            raise TaskError(f"{what}: expected NAME=VALUE, got a pair without '=' (name {name!r})")
+            # Not even the name is shown: without '=', the argument may be
+            # the secret itself (`--env "$TOKEN"`).
+            raise TaskError(
+                f"{what}: argument {i} of {len(pairs)} is not NAME=VALUE (it has no '='; "
+                "its text is not shown, as it may be a secret)"
+            )
         _check_env_name(name, what)
         env[name] = value
     return env

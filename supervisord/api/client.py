@@ -13,12 +13,15 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+import httpcore
 import httpx
 
 from supervisord.api.wire import API_PREFIX, decode_error
 from supervisord.exceptions import DaemonUnreachableError
+from supervisord.ownership import UnsafePathError, check_private_dir, peer_cred
 from supervisord.paths import Paths
 
 __all__ = ["Client"]
@@ -34,7 +37,7 @@ class Client:
     def __init__(self, paths: Paths | None = None) -> None:
         self.paths = paths or Paths.from_env()
         self._http = httpx.Client(
-            transport=httpx.HTTPTransport(uds=str(self.paths.socket)),
+            transport=_checked_transport(self.paths.socket),
             base_url="http://jobsup" + API_PREFIX,
             timeout=_CALL_TIMEOUT,
         )
@@ -79,7 +82,11 @@ class Client:
 
     def _start_daemon(self) -> dict[str, Any]:
         self.paths.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        logf = self.paths.daemon_log.open("ab")
+        # The daemon's log may hold paths and errors of private runs: 0600,
+        # also when an older jobsup left it readable by others.
+        fd = os.open(self.paths.daemon_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        os.fchmod(fd, 0o600)
+        logf = os.fdopen(fd, "ab")
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "supervisord", "daemon"],
@@ -180,6 +187,42 @@ class Client:
     def doctor(self) -> list[dict[str, Any]]:
         """``GET /doctor``: the daemon's checks."""
         return list(self._call("GET", "/doctor", timeout=httpx.Timeout(120.0, connect=5.0))["checks"])
+
+
+class _CheckedUnixBackend(httpcore.SyncBackend):
+    """httpcore's network backend, refusing a Unix socket jobsup must not
+    trust before a byte is sent: its folder must belong to this user and be
+    writable by nobody else (so no other user can have put the socket
+    there), and the process listening on it must run as this user
+    (``SO_PEERCRED``). Raises UnsafePathError naming the socket."""
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Any = None
+    ) -> httpcore.NetworkStream:
+        folder = Path(path).parent
+        try:
+            check_private_dir(folder, what="socket folder", fix=f"refusing to send anything to {path}")
+        except FileNotFoundError:
+            raise httpcore.ConnectError(f"no socket folder {folder}") from None
+        stream = super().connect_unix_socket(path, timeout, socket_options)
+        sock = stream.get_extra_info("socket")
+        cred = peer_cred(sock)
+        if cred.uid != os.getuid():
+            stream.close()
+            raise UnsafePathError(
+                f"the process answering on {path} (pid {cred.pid}) runs as uid {cred.uid}, not as you "
+                f"(uid {os.getuid()}); refusing to send anything to it"
+            )
+        return stream
+
+
+def _checked_transport(socket_path: Path) -> httpx.HTTPTransport:
+    """httpx's transport over ``socket_path`` whose connections go through
+    :class:`_CheckedUnixBackend` (httpx has no parameter for a network
+    backend: its connection pool is built again with one)."""
+    transport = httpx.HTTPTransport(uds=str(socket_path))
+    transport._pool = httpcore.ConnectionPool(uds=str(socket_path), network_backend=_CheckedUnixBackend())
+    return transport
 
 
 def _ndjson(resp: httpx.Response) -> Iterator[dict[str, Any]]:

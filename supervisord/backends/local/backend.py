@@ -83,6 +83,7 @@ class LocalBackend:
                 "kill_grace_s": grace,
                 "shell": shell,
                 "snapshot": str(spec.snapshot),
+                "snapshot_sha256": spec.snapshot_sha256,
             }
         ).encode()
 

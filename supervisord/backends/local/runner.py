@@ -46,7 +46,7 @@ import sys
 import tarfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 __all__ = ["main", "extract_snapshot", "group_alive", "proc_start_time", "write_status"]
 
@@ -92,6 +92,34 @@ def extract_snapshot(tar: tarfile.TarFile, dest: Path) -> None:
         if member.name.startswith("/") or not target.is_relative_to(root):
             raise tarfile.TarError(f"{member.name}: would be extracted outside the source folder")
         tar.extract(member, root, set_attrs=not member.issym())
+
+
+def open_verified_snapshot(path: str, sha256: str | None) -> BinaryIO:
+    """Open the snapshot archive at ``path`` (the spec's ``snapshot``) and
+    check its bytes against ``sha256`` (the spec's ``snapshot_sha256``, hex,
+    recorded at submit), reading through the descriptor that
+    is then extracted (so the file cannot be swapped between the check and
+    the extraction). Returns the file, positioned at its start.
+
+    Raises tarfile.TarError naming both digests on a mismatch (the run ends
+    ``StagingFailed``), OSError when it cannot be read. With no recorded
+    digest (a run submitted by an older jobsup) nothing is checked.
+    """
+    import hashlib
+
+    f = open(path, "rb")  # noqa: SIM115 - returned to the caller
+    if sha256:
+        digest = hashlib.sha256()
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+        if digest.hexdigest() != sha256:
+            f.close()
+            raise tarfile.TarError(
+                f"the snapshot {path} has sha256 {digest.hexdigest()}, not the recorded {sha256}: "
+                "it was changed after submit; refusing to run it"
+            )
+        f.seek(0)
+    return f
 
 
 def write_status(run_dir: Path, status: dict[str, Any]) -> None:
@@ -233,7 +261,8 @@ class _Runner:
         self.status(state="staging", at=_now())
         repo = self.run_dir / "repo"
         repo.mkdir(exist_ok=True)
-        with tarfile.open(self.spec["snapshot"], "r:") as tar:
+        with open_verified_snapshot(self.spec["snapshot"], self.spec.get("snapshot_sha256")) as f, \
+                tarfile.open(fileobj=f, mode="r:") as tar:
             extract_snapshot(tar, repo)
         return repo
 

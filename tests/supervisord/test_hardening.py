@@ -1,0 +1,244 @@
+"""Security and input hardening (issue 14 items 1-10, issue 12 items 9-11,
+14-16): the real daemon and the real CLI as processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.supervisord.jobsup_env import JobsupEnv, make_repo
+
+pytestmark = pytest.mark.timeout(180)
+
+NOBODY = 65534
+_SYSTEM_PYTHON = "/usr/bin/python3"
+needs_root = pytest.mark.skipif(
+    os.getuid() != 0 or not os.access(_SYSTEM_PYTHON, os.X_OK), reason="needs root (and /usr/bin/python3) to act as another user"
+)
+
+
+@pytest.fixture
+def js(tmp_path: Path) -> Iterator[JobsupEnv]:
+    env = JobsupEnv(tmp_path)
+    yield env
+    env.close()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "proj", {"job.sh": "echo hello\n"})
+
+
+# -- helpers -------------------------------------------------------------------
+
+_LISTENER = r"""
+import os, socket, sys
+path, out = sys.argv[1], sys.argv[2]
+s = socket.socket(socket.AF_UNIX)
+s.bind(path)
+s.listen(8)
+print("ready", flush=True)
+s.settimeout(30)
+got = b""
+try:
+    while True:
+        c, _ = s.accept()
+        c.settimeout(2)
+        try:
+            while True:
+                data = c.recv(65536)
+                if not data:
+                    break
+                got += data
+                with open(out, "wb") as f:
+                    f.write(got)
+        except OSError:
+            pass
+        c.close()
+except OSError:
+    pass
+"""
+
+
+class _ForeignListener:
+    """A process running as another user (``nobody``) listening on a Unix
+    socket at ``bind_path`` and writing every byte it receives to ``out``."""
+
+    def __init__(self, bind_path: Path, out: Path) -> None:
+        self.out = out
+        self.proc = subprocess.Popen(
+            # The system Python: the test's own may live where nobody can read.
+            [_SYSTEM_PYTHON, "-I", "-c", _LISTENER, str(bind_path), str(out)],
+            user=NOBODY,
+            cwd="/",
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        assert self.proc.stdout.readline().strip() == "ready"
+
+    def received(self) -> bytes:
+        return self.out.read_bytes() if self.out.exists() else b""
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+
+
+def _nobody_dir() -> Path:
+    d = Path(tempfile.mkdtemp(prefix="js-nobody-", dir="/tmp"))
+    os.chown(d, NOBODY, NOBODY)
+    return d
+
+
+# -- issue 14 item 1: the client checks who it talks to --------------------------
+
+
+@needs_root
+def test_client_refuses_socket_folder_of_another_user(js: JobsupEnv, repo: Path) -> None:
+    foreign = _nobody_dir()
+    sock = foreign / "jobsup.sock"
+    listener = _ForeignListener(sock, foreign / "got")
+    try:
+        r = js.cli("submit", "--env", "TOKEN=s3cr3t-value", "--", "bash", "job.sh", cwd=repo, check=False,
+                   extra_env={"JOBSUP_SOCKET": str(sock)})
+        assert r.returncode != 0
+        assert f"socket folder {foreign}" in r.stderr and "belongs to uid 65534" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+        time.sleep(0.3)
+        assert listener.received() == b""
+    finally:
+        listener.close()
+        subprocess.run(["rm", "-rf", str(foreign)], check=False)
+
+
+@needs_root
+def test_client_refuses_peer_of_another_uid(js: JobsupEnv, repo: Path) -> None:
+    # The socket folder is ours and private, but the process listening on the
+    # socket in it runs as another user (bound elsewhere, moved in).
+    foreign = _nobody_dir()
+    listener = _ForeignListener(foreign / "jobsup.sock", foreign / "got")
+    try:
+        os.rename(foreign / "jobsup.sock", js.socket)
+        r = js.cli("submit", "--env", "TOKEN=s3cr3t-value", "--", "bash", "job.sh", cwd=repo, check=False)
+        assert r.returncode != 0
+        assert "runs as uid 65534, not as you" in r.stderr, r.stderr
+        time.sleep(0.3)
+        assert listener.received() == b""
+    finally:
+        listener.close()
+        subprocess.run(["rm", "-rf", str(foreign)], check=False)
+
+
+# -- issue 14 item 2: the state dir, file modes, the snapshot digest -------------
+
+
+def _daemon(js: JobsupEnv) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "supervisord", "daemon"], env=js.env,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_daemon_refuses_state_dir_writable_by_others(js: JobsupEnv) -> None:
+    js.state_dir.mkdir(mode=0o700)
+    os.chmod(js.state_dir, 0o777)
+    r = _daemon(js)
+    assert r.returncode == 1, r.stderr
+    assert f"state dir {js.state_dir} is writable by other users" in r.stderr
+    assert not js.socket.exists()
+
+
+@needs_root
+def test_daemon_refuses_snapshot_folder_of_another_user(js: JobsupEnv) -> None:
+    js.start_daemon()
+    js.stop_daemon()
+    planted = js.state_dir / "snapshots" / "ab"
+    planted.mkdir(parents=True)
+    os.chown(planted, NOBODY, NOBODY)
+    r = _daemon(js)
+    assert r.returncode == 1, r.stderr
+    assert f"{planted} (in the state dir" in r.stderr and "belongs to uid 65534" in r.stderr, r.stderr
+
+
+def test_daemon_refuses_run_folder_writable_by_others(js: JobsupEnv) -> None:
+    js.start_daemon()
+    js.stop_daemon()
+    run_dir = js.state_dir / "runs" / "0123456789ab"
+    run_dir.mkdir()
+    os.chmod(run_dir, 0o733)
+    r = _daemon(js)
+    assert r.returncode == 1 and f"{run_dir} (in the state dir" in r.stderr, r.stderr
+
+
+def test_state_tree_is_private_and_daemon_log_0600(js: JobsupEnv, repo: Path) -> None:
+    # An older jobsup left the daemon log readable by others: fixed on autostart.
+    js.state_dir.mkdir(mode=0o700)
+    (js.state_dir / "daemon.log").write_text("old\n")
+    os.chmod(js.state_dir / "daemon.log", 0o644)
+    env = {k: v for k, v in js.env.items() if k != "JOBSUP_NO_AUTOSTART"}
+    old = os.umask(0o022)
+    try:
+        r = subprocess.run([sys.executable, "-m", "supervisord", "submit", "--", "bash", "job.sh"], env=env,
+                           cwd=repo, capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        os.umask(old)
+    assert r.returncode == 0, r.stderr
+    pid = int((js.state_dir / "daemon.lock").read_text().strip())
+    try:
+        js.cli("wait", r.stdout.strip())
+        for path in [js.state_dir, *js.state_dir.rglob("*")]:
+            if "repo" in path.relative_to(js.state_dir).parts:
+                continue  # the job's own files, inside its private run folder
+            mode = stat.S_IMODE(path.lstat().st_mode)
+            assert mode & 0o077 == 0, f"{path} has mode {mode:o}"
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while js.socket.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def test_runner_refuses_a_snapshot_changed_after_submit(tmp_path: Path) -> None:
+    # The runner, as the local backend starts it: the snapshot's bytes no
+    # longer match the digest recorded at submit.
+    src = make_repo(tmp_path / "src", {"job.sh": "echo ran > ../ran.txt\n"})
+    tar = tmp_path / "snap.tar"
+    subprocess.run(["git", "-C", str(src), "archive", "--format=tar", "-o", str(tar), "HEAD"], check=True)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    spec = {"command": "bash job.sh", "env": {}, "timeout_s": 60, "kill_grace_s": 1, "shell": "bash",
+            "snapshot": str(tar), "snapshot_sha256": "0" * 64}
+    subprocess.run([sys.executable, "-m", "supervisord.backends.local.runner", str(run_dir)],
+                   input=json.dumps(spec).encode(), check=True, timeout=30)
+    deadline = time.monotonic() + 30
+    status: dict[str, object] = {}
+    while time.monotonic() < deadline:
+        try:
+            status = json.loads((run_dir / "status.json").read_text())
+        except (FileNotFoundError, ValueError):
+            status = {}
+        if status.get("state") == "exited":
+            break
+        time.sleep(0.05)
+    assert status.get("reason") == "StagingFailed", status
+    assert "0" * 64 in str(status.get("message")), status
+    assert not (run_dir / "ran.txt").exists()
+
+
+# -- issue 14 item 3: --env without '=' -------------------------------------------
+
+
+def test_env_without_equals_is_not_echoed(js: JobsupEnv, repo: Path) -> None:
+    r = js.cli("submit", "--env", "A=1", "--env", "s3cr3t-token-value", "--", "true", cwd=repo, check=False)
+    assert r.returncode == 2
+    assert "--env" in r.stderr and "argument 2" in r.stderr
+    assert "s3cr3t" not in r.stderr + r.stdout
