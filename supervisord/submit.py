@@ -15,6 +15,7 @@ from typing import Any, Mapping
 import anyio
 
 from supervisord import config as cfg
+from supervisord.envcheck import check_env
 from supervisord.exceptions import TaskError
 from supervisord.source import SnapshotStore, is_dirty, repo_root, resolve_commit, untracked_files
 from supervisord.supervisor import env_digest
@@ -107,6 +108,7 @@ class Planner:
         context = (data.get("kubernetes") or {}).get("context") if backend == "kubernetes" else None
         cfg.check_allowed(effective, backend, context)
         merged_env = {**{str(k): str(v) for k, v in (data.get("env") or {}).items()}, **env}
+        check_env(merged_env, command=command)
 
         where = Path(str(task.get("path") or req.cwd))
         repo = await anyio.to_thread.run_sync(repo_root, where, limiter=self._git)

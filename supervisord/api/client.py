@@ -29,6 +29,9 @@ __all__ = ["Client"]
 _CALL_TIMEOUT = httpx.Timeout(60.0, connect=5.0)
 _STREAM_TIMEOUT = httpx.Timeout(connect=5.0, read=20.0, write=10.0, pool=5.0)
 _AUTOSTART_WAIT_S = 30.0
+#: How long to keep trying a daemon whose process lives but does not answer
+#: (it is stopping, or not ready yet).
+_STOPPING_WAIT_S = 10.0
 
 
 class Client:
@@ -69,6 +72,8 @@ class Client:
         log when a started daemon failed).
         """
         info = self.health()
+        if info is None:
+            info = self._wait_for_live_daemon()
         if info is not None:
             return info
         if autostart is None:
@@ -79,6 +84,43 @@ class Client:
                 "start one with `jobsup daemon` or `systemctl --user start jobsup`)"
             )
         return self._start_daemon()
+
+    def live_daemon_pid(self) -> int | None:
+        """The pid of a live daemon on this state dir (the pid it wrote in
+        ``daemon.lock``, if that process exists), else None."""
+        try:
+            pid = int(self.paths.state_dir.joinpath("daemon.lock").read_text().strip() or 0)
+        except (OSError, ValueError):
+            return None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return None
+        # The pid may have been reused since that daemon exited.
+        return pid if b"daemon" in cmdline else None
+
+    def _wait_for_live_daemon(self) -> dict[str, Any] | None:
+        """Nothing answers, but a daemon may be stopping (or still starting):
+        while its process lives, try again for up to :data:`_STOPPING_WAIT_S`.
+        Returns its health once it answers, None once no daemon process is
+        left (the caller may start one). Raises DaemonUnreachableError when
+        the daemon process lives on without its socket file."""
+        deadline = time.monotonic() + _STOPPING_WAIT_S
+        while True:
+            pid = self.live_daemon_pid()
+            if pid is None:
+                return None
+            info = self.health()
+            if info is not None:
+                return info
+            if time.monotonic() > deadline:
+                if not self.paths.socket.exists():
+                    raise DaemonUnreachableError(
+                        f"daemon pid {pid} lost its socket {self.paths.socket} (was the file deleted?); "
+                        f"restart it: `kill {pid}` (runs keep going), then any jobsup command starts a new one"
+                    )
+                return None
+            time.sleep(0.1)
 
     def _start_daemon(self) -> dict[str, Any]:
         self.paths.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)

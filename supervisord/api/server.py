@@ -70,14 +70,26 @@ def _flag(request: Request, name: str) -> bool:
     return request.query_params.get(name, "").lower() in ("1", "true", "yes")
 
 
-def _int(request: Request, name: str, default: int | None = None) -> int | None:
+#: The largest value an integer query parameter may have: SQLite's INTEGER
+#: (a signed 64-bit number).
+_INT_MAX = 2**63 - 1
+
+
+def _int(request: Request, name: str, default: int | None = None, *, minimum: int = 0) -> int | None:
+    """Query parameter ``name`` as a whole number in ``minimum..2^63-1``
+    (every integer parameter is a count, a cursor or a limit), or
+    ``default`` when absent. Raises UsageError (HTTP 400) naming it, before
+    any response starts."""
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
-        raise UsageError(f"query parameter {name}={raw!r} must be an integer") from None
+        raise UsageError(f"query parameter {name}={raw[:40]!r} must be an integer") from None
+    if not minimum <= value <= _INT_MAX:
+        raise UsageError(f"query parameter {name}={raw[:40]!r} must be in {minimum}..{_INT_MAX}")
+    return value
 
 
 def _float(request: Request, name: str) -> float | None:
@@ -87,9 +99,9 @@ def _float(request: Request, name: str) -> float | None:
     try:
         value = float(raw)
     except ValueError:
-        raise UsageError(f"query parameter {name}={raw!r} must be a number") from None
-    if value < 0:
-        raise UsageError(f"query parameter {name} must not be negative")
+        raise UsageError(f"query parameter {name}={raw[:40]!r} must be a number") from None
+    if not 0 <= value < float("inf"):
+        raise UsageError(f"query parameter {name}={raw[:40]!r} must be a finite number, not negative")
     return value
 
 
@@ -239,7 +251,7 @@ def create_app(
         run_id = await supervisor.resolve(ref) if ref else None
         after = _int(request, "after", 0) or 0
         follow = _flag(request, "follow")
-        limit = _int(request, "limit", 1000) or 1000
+        limit = _int(request, "limit", 1000, minimum=1) or 1000
 
         async def stream() -> AsyncIterator[bytes]:
             cursor = after

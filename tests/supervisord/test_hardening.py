@@ -242,3 +242,184 @@ def test_env_without_equals_is_not_echoed(js: JobsupEnv, repo: Path) -> None:
     assert r.returncode == 2
     assert "--env" in r.stderr and "argument 2" in r.stderr
     assert "s3cr3t" not in r.stderr + r.stdout
+
+
+# -- issue 12 item 9: wait --for PHASE exit codes -----------------------------------
+
+
+@pytest.fixture
+def live(js: JobsupEnv) -> JobsupEnv:
+    js.start_daemon()
+    return js
+
+
+def test_wait_for_a_terminal_phase_exits_0_only_when_reached(live: JobsupEnv, repo: Path) -> None:
+    ok = live.submit(repo, "--name", "ok", "--", "true")
+    bad = live.submit(repo, "--name", "bad", "--", "exit 7")
+    live.cli("wait", ok, bad, check=False)
+    assert live.cli("wait", ok, "--for", "COMPLETED").returncode == 0
+    assert live.cli("wait", bad, "--for", "ERROR").returncode == 0
+    # Asked-for phase not reached: the code of the phase the run ended in...
+    assert live.cli("wait", bad, "--for", "CANCELED", check=False).returncode == 1
+    assert live.cli("wait", bad, "--for", "COMPLETED", check=False).returncode == 1
+    # ...and for a run that COMPLETED (code 0 in the table) while another
+    # terminal phase was asked for: 5.
+    assert live.cli("wait", ok, "--for", "ERROR", check=False).returncode == 5
+    assert live.cli("wait", ok, bad, "--for", "ERROR", check=False).returncode == 5
+    assert live.cli("wait", bad, ok, "--for", "ERROR", check=False).returncode == 5
+    # A non-terminal phase passed on the way to COMPLETED is reached.
+    assert live.cli("wait", ok, "--for", "RUNNING").returncode == 0
+
+
+# -- issue 12 item 10: cancel resolves every id first --------------------------------
+
+
+def test_cancel_with_a_bad_id_cancels_nothing(live: JobsupEnv, repo: Path) -> None:
+    a = live.submit(repo, "--name", "a", "--", "sleep 300")
+    b = live.submit(repo, "--name", "b", "--", "sleep 300")
+    r = live.cli("cancel", a, "ffff0000", b, check=False)
+    assert r.returncode == 2, r.stderr
+    assert "ffff0000" in r.stderr and "nothing was done" in r.stderr
+    runs = {x["id"]: x for x in json.loads(live.cli("runs", "-o", "json").stdout)}
+    assert runs[a]["phase"] not in ("CANCELED",) and runs[b]["phase"] not in ("CANCELED",)
+    events = [json.loads(x) for x in live.cli("events", "-o", "json").stdout.splitlines()]
+    assert not [e for e in events if e["type"] == "CancelRequested"]
+    live.cli("cancel", a, b)
+
+
+# -- issue 12 item 11: logs -f --tail N resumes after a reconnect --------------------
+
+
+def test_logs_follow_tail_resumes_from_the_line_reached(live: JobsupEnv, tmp_path: Path) -> None:
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    repo = make_repo(tmp_path / "tailrepo", {"job.sh": (
+        "echo early-1\necho early-2\n"
+        f"while [ ! -e {flags}/go ]; do sleep 0.05; done\n"
+        "echo during-1\necho during-2\n"
+        f"while [ ! -e {flags}/end ]; do sleep 0.05; done\n"
+        "echo after-1\n"
+    )})
+    run = live.submit(repo, "--", "bash job.sh")
+    deadline = time.monotonic() + 60
+    while "early-2" not in live.cli("logs", run).stdout:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    env = {**live.env, "JOBSUP_NO_AUTOSTART": "1"}
+    # --tail 0: no line reaches the follower before the daemon goes away.
+    follower = subprocess.Popen([sys.executable, "-m", "supervisord", "logs", "-f", "--tail", "0", run],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_connected(follower.pid)
+        time.sleep(1.0)  # past the connection check: the log stream is open
+        live.kill_daemon(signal.SIGKILL)
+        (flags / "go").touch()
+        time.sleep(1.0)  # during-* are written while no daemon runs
+        live.start_daemon()
+        deadline = time.monotonic() + 60
+        while "during-2" not in live.cli("logs", run).stdout:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        (flags / "end").touch()
+        out, err = follower.communicate(timeout=120)
+    finally:
+        follower.kill()
+    assert out.splitlines() == ["during-1", "during-2", "after-1"], err
+
+
+def _wait_connected(pid: int) -> None:
+    """Until process ``pid`` has a socket open (the CLI reached the daemon)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        fds = Path(f"/proc/{pid}/fd")
+        try:
+            if any(os.readlink(fd).startswith("socket:") for fd in fds.iterdir()):
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError("the CLI never connected")
+
+
+# -- issue 12 item 14: a stopping daemon, a lost socket ------------------------------
+
+
+def test_cli_waits_for_a_stopping_daemon_then_starts_one(js: JobsupEnv, repo: Path) -> None:
+    js.start_daemon()
+    pid = js.daemon.pid if js.daemon else 0
+    os.kill(pid, signal.SIGSTOP)  # holds the state dir like a daemon still stopping
+    try:
+        js.socket.unlink()  # its API is already closed
+        env = {k: v for k, v in js.env.items() if k != "JOBSUP_NO_AUTOSTART"}
+        submit = subprocess.Popen([sys.executable, "-m", "supervisord", "submit", "--", "true"], env=env, cwd=repo,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # The CLI finds nothing answering (within ~1 s of starting), and the
+        # old daemon is gone only later: within the CLI's 10 s of patience,
+        # but after a daemon it started at once would have found the state
+        # dir still locked.
+        time.sleep(6.0)
+        os.kill(pid, signal.SIGKILL)
+        out, err = submit.communicate(timeout=120)
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    assert submit.returncode == 0, err
+    assert len(out.strip()) == 12
+    new_pid = int((js.state_dir / "daemon.lock").read_text().strip())
+    os.kill(new_pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while js.socket.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_cli_names_a_daemon_that_lost_its_socket(live: JobsupEnv) -> None:
+    live.socket.unlink()
+    r = live.cli("runs", check=False, timeout=60)
+    assert r.returncode == 69
+    assert f"daemon pid {live.daemon.pid if live.daemon else 0} lost its socket" in r.stderr, r.stderr
+
+
+# -- issue 12 item 15: bad query parameters on streaming endpoints -------------------
+
+
+def test_bad_query_parameters_are_400_naming_them(live: JobsupEnv, repo: Path) -> None:
+    import httpx
+
+    run = live.submit(repo, "--", "true")
+    live.cli("wait", run)
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(live.socket)), base_url="http://jobsup/v1") as c:
+        for path, param in [
+            ("/events?limit=-1", "limit"),
+            ("/events?limit=0", "limit"),
+            (f"/events?after={2**64}", "after"),
+            ("/events?after=-3", "after"),
+            (f"/runs/{run}/logs?tail=-5", "tail"),
+            (f"/runs/{run}/logs?after_line=-1", "after_line"),
+            (f"/runs/{run}/logs?after_line={2**63}", "after_line"),
+            (f"/wait?run={run}&after=-1", "after"),
+            (f"/wait?run={run}&timeout=nan", "timeout"),
+        ]:
+            resp = c.get(path)
+            assert resp.status_code == 400, (path, resp.status_code, resp.text[:200])
+            assert f"query parameter {param}=" in resp.json()["error"]["message"], path
+        assert c.get(f"/events?after={2**63 - 1}").status_code == 200
+    assert "Traceback" not in live.daemon_log.read_text()
+
+
+# -- issue 12 item 16: env values no process can be given ----------------------------
+
+
+def test_env_values_no_process_can_take_are_refused_at_submit(live: JobsupEnv, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "envrepo", {
+        "nul.yaml": 'run: "true"\nenv:\n  HAS_NUL: "a\\0b"\n',
+        "big.yaml": 'run: "true"\nenv:\n  BIG: "' + "x" * 140000 + '"\n',
+        "total.yaml": 'run: "true"\nenv:\n' + "".join(f'  V{i}: "{"y" * 100000}"\n' for i in range(30)),
+    })
+    for task, key in [("nul.yaml", "HAS_NUL"), ("big.yaml", "BIG"), ("total.yaml", "env.V")]:
+        r = live.cli("submit", task, cwd=repo, check=False)
+        assert r.returncode == 2, (task, r.returncode, r.stderr)
+        assert key in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert "xxxx" not in r.stderr and "yyyy" not in r.stderr
+    assert json.loads(live.cli("runs", "--all", "-o", "json").stdout) == []
