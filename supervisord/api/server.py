@@ -52,7 +52,27 @@ class PeerCredProtocol(H11Protocol):
                 super().connection_made(transport)
                 transport.close()
                 return
+            # Who is asking, for the requests of this connection to record.
+            self.app = _with_peer(self.app, {"uid": uid, "pid": _pid})
         super().connection_made(transport)
+
+
+#: The ASGI scope key holding the peer's ``{"uid", "pid"}`` (SO_PEERCRED).
+PEER_SCOPE_KEY = "jobsup.peer"
+
+
+def _with_peer(app: Any, peer: dict[str, int]) -> Any:
+    """``app`` with ``scope["jobsup.peer"] = peer`` on every request."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        await app({**scope, PEER_SCOPE_KEY: peer}, receive, send)
+
+    return wrapped
+
+
+def _peer(request: Request) -> dict[str, int]:
+    """The requesting process's ``{"uid", "pid"}`` ({} when not over the Unix socket)."""
+    return dict(request.scope.get(PEER_SCOPE_KEY) or {})
 
 
 def _dumps(obj: Any) -> bytes:
@@ -143,7 +163,9 @@ def create_app(
             raise UsageError("submit: the request body is not JSON") from None
         req = SubmitRequest.from_json(body)
         plan = await planner.plan(req)
-        run = await supervisor.submit(plan.submitted, env=plan.env, config=plan.config, force=plan.force)
+        peer = _peer(request)
+        submitted = {**plan.submitted, **{f"submitted_by_{k}": v for k, v in peer.items()}}
+        run = await supervisor.submit(submitted, env=plan.env, config=plan.config, force=plan.force)
         return JSONResponse({"run": run.to_json(), "warnings": plan.warnings}, status_code=201)
 
     async def list_runs(request: Request) -> Response:
@@ -167,7 +189,7 @@ def create_app(
 
     async def cancel(request: Request) -> Response:
         run_id = await supervisor.resolve(request.path_params["ref"])
-        run = await supervisor.cancel(run_id)
+        run = await supervisor.cancel(run_id, requested_by=_peer(request))
         return JSONResponse({"run": run.to_json()})
 
     async def logs(request: Request) -> Response:

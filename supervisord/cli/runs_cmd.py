@@ -6,6 +6,7 @@ They talk to the daemon only through :class:`supervisord.api.client.Client`.
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -159,8 +160,13 @@ def submit(
         "cwd": os.getcwd(),
         "rev": rev,
         "force": force,
+        "request_id": secrets.token_hex(8),
+        "umask": f"{_current_umask():04o}",
     }
-    result = client.submit(body)
+    try:
+        result = client.submit(body)
+    except DaemonUnreachableError as err:
+        result = {"run": _find_submitted(client, str(body["request_id"]), err), "warnings": []}
     for line in result.get("warnings") or []:
         warn(line)
     run_id = result["run"]["id"]
@@ -170,6 +176,45 @@ def submit(
     info(f"submitted run {run_id}")
     run = _follow_logs(client, run_id)
     ctx.exit(exit_code_for_phase(run["phase"]))
+
+
+_LOST_SUBMIT_WAIT_S = 30.0
+
+
+def _current_umask() -> int:
+    """This process's umask (that of the shell that ran jobsup): a local run
+    creates its files with it, not with the daemon's private 077."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def _find_submitted(client: Client, request_id: str, err: DaemonUnreachableError) -> dict[str, Any]:
+    """The daemon went away while a submit was in flight: reconnect (for up
+    to :data:`_LOST_SUBMIT_WAIT_S`) and look for the run recorded with this
+    submit's ``request_id``. Returns it (the run was recorded and will be
+    supervised), or raises DaemonUnreachableError saying it was not
+    recorded, or that this cannot be known without a daemon."""
+    info(f"the daemon went away during the submit ({err}); checking whether the run was recorded")
+    deadline = time.monotonic() + _LOST_SUBMIT_WAIT_S
+    while True:
+        try:
+            client.connect()
+            recent = client.runs(all=False)
+            break
+        except DaemonUnreachableError:
+            if time.monotonic() > deadline:
+                raise DaemonUnreachableError(
+                    f"{err}; no daemon answers since, so whether the run was recorded is unknown: "
+                    "see `jobsup runs` once a daemon is back"
+                ) from None
+            time.sleep(0.5)
+    for run in recent:
+        doc = client.show(run["id"])
+        if (doc.get("submitted") or {}).get("request_id") == request_id:
+            warn(f"the run was recorded (as {run['id']}) before the daemon went away; it will run")
+            return dict(doc["run"])
+    raise DaemonUnreachableError(f"{err}; the run was NOT recorded (nothing will run): submit it again")
 
 
 def _print_line(obj: dict[str, Any], *, flush: bool = False) -> None:

@@ -423,3 +423,169 @@ def test_env_values_no_process_can_take_are_refused_at_submit(live: JobsupEnv, t
         assert key in r.stderr and "Traceback" not in r.stderr, r.stderr
         assert "xxxx" not in r.stderr and "yyyy" not in r.stderr
     assert json.loads(live.cli("runs", "--all", "-o", "json").stdout) == []
+
+
+# -- issue 14 item 4: env scalars as written ---------------------------------------
+
+
+def test_task_env_scalars_are_taken_as_written(live: JobsupEnv, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "scalars", {"task.yaml": (
+        'run: echo "$VERSION $ZIP $MODE $AT $QUOTED"\n'
+        "env:\n  VERSION: 1.10\n  ZIP: 02134\n  MODE: off\n  AT: 12:30\n  QUOTED: '007'\n"
+    )})
+    run = live.submit(repo, "task.yaml")
+    live.cli("wait", run)
+    assert live.cli("logs", run).stdout.splitlines() == ["1.10 02134 off 12:30 007"]
+
+
+# -- issue 14 item 5: a local run's umask --------------------------------------------
+
+
+def test_local_run_gets_the_umask_of_the_submitting_shell(live: JobsupEnv, repo: Path) -> None:
+    for mask, mode in [(0o022, "644"), (0o027, "640")]:
+        proc = subprocess.run([sys.executable, "-m", "supervisord", "submit", "--name", f"u{mask:o}", "--",
+                               "touch f && stat -c %a f"], env=live.env, cwd=repo, capture_output=True,
+                              text=True, timeout=120, umask=mask, check=True)
+        run = proc.stdout.strip()
+        live.cli("wait", run)
+        assert live.cli("logs", run).stdout.strip() == mode
+        submitted = json.loads(live.cli("events", run, "-o", "json").stdout.splitlines()[0])
+        assert submitted["data"]["umask"] == f"{mask:04o}"
+
+
+# -- issue 14 item 6: arguments that are not UTF-8 -----------------------------------
+
+
+def test_non_utf8_argument_is_one_line_and_exit_2(live: JobsupEnv, repo: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "supervisord", "submit", "--", "echo", b"caf\xe9"],
+                       env=live.env, cwd=repo, capture_output=True, timeout=120, check=False)
+    err = r.stderr.decode("utf-8", "replace")
+    assert r.returncode == 2, err
+    assert err.strip().count("\n") == 0 and "argument 4 is not valid UTF-8" in err, err
+    assert json.loads(live.cli("runs", "--all", "-o", "json").stdout) == []
+
+
+# -- issue 14 item 7: YAML alias bombs and document size -----------------------------
+
+
+def _bomb(levels: int) -> str:
+    lines = ['l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i in range(1, levels):
+        lines.append(f"l{i}: &l{i} [" + ",".join([f"*l{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_yaml_alias_bomb_in_a_config_layer_is_refused_naming_the_file(live: JobsupEnv, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "bomb", {"job.sh": "true\n"})
+    (repo / ".jobsup.yaml").write_text("env:\n  X:\n" + "".join("    " + ln + "\n" for ln in _bomb(7).splitlines()))
+    r = live.cli("submit", "--", "true", cwd=repo, check=False, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert f"{repo / '.jobsup.yaml'}" in r.stderr and "expands to more than" in r.stderr
+    big = repo / "big.yaml"
+    big.write_text("run: 'true'\nname: '" + "x" * (5 * 1024 * 1024) + "'\n")
+    r = live.cli("submit", str(big), cwd=repo, check=False, timeout=60)
+    assert r.returncode == 2 and str(big) in r.stderr and "over the limit" in r.stderr, r.stderr[:300]
+
+
+# -- issue 14 item 8: exit codes -----------------------------------------------------
+
+
+def test_unknown_run_id_and_bad_user_config_exit_2(live: JobsupEnv, repo: Path) -> None:
+    for args in (["show", "ffff0000"], ["logs", "ffff0000"], ["wait", "ffff0000"], ["cancel", "ffff0000"],
+                 ["events", "ffff0000"], ["logs", "-f", "ffff0000"]):
+        r = live.cli(*args, check=False)
+        assert r.returncode == 2, (args, r.returncode, r.stderr)
+        assert "ffff0000" in r.stderr
+    (repo / ".jobsup.yaml").write_text("local:\n  shell: no-such-shell-here\n")
+    r = live.cli("submit", "--", "true", cwd=repo, check=False)
+    assert r.returncode == 2, r.stderr
+    assert "no-such-shell-here" in r.stderr and str(repo / ".jobsup.yaml") in r.stderr
+    assert json.loads(live.cli("runs", "--all", "-o", "json").stdout) == []
+
+
+# -- issue 14 item 9: doctor without Kubernetes --------------------------------------
+
+
+def test_doctor_shows_kubernetes_as_na_without_kubeconfig_or_when_not_allowed(js: JobsupEnv, tmp_path: Path) -> None:
+    js.env.pop("KUBECONFIG", None)
+    js.start_daemon()
+    r = js.cli("doctor", "-o", "json", check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    checks = {c["name"]: c for c in json.loads(r.stdout)}
+    assert checks["kubernetes"]["detail"].startswith("n/a: no kubeconfig")
+    js.stop_daemon()
+    daemon_cfg = tmp_path / "daemon.yaml"
+    daemon_cfg.write_text("allowed_backends: [local]\n")
+    js.env["JOBSUP_DAEMON_CONFIG"] = str(daemon_cfg)
+    kube = tmp_path / "kubeconfig"
+    kube.write_text("apiVersion: v1\nkind: Config\ncurrent-context: nowhere\n")
+    js.env["KUBECONFIG"] = str(kube)
+    js.start_daemon()
+    r = js.cli("doctor", "-o", "json", check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    checks = {c["name"]: c for c in json.loads(r.stdout)}
+    assert checks["kubernetes"]["detail"].startswith("n/a: the kubernetes backend is not allowed")
+
+
+# -- issue 14 item 10: leftovers -----------------------------------------------------
+
+
+def test_interrupted_submit_says_it_was_not_recorded_and_leftovers_go(js: JobsupEnv, repo: Path, tmp_path: Path) -> None:
+    # A git whose `archive` hangs, so the daemon can be killed mid-submit.
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    flag = tmp_path / "archiving"
+    real_git = subprocess.run(["sh", "-c", "command -v git"], capture_output=True, text=True, check=True).stdout.strip()
+    (bindir / "git").write_text(
+        f'#!/bin/sh\ncase "$*" in *" archive "*) touch {flag}; sleep 20;; esac\nexec {real_git} "$@"\n'
+    )
+    os.chmod(bindir / "git", 0o755)
+    js.start_daemon(extra_env={"PATH": f"{bindir}:{js.env['PATH']}"})
+    submit = subprocess.Popen([sys.executable, "-m", "supervisord", "submit", "--", "true"], env=js.env, cwd=repo,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not flag.exists():
+        assert time.monotonic() < deadline and submit.poll() is None
+        time.sleep(0.05)
+    assert list((js.state_dir / "snapshots").glob(".archive-*"))
+    js.kill_daemon(signal.SIGKILL)
+    js.start_daemon()
+    out, err = submit.communicate(timeout=120)
+    assert submit.returncode == 69, err
+    assert "the run was NOT recorded" in err and out == ""
+    assert not list((js.state_dir / "snapshots").glob(".archive-*"))
+
+
+def test_submit_warns_about_submodules_and_a_task_file_in_a_subfolder(live: JobsupEnv, tmp_path: Path) -> None:
+    sub = make_repo(tmp_path / "lib", {"lib.sh": "echo lib\n"})
+    repo = make_repo(tmp_path / "withsub", {"jobs/task.yaml": "run: bash ../lib.sh\n"})
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "protocol.file.allow=always",
+           "-C", str(repo)]
+    subprocess.run(git + ["submodule", "add", "-q", str(sub), "vendor/lib"], check=True, capture_output=True)
+    subprocess.run(git + ["commit", "-qm", "sub"], check=True)
+    r = live.cli("submit", "jobs/task.yaml", cwd=repo)
+    assert "submodule(s) will be empty folders in the snapshot: vendor/lib" in r.stderr, r.stderr
+    assert "the task file is in jobs/ but its command runs at the top of the repository" in r.stderr
+
+
+def test_submitted_and_cancel_requested_record_the_peer(live: JobsupEnv, repo: Path) -> None:
+    submit = subprocess.Popen([sys.executable, "-m", "supervisord", "submit", "--", "sleep 300"], env=live.env,
+                              cwd=repo, stdout=subprocess.PIPE, text=True)
+    run = submit.communicate(timeout=120)[0].strip()
+    cancel = subprocess.Popen([sys.executable, "-m", "supervisord", "cancel", run], env=live.env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    cancel.communicate(timeout=120)
+    assert cancel.returncode == 0
+    events = [json.loads(x) for x in live.cli("events", run, "-o", "json").stdout.splitlines()]
+    submitted = events[0]["data"]
+    assert (submitted["submitted_by_uid"], submitted["submitted_by_pid"]) == (os.getuid(), submit.pid)
+    (requested,) = [e["data"] for e in events if e["type"] == "CancelRequested"]
+    assert requested == {"requested_by_uid": os.getuid(), "requested_by_pid": cancel.pid}
+
+
+def test_daemon_only_key_in_a_task_config_is_an_error_as_the_readme_says(live: JobsupEnv, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "donly", {"task.yaml": "run: 'true'\nconfig:\n  allowed_backends: [local]\n"})
+    r = live.cli("submit", "task.yaml", cwd=repo, check=False)
+    assert r.returncode == 2 and "allowed_backends" in r.stderr and str(repo / "task.yaml") in r.stderr, r.stderr
+    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+    assert "a task's `config:` setting them (or any key outside the list above) is an error" in readme

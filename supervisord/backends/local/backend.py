@@ -84,6 +84,7 @@ class LocalBackend:
                 "shell": shell,
                 "snapshot": str(spec.snapshot),
                 "snapshot_sha256": spec.snapshot_sha256,
+                "umask": spec.submitted.get("umask"),
             }
         ).encode()
 

@@ -122,6 +122,14 @@ def open_verified_snapshot(path: str, sha256: str | None) -> BinaryIO:
     return f
 
 
+def job_umask(spec: dict[str, Any]) -> int:
+    """The umask the job runs with: the submitting shell's (the spec's
+    ``umask``, octal text recorded at submit), else -1 (keep the runner's,
+    which is the daemon's private 077)."""
+    raw = spec.get("umask")
+    return int(raw, 8) if isinstance(raw, str) and raw else -1
+
+
 def write_status(run_dir: Path, status: dict[str, Any]) -> None:
     """Write ``RUN_DIR/status.json`` atomically and durably."""
     tmp = run_dir / ".status.json.tmp"
@@ -296,6 +304,7 @@ class _Runner:
                 stderr=err,
                 process_group=0,
                 restore_signals=True,
+                umask=job_umask(self.spec),
             )
         except OSError as exc:
             self.status(state="exited", exit_code=None, signal=None, reason="StartFailed",
