@@ -41,6 +41,7 @@ from supervisord.backends.local import LocalBackend
 from supervisord.exceptions import DaemonError, JobsupError, UsageError
 from supervisord.health import disk_full_hint, storage_check
 from supervisord.logging import configure_logging
+from supervisord.ownership import check_state_dir, remove_snapshot_leftovers
 from supervisord.paths import Paths
 from supervisord.scheduler.driver import Scheduler, SchedulerSettings
 from supervisord.scheduler.gpus import inventory as gpu_inventory
@@ -174,8 +175,11 @@ class Daemon:
         # private to the user.
         os.umask(0o077)
         self.paths.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        check_state_dir(self.paths.state_dir)
         self.paths.runs_dir.mkdir(mode=0o700, exist_ok=True)
         lock_fd = _lock_state_dir(self.paths.state_dir)
+        for leftover in remove_snapshot_leftovers(self.paths.snapshots_dir):
+            log.info("removed an interrupted snapshot", path=str(leftover))
         try:
             sock = _prepare_socket(self.paths.socket)
         except BaseException:
@@ -222,7 +226,10 @@ class Daemon:
                     checks.append(scheduler.doctor())
                     for backend in backends.values():
                         extra = getattr(backend, "doctor", None)
-                        if extra is not None:
+                        skip = _doctor_not_applicable(backend.name, self.daemon_layer)
+                        if skip is not None:
+                            checks.append({"name": backend.name, "ok": True, "detail": f"n/a: {skip}"})
+                        elif extra is not None:
                             checks.extend(await extra())
                     return checks
 
@@ -284,6 +291,24 @@ class Daemon:
                 self.paths.socket.unlink(missing_ok=True)
                 os.close(lock_fd)
             log.info("stopped")
+
+
+def _doctor_not_applicable(backend: str, daemon_layer: cfg.Layer) -> str | None:
+    """Why ``doctor`` skips the checks of ``backend`` (shown as n/a, not as
+    failures), or None to run them: the daemon config does not allow it,
+    or (Kubernetes) there is no kubeconfig to use: no file in
+    ``$KUBECONFIG`` / ``~/.kube/config`` and not inside a cluster."""
+    allowed = cfg.effective_config(daemon_layer, []).data.get("allowed_backends") or []
+    if backend not in allowed:
+        return f"the {backend} backend is not allowed (allowed_backends: {', '.join(allowed) or 'none'})"
+    if backend == "kubernetes":
+        raw = os.environ.get("KUBECONFIG", "")
+        files = [Path(p).expanduser() for p in raw.split(os.pathsep) if p.strip()] if raw.strip() else [
+            Path.home() / ".kube" / "config"
+        ]
+        if not any(f.is_file() for f in files) and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            return "no kubeconfig (" + os.pathsep.join(str(f) for f in files) + ") and not inside a cluster"
+    return None
 
 
 def _version() -> str:

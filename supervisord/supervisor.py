@@ -353,9 +353,13 @@ class Supervisor:
 
     # -- cancel --------------------------------------------------------------
 
-    async def cancel(self, run_id: str) -> RunStatus:
+    async def cancel(self, run_id: str, *, requested_by: Mapping[str, int] | None = None) -> RunStatus:
         """Cancel a run: record CancelRequested, stop it through its backend,
         let supervision drain the last logs, then record CANCELED.
+
+        ``requested_by``: who asked, ``{"uid", "pid"}`` of the API peer
+        (SO_PEERCRED); recorded as CancelRequested's data
+        ``{"requested_by_uid", "requested_by_pid"}``.
 
         Idempotent: a terminal run is returned unchanged. Raises
         RunNotFoundError, BackendError (the backend could not stop it).
@@ -377,10 +381,11 @@ class Supervisor:
             first = not state.cancel_requested
             state.cancel_requested = True
             if first:
+                who = {f"requested_by_{k}": v for k, v in (requested_by or {}).items()}
                 try:
                     # A cancel that cannot be recorded is refused (nothing done)
                     # rather than left hanging on a locked or full store.
-                    await reporter._append_locked([NewEvent(CANCEL_REQUESTED, {})], wait_for_storage=False)
+                    await reporter._append_locked([NewEvent(CANCEL_REQUESTED, who)], wait_for_storage=False)
                 except BaseException:
                     state.cancel_requested = False
                     raise
