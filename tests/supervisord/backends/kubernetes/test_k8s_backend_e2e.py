@@ -145,9 +145,32 @@ async def test_failing_command_is_error_with_exit_code(tmp_path: Path, sim: SimC
         run_id = await env.submit("echo about to fail; exit 7", manifest=M, files={M: job_manifest()})
         run = await env.terminal(run_id)
         assert run.phase == "ERROR" and run.exit_code == 7, run
-        assert run.reason == "BackoffLimitExceeded"
+        # The most specific cause, not the Job's BackoffLimitExceeded (backoffLimit is always 0);
+        # the Job condition's "reason: message" is kept in the message.
+        assert run.reason == "NonZeroExit"
         assert run.message is not None and run.message.startswith('NonZeroExit: container "main" exited with code 7')
+        assert "BackoffLimitExceeded: " in run.message
         assert await env.lines(run_id) == ["about to fail"]
+
+
+async def test_oom_killed_container_is_error_oom_killed(tmp_path: Path, sim: SimCluster) -> None:
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit("echo started; sleep 60", manifest=M, files={M: job_manifest()})
+        await env.wait_until(run_id, lambda r: r.phase == "RUNNING" and r.log_lines >= 1)
+        sim.oom_kill(pod_name(sim, run_id))
+        run = await env.terminal(run_id)
+        assert (run.phase, run.reason, run.exit_code) == ("ERROR", "OOMKilled", 137), run
+        assert run.message is not None and "BackoffLimitExceeded: " in run.message
+
+
+async def test_evicted_pod_is_error_evicted(tmp_path: Path, sim: SimCluster) -> None:
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit("echo started; sleep 60", manifest=M, files={M: job_manifest()})
+        await env.wait_until(run_id, lambda r: r.phase == "RUNNING" and r.log_lines >= 1)
+        sim.evict_pod(pod_name(sim, run_id))
+        run = await env.terminal(run_id)
+        assert (run.phase, run.reason) == ("ERROR", "Evicted"), run
+        assert run.message is not None and run.message.startswith("Evicted: ") and "BackoffLimitExceeded: " in run.message
 
 
 async def test_active_deadline_is_error_deadline_exceeded(tmp_path: Path, sim: SimCluster) -> None:
