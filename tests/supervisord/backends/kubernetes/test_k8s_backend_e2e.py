@@ -483,6 +483,8 @@ async def test_completed_job_then_ttl_deleted_stays_completed(tmp_path: Path, si
         run = await env.terminal(run_id)
         assert run.phase == "COMPLETED"
         sim.wait_for(lambda: sim.get_object("jobs.batch", f"t-{run_id}") is None, what="the TTL deletion")
+        # The env Secret is owned by the Job: the garbage collector takes it with the Job.
+        sim.wait_for(lambda: not run_objects(sim, run_id, "secrets"), what="the env Secret collected")
         after = await env.store.get_run(run_id)
         assert after is not None and after.phase == "COMPLETED" and after.version == run.version
 
