@@ -42,14 +42,16 @@ def test_garbage_collection_of_every_owned_kind(sim: SimCluster, batch: Any) -> 
             batch.delete_namespaced_job(name, ns)
         else:
             batch.delete_namespaced_job(name, ns, propagation_policy=policy)
-        sim.wait_for(lambda n=name: sim.get_object("jobs.batch", n) is None, what=f"{name} gone", timeout=40)
+        def job_gone(n: str = name) -> bool:
+            return sim.get_object("jobs.batch", n) is None
+
+        sim.wait_for(job_gone, what=f"{name} gone", timeout=40)
         for resource, _kind, _v in owned:
             if policy is None:
                 left = sim.get_object(resource, f"{name}-{resource}")
                 assert left is not None and not left["metadata"].get("ownerReferences"), left
             else:
-                sim.wait_for(
-                    lambda r=resource, n=name: sim.get_object(r, f"{n}-{r}") is None,
-                    what=f"{resource} of {name} collected",
-                    timeout=20,
-                )
+                def collected(r: str = resource, n: str = name) -> bool:
+                    return sim.get_object(r, f"{n}-{r}") is None
+
+                sim.wait_for(collected, what=f"{resource} of {name} collected", timeout=20)
