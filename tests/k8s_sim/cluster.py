@@ -460,13 +460,21 @@ class SimCluster:
         bookmark_interval_s: float | None = None,
         watch_window: int | None = None,
         exec_protocols: tuple[str, ...] | None = None,
+        log_runtime: str | None = None,
+        log_utc_offset_s: int | None = None,
     ) -> None:
         """Tune timings: the Job controller's first pod-replacement back-off,
         the kubelet's first CrashLoopBackOff and ErrImagePull->ImagePullBackOff
         delays, the watch BOOKMARK interval, how many events watches can
         resume from, and which exec subprotocols the server accepts (e.g.
-        ``("v4.channel.k8s.io",)`` to force v4)."""
+        ``("v4.channel.k8s.io",)`` to force v4). ``log_runtime``:
+        ``"containerd"`` (default: each log line stamped on its own, UTC) or
+        ``"cri-o"`` (every line of one read buffer gets the same timestamp, in
+        the node's zone ``log_utc_offset_s`` seconds east of UTC, e.g. 3600
+        for ``+01:00``); applies to containers started afterwards too."""
         state = self._require_state()
+        if log_runtime not in (None, "containerd", "cri-o"):
+            raise SimError(f"log_runtime must be 'containerd' or 'cri-o', got {log_runtime!r}")
 
         def apply() -> None:
             if job_backoff_s is not None:
@@ -481,6 +489,10 @@ class SimCluster:
                 state.store.window = watch_window
             if exec_protocols is not None:
                 state.exec_protocols = exec_protocols
+            if log_runtime is not None:
+                state.kubelet.log_runtime = log_runtime
+            if log_utc_offset_s is not None:
+                state.kubelet.log_utc_offset_s = log_utc_offset_s
 
         self._sync(apply)
 

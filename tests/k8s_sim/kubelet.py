@@ -52,7 +52,7 @@ import structlog
 
 from .faults import Faults
 from .store import CONFIGMAPS, EVENTS, PODS, RESOURCES, SECRETS, ObjectStore, WatchEvent
-from .util import JSON, ApiError, err_bad_request, err_not_found, expand, rfc3339, rfc3339_nano
+from .util import JSON, ApiError, err_bad_request, err_not_found, expand, rfc3339, rfc3339_nano, rfc3339_nano_go
 
 log = structlog.get_logger("tests.k8s_sim.kubelet")
 
@@ -203,6 +203,13 @@ class Kubelet:
         self.crash_backoff_s = 1.0
         """First CrashLoopBackOff delay for restartPolicy OnFailure (the kubelet
         uses 10 s, doubling up to 5 min; shortened here, doubling likewise)."""
+        self.log_runtime = "containerd"
+        """How container log records are stamped: ``"containerd"`` (each line
+        stamped as it is split off, UTC, RFC3339Nano) or ``"cri-o"`` (CRI-O's
+        log writer stamps every line of one read buffer with the same
+        ``time.Now()``, in the node's local zone: ``log_utc_offset_s``)."""
+        self.log_utc_offset_s = 0
+        """The node's local UTC offset in seconds, for ``log_runtime="cri-o"``."""
         self._faults_changed = asyncio.Event()
         self._closing = False
         store.listeners.append(self._on_event)
@@ -809,7 +816,9 @@ class Kubelet:
 
     async def _pump(self, c: ContainerRuntime, stream: asyncio.StreamReader, name: bytes) -> None:
         """Copy a process pipe into the CRI log, one record per line, stamped at
-        the moment it is read (like the runtime's log writer)."""
+        the moment it is read (like the runtime's log writer): containerd
+        stamps each line, CRI-O every line of one read buffer alike and in the
+        node's local zone (:attr:`log_runtime`)."""
         pending = b""
         while True:
             chunk = await stream.read(65536)
@@ -817,22 +826,30 @@ class Kubelet:
                 break
             pending += chunk
             records: list[bytes] = []
+            stamp = self._stamp if self.log_runtime == "containerd" else _fixed(self._stamp())
             while True:
                 nl = pending.find(b"\n")
                 if nl == -1:
                     break
                 line, pending = pending[:nl], pending[nl + 1 :]
                 while len(line) > PARTIAL_LINE_BYTES:
-                    records.append(_cri(name, b"P", line[:PARTIAL_LINE_BYTES]))
+                    records.append(_cri(stamp(), name, b"P", line[:PARTIAL_LINE_BYTES]))
                     line = line[PARTIAL_LINE_BYTES:]
-                records.append(_cri(name, b"F", line))
+                records.append(_cri(stamp(), name, b"F", line))
             while len(pending) > PARTIAL_LINE_BYTES:
-                records.append(_cri(name, b"P", pending[:PARTIAL_LINE_BYTES]))
+                records.append(_cri(stamp(), name, b"P", pending[:PARTIAL_LINE_BYTES]))
                 pending = pending[PARTIAL_LINE_BYTES:]
             if records:
                 self._append_log(c, b"".join(records))
         if pending:
-            self._append_log(c, _cri(name, b"F", pending))
+            self._append_log(c, _cri(self._stamp(), name, b"F", pending))
+
+    def _stamp(self) -> bytes:
+        """Now, as the runtime writes it in a CRI log record: Go's
+        ``time.RFC3339Nano`` (trailing zeros of the fraction dropped), UTC
+        for containerd, the node's zone for CRI-O."""
+        offset = self.log_utc_offset_s if self.log_runtime == "cri-o" else 0
+        return rfc3339_nano_go(time.time_ns(), offset).encode()
 
     def _append_log(self, c: ContainerRuntime, data: bytes) -> None:
         if c.log_fh is None:
@@ -1019,7 +1036,10 @@ async def stream_log(
                         continue
                     if only_stream is not None and stream_name != only_stream:
                         continue
-                    prefix = rfc3339_nano(ts_ns).encode() + b" " if timestamps and new_line else b""
+                    # The kubelet parses the record's time and formats it with
+                    # RFC3339NanoFixed in the zone it was written in.
+                    zone = _zone_offset_s(rec)
+                    prefix = rfc3339_nano(ts_ns, zone).encode() + b" " if timestamps and new_line else b""
                     piece = prefix + content + (b"" if partial else b"\n")
                     new_line = not partial
                     if limit_bytes is not None and sent + len(piece) > limit_bytes:
@@ -1072,8 +1092,21 @@ def parse_cri(rec: bytes) -> tuple[int, bytes, bool, bytes] | None:
     return ts, parts[1], parts[2] == b"P", content
 
 
-def _cri(stream: bytes, tag: bytes, content: bytes) -> bytes:
-    return rfc3339_nano(time.time_ns()).encode() + b" " + stream + b" " + tag + b" " + content + b"\n"
+def _cri(stamp: bytes, stream: bytes, tag: bytes, content: bytes) -> bytes:
+    return stamp + b" " + stream + b" " + tag + b" " + content + b"\n"
+
+
+def _fixed(stamp: bytes) -> Callable[[], bytes]:
+    return lambda: stamp
+
+
+def _zone_offset_s(rec: bytes) -> int:
+    """The UTC offset (seconds) of a CRI record's timestamp: 0 for ``Z``."""
+    ts = rec.split(b" ", 1)[0]
+    if ts.endswith((b"Z", b"z")) or len(ts) < 6 or ts[-6:-5] not in (b"+", b"-"):
+        return 0
+    sign = 1 if ts[-6:-5] == b"+" else -1
+    return sign * (int(ts[-5:-3]) * 3600 + int(ts[-2:]) * 60)
 
 
 def _log_tail_text(path: Path | None, lines: int, max_bytes: int) -> str | None:

@@ -3,10 +3,13 @@ of the simulator that jobsup must survive, through the official client."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from . import SimCluster
-from .manifests import job
+from .manifests import job, pod
+
+TICKER = "i=0; while [ $i -lt 400 ]; do i=$((i+1)); echo tick$i; sleep 0.05; done"
 
 
 def _owned(kind: str, api_version: str, name: str, owner: dict[str, Any]) -> dict[str, Any]:
@@ -55,3 +58,46 @@ def test_garbage_collection_of_every_owned_kind(sim: SimCluster, batch: Any) -> 
                     return sim.get_object(r, f"{n}-{r}") is None
 
                 sim.wait_for(collected, what=f"{resource} of {name} collected", timeout=20)
+
+
+def test_crio_log_mode_one_timestamp_per_read_and_local_offset(sim: SimCluster, batch: Any, core: Any) -> None:
+    # CRI-O's log writer stamps every line of one read buffer with the same
+    # time.Now(), formatted with time.RFC3339Nano in the node's zone; the
+    # kubelet's pods/log?timestamps=true keeps that zone (RFC3339NanoFixed).
+    sim.configure(log_runtime="cri-o", log_utc_offset_s=3600)
+    try:
+        batch.create_namespaced_job(sim.namespace, job("crio", "python3 -c 'print(\"a\\nb\\nc\")'; sleep 0.3; echo d"))
+        sim.wait_for(lambda: (p := sim.pod_of_job("crio")) and p["status"]["phase"] == "Succeeded", what="crio done")
+        pod = sim.pod_of_job("crio")
+        assert pod is not None
+        text = core.read_namespaced_pod_log(pod["metadata"]["name"], sim.namespace, timestamps=True)
+    finally:
+        sim.configure(log_runtime="containerd", log_utc_offset_s=0)
+    lines = [line.split(" ", 1) for line in text.splitlines()]
+    assert [t for _ts, t in lines] == ["a", "b", "c", "d"]
+    stamps = [ts for ts, _t in lines]
+    assert all(ts.endswith("+01:00") and len(ts.split(".")[1]) == len("000000000+01:00") for ts in stamps), stamps
+    assert stamps[0] == stamps[1] == stamps[2] != stamps[3]
+
+
+def test_follow_stream_ends_cleanly_while_the_container_runs(sim: SimCluster, core: Any) -> None:
+    # An idle or server-side timeout ends a follow=true body cleanly (no
+    # error) although the container goes on: the client must follow again.
+    core.create_namespaced_pod(sim.namespace, pod("eof", TICKER))
+    sim.wait_for(lambda: (p := sim.get_object("pods", "eof")) and p["status"].get("phase") == "Running", what="eof running")
+    time.sleep(0.5)
+    sim.faults.end_logs(3, pod="eof")
+    resp = core.read_namespaced_pod_log("eof", sim.namespace, follow=True, _preload_content=False, _request_timeout=(5, 10))
+    body = b"".join(resp.stream(amt=None, decode_content=False))  # ends without an exception
+    assert body.decode().splitlines() == ["tick1", "tick2", "tick3"]
+    pod_now = sim.get_object("pods", "eof")
+    assert pod_now is not None and pod_now["status"]["phase"] == "Running"
+    # One request only: the next follow flows past line 3.
+    resp = core.read_namespaced_pod_log("eof", sim.namespace, follow=True, _preload_content=False, _request_timeout=(5, 5))
+    got = b""
+    for chunk in resp.stream(amt=None, decode_content=False):
+        got += chunk
+        if got.count(b"\n") >= 5:
+            break
+    resp.release_conn()
+    assert got.decode().splitlines()[:5] == ["tick1", "tick2", "tick3", "tick4", "tick5"]

@@ -400,6 +400,42 @@ async def test_log_stream_faults_keep_every_line_exactly_once(tmp_path: Path, si
         assert stats["log_follows"] >= 2, stats
 
 
+async def test_crio_logs_same_timestamp_per_read_and_utc_offset_exactly_once(tmp_path: Path, sim: SimCluster) -> None:
+    # CRI-O stamps every line of one read buffer with one time, in the node's
+    # zone (+01:00): positions count lines per timestamp, so streams cut
+    # mid-burst resume without losing or doubling a line.
+    bursts = "; ".join(
+        f"python3 -c 'print(\"\\n\".join(\"line-%d\" % i for i in range({b * 30 + 1}, {b * 30 + 31})))'; sleep 0.2"
+        for b in range(5)
+    )
+    sim.configure(log_runtime="cri-o", log_utc_offset_s=3600)
+    try:
+        async with k8s_env(tmp_path, sim) as env:
+            sim.faults.cut_logs(7, count=4)
+            run_id = await env.submit(bursts, manifest=M, files={M: job_manifest()})
+            run = await env.terminal(run_id)
+            assert run.phase == "COMPLETED", run
+            assert await env.lines(run_id) == expected(150)
+            assert env.backend.stats.get("log_cuts", 0) >= 3, env.backend.stats
+            positions = [line.pos for line in await env.store.log_lines(run_id, 0, 1_000_000)]
+            assert all("+01:00#" in p for p in positions), positions[:3]
+            assert len({p.partition("#")[0] for p in positions}) < len(positions) / 5, "bursts share timestamps"
+    finally:
+        sim.configure(log_runtime="containerd", log_utc_offset_s=0)
+
+
+async def test_follow_stream_ending_while_running_is_followed_again(tmp_path: Path, sim: SimCluster) -> None:
+    # An idle or server timeout ends the follow cleanly while the container
+    # runs: jobsup follows again from its cursor, every line exactly once.
+    async with k8s_env(tmp_path, sim) as env:
+        sim.faults.end_logs(5, count=3)
+        run_id = await env.submit(ticker(60, 0.03), manifest=M, files={M: job_manifest()})
+        run = await env.terminal(run_id)
+        assert run.phase == "COMPLETED", run
+        assert await env.lines(run_id) == expected(60)
+        assert env.backend.stats["log_follows"] >= 3, env.backend.stats
+
+
 async def test_quiet_container_keeps_its_log_stream(tmp_path: Path, sim: SimCluster) -> None:
     # No output for a while is not a stall: a small check read finds nothing
     # new and the same stream goes on (the check's wait doubles).
