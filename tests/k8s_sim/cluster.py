@@ -380,13 +380,21 @@ class SimCluster:
         the apiserver is down)."""
         self._call(self._astop_server)
 
-    def restart(self) -> None:
+    def restart(self, *, drop_watch_history: bool = False) -> None:
         """Start the API server again on the same port with the same state (a
-        stop first if it is running)."""
+        stop first if it is running). With ``drop_watch_history`` the new
+        server starts with an empty watch cache, as a real apiserver does
+        (its cache is filled from etcd at the current revision): a watch or
+        continue token from any resourceVersion before the restart gets 410
+        Expired, so a client that resumes instead of relisting misses what
+        changed while the server was down."""
 
         async def go() -> None:
             if self._server is not None:
                 await self._astop_server()
+            if drop_watch_history:
+                assert self._state is not None
+                self._state.store.compact()
             await self._aserve()
 
         self._call(go)

@@ -6,7 +6,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+from kubernetes.client.exceptions import ApiException
+
 from . import SimCluster
+from .k8s_typed import Watch
 from .manifests import job, pod
 
 TICKER = "i=0; while [ $i -lt 400 ]; do i=$((i+1)); echo tick$i; sleep 0.05; done"
@@ -101,3 +105,26 @@ def test_follow_stream_ends_cleanly_while_the_container_runs(sim: SimCluster, co
             break
     resp.release_conn()
     assert got.decode().splitlines()[:5] == ["tick1", "tick2", "tick3", "tick4", "tick5"]
+
+
+def test_api_server_restart_drops_the_watch_history(sim: SimCluster, batch: Any) -> None:
+    # A restarted apiserver fills its watch cache from etcd at the current
+    # revision: resuming a watch from a resourceVersion of before the restart
+    # is 410 Expired (an ERROR event), and only a relist sees what changed.
+    ns = sim.namespace
+    batch.create_namespaced_job(ns, job("resume", "sleep 0.5"))
+    rv = batch.list_namespaced_job(ns).metadata.resource_version
+    sim.stop()
+    time.sleep(1.5)  # the Job completes while the API server is down
+    sim.restart(drop_watch_history=True)
+    fresh: Any = batch.__class__(sim.api_client())
+    with pytest.raises(ApiException) as exc:
+        list(Watch().stream(fresh.list_namespaced_job, ns, resource_version=rv, timeout_seconds=5))
+    assert exc.value.status == 410 and "too old resource version" in str(exc.value)
+    listed = fresh.list_namespaced_job(ns)
+    assert [c.type for c in listed.items[0].status.conditions or [] if c.status == "True"][-1] == "Complete"
+    # Without the flag a restart keeps the history (the older behaviour stays available).
+    rv = listed.metadata.resource_version
+    sim.restart()
+    events = list(Watch().stream(fresh.list_namespaced_job, ns, resource_version=rv, timeout_seconds=1))
+    assert all(e["type"] != "ERROR" for e in events), events

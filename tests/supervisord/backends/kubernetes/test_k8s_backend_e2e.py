@@ -461,6 +461,25 @@ async def test_api_server_restart_mid_run(tmp_path: Path, sim: SimCluster) -> No
         assert await env.lines(run_id) == expected(100)
 
 
+async def test_api_server_restart_that_drops_watch_history_relists(tmp_path: Path, sim: SimCluster) -> None:
+    # The Job finishes while the API server is down, and the restarted server
+    # has no watch history: resuming from the old resourceVersion is 410, and
+    # jobsup must relist to learn the outcome (and read the rest of the log).
+    async with k8s_env(tmp_path, sim, resync_s=600.0) as env:
+        run_id = await env.submit(ticker(40, 0.03) + "; exit 3", manifest=M, files={M: job_manifest()})
+        await env.wait_until(run_id, lambda r: r.log_lines >= 5)
+        await anyio.to_thread.run_sync(sim.stop)
+        await anyio.to_thread.run_sync(lambda: sim.wait_for(
+            lambda: (j := sim.get_object("jobs.batch", f"t-{run_id}")) is not None
+            and any(c["type"] == "Failed" for c in j["status"].get("conditions") or []),
+            what="the Job failed while the API server is down",
+        ))
+        await anyio.to_thread.run_sync(lambda: sim.restart(drop_watch_history=True))
+        run = await env.terminal(run_id)
+        assert (run.phase, run.reason, run.exit_code) == ("ERROR", "NonZeroExit", 3), run
+        assert await env.lines(run_id) == expected(40)
+
+
 async def test_cancel_while_the_api_server_is_down_is_recorded_as_failed(tmp_path: Path, sim: SimCluster) -> None:
     async with k8s_env(tmp_path, sim, cancel_timeout_s=3.0) as env:
         run_id = await env.submit("echo s; sleep 120", manifest=M, files={M: job_manifest()})
