@@ -130,7 +130,7 @@ class ContainerRuntime:
         """Kill the exec sessions' processes: they die with the container."""
         for p in list(self.exec_procs):
             if p.returncode is None:
-                _killpg(p, signal.SIGKILL)
+                _kill_container(p)
         self.exec_procs.clear()
 
     def changed_token(self) -> asyncio.Event:
@@ -529,12 +529,12 @@ class Kubelet:
         for c in procs:
             c.killed_by_kubelet = True
             self._record_event(rt, "Normal", "Killing", f"Stopping container {c.name}", f"spec.containers{{{c.name}}}")
-            _killpg(c.proc, signal.SIGTERM)
+            _signal_main(c.proc, signal.SIGTERM)
         waits = [asyncio.ensure_future(c.proc.wait()) for c in procs if c.proc is not None]
         _done, pending = await asyncio.wait(waits, timeout=max(grace, 0) or 0.01)
         for c in procs:
-            if c.proc is not None and c.proc.returncode is None:
-                _killpg(c.proc, signal.SIGKILL)
+            if c.proc is not None:
+                _kill_container(c.proc)
         if pending:
             await asyncio.wait(pending, timeout=10)
 
@@ -760,24 +760,31 @@ class Kubelet:
             asyncio.ensure_future(self._pump(c, proc.stderr, b"stderr")),
         ]
         wait_task = asyncio.ensure_future(proc.wait())
+        # The container ends when its main process does: the kernel kills the
+        # rest of a PID namespace once its init exits (a background child that
+        # keeps stdout open must not keep the container running).
+        reaper = asyncio.ensure_future(_kill_when_main_exits(proc))
         stop_task = asyncio.ensure_future(rt.stop_event.wait())
         try:
             await asyncio.wait({wait_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
             if not wait_task.done():
-                # Deleted, evicted or past activeDeadlineSeconds: SIGTERM, then
-                # SIGKILL after the grace period (kuberuntime killContainer).
+                # Deleted, evicted or past activeDeadlineSeconds: SIGTERM to the
+                # container's main process only, then SIGKILL after the grace
+                # period (kuberuntime killContainer; the runtime signals the
+                # init process of the container's PID namespace).
                 c.killed_by_kubelet = True
                 self._record_event(rt, "Normal", "Killing", f"Stopping container {c.name}", ref)
-                _killpg(proc, signal.SIGTERM)
+                _signal_main(proc, signal.SIGTERM)
                 done, _ = await asyncio.wait({wait_task}, timeout=max(rt.stop_grace, 0) or 0.01)
                 if not done:
-                    _killpg(proc, signal.SIGKILL)
+                    _kill_container(proc)
             rc = await wait_task
         finally:
             stop_task.cancel()
-        # Like the runtime killing the container's cgroup: nothing survives it,
-        # exec sessions included.
-        _killpg(proc, signal.SIGKILL)
+            reaper.cancel()
+        # Like the kernel tearing down the container's PID namespace once its
+        # init exits: nothing survives it, exec sessions included.
+        _kill_container(proc)
         c.kill_execs()
         await asyncio.wait(pumps, timeout=5)
         for p in pumps:
@@ -937,7 +944,7 @@ class Kubelet:
         _pod, c, cname = self.container(namespace, pod_name, container)
         if c is None or c.proc is None or c.proc.returncode is not None:
             raise err_bad_request(f'container "{cname}" in pod "{pod_name}" is not running')
-        _killpg(c.proc, signal.SIGKILL)
+        _kill_container(c.proc)
 
     async def exec_process(
         self, namespace: str, pod_name: str, container: str | None, command: list[str], stdin: bool
@@ -1124,6 +1131,85 @@ def _killpg(proc: asyncio.subprocess.Process | None, sig: int) -> None:
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)
+
+
+def _catches(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` has a handler for ``sig`` (its SigCgt mask in
+    /proc/<pid>/status); False when it is gone or cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except OSError:
+        return False
+    return False
+
+
+def _signal_main(proc: asyncio.subprocess.Process | None, sig: int) -> None:
+    """Signal the container's main process only, as the runtime does (the
+    kubelet's StopContainer: SIGTERM to the container's init, not to its
+    children). The main process is PID 1 of the container's PID namespace,
+    and the kernel drops a signal sent to a namespace's init from outside
+    unless the init has a handler for it (pid_namespaces(7)): a bare shell or
+    program without a SIGTERM handler does not hear it and is SIGKILLed after
+    the grace period. The simulator runs no PID namespace, so it checks the
+    handler itself."""
+    if proc is None or proc.returncode is not None:
+        return
+    if sig != signal.SIGKILL and not _catches(proc.pid, sig):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(proc.pid, sig)
+
+
+def _session_members(sid: int) -> list[int]:
+    """Pids of the processes in session ``sid`` (every process of a
+    container: it is started as a session leader, and a job's own process
+    group stays in the session)."""
+    out: list[int] = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 3 and int(fields[3]) == sid:
+            out.append(int(entry))
+    return out
+
+
+def _main_exited(pid: int) -> bool:
+    """Whether process ``pid`` has exited (gone, or a zombie not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return True
+    return stat[stat.rfind(b")") + 2 :][:1] in (b"Z", b"X")
+
+
+async def _kill_when_main_exits(proc: asyncio.subprocess.Process) -> None:
+    """Poll (every 0.1 s) until the container's main process has exited,
+    then kill what is left of the container."""
+    while proc.returncode is None and not _main_exited(proc.pid):
+        await asyncio.sleep(0.1)
+    _kill_container(proc)
+
+
+def _kill_container(proc: asyncio.subprocess.Process | None) -> None:
+    """SIGKILL every process of the container (its session), as the kernel
+    does to a PID namespace whose init died or the runtime does to a
+    container after the grace period."""
+    if proc is None:
+        return
+    _killpg(proc, signal.SIGKILL)
+    for pid in _session_members(proc.pid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _rewrite_tmp(text: str, host_tmp: str) -> str:

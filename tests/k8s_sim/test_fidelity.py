@@ -128,3 +128,34 @@ def test_api_server_restart_drops_the_watch_history(sim: SimCluster, batch: Any)
     sim.restart()
     events = list(Watch().stream(fresh.list_namespaced_job, ns, resource_version=rv, timeout_seconds=1))
     assert all(e["type"] != "ERROR" for e in events), events
+
+
+def _failed_pod(sim: SimCluster, name: str, timeout: float = 30) -> dict[str, Any]:
+    found: dict[str, Any] = sim.wait_for(
+        lambda: (p := sim.get_object("pods", name)) and p["status"].get("phase") == "Failed" and p,
+        what=f"{name} Failed",
+        timeout=timeout,
+    )
+    return found
+
+
+def test_termination_signals_only_the_main_process_then_kills_after_the_grace(sim: SimCluster, core: Any) -> None:
+    # The runtime sends SIGTERM to the container's PID 1 only; its children
+    # hear nothing, and when PID 1 exits the kernel kills the rest.
+    script = (
+        "(trap 'echo child got TERM; exit 0' TERM; while :; do sleep 0.1; done) & "
+        "trap 'echo main got TERM; sleep 0.3; exit 0' TERM; echo up; wait"
+    )
+    core.create_namespaced_pod(sim.namespace, pod("pid1", script, activeDeadlineSeconds=2, grace_s=20))
+    p = _failed_pod(sim, "pid1")
+    assert p["status"]["reason"] == "DeadlineExceeded"
+    log = core.read_namespaced_pod_log("pid1", sim.namespace)
+    assert log.splitlines() == ["up", "main got TERM"], log
+    # A PID 1 without a SIGTERM handler (bash exec'ing sleep) does not hear
+    # it at all: SIGKILL after terminationGracePeriodSeconds.
+    started = time.monotonic()
+    core.create_namespaced_pod(sim.namespace, pod("deaf", "sleep 60", activeDeadlineSeconds=1, grace_s=3))
+    p = _failed_pod(sim, "deaf")
+    assert time.monotonic() - started >= 3.5, "the grace period was not waited for"
+    term = p["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert term["exitCode"] == 137, term

@@ -12,7 +12,19 @@ The script, run by the manifest's ``bash -c 'eval "$JOBSUP_SCRIPT"'``:
 3. extracts ``source.tar`` into ``repo/`` under the container's working
    directory (the image ``WORKDIR`` or the container's ``workingDir``);
 4. ``cd repo`` and runs the task's command, which is the user's own shell
-   text, appended as written.
+   text, appended as written, in a subshell of its own process group
+   (``set -m``), and waits for it;
+5. forwards SIGTERM to that whole process group and keeps waiting, then
+   exits with the command's exit status.
+
+Step 5 exists because the kubelet stops a container by sending SIGTERM to
+its main process only (PID 1 of the container), and the kernel delivers a
+signal to a PID namespace's init only when it has a handler for it: a bare
+``bash -c`` as PID 1 ignores SIGTERM, the command never hears of a cancel
+or deadline, and the container is SIGKILLed after the grace period
+(terminationGracePeriodSeconds, default 30 s). With the trap the command
+gets SIGTERM at once, as local runs do. Before the command starts, SIGTERM
+ends the script (exit 143).
 
 The image needs ``bash`` and ``tar``. The staging folder may be overridden
 with ``JOBSUP_STAGING_DIR`` (meant for tests of the script itself).
@@ -64,6 +76,7 @@ def gated_script(command: str, *, staging_timeout_s: int, staging_dir: str = STA
     )
     lines = [
         "set -euo pipefail",
+        "trap 'exit 143' TERM",
         f"jobsup_staging=${{JOBSUP_STAGING_DIR:-{staging_dir}}}",
         f"jobsup_deadline=$((SECONDS + {staging_timeout_s}))",
         f'until [ -e "$jobsup_staging/{READY_MARKER}" ]; do',
@@ -76,6 +89,16 @@ def gated_script(command: str, *, staging_timeout_s: int, staging_dir: str = STA
         "mkdir -p repo",
         f'tar -xf "$jobsup_staging/{SOURCE_TAR}" -C repo',
         "cd repo",
+        "set -m",
+        "(",
         command.rstrip("\n"),
+        ") &",
+        "jobsup_child=$!",
+        "set +m",
+        """trap 'kill -TERM -- "-$jobsup_child" 2>/dev/null || true' TERM""",
+        "set +e",
+        'while kill -0 "$jobsup_child" 2>/dev/null; do wait "$jobsup_child"; done',
+        'wait "$jobsup_child"',
+        "exit $?",
     ]
     return "\n".join(lines) + "\n"

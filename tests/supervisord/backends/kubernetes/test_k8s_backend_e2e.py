@@ -182,6 +182,27 @@ async def test_active_deadline_is_error_deadline_exceeded(tmp_path: Path, sim: S
         await no_pods_left(sim, run_id)
 
 
+async def test_deadline_sigterm_reaches_the_command_not_only_pid_1(tmp_path: Path, sim: SimCluster) -> None:
+    # The kubelet signals only the container's PID 1 (bash running the
+    # script), and a PID 1 without a handler never hears it: the script
+    # forwards SIGTERM to the command, which can clean up at once instead of
+    # being SIGKILLed after the 30 s grace period.
+    command = (
+        "python3 -c 'import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (print(\"cleaning up\", flush=True), sys.exit(5)))\n"
+        "print(\"started\", flush=True)\n"
+        "time.sleep(60)'"
+    )
+    async with k8s_env(tmp_path, sim) as env:
+        started = anyio.current_time()
+        run_id = await env.submit(command, manifest=M, files={M: job_manifest()}, timeout_s=3)
+        run = await env.terminal(run_id)
+        assert run.phase == "ERROR" and run.reason == "DeadlineExceeded", run
+        await env.wait_until(run_id, lambda r: r.log_lines >= 2)
+        assert await env.lines(run_id) == ["started", "cleaning up"]
+        assert anyio.current_time() - started < 25, "the command did not get SIGTERM (SIGKILL after the grace period)"
+
+
 async def test_cancel_deletes_everything_and_is_canceled(tmp_path: Path, sim: SimCluster) -> None:
     async with k8s_env(tmp_path, sim) as env:
         run_id = await env.submit("echo started; sleep 300", manifest=M, files={M: job_manifest()})
