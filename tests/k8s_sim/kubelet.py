@@ -39,6 +39,7 @@ import base64
 import contextlib
 import hashlib
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -546,23 +547,38 @@ class Kubelet:
         ref = f"spec.{'initContainers' if c.init else 'containers'}{{{c.name}}}"
         image = str(c.spec.get("image", ""))
         # Image "pull".
-        if image.startswith(MISSING_REGISTRY):
-            self._record_event(rt, "Normal", "Pulling", f'Pulling image "{image}"', ref)
-            c.waiting_reason = "ErrImagePull"
-            c.waiting_message = (
-                f'rpc error: code = NotFound desc = failed to pull and unpack image "{image}": '
-                f'failed to resolve reference "{image}": {image}: not found'
-            )
-            self._record_event(rt, "Warning", "Failed", f'Failed to pull image "{image}": {c.waiting_message}', ref)
-            self._write_status(rt)
-            if await self._wait_or_stop(rt, self.image_pull_backoff_s):
-                return False
-            c.waiting_reason = "ImagePullBackOff"
-            c.waiting_message = f'Back-off pulling image "{image}"'
-            self._record_event(rt, "Normal", "BackOff", c.waiting_message, ref)
+        if not valid_image_reference(image):
+            # The kubelet refuses a reference it cannot parse before any pull,
+            # and never retries it (kuberuntime EnsureImageExists).
+            c.waiting_reason = "InvalidImageName"
+            c.waiting_message = f'Failed to apply default image tag "{image}": couldn\'t parse image reference "{image}": invalid reference format'
+            self._record_event(rt, "Warning", "InspectFailed", c.waiting_message, ref)
             self._write_status(rt)
             await self._wait_or_stop(rt, None)
             return False
+        if image.startswith(MISSING_REGISTRY):
+            # ErrImagePull at each attempt, ImagePullBackOff while the image
+            # back-off runs (doubling up to 300 s), then a new attempt: the two
+            # reasons alternate for as long as the pod exists.
+            backoff = self.image_pull_backoff_s
+            while True:
+                self._record_event(rt, "Normal", "Pulling", f'Pulling image "{image}"', ref)
+                c.waiting_reason = "ErrImagePull"
+                c.waiting_message = (
+                    f'rpc error: code = NotFound desc = failed to pull and unpack image "{image}": '
+                    f'failed to resolve reference "{image}": {image}: not found'
+                )
+                self._record_event(rt, "Warning", "Failed", f'Failed to pull image "{image}": {c.waiting_message}', ref)
+                self._write_status(rt)
+                if await self._wait_or_stop(rt, self.image_pull_backoff_s):
+                    return False
+                c.waiting_reason = "ImagePullBackOff"
+                c.waiting_message = f'Back-off pulling image "{image}"'
+                self._record_event(rt, "Normal", "BackOff", c.waiting_message, ref)
+                self._write_status(rt)
+                if await self._wait_or_stop(rt, backoff):
+                    return False
+                backoff = min(backoff * 2, 300.0)
         backoff = self.crash_backoff_s
         while True:
             # Environment; CreateContainerConfigError is retried.
@@ -1131,6 +1147,21 @@ def _killpg(proc: asyncio.subprocess.Process | None, sig: int) -> None:
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)
+
+
+_IMAGE_DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?/)"
+_IMAGE_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_REFERENCE = re.compile(
+    rf"^{_IMAGE_DOMAIN}?{_IMAGE_COMPONENT}(?:/{_IMAGE_COMPONENT})*"
+    r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
+)
+
+
+def valid_image_reference(image: str) -> bool:
+    """Whether ``image`` parses as a container image reference (the grammar
+    of github.com/distribution/reference: optional registry host[:port]/,
+    lower-case path components, optional :tag and @digest)."""
+    return len(image) <= 255 and bool(_IMAGE_REFERENCE.match(image))
 
 
 def _catches(pid: int, sig: int) -> bool:

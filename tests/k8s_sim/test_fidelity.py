@@ -159,3 +159,35 @@ def test_termination_signals_only_the_main_process_then_kills_after_the_grace(si
     assert time.monotonic() - started >= 3.5, "the grace period was not waited for"
     term = p["status"]["containerStatuses"][0]["state"]["terminated"]
     assert term["exitCode"] == 137, term
+
+
+def test_image_pull_errors_alternate_and_invalid_names_stick(sim: SimCluster, core: Any) -> None:
+    # The kubelet retries a failed pull after a doubling back-off: the
+    # waiting reason goes ErrImagePull -> ImagePullBackOff -> ErrImagePull...
+    # A reference that does not parse is InvalidImageName, never retried.
+    ns = sim.namespace
+    core.create_namespaced_pod(ns, pod("pull", "true", image="missing.invalid/nothing:1"))
+    seen: list[str] = []
+
+    def reasons() -> bool:
+        p = sim.get_object("pods", "pull")
+        waiting = (((p or {}).get("status", {}).get("containerStatuses") or [{}])[0].get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason")
+        if reason and (not seen or seen[-1] != reason):
+            seen.append(reason)
+        return len(seen) >= 4
+
+    sim.wait_for(reasons, what="the pull reasons alternating", timeout=30)
+    assert seen[:4] == ["ErrImagePull", "ImagePullBackOff", "ErrImagePull", "ImagePullBackOff"], seen
+    core.create_namespaced_pod(ns, pod("badname", "true", image="Registry.Example/MyImage:1"))
+
+    def invalid() -> bool:
+        p = sim.get_object("pods", "badname")
+        cs = ((p or {}).get("status", {}).get("containerStatuses") or [{}])[0]
+        return ((cs.get("state") or {}).get("waiting") or {}).get("reason") == "InvalidImageName"
+
+    sim.wait_for(invalid, what="InvalidImageName", timeout=10)
+    time.sleep(1.0)
+    p = sim.get_object("pods", "badname")
+    assert p is not None and p["status"]["phase"] == "Pending"
+    assert p["status"]["containerStatuses"][0]["state"]["waiting"]["message"].endswith("invalid reference format")

@@ -61,6 +61,7 @@ from supervisord.backends.kubernetes.objects import (
     owner_reference,
 )
 from supervisord.backends.kubernetes.phase import (
+    PERMANENT_WAITING_REASONS,
     Observation,
     container_status,
     current_pod,
@@ -70,6 +71,7 @@ from supervisord.backends.kubernetes.phase import (
     pod_is_terminal,
     pod_progress,
     terminated_state,
+    waiting_failure_reason,
 )
 from supervisord.backends.kubernetes.preflight import (
     REQUIRED_ACCESS,
@@ -606,6 +608,11 @@ class KubernetesBackend:
                     obs = pod_progress(live, container, staged=False)
                     if obs.phase == "SCHEDULING":
                         await reporter.phase("SCHEDULING", reason=obs.reason, message=obs.message)
+                        if obs.reason in PERMANENT_WAITING_REASONS:
+                            # The kubelet never retries its way out of these.
+                            raise StagingError(
+                                f"the pod cannot start: {describe_pod(pod, container)}", str(obs.reason)
+                            )
             left = deadline - time.monotonic()
             if left <= 0:
                 obs = pod_progress([last_pod] if last_pod else [], container, staged=False)
@@ -613,7 +620,7 @@ class KubernetesBackend:
                     f"the pod was not ready for the source within kubernetes.pod_ready_timeout_s={timeout_s}s "
                     f"(counted from the Job's creation): {describe_pod(last_pod, container)}"
                     + (f"; last staging error: {last_error}" if last_error else ""),
-                    obs.reason if obs.phase == "SCHEDULING" and obs.reason else "PodReadyTimeout",
+                    (waiting_failure_reason(obs.reason) if obs.phase == "SCHEDULING" else None) or "PodReadyTimeout",
                 )
             await view.wait(min(left, 5.0), token)
 
@@ -807,12 +814,32 @@ class _Supervision:
                 return
             outcome = job_outcome(job, pods, self.container)
             if outcome is not None:
+                settled = await self._settled_pods(job, pods)
+                if settled is not pods:
+                    outcome = job_outcome(job, settled, self.container) or outcome
                 await self._finish(outcome)
                 return
             self._ensure_staging(tg, job, pods)
             obs = pod_progress(pods, self.container, staged=bool(self.staged))
             await self.reporter.phase(obs.phase, reason=obs.reason, message=obs.message)
             await self.view.wait(30.0, token)
+
+    async def _settled_pods(self, job: Mapping[str, Any], pods: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """``pods``, or the pods as the API server has them now when the
+        cached current pod has not terminated although the Job has finished:
+        the Job and Pod watches are separate streams (one may lag, e.g.
+        relisting after a 410), and the failure's cause is in the pod's
+        terminated state. ``pods`` itself when the list fails."""
+        pod = current_pod(pods)
+        if pod is None or pod_is_terminal(pod):
+            return pods
+        try:
+            listed = await self.b._resolver(self.cluster).list_run("v1", "Pod", self.ns, self.spec.run_id)
+        except KubernetesApiError as err:
+            log.warning("cannot list the run's pods; using the cached ones", run=self.spec.run_id, error=str(err))
+            return pods
+        fresh = job_pods(job, {str(p["metadata"]["name"]): p for p in listed})
+        return fresh or pods
 
     async def _confirm_job(self) -> dict[str, Any] | None:
         """The Job is not in the watch cache: ask the API server (the cache

@@ -41,6 +41,7 @@ from typing import Any, Mapping, Sequence
 __all__ = [
     "COMPLETION_INDEX",
     "Observation",
+    "PERMANENT_WAITING_REASONS",
     "POD_KILL_REASONS",
     "START_FAILURES",
     "condition",
@@ -56,6 +57,7 @@ __all__ = [
     "pod_is_terminal",
     "pod_progress",
     "terminated_state",
+    "waiting_failure_reason",
 ]
 
 #: The annotation (and label) Indexed Jobs put on each pod (batch/v1).
@@ -167,6 +169,22 @@ START_FAILURES = frozenset({"StartError", "ContainerCannotRun", "CreateContainer
 #: Pod status reasons (core/v1 PodStatus.reason) that end a pod from outside
 #: its containers: node-pressure eviction and the pod's activeDeadlineSeconds.
 POD_KILL_REASONS = frozenset({"Evicted", "DeadlineExceeded"})
+
+
+#: Waiting reasons the kubelet never gets out of by retrying: an image
+#: reference that does not parse, and a missing image with imagePullPolicy
+#: Never. A run waiting on one of these fails at once instead of waiting out
+#: kubernetes.pod_ready_timeout_s.
+PERMANENT_WAITING_REASONS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
+
+
+def waiting_failure_reason(reason: str | None) -> str | None:
+    """The run's reason when it fails while its pod waits with ``reason``:
+    the kubelet alternates ``ErrImagePull`` (an attempt failed) and
+    ``ImagePullBackOff`` (waiting for the next attempt), so both are
+    ``ImagePullBackOff`` and the outcome does not depend on which half of
+    the cycle the deadline fell in; any other reason is kept."""
+    return "ImagePullBackOff" if reason == "ErrImagePull" else reason
 
 
 def container_cause(term: Mapping[str, Any] | None, container: str) -> tuple[str, str] | None:

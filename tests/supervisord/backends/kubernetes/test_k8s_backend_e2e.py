@@ -233,12 +233,49 @@ async def test_missing_image_is_scheduling_then_error_and_rolled_back(tmp_path: 
         run = await env.terminal(run_id, timeout_s=30)
         assert run.phase == "ERROR" and run.reason == "ImagePullBackOff", run
         assert run.message is not None
-        assert "pod_ready_timeout_s=3s" in run.message and "Back-off pulling image" in run.message
+        # ErrImagePull and ImagePullBackOff alternate: whichever the deadline
+        # meets, the run's reason is ImagePullBackOff and the message has the pod's words.
+        assert "pod_ready_timeout_s=3s" in run.message and f"{MISSING_REGISTRY}nope:1" in run.message
         assert "jobsup deleted" in run.message
         reasons = [r for p, r in await env.phases(run_id) if p == "SCHEDULING"]
-        assert "ImagePullBackOff" in reasons or "ErrImagePull" in reasons, reasons
+        assert "ImagePullBackOff" in reasons and "ErrImagePull" in reasons, reasons
         assert "RUNNING" not in [p for p, _ in await env.phases(run_id)]
         assert not run_objects(sim, run_id, "jobs.batch") and not run_objects(sim, run_id, "secrets")
+        await no_pods_left(sim, run_id)
+
+
+@pytest.mark.parametrize("timeout_s", [2, 3, 4])
+async def test_image_pull_failure_reason_does_not_depend_on_the_cycle(
+    tmp_path: Path, sim: SimCluster, timeout_s: int
+) -> None:
+    # Deadlines landing in either half of the ErrImagePull/ImagePullBackOff cycle.
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit(
+            "echo never",
+            manifest=M,
+            files={M: job_manifest(image=MISSING_REGISTRY + "nope:1")},
+            kube={"pod_ready_timeout_s": timeout_s},
+        )
+        run = await env.terminal(run_id, timeout_s=30)
+        assert (run.phase, run.reason) == ("ERROR", "ImagePullBackOff"), run
+
+
+async def test_invalid_image_name_fails_at_once(tmp_path: Path, sim: SimCluster) -> None:
+    # InvalidImageName is never retried by the kubelet: no point in waiting
+    # out the pod-ready budget (here 300 s).
+    async with k8s_env(tmp_path, sim) as env:
+        started = anyio.current_time()
+        run_id = await env.submit(
+            "echo never",
+            manifest=M,
+            files={M: job_manifest(image="Registry.Example/My_Image:1")},
+            kube={"pod_ready_timeout_s": 300},
+        )
+        run = await env.terminal(run_id, timeout_s=60)
+        assert (run.phase, run.reason) == ("ERROR", "InvalidImageName"), run
+        assert run.message is not None and "invalid reference format" in run.message and "jobsup deleted" in run.message
+        assert anyio.current_time() - started < 45
+        assert not run_objects(sim, run_id, "jobs.batch")
         await no_pods_left(sim, run_id)
 
 
