@@ -179,6 +179,8 @@ class SimCluster:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread_id = 0
         self._server: uvicorn.Server | None = None
+        self._hung: socket.socket | None = None
+        """The listening socket that never accepts, while :meth:`hang` is in effect."""
         self._serve_task: asyncio.Task[None] | None = None
         self._port = 0
         self._tokens = {
@@ -380,6 +382,33 @@ class SimCluster:
         the apiserver is down)."""
         self._call(self._astop_server)
 
+    def hang(self, *, backlog: int = 8) -> None:
+        """Make the API server unreachable the way a dead or firewalled host
+        is, not the way a stopped process is: the server is killed (open
+        watches, log streams and exec sessions are aborted) and its port is
+        held by a socket that listens but never accepts. The kernel completes
+        up to ``backlog`` TCP handshakes, after which nothing answers: TLS
+        handshakes and requests hang until the client's own timeout; once the
+        backlog is full, new connects hang in SYN. No connection is refused,
+        so every call's timeout is exercised. :meth:`restart` ends it."""
+
+        async def go() -> None:
+            if self._server is not None:
+                await self._astop_server()
+            self._release_hang()
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", self._port))
+            sock.listen(backlog)
+            self._hung = sock
+
+        self._call(go)
+
+    def _release_hang(self) -> None:
+        if self._hung is not None:
+            self._hung.close()
+            self._hung = None
+
     def restart(self, *, drop_watch_history: bool = False) -> None:
         """Start the API server again on the same port with the same state (a
         stop first if it is running). With ``drop_watch_history`` the new
@@ -392,6 +421,7 @@ class SimCluster:
         async def go() -> None:
             if self._server is not None:
                 await self._astop_server()
+            self._release_hang()
             if drop_watch_history:
                 assert self._state is not None
                 self._state.store.compact()
@@ -409,6 +439,7 @@ class SimCluster:
         async def go() -> None:
             assert self._state is not None
             await self._astop_server()
+            self._release_hang()
             await self._state.kubelet.close()
             await self._state.controller.close()
 

@@ -191,3 +191,23 @@ def test_image_pull_errors_alternate_and_invalid_names_stick(sim: SimCluster, co
     p = sim.get_object("pods", "badname")
     assert p is not None and p["status"]["phase"] == "Pending"
     assert p["status"]["containerStatuses"][0]["state"]["waiting"]["message"].endswith("invalid reference format")
+
+
+def test_hung_api_server_times_out_instead_of_refusing(sim: SimCluster, batch: Any) -> None:
+    # A dead or firewalled host does not refuse: the client waits out its
+    # own timeout. restart() brings the same state back.
+    import urllib3
+
+    ns = sim.namespace
+    batch.create_namespaced_job(ns, job("hung", "sleep 1"))
+    sim.hang()
+    stuck: Any = batch.__class__(sim.api_client())
+    started = time.monotonic()
+    with pytest.raises(urllib3.exceptions.HTTPError) as exc:
+        stuck.list_namespaced_job(ns, _request_timeout=(1.5, 1.5))
+    waited = time.monotonic() - started
+    assert waited >= 1.2, f"answered after {waited:.2f}s: refused, not hung ({exc.value!r})"
+    assert "refused" not in str(exc.value).lower()
+    sim.restart()
+    fresh: Any = batch.__class__(sim.api_client())
+    assert [j.metadata.name for j in fresh.list_namespaced_job(ns).items] == ["hung"]

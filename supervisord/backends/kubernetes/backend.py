@@ -720,18 +720,31 @@ class KubernetesBackend:
         refs = [ObjectRef.from_json(o) for o in handle.get("objects") or []]
         known = {(r.kind, r.name) for r in refs}
         refs += [r for r in state.created if (r.kind, r.name) not in known]
-        found = await self._find_run_objects(resolver, ns, spec.run_id, refs)
-        await self._delete_refs(resolver, ns, list(reversed(found)), None)
-        deadline = time.monotonic() + self.cancel_timeout_s
         pods: list[dict[str, Any]] = []
-        while time.monotonic() < deadline:
-            pods = await resolver.list_run("v1", "Pod", ns, spec.run_id)
-            if not pods:
-                log.info("canceled", run=spec.run_id)
-                return
-            await anyio.sleep(0.5)
-        names = ", ".join(str(p["metadata"]["name"]) for p in pods)
-        raise BackendError(f"the run's pods are still terminating after {self.cancel_timeout_s:g}s: {names}")
+        step = "find the run's objects"
+        # One budget for the whole cancel: an API server that hangs (accepts
+        # connections, never answers) must not hold it in retries for minutes.
+        try:
+            with anyio.fail_after(self.cancel_timeout_s):
+                found = await self._find_run_objects(resolver, ns, spec.run_id, refs)
+                step = "delete the run's objects"
+                await self._delete_refs(resolver, ns, list(reversed(found)), None)
+                step = "wait for the run's pods to go"
+                while True:
+                    pods = await resolver.list_run("v1", "Pod", ns, spec.run_id)
+                    if not pods:
+                        log.info("canceled", run=spec.run_id)
+                        return
+                    await anyio.sleep(0.5)
+        except TimeoutError:
+            pass
+        if pods:
+            names = ", ".join(str(p["metadata"]["name"]) for p in pods)
+            raise BackendError(f"the run's pods are still terminating after {self.cancel_timeout_s:g}s: {names}")
+        raise BackendError(
+            f"could not {step} within {self.cancel_timeout_s:g}s: the Kubernetes API server at {cluster.host} "
+            "does not answer in time"
+        )
 
 
 class _Supervision:

@@ -556,6 +556,41 @@ async def test_cancel_while_the_api_server_is_down_is_recorded_as_failed(tmp_pat
         await no_pods_left(sim, run_id)
 
 
+async def test_cancel_while_the_api_server_hangs_is_recorded_as_failed_in_time(tmp_path: Path, sim: SimCluster) -> None:
+    # A hung server (connections accepted by the kernel, never answered)
+    # must not hold a cancel past its budget: every call times out.
+    async with k8s_env(tmp_path, sim, cancel_timeout_s=8.0) as env:
+        run_id = await env.submit("echo s; sleep 120", manifest=M, files={M: job_manifest()})
+        await env.wait_until(run_id, lambda r: r.phase == "RUNNING")
+        await anyio.to_thread.run_sync(sim.hang)
+        try:
+            started = anyio.current_time()
+            with pytest.raises(BackendError):
+                await env.supervisor.cancel(run_id)
+            assert anyio.current_time() - started < 30, "cancel outlived its budget"
+            failed = await env.events(run_id, "CancelFailed")
+            assert len(failed) == 1 and failed[0].data["message"]
+        finally:
+            await anyio.to_thread.run_sync(sim.restart)
+        run = await env.supervisor.cancel(run_id)
+        assert run.phase == "CANCELED", run
+        await no_pods_left(sim, run_id)
+
+
+async def test_api_server_hanging_mid_run_then_back(tmp_path: Path, sim: SimCluster) -> None:
+    # Watches, log follows and their reconnects all meet a server that
+    # answers nothing; once it is back the run completes, each line once.
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit(ticker(80, 0.05), manifest=M, files={M: job_manifest()})
+        await env.wait_until(run_id, lambda r: r.log_lines >= 10)
+        await anyio.to_thread.run_sync(sim.hang)
+        await anyio.sleep(8.0)
+        await anyio.to_thread.run_sync(sim.restart)
+        run = await env.terminal(run_id, timeout_s=90)
+        assert run.phase == "COMPLETED", run
+        assert await env.lines(run_id) == expected(80)
+
+
 async def test_a_line_longer_than_64k_is_recorded_in_pieces(tmp_path: Path, sim: SimCluster) -> None:
     async with k8s_env(tmp_path, sim) as env:
         run_id = await env.submit(
