@@ -13,22 +13,22 @@ exact objects to create from :func:`render_run`.
 from __future__ import annotations
 
 from supervisord.backends.kubernetes.backend import KubernetesBackend
-from supervisord.backends.kubernetes.inject import ENV_SECRET, LABEL_NAME, LABEL_PROJECT, LABEL_RUN
-from supervisord.backends.kubernetes.lint import PRIMARY_LABEL, SCRIPT_ENV
-from supervisord.backends.kubernetes.manifest import (
+from supervisord.backends.kubernetes.manifest.inject import ENV_SECRET, LABEL_NAME, LABEL_PROJECT, LABEL_RUN
+from supervisord.backends.kubernetes.manifest.lint import PRIMARY_LABEL, SCRIPT_ENV
+from supervisord.backends.kubernetes.manifest.load import (
     DEFAULT_MANIFEST_PATH,
     RUN_TOKEN,
     load_manifest_at_commit,
     manifest_path_for,
 )
-from supervisord.backends.kubernetes.render import (
+from supervisord.backends.kubernetes.manifest.render import (
     DEFAULT_STAGING_TIMEOUT_S,
     RenderedRun,
     objects_to_json,
     objects_to_yaml,
     render_run,
 )
-from supervisord.backends.kubernetes.script import (
+from supervisord.backends.kubernetes.manifest.script import (
     READY_MARKER,
     SOURCE_TAR,
     STAGING_DIR,

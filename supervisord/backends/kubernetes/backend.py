@@ -50,11 +50,11 @@ import anyio.abc
 import structlog
 
 from supervisord.backends.base import RunReporter, RunSpec
-from supervisord.backends.kubernetes.access import Cluster, ClusterAccess
-from supervisord.backends.kubernetes.inject import env_secret_name, run_labels
+from supervisord.backends.kubernetes.client.access import Cluster, ClusterAccess
+from supervisord.backends.kubernetes.manifest.inject import env_secret_name, run_labels
 from supervisord.backends.kubernetes.logs import ContainerState, LogFollower
-from supervisord.backends.kubernetes.manifest import load_manifest_at_commit, manifest_path_for
-from supervisord.backends.kubernetes.objects import (
+from supervisord.backends.kubernetes.manifest.load import load_manifest_at_commit, manifest_path_for
+from supervisord.backends.kubernetes.client.resources import (
     ObjectRef,
     ResourceResolver,
     env_secret,
@@ -81,9 +81,9 @@ from supervisord.backends.kubernetes.preflight import (
     check_references,
     references,
 )
-from supervisord.backends.kubernetes.render import DEFAULT_STAGING_TIMEOUT_S, RenderedRun, render_run
+from supervisord.backends.kubernetes.manifest.render import DEFAULT_STAGING_TIMEOUT_S, RenderedRun, render_run
 from supervisord.backends.kubernetes.staging import StagingError, stage_source, upload_timeout_s
-from supervisord.backends.kubernetes.watch import NamespaceWatch, RunView, job_pods
+from supervisord.backends.kubernetes.client.watches import NamespaceWatch, RunView, job_pods
 from supervisord.exceptions import BackendError, ConfigError, JobsupError, KubernetesApiError, PreflightError
 
 __all__ = ["KubernetesBackend"]

@@ -38,7 +38,7 @@ import structlog
 
 from store import split_text
 from supervisord.backends.base import RunReporter
-from supervisord.backends.kubernetes.access import Cluster, is_transient
+from supervisord.backends.kubernetes.client.access import Cluster, is_transient
 from supervisord.exceptions import KubernetesApiError
 
 __all__ = ["ContainerState", "LogCursor", "LogDecoder", "LogFollower", "parse_timestamp"]

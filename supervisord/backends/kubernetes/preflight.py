@@ -23,8 +23,8 @@ from typing import Any, Iterable, Mapping
 
 import anyio
 
-from supervisord.backends.kubernetes.access import Cluster
-from supervisord.backends.kubernetes.objects import ResourceResolver
+from supervisord.backends.kubernetes.client.access import Cluster
+from supervisord.backends.kubernetes.client.resources import ResourceResolver
 from supervisord.exceptions import KubernetesApiError
 
 __all__ = [

@@ -15,8 +15,8 @@ from typing import Any, Iterable, Mapping
 
 import structlog
 
-from supervisord.backends.kubernetes.access import Cluster
-from supervisord.backends.kubernetes.inject import LABEL_RUN, env_secret_name
+from supervisord.backends.kubernetes.client.access import Cluster
+from supervisord.backends.kubernetes.manifest.inject import LABEL_RUN, env_secret_name
 from supervisord.exceptions import KubernetesApiError
 
 __all__ = [

@@ -34,8 +34,8 @@ from typing import Any, Mapping
 import anyio
 import structlog
 
-from supervisord.backends.kubernetes.access import Cluster
-from supervisord.backends.kubernetes.inject import LABEL_RUN
+from supervisord.backends.kubernetes.client.access import Cluster
+from supervisord.backends.kubernetes.manifest.inject import LABEL_RUN
 from supervisord.exceptions import KubernetesApiError
 
 __all__ = ["NamespaceWatch", "RunView", "job_pods"]

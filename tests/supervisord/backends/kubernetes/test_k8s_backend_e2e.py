@@ -730,8 +730,8 @@ async def test_cancel_racing_completion_ends_in_one_terminal_phase(tmp_path: Pat
 async def test_reattach_mid_submit_rolls_back(tmp_path: Path, sim: SimCluster) -> None:
     # Simulate a daemon that died after recording the handle and creating the
     # Secret, before the Job: supervise finds the objects by label.
-    from supervisord.backends.kubernetes.inject import run_labels
-    from supervisord.backends.kubernetes.objects import env_secret
+    from supervisord.backends.kubernetes.manifest.inject import run_labels
+    from supervisord.backends.kubernetes.client.resources import env_secret
 
     async with k8s_env(tmp_path, sim) as env:
         commit = await anyio.to_thread.run_sync(env.commit, {M: job_manifest()})

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from k8s_fixtures import RUN_ID, container, docs_text, env_of, job, render, service
 
-from supervisord.backends.kubernetes.inject import label_value
+from supervisord.backends.kubernetes.manifest.inject import label_value
 from supervisord.exceptions import ManifestError
 
 
