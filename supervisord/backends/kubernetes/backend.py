@@ -51,6 +51,7 @@ import structlog
 
 from supervisord.backends.base import RunReporter, RunSpec
 from supervisord.backends.kubernetes.client.access import Cluster, ClusterAccess
+from supervisord.backends.kubernetes.client.errors import KubeconfigError
 from supervisord.backends.kubernetes.manifest.inject import env_secret_name, run_labels
 from supervisord.backends.kubernetes.logs import ContainerState, LogFollower
 from supervisord.backends.kubernetes.manifest.load import load_manifest_at_commit, manifest_path_for
@@ -234,7 +235,7 @@ class KubernetesBackend:
     async def _cluster(self, context: str | None) -> Cluster:
         try:
             return await self.access.cluster(context)
-        except KubernetesApiError as err:
+        except (KubeconfigError, KubernetesApiError) as err:
             raise BackendError(str(err)) from None
 
     async def _watch(self, cluster: Cluster, namespace: str) -> NamespaceWatch:
@@ -346,7 +347,7 @@ class KubernetesBackend:
         rendered = await self._render(spec, settings)
         try:
             cluster = await self.access.cluster(settings.context)
-        except KubernetesApiError as err:
+        except KubeconfigError as err:
             raise PreflightError(f"Kubernetes preflight failed: {err}", [str(err)]) from None
         problems, warnings = await self._check_cluster(cluster, settings.namespace, rendered)
         if problems:
@@ -378,7 +379,7 @@ class KubernetesBackend:
         namespace = str(kube.get("namespace") or "default")
         try:
             cluster = await self.access.cluster(str(kube["context"]) if kube.get("context") else None)
-        except KubernetesApiError as err:
+        except KubeconfigError as err:
             return [{"name": "kubeconfig", "ok": False, "detail": str(err)}]
         items.append(
             {"name": "kubeconfig", "ok": True, "detail": f"{self.access.kubeconfig_paths()}: context {cluster.context}"}

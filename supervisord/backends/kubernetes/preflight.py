@@ -25,7 +25,7 @@ import anyio
 
 from supervisord.backends.kubernetes.client.access import Cluster
 from supervisord.backends.kubernetes.client.resources import ResourceResolver
-from supervisord.exceptions import KubernetesApiError
+from supervisord.backends.kubernetes.client.errors import ForbiddenError, KubernetesApiError, UnauthorizedError, UnreachableError
 
 __all__ = [
     "AccessCheck",
@@ -87,7 +87,7 @@ async def check_api(cluster: Cluster, *, budget_s: float = API_CHECK_BUDGET_S) -
         with anyio.fail_after(budget_s):
             version = await cluster.request("GET", "/version", what="GET /version", timeout=(5.0, 10.0))
     except TimeoutError:
-        err = KubernetesApiError(
+        err = UnreachableError(
             f"GET /version: no answer within {budget_s:g}s (connections are not refused, nothing answers)",
             status=0,
             reason="Unreachable",
@@ -98,7 +98,7 @@ async def check_api(cluster: Cluster, *, budget_s: float = API_CHECK_BUDGET_S) -
             str(err),
         )
     except KubernetesApiError as err:
-        if err.status in (401, 403):
+        if isinstance(err, (UnauthorizedError, ForbiddenError)):
             # It answered: the credentials are what is wrong.
             return (
                 f"the API server of context {cluster.context} ({cluster.host}) refused the credentials "
@@ -262,13 +262,13 @@ async def check_references(
     for name, where in sorted(refs.runtime_classes.items()):
         try:
             rc = await resolver.get("node.k8s.io/v1", "RuntimeClass", name, "")
+        except ForbiddenError:
+            warnings.append(
+                f"cannot check RuntimeClass {name} (used by {where}): reading RuntimeClasses is forbidden "
+                "to you; the pod fails to start if it does not exist"
+            )
+            continue
         except KubernetesApiError as err:
-            if err.status == 403:
-                warnings.append(
-                    f"cannot check RuntimeClass {name} (used by {where}): reading RuntimeClasses is forbidden "
-                    "to you; the pod fails to start if it does not exist"
-                )
-                continue
             problems.append(f"cannot read RuntimeClass {name} (used by {where}): {err}")
             continue
         if rc is None:
