@@ -97,9 +97,8 @@ _DEFAULT_POD_READY_TIMEOUT_S = 90
 def _env_digest(spec: RunSpec) -> dict[str, str | None]:
     """NAME -> the digest the Submitted event recorded for it (the daemon's
     keyed hash; None when it has none): never a value."""
-    recorded = spec.submitted.get("env")
-    digests = recorded if isinstance(recorded, Mapping) else {}
-    return {name: (str(digests[name]) if name in digests else None) for name in sorted(spec.env)}
+    digests = spec.env_digests
+    return {name: (str(digests[name]) if digests.get(name) is not None else None) for name in sorted(spec.env)}
 
 
 def _wall_to_monotonic(rfc3339: str | None, plus_s: float) -> float:
@@ -133,7 +132,7 @@ class _Settings:
         timeout = kube.get("pod_ready_timeout_s") or _DEFAULT_POD_READY_TIMEOUT_S
         if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0:
             raise ConfigError(f"kubernetes.pod_ready_timeout_s must be a positive whole number of seconds, got {timeout!r}")
-        task_manifest = spec.submitted.get("manifest")
+        task_manifest = spec.manifest
         return cls(
             context=str(kube["context"]) if kube.get("context") else None,
             namespace=str(kube.get("namespace") or "default"),
@@ -211,7 +210,6 @@ class KubernetesBackend:
         self._files = anyio.CapacityLimiter(4)
         self._watches: dict[tuple[str, str], NamespaceWatch] = {}
         self._resolvers: dict[str, ResourceResolver] = {}
-        self._rendered: dict[str, RenderedRun] = {}
         self._runs: dict[str, _RunState] = {}
         self._access_ok: dict[tuple[str, str, frozenset[AccessCheck]], float] = {}
         self._refs_ok: dict[tuple[str, str, str, str], float] = {}
@@ -353,9 +351,6 @@ class KubernetesBackend:
         if problems:
             head = f"Kubernetes preflight failed (context {cluster.context}, namespace {settings.namespace}):"
             raise PreflightError(head + "\n" + "\n".join(f"  - {p}" for p in problems), problems)
-        if len(self._rendered) > 1000:  # runs that never started (their submit failed later)
-            self._rendered.pop(next(iter(self._rendered)))
-        self._rendered[spec.run_id] = rendered
         return warnings + list(rendered.notes)
 
     async def doctor(self) -> list[dict[str, Any]]:
@@ -412,7 +407,9 @@ class KubernetesBackend:
         and again as objects and staging complete). Raises BackendError
         after deleting what it created."""
         settings = _Settings.of(spec)
-        rendered = self._rendered.pop(spec.run_id, None) or await self._render(spec, settings)
+        # Rendered again from the recorded commit: what start needs comes
+        # from the RunSpec, never from a cache filled by preflight.
+        rendered = await self._render(spec, settings)
         cluster = await self._cluster(settings.context)
         resolver = self._resolver(cluster)
         state = self._state(spec.run_id)

@@ -175,7 +175,8 @@ async def test_evicted_pod_is_error_evicted(tmp_path: Path, sim: SimCluster) -> 
 
 async def test_active_deadline_is_error_deadline_exceeded(tmp_path: Path, sim: SimCluster) -> None:
     async with k8s_env(tmp_path, sim) as env:
-        run_id = await env.submit("echo started; sleep 60", manifest=M, files={M: job_manifest()}, timeout_s=3)
+        # The deadline counts from the Job's start: leave room for staging under load.
+        run_id = await env.submit("echo started; sleep 60", manifest=M, files={M: job_manifest()}, timeout_s=8)
         run = await env.terminal(run_id)
         assert run.phase == "ERROR" and run.reason == "DeadlineExceeded", run
         assert "started" in await env.lines(run_id)

@@ -74,6 +74,7 @@ def spec(tmp_path: Path, sim: SimCluster, manifest: str, **kube: Any) -> RunSpec
         repo=str(repo),
         run_dir=tmp_path / "run",
         submitted={"manifest": MANIFEST_PATH, "config": config},
+        manifest=MANIFEST_PATH,
     )
 
 
