@@ -8,6 +8,18 @@ lives in a manifest committed to the repository; jobsup reads it from the
 recorded commit (:func:`load_manifest_at_commit`), lints and injects the run
 contract, applies the config's pod patch and sandbox options, and gets the
 exact objects to create from :func:`render_run`.
+
+Layout:
+
+- ``manifest/`` — the contract, pure (no cluster client, store or HTTP; an
+  import-linter contract holds it): ``load``, ``lint``, ``inject``,
+  ``sandbox``, ``script``, ``render``;
+- ``client/`` — the cluster: ``access`` (kubeconfig, clients, retries),
+  ``errors`` (API errors by status, KubeconfigError), ``resources``
+  (objects and their paths), ``watches`` (the shared Job/Pod watches);
+- runtime: ``phase`` (Job/pod -> phase and reason, pure), ``preflight``,
+  ``staging``, ``logs``, and ``backend`` (the Backend protocol; it still
+  holds launch/rollback, cancel and the per-run supervision loop).
 """
 
 from __future__ import annotations
