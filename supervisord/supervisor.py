@@ -64,6 +64,14 @@ _CANCEL_DRAIN_S = 30.0
 MAX_LINES_PER_EVENT = 4000
 
 
+def _env_digests(submitted: Mapping[str, Any]) -> dict[str, str | None]:
+    """NAME -> the digest a Submitted event recorded for it (None when it has none)."""
+    recorded = submitted.get("env")
+    if not isinstance(recorded, Mapping):
+        return {}
+    return {str(k): (str(v) if v is not None else None) for k, v in recorded.items()}
+
+
 def env_digest(env: Mapping[str, str], key: bytes) -> dict[str, str]:
     """NAME -> ``hmac-sha256:<hex>`` of the value, keyed with the daemon's
     secret ``key``: what events record instead of values. Equal values give
@@ -480,6 +488,8 @@ class Supervisor:
             repo=str(source.get("repo") or ""),
             run_dir=self.paths.runs_dir / run_id,
             submitted=dict(submitted),
+            manifest=str(submitted["manifest"]) if submitted.get("manifest") else None,
+            env_digests=_env_digests(submitted),
         )
 
     # -- scheduling (driven by supervisord.scheduler) ------------------------------

@@ -26,8 +26,8 @@ from supervisord.backends.kubernetes import (
     objects_to_yaml,
     render_run,
 )
-from supervisord.backends.kubernetes.inject import env_secret_name
-from supervisord.backends.kubernetes.manifest import check_run_id
+from supervisord.backends.kubernetes.manifest.inject import env_secret_name
+from supervisord.backends.kubernetes.manifest.load import check_run_id
 from supervisord.cli.main import cli
 from supervisord.cli.shape import reject_shape_flags, shape_flag_options
 from supervisord.cli.output import output_option, warn
