@@ -53,7 +53,7 @@ def repo(js: JobsupEnv) -> Path:
 @asynccontextmanager
 async def mcp(js: JobsupEnv, cwd: Path) -> AsyncIterator[ClientSession]:
     params = StdioServerParameters(command=sys.executable, args=["-m", "supervisord", "mcp"], env=js.env, cwd=str(cwd))
-    with (js.root / "mcp-stderr.log").open("a") as errlog:  # noqa: ASYNC230 (opening a local log file)
+    with (js.root / "mcp-stderr.log").open("a") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
             yield session
