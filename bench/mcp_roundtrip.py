@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TextIO
 
 import anyio
 import mcp_types as types
@@ -35,21 +36,20 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 TARGET_MS = 20.0
 
 
-async def _mcp_calls(env: BenchEnv, run_id: str, n: int, warmup: int) -> list[float]:
+async def _mcp_calls(env: BenchEnv, run_id: str, n: int, warmup: int, errlog: TextIO) -> list[float]:
     params = StdioServerParameters(command=sys.executable, args=["-m", "supervisord", "mcp"], env=env.env, cwd=str(env.root))
     lat: list[float] = []
-    with Path(os.devnull).open("w") as errlog:
-        async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
-            await session.initialize()
-            await session.list_tools()
-            for i in range(warmup + n):
-                t0 = time.perf_counter()
-                result = await session.call_tool("show", {"run": run_id})
-                dt = time.perf_counter() - t0
-                if not isinstance(result, types.CallToolResult) or result.is_error:
-                    raise RuntimeError(f"show failed: {result}")
-                if i >= warmup:
-                    lat.append(dt)
+    async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        await session.list_tools()
+        for i in range(warmup + n):
+            t0 = time.perf_counter()
+            result = await session.call_tool("show", {"run": run_id})
+            dt = time.perf_counter() - t0
+            if not isinstance(result, types.CallToolResult) or result.is_error:
+                raise RuntimeError(f"show failed: {result}")
+            if i >= warmup:
+                lat.append(dt)
     return lat
 
 
@@ -70,7 +70,8 @@ def main() -> None:
                 if "result" in obj and not obj["result"]["met"]:
                     raise RuntimeError("the run did not end")
             load_before = load_average()
-            mcp_lat = anyio.run(_mcp_calls, env, run_id, n, 20)
+            with Path(os.devnull).open("w") as errlog:
+                mcp_lat = anyio.run(_mcp_calls, env, run_id, n, 20, errlog)
             http_lat: list[float] = []
             for i in range(20 + n):
                 t0 = time.perf_counter()

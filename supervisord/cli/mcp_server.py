@@ -108,25 +108,25 @@ def _obj(props: dict[str, Any], required: list[str] | tuple[str, ...] = ()) -> d
     return {"type": "object", "properties": props, "required": list(required), "additionalProperties": False}
 
 
-def _wrap(props: dict[str, str | dict[str, Any]], required: list[str]) -> dict[str, Any]:
-    """An object schema whose properties are schema names (bundled into
-    ``$defs``) or inline schemas: one self-contained document."""
-    defs: dict[str, Any] = {}
-    out: dict[str, Any] = {}
-    for key, spec in props.items():
-        if isinstance(spec, str):
-            doc = schemas.load(spec)
-            inner_defs = doc.pop("$defs", {})
-            doc.pop("$schema", None)
-            # Re-home the bundle's references under this property's def.
-            text = json.dumps(doc).replace('"#/$defs/', f'"#/$defs/{spec}/$defs/')
-            body = json.loads(text)
-            if inner_defs:
-                body["$defs"] = json.loads(json.dumps(inner_defs).replace('"#/$defs/', f'"#/$defs/{spec}/$defs/'))
-            defs[spec] = body
-            out[key] = {"$ref": f"#/$defs/{spec}"}
-        else:
-            out[key] = spec
+def _bundle_into(defs: dict[str, Any], name: str) -> dict[str, Any]:
+    """Put schema ``name`` under ``defs[name]`` (its own ``$defs`` re-homed
+    there) and return a reference to it."""
+    if name not in defs:
+        doc = schemas.load(name)
+        doc.pop("$schema", None)
+        # The bundle's references are document-absolute: re-home them.
+        defs[name] = json.loads(json.dumps(doc).replace('"#/$defs/', f'"#/$defs/{name}/$defs/'))
+    return {"$ref": f"#/$defs/{name}"}
+
+
+def _wrap(props: dict[str, str | dict[str, Any]], required: list[str], *, defs: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A self-contained object schema whose properties are schema names
+    (bundled into ``$defs``) or inline schemas; ``defs`` names more schemas
+    to bundle for inline ``{"$ref": "#/$defs/NAME"}`` references."""
+    bundled: dict[str, Any] = {}
+    out = {key: _bundle_into(bundled, spec) if isinstance(spec, str) else spec for key, spec in props.items()}
+    for name in defs:
+        _bundle_into(bundled, name)
     schema: dict[str, Any] = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "type": "object",
@@ -134,8 +134,8 @@ def _wrap(props: dict[str, str | dict[str, Any]], required: list[str]) -> dict[s
         "required": required,
         "additionalProperties": False,
     }
-    if defs:
-        schema["$defs"] = defs
+    if bundled:
+        schema["$defs"] = bundled
     return schema
 
 
@@ -147,11 +147,6 @@ def _top(name: str) -> dict[str, Any]:
 
 
 _LINES = {"type": "array", "items": {"$ref": "#/$defs/log-line"}}
-
-
-def _with_log_line(schema: dict[str, Any]) -> dict[str, Any]:
-    schema.setdefault("$defs", {})["log-line"] = {k: v for k, v in schemas.load("log-line").items() if k != "$schema"}
-    return schema
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,10 +205,10 @@ def _tools() -> list[Tool]:
                 "to_line": {"type": "integer", "minimum": 1},
                 "max_bytes": {"type": "integer", "minimum": 1, "maximum": LOGS_MAX_BYTES, "default": LOGS_DEFAULT_BYTES},
             }, ["run"]),
-            _with_log_line(_wrap({
+            _wrap({
                 "run_id": {"type": "string"}, "lines": _LINES, "total_lines": {"type": "integer", "minimum": 0},
                 "truncated": {"type": "boolean"}, "next_line": nint,
-            }, ["run_id", "lines", "total_lines", "truncated", "next_line"])),
+            }, ["run_id", "lines", "total_lines", "truncated", "next_line"], defs=("log-line",)),
         ),
         Tool(
             "wait",
@@ -222,7 +217,7 @@ def _tools() -> list[Tool]:
             "returns the outcome, the runs and the new cursor.",
             _obj({
                 "runs": {"type": "array", "items": _RUN_REF, "minItems": 1},
-                "for": {"type": "string", "pattern": "^(terminal|change|" + "|".join(PHASES) + ")$", "default": "terminal"},
+                "for": {"enum": ["terminal", "change", *PHASES, *(p.lower() for p in PHASES)], "default": "terminal"},
                 "timeout_s": {"type": "number", "minimum": 0, "maximum": MAX_WAIT_S, "default": 60},
                 "after_seq": {"type": "integer", "minimum": 0},
             }, ["runs"]),
@@ -237,7 +232,7 @@ def _tools() -> list[Tool]:
             _obj({"run": _RUN_REF, "after_seq": {"type": "integer", "minimum": 0},
                   "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}}),
             _wrap({"events": {"type": "array", "items": {"$ref": "#/$defs/event"}}, "last_seq": {"type": "integer"},
-                   "more": {"type": "boolean"}, "event": "event"}, ["events", "last_seq", "more"]),
+                   "more": {"type": "boolean"}}, ["events", "last_seq", "more"], defs=("event",)),
         ),
         Tool("queue", "The waiting runs in start order with the reason each waits, and the GPUs with who holds them.",
              _obj({}), _top("queue")),
@@ -248,12 +243,13 @@ def _tools() -> list[Tool]:
             "Why a run is where it is: phase, reason, message, exit code, the last error-looking log lines, the pending "
             "reason when queued, and a one-line suggested next step.",
             _obj({"run": _RUN_REF}, ["run"]),
-            _with_log_line(_wrap({
+            _wrap({
                 "run": "run",
                 "phase": {"enum": list(PHASES)}, "reason": {"type": ["string", "null"]}, "message": {"type": ["string", "null"]},
                 "exit_code": nint, "error_lines": _LINES, "last_lines": _LINES,
                 "pending_reason": {"type": ["string", "null"]}, "suggestion": {"type": "string"},
-            }, ["run", "phase", "reason", "message", "exit_code", "error_lines", "last_lines", "pending_reason", "suggestion"])),
+            }, ["run", "phase", "reason", "message", "exit_code", "error_lines", "last_lines", "pending_reason", "suggestion"],
+                defs=("log-line",)),
         ),
     ]
 

@@ -253,6 +253,34 @@ async def test_queue_and_render(js: JobsupEnv, repo: Path) -> None:
         # No manifest in this repository: a tool error naming it.
         msg = await call_error(s, "render", {"command": "python train.py"})
         assert "k8s.yaml" in msg
+        # One with a manifest, given as `cwd`: the objects, as `render -o json` prints them.
+        from tests.supervisord.backends.kubernetes.k8s_backend_helpers import MANIFEST_PATH, job_manifest
+
+        k8s_repo = make_repo(js.root / "k8s-proj", {MANIFEST_PATH: job_manifest(), "train.py": "print(1)\n"})
+        out = await call(s, "render", {"command": ["python", "train.py"], "cwd": str(k8s_repo), "run_id": "0123456789ab"})
+        cli = js.cli("render", "--run-id", "0123456789ab", "-o", "json", "--", "python", "train.py", cwd=k8s_repo)
+        assert out["objects"] == json.loads(cli.stdout)["items"]
+        assert any(o["kind"] == "Job" for o in out["objects"])
+
+
+async def test_scheduling_options_pass_through_or_are_refused(js: JobsupEnv, repo: Path) -> None:
+    """Each scheduling option reaches the daemon when this jobsup's task
+    knows it; otherwise it is a tool error naming it, and nothing is recorded."""
+    import dataclasses
+
+    from supervisord.task import Task
+
+    known = {f.name for f in dataclasses.fields(Task)}
+    async with mcp(js, repo) as s:
+        for key, value in (("queue", "gpu"), ("priority", 5), ("gpus", 0), ("after", ["ffffffffffff"]), ("hold", True)):
+            if key in known:
+                continue
+            before = _events_count(js)
+            msg = await call_error(s, "submit", {"command": "true", key: value})
+            assert msg.startswith(f"{key}: "), msg
+            assert _events_count(js) == before
+        msg = await call_error(s, "submit", {"command": "true", "priority": 5000})
+        assert msg.startswith("priority: "), msg
 
 
 async def test_no_daemon_and_no_autostart_is_a_tool_error(tmp_path: Path) -> None:
