@@ -29,20 +29,42 @@ from typing import TextIO
 
 import anyio
 import mcp_types as types
-from _harness import BenchEnv, Figure, load_average, make_repo, percentile, report
+from _harness import (
+    BenchEnv,
+    Figure,
+    cpu_seconds,
+    load_average,
+    make_repo,
+    percentile,
+    report,
+)
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 TARGET_MS = 20.0
 
 
-async def _mcp_calls(env: BenchEnv, run_id: str, n: int, warmup: int, errlog: TextIO) -> list[float]:
+def _mcp_pid() -> int:
+    """The pid of the ``jobsup mcp`` child of this process."""
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        if child.cmdline()[-2:] == ["supervisord", "mcp"] or child.cmdline()[-1:] == ["mcp"]:
+            return int(child.pid)
+    raise RuntimeError("no jobsup mcp child process")
+
+
+async def _mcp_calls(env: BenchEnv, run_id: str, n: int, warmup: int, errlog: TextIO, cpu: list[float]) -> list[float]:
     params = StdioServerParameters(command=sys.executable, args=["-m", "supervisord", "mcp"], env=env.env, cwd=str(env.root))
     lat: list[float] = []
     async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         await session.list_tools()
+        server_pid = _mcp_pid()
+        cpu0 = 0.0
         for i in range(warmup + n):
+            if i == warmup:
+                cpu0 = cpu_seconds(server_pid)
             t0 = time.perf_counter()
             result = await session.call_tool("show", {"run": run_id})
             dt = time.perf_counter() - t0
@@ -50,6 +72,7 @@ async def _mcp_calls(env: BenchEnv, run_id: str, n: int, warmup: int, errlog: Te
                 raise RuntimeError(f"show failed: {result}")
             if i >= warmup:
                 lat.append(dt)
+        cpu.append((cpu_seconds(server_pid) - cpu0) / n)
     return lat
 
 
@@ -71,7 +94,8 @@ def main() -> None:
                     raise RuntimeError("the run did not end")
             load_before = load_average()
             with Path(os.devnull).open("w") as errlog:
-                mcp_lat = anyio.run(_mcp_calls, env, run_id, n, 20, errlog)
+                mcp_cpu: list[float] = []
+                mcp_lat = anyio.run(_mcp_calls, env, run_id, n, 20, errlog, mcp_cpu)
             http_lat: list[float] = []
             for i in range(20 + n):
                 t0 = time.perf_counter()
@@ -92,6 +116,7 @@ def main() -> None:
     figures = [
         Figure("mcp_show_median_ms", mcp_med, "ms", target=f"< {TARGET_MS:.0f}", met=mcp_med < TARGET_MS),
         Figure("mcp_show_p90_ms", percentile(mcp_lat, 90) * ms, "ms"),
+        Figure("mcp_server_cpu_per_call_ms", mcp_cpu[0] * ms, "ms"),
         Figure("http_show_median_ms", http_med, "ms"),
         Figure("cli_process_show_median_ms", cli_med, "ms"),
         Figure("mcp_over_http_ratio", mcp_med / http_med, "x"),

@@ -10,6 +10,10 @@ self-contained document: references to other files (``"run.json"``,
 result validates with no registry (the MCP client validates tool output
 that way).
 
+A file whose object has ``"extends": "<other>.json"`` (a jobsup keyword,
+removed when loaded) gets that file's ``properties`` and ``required`` merged
+in (``run-detail`` extends ``run``).
+
 The ``event`` schema is assembled from ``event.json`` (the envelope) and one
 file per event type: adding an event type means adding
 ``events/<Type>.json`` (the schema of its ``data``); an event of a type with
@@ -53,6 +57,14 @@ def _read(path: str) -> dict[str, Any]:
     for part in path.split("/"):
         node = node.joinpath(part)
     doc: dict[str, Any] = json.loads(node.read_text(encoding="utf-8"))
+    base = doc.pop("extends", None)
+    if base:
+        # A closed object extending another closed object: its properties
+        # and required keys first (flat `additionalProperties: false`
+        # validates several times faster than `$ref` + `unevaluatedProperties`).
+        parent = _read(str(base))
+        doc["properties"] = {**parent["properties"], **doc.get("properties", {})}
+        doc["required"] = [*parent.get("required", []), *doc.get("required", [])]
     return doc
 
 

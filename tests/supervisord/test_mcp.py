@@ -254,7 +254,10 @@ async def test_queue_and_render(js: JobsupEnv, repo: Path) -> None:
         msg = await call_error(s, "render", {"command": "python train.py"})
         assert "k8s.yaml" in msg
         # One with a manifest, given as `cwd`: the objects, as `render -o json` prints them.
-        from tests.supervisord.backends.kubernetes.k8s_backend_helpers import MANIFEST_PATH, job_manifest
+        from tests.supervisord.backends.kubernetes.k8s_backend_helpers import (
+            MANIFEST_PATH,
+            job_manifest,
+        )
 
         k8s_repo = make_repo(js.root / "k8s-proj", {MANIFEST_PATH: job_manifest(), "train.py": "print(1)\n"})
         out = await call(s, "render", {"command": ["python", "train.py"], "cwd": str(k8s_repo), "run_id": "0123456789ab"})
