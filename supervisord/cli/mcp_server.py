@@ -654,7 +654,7 @@ def build_server(handlers: Handlers) -> Server[Any]:
     """The MCP server (low-level SDK API) serving ``handlers``' tools."""
     from importlib.metadata import version
 
-    return Server(
+    server: Server[Any] = Server(
         "jobsup",
         version=version("jobsup"),
         instructions=(
@@ -664,6 +664,10 @@ def build_server(handlers: Handlers) -> Server[Any]:
         on_list_tools=handlers.list_tools,
         on_call_tool=handlers.call_tool,
     )
+    # The SDK wraps every request in an OpenTelemetry span by default (a
+    # no-op without an exporter, but not free); the SDK documents dropping it.
+    server.middleware = [m for m in server.middleware if type(m).__name__ != "OpenTelemetryMiddleware"]
+    return server
 
 
 def serve() -> None:
