@@ -196,8 +196,9 @@ def _tools() -> list[Tool]:
              _obj({"run": _RUN_REF}, ["run"]), _top("run-detail")),
         Tool(
             "logs",
-            "A run's stored log lines: the last `tail` lines, or lines from_line..to_line; at most max_bytes of text "
-            "(`truncated` says when the cap cut it; `next_line` continues).",
+            "A run's stored log lines: the last `tail` lines, or lines from_line..to_line; at most max_bytes of text, "
+            "counting a newline per line (`truncated` says when the cap cut the answer, `next_line` where to continue; "
+            "a single line longer than the cap comes back cut to it).",
             _obj({
                 "run": _RUN_REF,
                 "tail": {"type": "integer", "minimum": 1, "maximum": 100000},
@@ -459,12 +460,22 @@ class JobsupTools:
             for obj in stream:
                 if last is not None and obj["line_no"] > last:
                     break
-                size = len(obj["text"].encode()) + 1
+                text = obj["text"]
+                size = len(text.encode()) + 1
                 if used + size > cap:
-                    truncated, next_line = True, obj["line_no"]
-                    break
+                    truncated = True
+                    if lines:
+                        next_line = obj["line_no"]
+                        break
+                    # One line longer than the cap: its head, so the reader
+                    # always moves forward.
+                    text = text.encode()[: cap - 1].decode("utf-8", "ignore")
+                    next_line = obj["line_no"] + 1
+                    size = cap
                 used += size
-                lines.append({"line_no": obj["line_no"], "stream": obj["stream"], "text": obj["text"]})
+                lines.append({"line_no": obj["line_no"], "stream": obj["stream"], "text": text})
+                if next_line is not None:
+                    break
         finally:
             stream.close()
         return {"run_id": run["id"], "lines": lines, "total_lines": run["log_lines"], "truncated": truncated,

@@ -127,6 +127,11 @@ async def test_submit_wait_logs_show_events(js: JobsupEnv, repo: Path) -> None:
         rest = await call(s, "logs", {"run": run["id"], "from_line": nxt, "to_line": 50})
         assert rest["truncated"] is False and rest["next_line"] is None
         assert [x["line_no"] for x in logs["lines"] + rest["lines"]] == list(range(1, 51))
+        # A cap smaller than one line: that line's head, and the reader moves on.
+        tiny = await call(s, "logs", {"run": run["id"], "max_bytes": 4})
+        assert tiny["truncated"] is True and tiny["next_line"] == 2
+        assert [x["line_no"] for x in tiny["lines"]] == [1] and "line-1".startswith(tiny["lines"][0]["text"])
+        assert len(tiny["lines"][0]["text"].encode()) + 1 <= 4
         tail = await call(s, "logs", {"run": run["id"], "tail": 3})
         assert [x["text"] for x in tail["lines"]] == ["line-48", "line-49", "line-50"]
         for page in (logs, rest, tail):
