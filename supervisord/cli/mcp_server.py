@@ -274,6 +274,9 @@ def _input_problem(tool: str, args: dict[str, Any]) -> str | None:
         missing = str(err.message).split("'")[1] if "'" in err.message else "arguments"
         return f"{missing}: required"
     where = ".".join(str(p) for p in err.path) or "arguments"
+    if err.path and err.path[0] == "env":
+        # Never echo an env value: it may be a secret.
+        return f"{where}: env must map names to string values (the value is not shown)"
     return f"{where}: {err.message}"
 
 

@@ -239,6 +239,8 @@ async def test_bad_input_is_a_tool_error_naming_the_field_and_records_nothing(js
         assert msg.startswith("timeout"), msg
         msg = await call_error(s, "submit", {"command": "true", "backend": "slurm"})
         assert msg.startswith("backend: "), msg
+        msg = await call_error(s, "submit", {"command": "true", "env": {"TOKEN": 123456789}})
+        assert msg.startswith("env.TOKEN: ") and "123456789" not in msg, msg
         msg = await call_error(s, "submit", {"name": "no-command"})
         assert msg.startswith("command: "), msg
         msg = await call_error(s, "submit", {"task_file": "missing.yaml"})
