@@ -50,6 +50,7 @@ __all__ = [
     "RecordedEvent",
     "RunStatus",
     "LogLine",
+    "Checkpoint",
     "SUBMITTED",
     "PHASE_CHANGED",
     "HANDLE_RECORDED",
@@ -95,6 +96,20 @@ class NewEvent:
 
     type: str
     data: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """Where the subscriber ``name`` (e.g. ``hook:notify``) has got to in
+    the log: ``seq`` is the last event it has finished with (>= 0).
+
+    Passed to ``EventStore.append`` it moves in the same transaction as the
+    appended events (pyeventsourcing's ``Tracking`` record, kept as one row
+    per subscriber); it never moves backwards.
+    """
+
+    name: str
+    seq: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
