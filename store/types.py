@@ -12,7 +12,9 @@ Event types and their ``data`` (all keys optional unless marked *required*):
     *required* str, ``command`` str, ``timeout_s`` int, ``source`` mapping
     (commit, repo, snapshot sha256...), ``config`` mapping (effective config,
     secrets redacted), ``env`` mapping NAME -> sha256 of the value (never the
-    value). The projection creates the run row in phase ``QUEUED``.
+    value), ``on_done`` list of str (an argv the daemon runs when the run
+    ends: ``submit --on-done``). The projection creates the run row in
+    phase ``QUEUED``.
 ``PhaseChanged``
     ``phase`` *required* (one of :data:`PHASES`), ``reason`` str | None
     (one CamelCase word), ``message`` str | None, ``exit_code`` int | None.

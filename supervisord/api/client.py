@@ -181,6 +181,10 @@ class Client:
         """``GET /doctor``: the daemon's checks."""
         return list(self._call("GET", "/doctor", timeout=httpx.Timeout(120.0, connect=5.0))["checks"])
 
+    def hooks(self) -> list[dict[str, Any]]:
+        """``GET /hooks``: every hook with its checkpoint, lag and last outcome."""
+        return list(self._call("GET", "/hooks")["hooks"])
+
 
 def _ndjson(resp: httpx.Response) -> Iterator[dict[str, Any]]:
     """The objects of a newline-delimited JSON body, as they arrive.

@@ -118,8 +118,10 @@ def create_app(
     store: EventStore,
     info: dict[str, Any],
     doctor: Callable[[], Awaitable[list[dict[str, Any]]]],
+    hooks: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
 ) -> Starlette:
-    """Build the API application over a running supervisor and store."""
+    """Build the API application over a running supervisor and store.
+    ``hooks`` lists the hooks with their checkpoints (``GET /v1/hooks``)."""
 
     async def health(request: Request) -> Response:
         return JSONResponse({"ok": True, **info, "supervised": supervisor.supervised()})
@@ -262,6 +264,9 @@ def create_app(
     async def doctor_route(request: Request) -> Response:
         return JSONResponse({"checks": await doctor()})
 
+    async def hooks_route(request: Request) -> Response:
+        return JSONResponse({"hooks": await hooks() if hooks is not None else []})
+
     p = API_PREFIX
     routes = [
         Route(f"{p}/health", _errors(health), methods=["GET"]),
@@ -273,6 +278,7 @@ def create_app(
         Route(f"{p}/wait", _errors(wait), methods=["GET"]),
         Route(f"{p}/events", _errors(events), methods=["GET"]),
         Route(f"{p}/doctor", _errors(doctor_route), methods=["GET"]),
+        Route(f"{p}/hooks", _errors(hooks_route), methods=["GET"]),
     ]
     return Starlette(routes=routes)
 

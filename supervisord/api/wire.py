@@ -17,6 +17,8 @@ Endpoints::
     GET  /v1/wait?run=&for=&after=&timeout=               ndjson {"heartbeat": seq}..., then {"result": WaitResult}
     GET  /v1/events?run=&after=&follow=&limit=            ndjson RecordedEvent...
     GET  /v1/doctor                       {"checks": [{"name", "ok", "detail"}]}
+    GET  /v1/hooks                        {"hooks": [{"name", "kind", "when", "match", "target", "source",
+                                            "checkpoint", "position", "lag", "delivering", "last_outcome"}]}
 
 A ``Run`` is :meth:`store.RunStatus.to_json` (id, project, name, backend,
 phase, reason, message, exit_code, created_at, updated_at, last_seq, ...).

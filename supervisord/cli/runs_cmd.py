@@ -20,6 +20,7 @@ from supervisord.cli.main import cli
 from supervisord.cli.output import emit, info, output_option, warn
 from supervisord.cli.shape import reject_shape_flags, shape_flag_options
 from supervisord.exceptions import DaemonUnreachableError, TaskError
+from supervisord.hooks.config import parse_on_done
 from supervisord.task import BACKENDS, Task, check_name, load_task, parse_duration, parse_env_pairs
 
 __all__ = ["submit", "runs", "show", "logs", "wait", "cancel", "events", "doctor"]
@@ -128,6 +129,13 @@ def task_wire(task: Task) -> dict[str, Any]:
 @click.option("--config", "config_args", multiple=True, metavar="KEY.PATH=VALUE|FILE", help="Config override (repeatable) or one config file.")
 @click.option("--force", is_flag=True, help="Submit even if the same project+name has a run in flight.")
 @click.option("--follow", "-f", is_flag=True, help="Stream the logs, then exit like `jobsup wait`.")
+@click.option(
+    "--on-done",
+    "on_done",
+    metavar="CMD",
+    help="Run CMD (split into words, no shell) when this run ends, like a command hook "
+    "(JOBSUP_* variables, last log lines on stdin), from this folder.",
+)
 @shape_flag_options
 @click.pass_context
 def submit(
@@ -143,18 +151,23 @@ def submit(
     config_args: tuple[str, ...],
     force: bool,
     follow: bool,
+    on_done: str | None,
     **shape: str | None,
 ) -> None:
     """Queue a run of TASK.yaml and/or `-- CMD...`; print its id on stdout."""
     reject_shape_flags(shape)
+    on_done_argv = parse_on_done(on_done) if on_done is not None else None
     command = ctx.meta.get("jobsup.command")
     task = build_task(task_file, command, name=name, backend=backend, timeout=timeout, manifest=manifest, env_pairs=env_pairs)
     if not task.run:
         raise TaskError("no command: give `run:` in the task file or `-- CMD...` after the options")
     layers = cfg.load_client_layers(task=task, cli_config=list(config_args), cwd=Path.cwd())
     client = _client()
+    wire = task_wire(task)
+    if on_done_argv is not None:
+        wire["on_done"] = on_done_argv
     body = {
-        "task": task_wire(task),
+        "task": wire,
         "layers": cfg.layers_to_wire(layers),
         "cwd": os.getcwd(),
         "rev": rev,
@@ -243,6 +256,8 @@ def show(run: str, output: str) -> None:
     sub = doc.get("submitted") or {}
     full = {**r, "command": sub.get("command"), "timeout_s": sub.get("timeout_s"), "source": sub.get("source"),
             "env": sub.get("env"), "config": sub.get("config")}
+    if sub.get("on_done"):
+        full["on_done"] = sub["on_done"]
     if output != "table":
         emit(full, output)
         return
