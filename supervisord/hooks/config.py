@@ -240,7 +240,8 @@ def _one_hook(raw: Any, at: str, source: str, errors: list[str], env: Mapping[st
         items = when_raw if isinstance(when_raw, list) else [when_raw]
         bad = [v for v in items if not isinstance(v, str) or v.upper() not in PHASES]
         if not items or bad:
-            errors.append(f"{at}.when: must be a list of phases ({', '.join(PHASES)}), got {_show(when_raw)}")
+            got = ", ".join(_show(v) for v in bad) if bad else "an empty list"
+            errors.append(f"{at}.when: must be a list of phases ({', '.join(PHASES)}), got {got}")
         else:
             when = frozenset(str(v).upper() for v in items)
     match: dict[str, tuple[str, ...]] = {}
@@ -266,12 +267,18 @@ def _one_hook(raw: Any, at: str, source: str, errors: list[str], env: Mapping[st
                 f"write e.g. {[*shlex.split(command_raw)] if _splits(command_raw) else ['sh', '-c', '...']} "
                 "or [sh, -c, '...'] for shell syntax"
             )
-        elif not isinstance(command_raw, list) or not command_raw or not all(
-            isinstance(w, str) and w and "\0" not in w for w in command_raw
-        ):
-            errors.append(f"{at}.command: must be a non-empty list of non-empty strings, got {_show(command_raw)}")
+        elif not isinstance(command_raw, list) or not command_raw:
+            errors.append(f"{at}.command: must be a non-empty list of argv words, got {_show(command_raw)}")
         else:
-            command = tuple(command_raw)
+            bad_words = [
+                f"{at}.command[{i}]: must be a non-empty string without NUL, got {_show(w)}"
+                + (" (YAML reads yes/no/on/off/true/false as booleans: quote it)" if isinstance(w, bool) else "")
+                for i, w in enumerate(command_raw)
+                if not isinstance(w, str) or not w or "\0" in w
+            ]
+            errors.extend(bad_words)
+            if not bad_words:
+                command = tuple(command_raw)
     else:
         webhook = _webhook(webhook_raw, at, errors, env)
     if raw.get("timeout_s") is not None and webhook_raw is not None and command_raw is None:
@@ -317,13 +324,14 @@ def hooks_from_layers(layers: Sequence[Layer], env: Mapping[str, str] = os.envir
         for i, item in enumerate(raw):
             at = f"{where}: hooks[{i}]"
             spec = _one_hook(item, at, where, errors, env)
-            if spec is None:
-                continue
-            if spec.name in seen:
-                errors.append(f"{at}.name: {spec.name!r} is already the name of a hook in {seen[spec.name]}")
-                continue
-            seen[spec.name] = where
-            hooks.append(spec)
+            name = item.get("name") if isinstance(item, Mapping) else None
+            if isinstance(name, str):
+                if name in seen:
+                    errors.append(f"{at}.name: {name!r} is already the name of a hook in {seen[name]}")
+                    continue
+                seen[name] = where
+            if spec is not None:
+                hooks.append(spec)
     return hooks, errors
 
 
