@@ -10,6 +10,10 @@ least once from the event log (DESIGN.md "Hooks", jobsup issue 16).
   checkpoint in the store; the outcome events ``HookDelivered`` and
   ``HookFailed``.
 
-This package's ``__init__`` imports nothing, so the CLI can use the config
-model without loading the delivery machinery.
+This package's ``__init__`` exports the config model only, so the CLI can
+use it without loading the delivery machinery (httpx clients, processes).
 """
+
+from supervisord.hooks.config import HookSpec, WebhookTarget, load_hooks, parse_on_done
+
+__all__ = ["HookSpec", "WebhookTarget", "load_hooks", "parse_on_done"]
