@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["Attempt", "OUTPUT_BYTES"]
+__all__ = ["OUTPUT_BYTES", "Attempt"]
 
 #: How much of a command's output (or a webhook's response body) an outcome
 #: event keeps: the first 4 KiB.

@@ -23,7 +23,7 @@ import structlog
 
 from supervisord.hooks.attempt import OUTPUT_BYTES, Attempt
 
-__all__ = ["run_command", "hook_env"]
+__all__ = ["hook_env", "run_command"]
 
 log = structlog.get_logger("jobsup.hooks")
 

@@ -45,18 +45,18 @@ from supervisord.config.layer import Layer
 from supervisord.exceptions import ConfigError, TaskError
 
 __all__ = [
-    "HOOK_LAYERS",
-    "ON_DONE_HOOK",
-    "MATCH_KEYS",
     "DEFAULT_COMMAND_TIMEOUT_S",
-    "DEFAULT_WEBHOOK_TIMEOUT_S",
     "DEFAULT_RETRY_FOR_S",
-    "WebhookTarget",
+    "DEFAULT_WEBHOOK_TIMEOUT_S",
+    "HOOK_LAYERS",
+    "MATCH_KEYS",
+    "ON_DONE_HOOK",
     "HookSpec",
+    "WebhookTarget",
     "hooks_from_layers",
     "load_hooks",
-    "parse_on_done",
     "on_done_spec",
+    "parse_on_done",
 ]
 
 #: The config layers that may hold ``hooks``.

@@ -73,9 +73,9 @@ from supervisord.hooks.match import is_candidate, matches
 from supervisord.hooks.webhook import post_event
 
 __all__ = [
+    "FLUSH_S",
     "HOOK_DELIVERED",
     "HOOK_FAILED",
-    "FLUSH_S",
     "STDIN_LINES",
     "HookRunner",
     "HookService",

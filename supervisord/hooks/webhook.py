@@ -25,7 +25,7 @@ import httpx
 from supervisord.hooks.attempt import OUTPUT_BYTES, Attempt
 from supervisord.hooks.config import WebhookTarget
 
-__all__ = ["post_event", "signature", "retry_after_seconds", "RETRIED_STATUSES"]
+__all__ = ["RETRIED_STATUSES", "post_event", "retry_after_seconds", "signature"]
 
 #: Statuses below 500 that are worth retrying (RFC 9110 15.5.9, RFC 6585 4).
 RETRIED_STATUSES = frozenset({408, 429})
@@ -49,8 +49,8 @@ def retry_after_seconds(value: str | None, now: dt.datetime | None = None) -> fl
     except (TypeError, ValueError, IndexError):
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
-    return max(0.0, (when - (now or dt.datetime.now(dt.timezone.utc))).total_seconds())
+        when = when.replace(tzinfo=dt.UTC)
+    return max(0.0, (when - (now or dt.datetime.now(dt.UTC))).total_seconds())
 
 
 def _describe_error(exc: httpx.HTTPError, target: WebhookTarget) -> str:

@@ -8,13 +8,19 @@ import os
 import time
 from pathlib import Path
 
+import anyio
 import pytest
 
 from store import RecordedEvent
 from supervisord.config import Layer, effective_config
 from supervisord.exceptions import ConfigError, TaskError
 from supervisord.hooks.command import run_command
-from supervisord.hooks.config import WebhookTarget, hooks_from_layers, load_hooks, parse_on_done
+from supervisord.hooks.config import (
+    WebhookTarget,
+    hooks_from_layers,
+    load_hooks,
+    parse_on_done,
+)
 from supervisord.hooks.delivery import backoff_s
 from supervisord.hooks.match import matches
 from supervisord.hooks.webhook import retry_after_seconds, signature
@@ -43,8 +49,10 @@ def test_hooks_in_other_layers_are_ignored_here_and_refused_by_the_config() -> N
     with pytest.raises(ConfigError) as info:
         effective_config(Layer("daemon", None, {}), [project])
     assert info.value.errors == [
-        "/repo/.jobsup.yaml (project config): hooks: hooks come only from the daemon config and the user config; "
-        "a project file may not add them (a cloned repository must not run commands on this machine)"
+        (
+            "/repo/.jobsup.yaml (project config): hooks: hooks come only from the daemon config and the user config; "
+            "a project file may not add them (a cloned repository must not run commands on this machine)"
+        )
     ]
     # In the daemon and user layers, hooks are not part of a run's config.
     eff = effective_config(
@@ -102,7 +110,7 @@ def test_backoff_is_exponential_and_capped() -> None:
 
 
 def test_retry_after_seconds_and_dates() -> None:
-    now = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+    now = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
     assert retry_after_seconds("120") == 120.0
     assert retry_after_seconds("Thu, 01 Jan 2026 12:00:30 GMT", now) == 30.0
     assert retry_after_seconds("Thu, 01 Jan 2026 11:00:00 GMT", now) == 0.0
@@ -148,7 +156,7 @@ async def test_command_timeout_kills_the_process_group(tmp_path: Path) -> None:
     deadline = time.monotonic() + 10
     while Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z":
         assert time.monotonic() < deadline, "the background child survived"
-        time.sleep(0.05)
+        await anyio.sleep(0.05)
 
 
 @pytest.mark.anyio

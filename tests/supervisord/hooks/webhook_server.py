@@ -10,9 +10,9 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
-__all__ = ["WebhookServer", "Received", "Reply"]
+__all__ = ["Received", "Reply", "WebhookServer"]
 
 
 @dataclasses.dataclass
@@ -97,7 +97,7 @@ class WebhookServer:
                 self.arrived.wait(left)
             return list(self.received)
 
-    def __enter__(self) -> "WebhookServer":
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 
