@@ -84,7 +84,7 @@ class WebhookTarget:
     the HMAC key, or None for no signature), ``timeout_s`` (one request,
     seconds), ``retry_for_s`` (how long to keep retrying one event)."""
 
-    url: str
+    url: str = dataclasses.field(repr=False)  # a secret: kept out of reprs and logs
     secret_env: str | None = None
     timeout_s: float = DEFAULT_WEBHOOK_TIMEOUT_S
     retry_for_s: float = DEFAULT_RETRY_FOR_S

@@ -46,6 +46,7 @@ they answer):
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import os
 import time
@@ -55,6 +56,7 @@ from typing import Any, Final
 import anyio
 import httpx
 import structlog
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from store import (
     PHASE_CHANGED,
@@ -95,9 +97,26 @@ STDIN_LINES: Final = 50
 #: Back-off between webhook attempts: 1 s, 2 s, 4 s ... at most 5 minutes.
 BACKOFF_BASE_S: Final = 1.0
 BACKOFF_CAP_S: Final = 300.0
+#: The most outcome events of one hook waiting to be appended.
+_OUTBOX: Final = 256
 #: A hook task that fails unexpectedly starts again from its checkpoint after this.
 _RESTART_S: Final = 5.0
 _SUBMITTED_CACHE: Final = 1024
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Outcome:
+    event: RecordedEvent
+    type: str
+    data: dict[str, Any]
+    final: bool
+
+
+def _store_closed(exc: BaseException) -> bool:
+    """Whether ``exc`` is (a group of nothing but) StoreClosedError."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_store_closed(e) for e in exc.exceptions)
+    return isinstance(exc, StoreClosedError)
 
 
 def backoff_s(attempt: int, base_s: float = BACKOFF_BASE_S, cap_s: float = BACKOFF_CAP_S) -> float:
@@ -152,6 +171,10 @@ class HookRunner:
         self.delivering: int | None = None
         self.last_outcome: dict[str, Any] | None = None
         self._submitted: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
+        self._outbox: MemoryObjectSendStream[_Outcome] | None = None
+        self._pending = 0
+        self._drained = anyio.Event()
+        self._drained.set()
 
     # -- the loop ------------------------------------------------------------
 
@@ -161,15 +184,33 @@ class HookRunner:
         while True:
             try:
                 await self.run()
-            except StoreClosedError:
-                return
-            except Exception:
+            except Exception as exc:
+                if _store_closed(exc):
+                    return
                 log.exception("hook.failed", hook=self.spec.name, restart_in_s=_RESTART_S)
                 self.delivering = None
                 await anyio.sleep(_RESTART_S)
 
     async def run(self) -> None:
-        """Deliver every wanted event after the checkpoint, forever."""
+        """Deliver every wanted event after the checkpoint, forever.
+
+        Outcome events are appended by a recorder task, in order, while the
+        next event is delivered (a commit's fsync does not hold up the next
+        delivery); at most :data:`_OUTBOX` outcomes wait. Outcomes still
+        waiting when the task stops are not recorded: their events are
+        delivered again after a restart (at least once)."""
+        send, receive = anyio.create_memory_object_stream[_Outcome](max_buffer_size=_OUTBOX)
+        self._outbox, self._pending = send, 0
+        self._drained = anyio.Event()
+        self._drained.set()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._recorder, receive)
+            try:
+                await self._follow()
+            finally:
+                tg.cancel_scope.cancel()
+
+    async def _follow(self) -> None:
         name = self.spec.checkpoint_name
         stored = await self.store.get_checkpoint(name)
         if stored is None:
@@ -187,8 +228,10 @@ class HookRunner:
                 timeout_s=FLUSH_S if end > self.saved else None,
             )
             if not events:
-                # No PhaseChanged in (position, end]: pass over those events.
+                # No PhaseChanged in (position, end]: pass over those events
+                # (once the outcomes of the events before are recorded).
                 self.position = max(self.position, end)
+                await self._drained.wait()
                 if self.position > self.saved:
                     await self.store.save_checkpoint(Checkpoint(name, self.position))
                     self.saved = self.position
@@ -319,15 +362,44 @@ class HookRunner:
             self.delivering = None
 
     async def _record(self, event: RecordedEvent, etype: str, data: dict[str, Any], *, final: bool) -> None:
-        """Append the outcome to the run's stream; a final one moves the
-        checkpoint to ``event`` in the same transaction. A store failure
+        """Hand the outcome to the recorder (waits while :data:`_OUTBOX`
+        outcomes are pending)."""
+        assert self._outbox is not None
+        self._pending += 1
+        self._drained = anyio.Event() if self._drained.is_set() else self._drained
+        self.last_outcome = {"type": etype, **data}
+        await self._outbox.send(_Outcome(event, etype, data, final))
+
+    async def _recorder(self, receive: MemoryObjectReceiveStream[_Outcome]) -> None:
+        """Append the outcomes in the order they were handed over: all those
+        waiting at once, concurrently (they share the store's transactions);
+        the next group after the last one is recorded."""
+        async with receive:
+            async for first in receive:
+                group = [first]
+                while True:
+                    try:
+                        group.append(receive.receive_nowait())
+                    except anyio.WouldBlock:
+                        break
+                async with anyio.create_task_group() as tg:
+                    for outcome in group:
+                        tg.start_soon(self._append_outcome, outcome)
+                self._pending -= len(group)
+                if self._pending == 0:
+                    self._drained.set()
+
+    async def _append_outcome(self, outcome: _Outcome) -> None:
+        """Append one outcome to the run's stream; a final one moves the
+        checkpoint to its event in the same transaction. A store failure
         (disk full, lock) is retried: the attempt happened and must be
-        recorded before the hook goes on."""
-        checkpoint = Checkpoint(self.spec.checkpoint_name, event.seq) if final else None
+        recorded."""
+        event = outcome.event
+        checkpoint = Checkpoint(self.spec.checkpoint_name, event.seq) if outcome.final else None
         pause = 1.0
         while True:
             try:
-                await self.store.append(event.run_id, None, [NewEvent(etype, data)], checkpoint=checkpoint)
+                await self.store.append(event.run_id, None, [NewEvent(outcome.type, outcome.data)], checkpoint=checkpoint)
                 break
             except StoreClosedError:
                 raise
@@ -335,8 +407,7 @@ class HookRunner:
                 log.error("hook.record_failed", hook=self.spec.name, event_seq=event.seq, error=str(err), retry_in_s=pause)
                 await anyio.sleep(pause)
                 pause = min(pause * 2, 30.0)
-        self.last_outcome = {"type": etype, **data}
-        if final:
+        if outcome.final:
             self.saved = max(self.saved, event.seq)
 
 
