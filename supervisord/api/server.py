@@ -33,6 +33,8 @@ __all__ = ["create_app", "PeerCredProtocol"]
 log = structlog.get_logger("jobsup.api")
 
 _HEARTBEAT_S = 5.0
+#: The hook outcome events `show` lists (supervisord.hooks.delivery).
+_HOOK_OUTCOMES = ("HookDelivered", "HookFailed")
 _NDJSON = "application/x-ndjson"
 
 
@@ -153,7 +155,10 @@ def create_app(
         run_id = await supervisor.resolve(request.path_params["ref"])
         run = await supervisor.get(run_id)
         first = await store.read_all(0, limit=1, run_id=run_id)  # Submitted, not the whole stream
-        return JSONResponse({"run": run.to_json(), "submitted": first[0].data if first else {}})
+        hooks = await store.read_all(0, limit=1000, run_id=run_id, types=_HOOK_OUTCOMES)
+        return JSONResponse(
+            {"run": run.to_json(), "submitted": first[0].data if first else {}, "hooks": [e.to_json() for e in hooks]}
+        )
 
     async def cancel(request: Request) -> Response:
         run_id = await supervisor.resolve(request.path_params["ref"])

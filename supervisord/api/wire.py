@@ -11,7 +11,7 @@ Endpoints::
     GET  /v1/health                       {"ok": true, "pid", "version", "uid", "state_dir", "socket"}
     POST /v1/runs                         SubmitRequest -> {"run": Run, "warnings": [str]}
     GET  /v1/runs?all=&project=&phase=    {"runs": [Run]}
-    GET  /v1/runs/{ref}                   {"run": Run, "submitted": {...}}
+    GET  /v1/runs/{ref}                   {"run": Run, "submitted": {...}, "hooks": [HookDelivered/HookFailed events]}
     POST /v1/runs/{ref}/cancel            {"run": Run}
     GET  /v1/runs/{ref}/logs?after_line=&tail=&follow=    ndjson LogLine..., then {"end": Run} when following
     GET  /v1/wait?run=&for=&after=&timeout=               ndjson {"heartbeat": seq}..., then {"result": WaitResult}

@@ -258,6 +258,9 @@ def show(run: str, output: str) -> None:
             "env": sub.get("env"), "config": sub.get("config")}
     if sub.get("on_done"):
         full["on_done"] = sub["on_done"]
+    if doc.get("hooks"):
+        # Each attempt of a hook at this run: HookDelivered / HookFailed data.
+        full["hooks"] = [{"type": e["type"], "seq": e["seq"], "at": e["at"], **e["data"]} for e in doc["hooks"]]
     if output != "table":
         emit(full, output)
         return
@@ -266,6 +269,9 @@ def show(run: str, output: str) -> None:
     for key in ("id", "project", "name", "backend", "phase", "reason", "message", "exit_code",
                 "created_at", "updated_at", "last_seq", "log_lines", "command", "timeout_s"):
         click.echo(f"{key + ':':<12} {'-' if full.get(key) is None else full.get(key)}")
+    for h in full.get("hooks") or []:
+        result = h.get("error") or f"{'exit code' if h.get('kind') == 'command' else 'HTTP'} {h.get('exit_code', h.get('status'))}"
+        click.echo(f"{'hook:':<12} {h.get('hook')} {h['type']} for seq {h.get('event_seq')} (attempt {h.get('attempt')}): {result}")
     for key in ("source", "handle", "env", "config"):
         value = full.get(key)
         click.echo(f"{key}:" + (" -" if not value else ""))

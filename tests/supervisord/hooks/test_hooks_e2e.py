@@ -153,6 +153,9 @@ def test_submit_on_done_runs_the_command_when_the_run_ends(js: JobsupEnv, repo: 
     assert lines == ["bye"]
     shown = js.show(run_id)
     assert shown["on_done"] == ["sh", "-c", cmd.split("'")[1]]
+    [attempt] = shown["hooks"]
+    assert (attempt["type"], attempt["hook"], attempt["exit_code"]) == ("HookDelivered", "on-done", 0)
+    assert "on-done HookDelivered for seq" in js.cli("show", run_id).stdout
 
 
 def test_on_done_that_cannot_be_split_is_refused_before_anything_is_recorded(js: JobsupEnv, repo: Path) -> None:
