@@ -46,6 +46,7 @@ they answer):
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import os
@@ -97,6 +98,8 @@ STDIN_LINES: Final = 50
 #: Back-off between webhook attempts: 1 s, 2 s, 4 s ... at most 5 minutes.
 BACKOFF_BASE_S: Final = 1.0
 BACKOFF_CAP_S: Final = 300.0
+#: A busy hook (phase changes keep coming) saves its position at most this often.
+_FLUSH_EVERY_S: Final = 10.0
 #: The most outcome events of one hook waiting to be appended.
 _OUTBOX: Final = 256
 #: A hook task that fails unexpectedly starts again from its checkpoint after this.
@@ -218,6 +221,7 @@ class HookRunner:
             await self.store.save_checkpoint(Checkpoint(name, stored))
             log.info("hook.new", hook=self.spec.name, starts_after_seq=stored, backfill=self.spec.backfill)
         self.position = self.saved = stored
+        saved_at = time.monotonic()
         resume = True
         while True:
             end = await self.store.last_seq()
@@ -243,6 +247,13 @@ class HookRunner:
                     await self._deliver(spec, event, run, cwd, resume=resume)
                     resume = False
                 self.position = event.seq
+            # While phase changes keep coming, a hook that wants none of them
+            # still moves its checkpoint now and then.
+            if self.position > self.saved and time.monotonic() - saved_at > _FLUSH_EVERY_S:
+                await self._drained.wait()
+                await self.store.save_checkpoint(Checkpoint(name, self.position))
+                self.saved = max(self.saved, self.position)
+                saved_at = time.monotonic()
 
     # -- what to deliver ------------------------------------------------------
 
@@ -432,8 +443,13 @@ class HookService:
         self.runners.append(HookRunner(stand_in, store, env=base, on_done=True, user_agent=user_agent))
 
     async def run(self) -> None:
-        """Run every hook until cancelled (or the store closes)."""
-        async with httpx.AsyncClient(follow_redirects=False) as http, anyio.create_task_group() as tg:
+        """Run every hook until cancelled (or the store closes). The HTTP
+        client (and its TLS context) is made only when a webhook is configured."""
+        async with contextlib.AsyncExitStack() as stack:
+            http = None
+            if any(runner.spec.webhook is not None for runner in self.runners):
+                http = await stack.enter_async_context(httpx.AsyncClient(follow_redirects=False))
+            tg = await stack.enter_async_context(anyio.create_task_group())
             for runner in self.runners:
                 runner.http = http
                 tg.start_soon(runner.run_forever, name=f"hook-{runner.spec.name}")
