@@ -6,3 +6,4 @@ from supervisord.cli import runs_cmd  # noqa: F401
 from supervisord.cli import render_cmd  # noqa: F401
 from supervisord.cli import config_cmd  # noqa: F401
 from supervisord.cli import hooks_cmd  # noqa: F401
+from supervisord.cli import ui_cmd  # noqa: F401
