@@ -117,6 +117,13 @@ class Planner:
         env = task.get("env") or {}
         if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise TaskError("env must map names to string values")
+        on_done = task.get("on_done")
+        if on_done is not None and (
+            not isinstance(on_done, list)
+            or not on_done
+            or not all(isinstance(w, str) and w and "\0" not in w for w in on_done)
+        ):
+            raise TaskError("--on-done: the command must be a non-empty list of non-empty words")
 
         client_layers = cfg.layers_from_wire(req.layers)
         # The kubeconfig's current context decides which context_configs
@@ -182,6 +189,9 @@ class Planner:
             # The client's id for this submit: after a connection lost
             # mid-submit it finds out whether the run was recorded.
             submitted["request_id"] = req.request_id
+        if on_done is not None:
+            # Run by the on-done hook when the run ends (supervisord.hooks).
+            submitted["on_done"] = list(on_done)
         return Plan(submitted=submitted, env=merged_env, config=data, force=req.force, warnings=warnings)
 
 

@@ -221,6 +221,12 @@ def _env_as_written(text: str) -> dict[str, str]:
 
 
 def _task_from_mapping(doc: Mapping[Any, Any], p: Path, *, env_as_written: Mapping[str, str] | None = None) -> Task:
+    if "hooks" in doc or "on_done" in doc:
+        key = "hooks" if "hooks" in doc else "on_done"
+        raise TaskError(
+            f"{p}: {key}: a task file may not add hooks (a cloned repository must not run commands on this "
+            "machine); hooks come from the daemon and user config, or `submit --on-done CMD` for one run"
+        )
     unknown = sorted(str(k) for k in doc if k not in _TASK_KEYS)
     if unknown:
         raise TaskError(

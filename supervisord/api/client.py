@@ -259,6 +259,10 @@ class Client:
         """``GET /doctor``: the daemon's checks."""
         return list(self._call("GET", "/doctor", timeout=httpx.Timeout(120.0, connect=5.0))["checks"])
 
+    def hooks(self) -> list[dict[str, Any]]:
+        """``GET /hooks``: every hook with its checkpoint, lag and last outcome."""
+        return list(self._call("GET", "/hooks")["hooks"])
+
 
 class _CheckedUnixBackend(httpcore.SyncBackend):
     """httpcore's network backend, refusing a Unix socket jobsup must not

@@ -36,6 +36,8 @@ __all__ = ["create_app", "PeerCredProtocol"]
 log = structlog.get_logger("jobsup.api")
 
 _HEARTBEAT_S = 5.0
+#: The hook outcome events `show` lists (supervisord.hooks.delivery).
+_HOOK_OUTCOMES = ("HookDelivered", "HookFailed")
 _NDJSON = "application/x-ndjson"
 
 
@@ -155,9 +157,11 @@ def create_app(
     doctor: Callable[[], Awaitable[list[dict[str, Any]]]],
     scheduler: Scheduler | None = None,
     ui: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None,
+    hooks: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
 ) -> Starlette:
     """Build the API application over a running supervisor and store (and
-    the scheduler, whose routes it adds when given)."""
+    the scheduler, whose routes it adds when given). ``hooks`` lists the
+    hooks with their checkpoints (``GET /v1/hooks``)."""
 
     async def health(request: Request) -> Response:
         return JSONResponse(
@@ -194,7 +198,10 @@ def create_app(
         run_id = await supervisor.resolve(request.path_params["ref"])
         run = await supervisor.get(run_id)
         first = await store.read_all(0, limit=1, run_id=run_id)  # Submitted, not the whole stream
-        return JSONResponse({"run": run.to_json(), "submitted": first[0].data if first else {}})
+        hooks = await store.read_all(0, limit=1000, run_id=run_id, types=_HOOK_OUTCOMES)
+        return JSONResponse(
+            {"run": run.to_json(), "submitted": first[0].data if first else {}, "hooks": [e.to_json() for e in hooks]}
+        )
 
     async def cancel(request: Request) -> Response:
         run_id = await supervisor.resolve(request.path_params["ref"])
@@ -305,6 +312,9 @@ def create_app(
     async def doctor_route(request: Request) -> Response:
         return JSONResponse({"checks": await doctor()})
 
+    async def hooks_route(request: Request) -> Response:
+        return JSONResponse({"hooks": await hooks() if hooks is not None else []})
+
     async def ui_route(request: Request) -> Response:
         if ui is None:
             raise UsageError("this daemon does not serve the web page")
@@ -328,6 +338,7 @@ def create_app(
         Route(f"{p}/wait", _errors(wait), methods=["GET"]),
         Route(f"{p}/events", _errors(events), methods=["GET"]),
         Route(f"{p}/doctor", _errors(doctor_route), methods=["GET"]),
+        Route(f"{p}/hooks", _errors(hooks_route), methods=["GET"]),
     ]
     if scheduler is not None:
         routes += scheduler_routes(supervisor=supervisor, scheduler=scheduler, digest_key=planner.digest_key)

@@ -22,6 +22,7 @@ from supervisord.cli.output import emit, info, output_option, warn
 from supervisord.cli.queue_cmd import scheduling_options, take_scheduling
 from supervisord.cli.shape import reject_shape_flags, shape_flag_options_without
 from supervisord.exceptions import AmbiguousRunError, DaemonUnreachableError, RunNotFoundError, TaskError, UsageError
+from supervisord.hooks.config import parse_on_done
 from supervisord.task import BACKENDS, Task, check_name, load_task, parse_duration, parse_env_pairs
 
 __all__ = ["submit", "runs", "show", "logs", "wait", "cancel", "events", "doctor"]
@@ -133,6 +134,13 @@ def task_wire(task: Task) -> dict[str, Any]:
 @click.option("--config", "config_args", multiple=True, metavar="KEY.PATH=VALUE|FILE", help="Config override (repeatable) or one config file.")
 @click.option("--force", is_flag=True, help="Submit even if the same project+name has a run in flight.")
 @click.option("--follow", "-f", is_flag=True, help="Stream the logs, then exit like `jobsup wait`.")
+@click.option(
+    "--on-done",
+    "on_done",
+    metavar="CMD",
+    help="Run CMD (split into words, no shell) when this run ends, like a command hook "
+    "(JOBSUP_* variables, last log lines on stdin), from this folder.",
+)
 @scheduling_options
 @shape_flag_options_without("gpus")
 @click.pass_context
@@ -149,11 +157,13 @@ def submit(
     config_args: tuple[str, ...],
     force: bool,
     follow: bool,
+    on_done: str | None,
     **shape: Any,
 ) -> None:
     """Queue a run of TASK.yaml and/or `-- CMD...`; print its id on stdout."""
     sched, hold = take_scheduling(shape)
     reject_shape_flags(shape)
+    on_done_argv = parse_on_done(on_done) if on_done is not None else None
     command = ctx.meta.get("jobsup.command")
     task = build_task(
         task_file, command, name=name, backend=backend, timeout=timeout, manifest=manifest, env_pairs=env_pairs,
@@ -163,8 +173,11 @@ def submit(
         raise TaskError("no command: give `run:` in the task file or `-- CMD...` after the options")
     layers = cfg.load_client_layers(task=task, cli_config=list(config_args), cwd=Path.cwd())
     client = _client()
+    wire = task_wire(task)
+    if on_done_argv is not None:
+        wire["on_done"] = on_done_argv
     body = {
-        "task": task_wire(task),
+        "task": wire,
         "layers": cfg.layers_to_wire(layers),
         "cwd": os.getcwd(),
         "rev": rev,
@@ -311,6 +324,11 @@ def show(run: str, output: str) -> None:
     sub = doc.get("submitted") or {}
     full = {**r, "command": sub.get("command"), "timeout_s": sub.get("timeout_s"), "source": sub.get("source"),
             "env": sub.get("env"), "config": sub.get("config")}
+    if sub.get("on_done"):
+        full["on_done"] = sub["on_done"]
+    if doc.get("hooks"):
+        # Each attempt of a hook at this run: HookDelivered / HookFailed data.
+        full["hooks"] = [{"type": e["type"], "seq": e["seq"], "at": e["at"], **e["data"]} for e in doc["hooks"]]
     if output != "table":
         emit(full, output)
         return
@@ -319,6 +337,9 @@ def show(run: str, output: str) -> None:
     for key in ("id", "project", "name", "backend", "phase", "reason", "message", "exit_code",
                 "created_at", "updated_at", "last_seq", "log_lines", "command", "timeout_s"):
         click.echo(f"{key + ':':<12} {'-' if full.get(key) is None else full.get(key)}")
+    for h in full.get("hooks") or []:
+        result = h.get("error") or f"{'exit code' if h.get('kind') == 'command' else 'HTTP'} {h.get('exit_code', h.get('status'))}"
+        click.echo(f"{'hook:':<12} {h.get('hook')} {h['type']} for seq {h.get('event_seq')} (attempt {h.get('attempt')}): {result}")
     for key in ("source", "handle", "env", "config"):
         value = full.get(key)
         click.echo(f"{key}:" + (" -" if not value else ""))

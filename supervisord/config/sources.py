@@ -45,6 +45,7 @@ __all__ = [
     "read_config_file",
     "load_yaml",
     "load_daemon_layer",
+    "load_user_layer",
     "load_client_layers",
     "read_client_layers",
     "layers_to_wire",
@@ -81,7 +82,8 @@ def _construct_mapping(loader: ConfigLoader, node: yaml.nodes.MappingNode) -> di
             raise yaml.constructor.ConstructorError(
                 None,
                 None,
-                f"the key {key!r} is not a string (a {type(key).__name__}); quote it",
+                f"the key {key!r} is not a string (a {type(key).__name__}); quote it"
+                + (" (YAML reads on/off/yes/no as booleans; a hook's phases go under `when:`)" if isinstance(key, bool) else ""),
                 key_node.start_mark,
             )
         if key in seen:
@@ -235,6 +237,14 @@ def load_daemon_layer(env: Mapping[str, str] = os.environ) -> Layer:
     ``$XDG_CONFIG_HOME/jobsup/daemon.yaml``). A missing default file gives an
     empty layer with ``file=None``. Raises ConfigError (see module doc)."""
     return _load_file_layer("daemon", cwd=None, env=env)
+
+
+def load_user_layer(env: Mapping[str, str] = os.environ) -> Layer:
+    """Read the user config (``JOBSUP_CONFIG`` or
+    ``$XDG_CONFIG_HOME/jobsup/config.yaml``) as the daemon does for its
+    ``hooks``. A missing default file gives an empty layer with
+    ``file=None``. Raises ConfigError (see module doc)."""
+    return _load_file_layer("user", cwd=None, env=env)
 
 
 def load_client_layers(
