@@ -33,6 +33,7 @@ import structlog
 import uvicorn
 
 from store import EventStore
+from store.errors import StoreError, StoreOpenError
 from supervisord import config as cfg
 from supervisord.api.server import PeerCredProtocol, create_app
 from supervisord.backends.base import Backend
@@ -159,7 +160,7 @@ class Daemon:
             os.close(lock_fd)
             raise
         try:
-            store = await EventStore.open(self.paths.database, synchronous=self.settings.get("synchronous", "FULL"))
+            store = await _open_store(self.paths.database, synchronous=self.settings.get("synchronous", "FULL"))
         except BaseException:
             sock.close()
             self.paths.socket.unlink(missing_ok=True)
@@ -236,6 +237,22 @@ class Daemon:
                 self.paths.socket.unlink(missing_ok=True)
                 os.close(lock_fd)
             log.info("stopped")
+
+
+async def _open_store(path: Path, *, synchronous: Any) -> EventStore:
+    """Open the event store at ``path``: the daemon boundary for store errors.
+
+    Raises DaemonError (with the store's error as ``__cause__``) naming the
+    file and what to do when it is not a usable jobsup database."""
+    try:
+        return await EventStore.open(path, synchronous=synchronous)
+    except StoreOpenError as err:
+        raise DaemonError(
+            f"cannot use the event store: {err}. Move the file aside (the daemon then starts a new, empty"
+            f" store there) or set JOBSUP_STATE_DIR to another state dir"
+        ) from err
+    except StoreError as err:
+        raise DaemonError(f"cannot open the event store {path}: {err}") from err
 
 
 def _version() -> str:

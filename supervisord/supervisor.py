@@ -283,7 +283,7 @@ class Supervisor:
                     await backend.supervise(spec, handle, reporter)
                 except BackendError as err:
                     log.warning("backend error", run=spec.run_id, error=str(err))
-                    await reporter.phase("ERROR", reason=getattr(err, "reason", None) or "BackendError", message=str(err))
+                    await reporter.phase("ERROR", reason=err.run_reason, message=str(err))
                 except Exception as err:  # recorded on the run and logged with its traceback
                     log.exception("supervision failed", run=spec.run_id)
                     await reporter.phase("ERROR", reason="InternalError", message=f"jobsup failed supervising this run: {err!r}")

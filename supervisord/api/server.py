@@ -23,8 +23,8 @@ from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from store import PHASE_CHANGED, PHASES, TERMINAL_PHASES, EventStore, LogLine, RunStatus
-from supervisord.api.wire import API_PREFIX, encode_error
-from supervisord.exceptions import JobsupError, UsageError
+from supervisord.api.wire import API_PREFIX, to_wire
+from supervisord.exceptions import JobsupError, StorageError, UsageError, map_store_errors
 from supervisord.submit import Planner, SubmitRequest
 from supervisord.supervisor import PHASE_RANK, Supervisor
 
@@ -97,15 +97,22 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 def _errors(fn: Handler) -> Handler:
+    """The API boundary: a JobsupError becomes its wire error; a store error
+    becomes a StorageError first (:func:`map_store_errors`); anything else is
+    logged with its traceback and answered as an InternalError."""
+
     async def wrapped(request: Request) -> Response:
         try:
-            return await fn(request)
+            with map_store_errors("the jobsup daemon's event store failed"):
+                return await fn(request)
         except JobsupError as err:
-            status, body = encode_error(err)
+            if isinstance(err, StorageError):
+                log.warning("store error", path=request.url.path, error=str(err))
+            status, body = to_wire(err)
             return JSONResponse(body, status_code=status)
         except Exception as err:
             log.exception("request failed", path=request.url.path)
-            status, body = encode_error(err)
+            status, body = to_wire(err)
             return JSONResponse(body, status_code=status)
 
     return wrapped
