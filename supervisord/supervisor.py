@@ -10,6 +10,7 @@ stream version (optimistic concurrency in the store).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import os
@@ -45,7 +46,7 @@ from supervisord.exceptions import (
 from supervisord.paths import Paths
 from supervisord.source import SnapshotStore
 
-__all__ = ["Supervisor", "PHASE_RANK", "MAX_LINES_PER_EVENT", "env_digest", "load_digest_key"]
+__all__ = ["Supervisor", "SubmitResult", "PHASE_RANK", "MAX_LINES_PER_EVENT", "env_digest", "load_digest_key"]
 
 log = structlog.get_logger("jobsup.supervisor")
 
@@ -87,6 +88,15 @@ def load_digest_key(state_dir: Path) -> bytes:
         f.flush()
         os.fsync(f.fileno())
     return key
+
+
+@dataclasses.dataclass(frozen=True)
+class SubmitResult:
+    """What :meth:`Supervisor.submit_run` returns: the new ``run``'s status
+    and the backend preflight's ``warnings`` (one line each)."""
+
+    run: RunStatus
+    warnings: list[str]
 
 
 class _RunState:
@@ -232,8 +242,20 @@ class Supervisor:
         config: Mapping[str, Any] | None = None,
         force: bool = False,
     ) -> RunStatus:
+        """:meth:`submit_run` without its warnings: the new run's status."""
+        return (await self.submit_run(submitted, env=env, config=config, force=force)).run
+
+    async def submit_run(
+        self,
+        submitted: Mapping[str, Any],
+        *,
+        env: Mapping[str, str] | None = None,
+        config: Mapping[str, Any] | None = None,
+        force: bool = False,
+    ) -> SubmitResult:
         """Record a Submitted event with ``submitted`` as its data and start
-        supervising the run.
+        supervising the run; return its status and the backend's preflight
+        warnings (for the user: the API sends them with the submit's answer).
 
         ``submitted`` holds what the run records (project, name, backend,
         command, timeout_s, source {repo, commit, snapshot_sha256}, env
@@ -260,14 +282,14 @@ class Supervisor:
                     )
             run_id = secrets.token_hex(6)
             spec = self._spec(run_id, submitted, env=env or {}, config=config)
-            await backend.preflight(spec)
+            warnings = list(await backend.preflight(spec))
             await self.store.append(run_id, 0, [NewEvent(SUBMITTED, dict(submitted))])
         status = await self.get(run_id)
         state = _RunState(spec, status)
         self._runs[run_id] = state
         self._tg.start_soon(self._drive, state, True, name=f"run-{run_id}")
         log.info("submitted", run=run_id, project=project, name=name, backend=spec.backend)
-        return status
+        return SubmitResult(status, warnings)
 
     async def _drive(self, state: _RunState, fresh: bool) -> None:
         spec = state.spec

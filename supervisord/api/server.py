@@ -138,8 +138,9 @@ def create_app(
             raise UsageError("submit: the request body is not JSON") from None
         req = SubmitRequest.from_json(body)
         plan = await planner.plan(req)
-        run = await supervisor.submit(plan.submitted, env=plan.env, config=plan.config, force=plan.force)
-        return JSONResponse({"run": run.to_json(), "warnings": plan.warnings}, status_code=201)
+        result = await supervisor.submit_run(plan.submitted, env=plan.env, config=plan.config, force=plan.force)
+        warnings = [*plan.warnings, *result.warnings]
+        return JSONResponse({"run": result.run.to_json(), "warnings": warnings}, status_code=201)
 
     async def list_runs(request: Request) -> Response:
         phase = request.query_params.get("phase")
