@@ -40,10 +40,12 @@ from supervisord.backends.base import Backend
 from supervisord.backends.kubernetes import KubernetesBackend
 from supervisord.backends.local import LocalBackend
 from supervisord.exceptions import DaemonError, JobsupError
+from supervisord.config.unimplemented import not_implemented_warnings
 from supervisord.logging import configure_logging
 from supervisord.paths import Paths
 from supervisord.submit import Planner
-from supervisord.supervisor import Supervisor, load_digest_key
+from supervisord.secret import load_digest_key
+from supervisord.supervisor import Supervisor
 
 __all__ = ["Daemon", "run_daemon", "sd_notify"]
 
@@ -276,8 +278,11 @@ def run_daemon() -> None:
         for line in getattr(err, "errors", [])[1:] if len(getattr(err, "errors", [])) > 1 else []:
             click.echo(f"  {line}", err=True)
         sys.exit(2)
-    settings = cfg.effective_config(layer, []).data.get("daemon") or {}
+    data = cfg.effective_config(layer, []).data
+    settings = data.get("daemon") or {}
     configure_logging(str(settings.get("log_level") or "info"))
+    for message in not_implemented_warnings(data):
+        log.warning("config key not implemented", detail=message)
     paths = Paths.from_env()
     try:
         anyio.run(Daemon(paths, layer).run, backend="asyncio")

@@ -11,11 +11,7 @@ stream version (optimistic concurrency in the store).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import hmac
-import os
 import secrets
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import anyio
@@ -46,7 +42,7 @@ from supervisord.exceptions import (
 from supervisord.paths import Paths
 from supervisord.source import SnapshotStore
 
-__all__ = ["Supervisor", "SubmitResult", "PHASE_RANK", "MAX_LINES_PER_EVENT", "env_digest", "load_digest_key"]
+__all__ = ["Supervisor", "SubmitResult", "PHASE_RANK", "MAX_LINES_PER_EVENT"]
 
 log = structlog.get_logger("jobsup.supervisor")
 
@@ -61,33 +57,6 @@ PHASE_RANK: dict[str, int] = {
 _CANCEL_DRAIN_S = 30.0
 #: The most log lines one LogLines event holds (~400 KB of 100-byte lines).
 MAX_LINES_PER_EVENT = 4000
-
-
-def env_digest(env: Mapping[str, str], key: bytes) -> dict[str, str]:
-    """NAME -> ``hmac-sha256:<hex>`` of the value, keyed with the daemon's
-    secret ``key``: what events record instead of values. Equal values give
-    equal digests (so a changed secret shows), but without the key a short
-    or guessable value cannot be brute-forced from the database."""
-    return {k: "hmac-sha256:" + hmac.new(key, v.encode(), hashlib.sha256).hexdigest() for k, v in sorted(env.items())}
-
-
-def load_digest_key(state_dir: Path) -> bytes:
-    """The daemon's env-digest key: 32 random bytes in ``<state dir>/digest.key``
-    (mode 0600), created on first use."""
-    path = state_dir / "digest.key"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        key = path.read_bytes()
-        if len(key) != 32:
-            raise DaemonError(f"{path} is damaged ({len(key)} bytes, expected 32); remove it to make a new key")
-        return key
-    key = secrets.token_bytes(32)
-    with os.fdopen(fd, "wb") as f:
-        f.write(key)
-        f.flush()
-        os.fsync(f.fileno())
-    return key
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,9 +21,11 @@ from supervisord.config import (
     format_path,
     load_daemon_layer,
     read_client_layers,
-    redact,
 )
+from supervisord.config.unimplemented import not_implemented_warnings
 from supervisord.exceptions import ConfigError, TaskError
+from supervisord.paths import Paths
+from supervisord.secret import read_digest_key, redact
 from supervisord.task import Task, load_task
 
 __all__ = ["config_group"]
@@ -90,7 +92,9 @@ def show(task_file: str | None, cli_config: tuple[str, ...], origin: bool, outpu
     eff = _effective(daemon, client)
     for message in eff.warnings:
         warn(message)
-    data = redact(eff.data)
+    # The daemon's own digest key, so that values compare with what runs
+    # record; without one (no daemon ran yet) values show as <redacted>.
+    data = redact(eff.data, read_digest_key(Paths.from_env().state_dir))
     emit(_annotate(data, (), eff.origins) if origin else data, output)
 
 
@@ -108,7 +112,7 @@ def validate(task_file: str | None, cli_config: tuple[str, ...]) -> None:
     except ConfigError as exc:
         errors.extend(exc.errors)
     else:
-        for message in eff.warnings:
+        for message in [*eff.warnings, *not_implemented_warnings(eff.data)]:
             warn(message)
         backend = (task.backend if task is not None else None) or str(eff.data.get("backend") or "local")
         try:

@@ -8,7 +8,8 @@ config, the project config (``.jobsup.yaml``), the task YAML's ``config:`` and
 (:func:`layers_to_wire`); the daemon rebuilds them (:func:`layers_from_wire`),
 overlays them onto its own config (:func:`load_daemon_layer`) with
 :func:`effective_config`, refuses what the daemon config does not allow
-(:func:`check_allowed`) and records :func:`redact` of the result.
+(:func:`check_allowed`) and records :func:`supervisord.secret.redact` of
+the result.
 
 Typical daemon-side use::
 
@@ -17,7 +18,7 @@ Typical daemon-side use::
     eff = effective_config(daemon, layers_from_wire(body["config_layers"]),
                            context=current_kube_context())
     check_allowed(eff, backend)
-    record(redact(eff.data))
+    record(supervisord.secret.redact(eff.data, digest_key))
 
 The Kubernetes backend applies ``eff.data["kubernetes"]["pod_config"]`` to the
 primary Job's pod template with :func:`merge_pod_spec` and reuses
@@ -47,7 +48,6 @@ from supervisord.config.merge import (
     merge_layers,
     merge_pod_spec,
 )
-from supervisord.config.redact import redact
 from supervisord.config.sandbox import (
     ENV_POD_READY_TIMEOUT,
     RESERVED_MOUNT_PATHS,
@@ -116,6 +116,5 @@ __all__ = [
     "pod_ready_timeout_from_env",
     "read_client_layers",
     "read_config_file",
-    "redact",
     "validate_daemon_config",
 ]

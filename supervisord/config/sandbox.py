@@ -46,7 +46,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from supervisord.config.keypath import KeyPath, format_path
-from supervisord.config.redact import looks_secret
+from supervisord.secret import looks_secret
 from supervisord.exceptions import ConfigError
 
 __all__ = [

@@ -28,7 +28,9 @@ Keys::
       context_configs: {<context>: {<kubernetes key but context,
                                      allowed_contexts, context_configs>}}
     allowed_backends: [local | kubernetes]   daemon-only
-    daemon: {synchronous: FULL | NORMAL, max_running: int > 0,
+    daemon: {synchronous: FULL | NORMAL,
+             max_running: int > 0 (NOT IMPLEMENTED: accepted and ignored, with a
+                           warning; see supervisord.config.unimplemented),
              log_level: debug | info | warning | error}   daemon-only
 """
 
@@ -40,7 +42,7 @@ import jsonschema
 import jsonschema.validators
 
 from supervisord.config.keypath import KeyPath, format_path
-from supervisord.config.redact import looks_secret
+from supervisord.secret import looks_secret
 from supervisord.config.sandbox import check_kubernetes_options
 
 __all__ = ["CONFIG_SCHEMA", "schema_at", "schema_errors", "validate_document", "is_secret_path"]
@@ -152,7 +154,7 @@ CONFIG_SCHEMA: dict[str, Any] = {
             "additionalProperties": False,
             "properties": {
                 "synchronous": {"enum": ["FULL", "NORMAL"]},
-                "max_running": _POS_INT,
+                "max_running": {**_POS_INT, "description": "not implemented: accepted and ignored (a warning says so)"},
                 "log_level": {"enum": ["debug", "info", "warning", "error"]},
             },
         },
