@@ -1,9 +1,9 @@
 """The supervisor: one task per run, turning what a backend reports into events.
 
-Every phase change goes through :class:`_Reporter.phase`, which enforces the
-run's rules in one place: phases never go backwards, a terminal phase is
-final, and while a cancel is in progress the cancel owns the terminal
-outcome (so a cancel racing completion ends in exactly one terminal phase).
+Every phase change goes through :class:`_Reporter.phase`, which applies the
+run's rules (:func:`supervisord.lifecycle.decide`: phases never go backwards,
+a terminal phase is final, while a cancel is in progress the cancel owns the
+terminal outcome) under the run's lock.
 Appends for one run are serialised by a per-run lock and carry the run's
 stream version (optimistic concurrency in the store).
 """
@@ -39,6 +39,8 @@ from supervisord.exceptions import (
     RunNotFoundError,
     UsageError,
 )
+from supervisord.events import CANCEL_FAILED
+from supervisord.lifecycle import PHASE_RANK, RunPhase, decide
 from supervisord.paths import Paths
 from supervisord.source import SnapshotStore
 
@@ -46,14 +48,6 @@ __all__ = ["Supervisor", "SubmitResult", "PHASE_RANK", "MAX_LINES_PER_EVENT"]
 
 log = structlog.get_logger("jobsup.supervisor")
 
-#: Lifecycle order: a phase change to a lower rank is dropped.
-PHASE_RANK: dict[str, int] = {
-    "QUEUED": 0,
-    "SCHEDULING": 1,
-    "STAGING": 2,
-    "RUNNING": 3,
-    **{p: 4 for p in TERMINAL_PHASES},
-}
 _CANCEL_DRAIN_S = 30.0
 #: The most log lines one LogLines event holds (~400 KB of 100-byte lines).
 MAX_LINES_PER_EVENT = 4000
@@ -111,14 +105,8 @@ class _Reporter:
     ) -> bool:
         st = self._state
         async with st.lock:
-            if st.phase in TERMINAL_PHASES:
-                return False
-            rank, current = PHASE_RANK[phase], PHASE_RANK[st.phase]
-            if rank < current:
-                return False
-            if rank == current and (reason, message) == (st.reason, st.message):
-                return False
-            if phase in TERMINAL_PHASES and st.cancel_requested and not _cancel:
+            now = RunPhase(st.phase, st.reason, st.message, st.cancel_requested)
+            if not decide(now, phase, reason=reason, message=message, by_cancel=_cancel).record:
                 return False
             data: dict[str, Any] = {"phase": phase, "reason": reason, "message": message}
             if exit_code is not None:
@@ -313,7 +301,7 @@ class Supervisor:
             # once the backend is reachable.
             async with state.lock:
                 state.cancel_requested = False
-                await reporter._append_locked([NewEvent("CancelFailed", {"message": str(err)})])
+                await reporter._append_locked([NewEvent(CANCEL_FAILED, {"message": str(err)})])
             if state.done.is_set():
                 # Supervision ended meanwhile and its outcome was held for the
                 # cancel: the run must still end in one terminal phase.

@@ -22,11 +22,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from store import PHASE_CHANGED, PHASES, TERMINAL_PHASES, EventStore, LogLine, RunStatus
+from store import PHASE_CHANGED, PHASES, EventStore, LogLine, RunStatus
 from supervisord.api.wire import API_PREFIX, to_wire
 from supervisord.exceptions import JobsupError, StorageError, UsageError, map_store_errors
 from supervisord.submit import Planner, SubmitRequest
-from supervisord.supervisor import PHASE_RANK, Supervisor
+from supervisord.lifecycle import reached
+from supervisord.supervisor import Supervisor
 
 __all__ = ["create_app", "PeerCredProtocol"]
 
@@ -300,8 +301,4 @@ async def _condition_met(store: EventStore, cond: str, runs: list[RunStatus], af
             if await store.read_all(after_seq, limit=1, run_id=r.id, types=[PHASE_CHANGED]):
                 return True
         return False
-    target = cond.upper()
-    if target in TERMINAL_PHASES:
-        return all(r.terminal for r in runs)
-    # Phases never go backwards: a run at or past the target has reached it.
-    return all(PHASE_RANK[r.phase] >= PHASE_RANK[target] for r in runs)
+    return all(reached(r.phase, cond.upper()) for r in runs)
