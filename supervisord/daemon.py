@@ -192,9 +192,7 @@ class Daemon:
                         {"name": "store", "ok": True, "detail": f"{self.paths.database}, last seq {await store.last_seq()}"},
                     ]
                     for backend in backends.values():
-                        extra = getattr(backend, "doctor", None)
-                        if extra is not None:
-                            checks.extend(await extra())
+                        checks.extend(await backend.doctor())
                     return checks
 
                 app = create_app(supervisor=supervisor, planner=planner, store=store, info=info, doctor=doctor)

@@ -363,6 +363,8 @@ class Supervisor:
             repo=str(source.get("repo") or ""),
             run_dir=self.paths.runs_dir / run_id,
             submitted=dict(submitted),
+            env_digests={str(k): str(v) for k, v in (submitted.get("env") or {}).items()},
+            manifest=str(submitted["manifest"]) if submitted.get("manifest") else None,
         )
 
     def supervised(self) -> int:
