@@ -23,9 +23,6 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import yaml
-
-from supervisord.config.sources import load_yaml
 from supervisord.exceptions import ConfigError, TaskError
 
 __all__ = [
@@ -159,6 +156,8 @@ def load_task(path: str | Path) -> Task:
     try:
         # The config loader: safe, and a duplicated key is an error naming
         # its line (never "the last one wins" silently).
+        from supervisord.config.yamlload import load_yaml  # PyYAML: only when a file is read
+
         doc = load_yaml(text, source=str(p))
     except ConfigError as exc:
         raise TaskError(str(exc)) from None
@@ -210,7 +209,7 @@ def _task_from_mapping(doc: Mapping[Any, Any], p: Path) -> Task:
         _check_env_name(str(name), f"{p}: `env`")
         if isinstance(value, (dict, list)) or value is None:
             raise TaskError(f"{p}: `env.{name}` must be a scalar value")
-        env[str(name)] = value if isinstance(value, str) else yaml.safe_dump(value).strip().removesuffix("...").strip()
+        env[str(name)] = value if isinstance(value, str) else _yaml_text(value)
     config = doc.get("config")
     if config is None:
         config = {}
@@ -233,3 +232,10 @@ def _task_from_mapping(doc: Mapping[Any, Any], p: Path) -> Task:
         manifest=manifest,
         path=p.resolve(),
     )
+
+
+def _yaml_text(value: Any) -> str:
+    """A non-string env value as the YAML text it was written as."""
+    import yaml
+
+    return str(yaml.safe_dump(value)).strip().removesuffix("...").strip()

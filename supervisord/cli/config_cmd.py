@@ -10,7 +10,6 @@ from typing import Any
 
 import click
 
-from supervisord.cli.main import cli
 from supervisord.cli.output import emit, info, output_option, warn
 from supervisord.config import (
     EffectiveConfig,
@@ -33,7 +32,7 @@ __all__ = ["config_group"]
 _CONFIG_HELP = "FILE (alone) or KEY.PATH=VALUE (repeatable): the cli config layer."
 
 
-@cli.group("config")
+@click.group("config")
 def config_group() -> None:
     """Show and check the layered config: defaults < daemon < user < project
     < task `config:` < --config."""

@@ -17,18 +17,19 @@ from pathlib import Path
 
 import click
 
-from supervisord.backends.kubernetes import (
+from supervisord.backends.kubernetes.inject import env_secret_name
+from supervisord.backends.kubernetes.manifest import (
     DEFAULT_MANIFEST_PATH,
-    DEFAULT_STAGING_TIMEOUT_S,
+    check_run_id,
     load_manifest_at_commit,
     manifest_path_for,
+)
+from supervisord.backends.kubernetes.render import (
+    DEFAULT_STAGING_TIMEOUT_S,
     objects_to_json,
     objects_to_yaml,
     render_run,
 )
-from supervisord.backends.kubernetes.inject import env_secret_name
-from supervisord.backends.kubernetes.manifest import check_run_id
-from supervisord.cli.main import cli
 from supervisord.cli.shape import reject_shape_flags, shape_flag_options
 from supervisord.cli.output import output_option, warn
 from supervisord.config.effective import effective_config
@@ -43,7 +44,7 @@ def _is_task_file(arg: str) -> bool:
     return arg.endswith((".yaml", ".yml"))
 
 
-@cli.command("render")
+@click.command("render")
 @click.argument("args", nargs=-1, metavar="[TASK.yaml] [-- CMD...]")
 @click.option(
     "--manifest", default=None, help=f"Repository-relative manifest path [default: {DEFAULT_MANIFEST_PATH}]."
