@@ -35,6 +35,7 @@ import uvicorn
 from store import EventStore
 from store.errors import StoreError, StoreOpenError
 from supervisord import config as cfg
+from supervisord import version
 from supervisord.api.server import PeerCredProtocol, create_app
 from supervisord.backends.base import Backend
 from supervisord.backends.kubernetes import KubernetesBackend
@@ -179,7 +180,7 @@ class Daemon:
                 info = {
                     "pid": os.getpid(),
                     "uid": os.getuid(),
-                    "version": _version(),
+                    "version": version(),
                     "state_dir": str(self.paths.state_dir),
                     "socket": str(self.paths.socket),
                     "database": str(self.paths.database),
@@ -253,15 +254,6 @@ async def _open_store(path: Path, *, synchronous: Any) -> EventStore:
         ) from err
     except StoreError as err:
         raise DaemonError(f"cannot open the event store {path}: {err}") from err
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("jobsup")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 def run_daemon() -> None:
