@@ -32,8 +32,6 @@ from store import (
 )
 from supervisord.backends.base import Backend, RunSpec
 from supervisord.exceptions import (
-    AmbiguousRunError,
-    DaemonError,
     BackendError,
     RunInFlightError,
     RunNotFoundError,
@@ -42,6 +40,7 @@ from supervisord.exceptions import (
 from supervisord.events import CANCEL_FAILED
 from supervisord.lifecycle import PHASE_RANK, RunPhase, decide
 from supervisord.paths import Paths
+from supervisord.readside import resolve_run_id
 from supervisord.source import SnapshotStore
 
 __all__ = ["Supervisor", "SubmitResult", "PHASE_RANK", "MAX_LINES_PER_EVENT"]
@@ -172,15 +171,7 @@ class Supervisor:
 
         Raises UsageError (too short / not hex), RunNotFoundError, AmbiguousRunError.
         """
-        ref = ref.strip().lower()
-        if len(ref) < 4 or any(c not in "0123456789abcdef" for c in ref):
-            raise UsageError(f"run id {ref!r}: give the 12-hex-character run id or a unique prefix of 4+ characters")
-        ids = await self.store.match_run_ids(ref, limit=10)
-        if not ids:
-            raise RunNotFoundError(f"no run matches {ref!r} (see `jobsup runs --all`)")
-        if len(ids) > 1:
-            raise AmbiguousRunError(f"run id prefix {ref!r} matches several runs: {', '.join(ids)}; give more characters")
-        return ids[0]
+        return await resolve_run_id(self.store, ref)
 
     async def get(self, run_id: str) -> RunStatus:
         """The run's status projection. Raises RunNotFoundError."""
