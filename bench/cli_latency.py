@@ -93,8 +93,11 @@ def main() -> None:
     ]
     extra: dict[str, object] = {"n": n, "load_average": load_average(), "cpus": os.cpu_count()}
     print(f"\nwall time (cpu time), {n} runs each")
-    print(f"{'command':<14} " + "  ".join(f"{t + ' median':>14} {t + ' p90':>11} {t + ' cpu':>10}" for t in trees)
-          + ("   before/after" if len(trees) == 2 else ""))
+    print(
+        f"{'command':<14} "
+        + "  ".join(f"{t + ' median':>14} {t + ' p90':>11} {t + ' cpu':>10}" for t in trees)
+        + ("   before/after" if len(trees) == 2 else "")
+    )
     for label in commands:
         cells = []
         medians = {}
@@ -105,9 +108,13 @@ def main() -> None:
             medians[tree_name] = med
             cells.append(f"{med:>11.1f} ms {p90:>8.1f} ms {cpu_med:>7.1f} ms")
             figures.append(
-                Figure(f"{tree_name} {label} median", med, "ms",
-                       target="<= 100 ms" if tree_name == "after" else "",
-                       met=(med <= TARGET_S * 1000) if tree_name == "after" else None)
+                Figure(
+                    f"{tree_name} {label} median",
+                    med,
+                    "ms",
+                    target="<= 100 ms" if tree_name == "after" else "",
+                    met=(med <= TARGET_S * 1000) if tree_name == "after" else None,
+                )
             )
             figures.append(Figure(f"{tree_name} {label} p90", p90, "ms"))
             figures.append(Figure(f"{tree_name} {label} cpu median", cpu_med, "ms"))

@@ -45,7 +45,8 @@ raises the same class again, with the same attributes.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, ClassVar, Iterator
+from collections.abc import Iterator
+from typing import Any, ClassVar
 
 __all__ = [
     "JobsupError",

@@ -15,7 +15,8 @@ A stream that has nothing to say for :data:`HEARTBEAT_S` sends
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Final, Sequence
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Final
 
 import anyio
 
@@ -68,7 +69,9 @@ class ReadSide:
             raise RunNotFoundError(f"no run {run_id}")
         return run
 
-    async def list_runs(self, *, all: bool = False, project: str | None = None, phase: str | None = None) -> list[RunStatus]:
+    async def list_runs(
+        self, *, all: bool = False, project: str | None = None, phase: str | None = None
+    ) -> list[RunStatus]:
         """Runs newest first: with ``phase``, those in it; else every run
         when ``all``, or the in-flight ones and the :data:`RECENT_RUNS`
         newest. Raises UsageError for an unknown phase (any case)."""

@@ -23,8 +23,9 @@ import json
 import os
 import re
 import secrets
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, Mapping
+from typing import Any, Final
 
 __all__ = [
     "DIGEST_PREFIX",

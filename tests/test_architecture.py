@@ -27,9 +27,23 @@ def test_no_import_cycles() -> None:
 
 
 #: What a `runs`, `show` or `wait` must not load.
-FORBIDDEN = ("aiosqlite", "anyio", "uvicorn", "starlette", "kubernetes", "httpx", "jsonschema", "yaml",
-             "structlog", "rich", "store.eventstore", "supervisord.daemon", "supervisord.supervisor",
-             "supervisord.backends", "supervisord.config.schema")
+FORBIDDEN = (
+    "aiosqlite",
+    "anyio",
+    "uvicorn",
+    "starlette",
+    "kubernetes",
+    "httpx",
+    "jsonschema",
+    "yaml",
+    "structlog",
+    "rich",
+    "store.eventstore",
+    "supervisord.daemon",
+    "supervisord.supervisor",
+    "supervisord.backends",
+    "supervisord.config.schema",
+)
 
 
 @pytest.mark.parametrize("command", ["runs", "show", "wait"])

@@ -7,7 +7,8 @@ with a warning instead of letting a user believe it works.
 
 from __future__ import annotations
 
-from typing import Any, Final, Mapping
+from collections.abc import Mapping
+from typing import Any, Final
 
 from supervisord.config.keypath import KeyPath, format_path
 

@@ -9,8 +9,9 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import anyio
 import pytest
@@ -41,8 +42,9 @@ def test_daemon_on_corrupt_database_prints_one_error_line(js: JobsupEnv) -> None
     js.state_dir.mkdir(parents=True)
     db = js.state_dir / "jobsup.db"
     db.write_bytes(b"this is not an SQLite database, just some bytes\n" * 200)
-    r = subprocess.run([sys.executable, "-m", "supervisord", "daemon"], env=js.env,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "supervisord", "daemon"], env=js.env, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 1, r.stderr
     assert "Traceback" not in r.stderr, r.stderr
     errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
@@ -54,8 +56,9 @@ def test_daemon_on_corrupt_database_prints_one_error_line(js: JobsupEnv) -> None
 # -- defect 2: store errors from the daemon reach the CLI as JobsupErrors -------
 
 
-@pytest.mark.parametrize("store_error", [StorageFullError("database or disk is full"),
-                                         StoreLockedError("database is locked")])
+@pytest.mark.parametrize(
+    "store_error", [StorageFullError("database or disk is full"), StoreLockedError("database is locked")]
+)
 def test_store_error_at_api_boundary_is_a_storage_error(tmp_path: Path, store_error: Exception) -> None:
     from starlette.testclient import TestClient
 
@@ -94,7 +97,8 @@ def _serve(path: Path, status: int, body: Mapping[str, Any]) -> None:
         code, payload = (200, b'{"ok": true}') if b" /v1/health " in request else (status, json.dumps(body).encode())
         conn.sendall(
             f"HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
-            "Connection: close\r\n\r\n".encode() + payload
+            "Connection: close\r\n\r\n".encode()
+            + payload
         )
 
     def run() -> None:
@@ -111,8 +115,9 @@ def _serve(path: Path, status: int, body: Mapping[str, Any]) -> None:
 
 
 def test_cli_prints_storage_error_and_exits_1(js: JobsupEnv) -> None:
-    wrapped = exc.StorageError("the jobsup daemon's event store failed: database or disk is full",
-                               store_error="StorageFullError")
+    wrapped = exc.StorageError(
+        "the jobsup daemon's event store failed: database or disk is full", store_error="StorageFullError"
+    )
     _serve(js.socket, *to_wire(wrapped))
     r = js.cli("cancel", "abcd1234", check=False)
     assert "Traceback" not in r.stderr, r.stderr
@@ -226,14 +231,20 @@ class _FailingBackend:
 @pytest.mark.parametrize(
     ("error", "reason"),
     [
-        (exc.KubernetesApiError("get Job/x: jobs.batch \"x\" not found", status=404, reason="NotFound"), "BackendError"),
+        (exc.KubernetesApiError('get Job/x: jobs.batch "x" not found', status=404, reason="NotFound"), "BackendError"),
         (exc.BackendError("staging failed", run_reason="StagingFailed"), "StagingFailed"),
         (exc.BackendError("plain"), "BackendError"),
     ],
 )
 async def test_backend_error_records_the_runs_reason(tmp_path: Path, error: Exception, reason: str) -> None:
-    submitted = {"project": "p", "name": "n", "backend": "local", "command": "true", "timeout_s": 60,
-                 "source": {"commit": "c", "snapshot_sha256": "00"}}
+    submitted = {
+        "project": "p",
+        "name": "n",
+        "backend": "local",
+        "command": "true",
+        "timeout_s": 60,
+        "source": {"commit": "c", "snapshot_sha256": "00"},
+    }
     async with await EventStore.open(tmp_path / "j.db") as store:
         async with anyio.create_task_group() as tg:
             sup = Supervisor(store, {"local": _FailingBackend(error)}, Paths(tmp_path, tmp_path / "s.sock"), tg)  # type: ignore[dict-item]

@@ -15,8 +15,13 @@ from supervisord.lifecycle import ACTIVE_PHASES, RunPhase, Verdict, decide, reac
 
 ROOT = Path(__file__).resolve().parents[2]
 
-R, FINAL, BACK, SAME, CANCEL = (Verdict.RECORD, Verdict.TERMINAL_IS_FINAL, Verdict.BACKWARDS,
-                                Verdict.UNCHANGED, Verdict.CANCEL_OWNS_OUTCOME)
+R, FINAL, BACK, SAME, CANCEL = (
+    Verdict.RECORD,
+    Verdict.TERMINAL_IS_FINAL,
+    Verdict.BACKWARDS,
+    Verdict.UNCHANGED,
+    Verdict.CANCEL_OWNS_OUTCOME,
+)
 
 # (current phase, cancel requested, proposed phase, by the cancel itself, verdict)
 TABLE = [
@@ -60,8 +65,14 @@ def test_unknown_phase_is_refused() -> None:
 
 @pytest.mark.parametrize(
     ("current", "target", "expected"),
-    [("QUEUED", "RUNNING", False), ("RUNNING", "STAGING", True), ("RUNNING", "RUNNING", True),
-     ("ERROR", "RUNNING", True), ("ERROR", "COMPLETED", True), ("RUNNING", "CANCELED", False)],
+    [
+        ("QUEUED", "RUNNING", False),
+        ("RUNNING", "STAGING", True),
+        ("RUNNING", "RUNNING", True),
+        ("ERROR", "RUNNING", True),
+        ("ERROR", "COMPLETED", True),
+        ("RUNNING", "CANCELED", False),
+    ],
 )
 def test_reached(current: str, target: str, expected: bool) -> None:
     assert reached(current, target) is expected
@@ -92,4 +103,6 @@ def test_catalog_entries_are_documented() -> None:
     for entry in CATALOG.values():
         assert entry.writer, entry.name
         assert re.fullmatch(r"[A-Z][A-Za-z]+", entry.name)
-    assert {"Submitted", "PhaseChanged", "HandleRecorded", "LogLines"} == {e.name for e in CATALOG.values() if e.projected}
+    assert {"Submitted", "PhaseChanged", "HandleRecorded", "LogLines"} == {
+        e.name for e in CATALOG.values() if e.projected
+    }

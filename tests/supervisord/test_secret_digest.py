@@ -8,10 +8,8 @@ import hashlib
 import hmac
 import json
 import os
-import subprocess
-import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

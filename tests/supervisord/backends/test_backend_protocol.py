@@ -59,8 +59,16 @@ class _Capture(LocalBackend):
 
 @pytest.mark.anyio
 async def test_run_spec_carries_what_backends_read(tmp_path: Path) -> None:
-    submitted = {"project": "p", "name": "n", "backend": "local", "command": "true", "timeout_s": 5,
-                 "env": {"A": "hmac-sha256:ab"}, "manifest": "k8s/job.yaml", "source": {"snapshot_sha256": "00"}}
+    submitted = {
+        "project": "p",
+        "name": "n",
+        "backend": "local",
+        "command": "true",
+        "timeout_s": 5,
+        "env": {"A": "hmac-sha256:ab"},
+        "manifest": "k8s/job.yaml",
+        "source": {"snapshot_sha256": "00"},
+    }
     backend = _Capture()
     async with await EventStore.open(tmp_path / "j.db") as store:
         async with anyio.create_task_group() as tg:
