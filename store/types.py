@@ -64,7 +64,7 @@ __all__ = [
 # (no going backwards, terminal is final, a cancel owns the outcome) are in
 # supervisord.lifecycle.
 
-#: Every phase, in lifecycle order (DESIGN.md "Words"): the active phases,
+#: Every phase, in lifecycle order (README, "Phases and reasons"): the active phases,
 #: then the terminal ones.
 Phase = Literal["QUEUED", "SCHEDULING", "STAGING", "RUNNING", "COMPLETED", "ERROR", "CANCELED", "DELETED"]
 PHASES: Final[tuple[str, ...]] = get_args(Phase)

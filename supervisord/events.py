@@ -1,7 +1,7 @@
 """The catalog of every event type jobsup writes, with its ``data`` shape.
 
 One :func:`define` call per type: to add a type, add one entry here (its
-name as DESIGN.md or its issue spells it, who writes it, and its data keys)
+name in CamelCase as the README's "Events" section spells it, who writes it, and its data keys)
 and use the returned constant at the call site instead of a string literal.
 ``tests/supervisord/test_lifecycle.py`` checks that every type written
 anywhere in the source is in the catalog.

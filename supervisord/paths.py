@@ -1,4 +1,4 @@
-"""Where jobsup keeps its files (DESIGN.md, "Files and environment").
+"""Where jobsup keeps its files (README, "Files and environment variables").
 
 ========================  ==========================================  ========================
 what                      default                                     override

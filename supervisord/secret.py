@@ -1,7 +1,7 @@
 """Secret values: the daemon's digest key, the one keyed digest, and redaction.
 
-DESIGN.md: secret values (env values, tokens) never enter events, logs or
-daemon output; names and a hash are recorded. The hash is always
+The rule (README, "Events"): secret values (env values, tokens) never enter
+events, logs or daemon output; names and a hash are recorded. The hash is always
 :func:`digest`, an HMAC-SHA256 keyed with the daemon's 32-byte secret
 ``<state dir>/digest.key`` (RFC 2104): equal values give equal digests (a
 changed secret shows), but without the key a short or guessable value

@@ -38,7 +38,7 @@ __all__ = [
 
 #: Backends a task may name.
 BACKENDS: tuple[str, ...] = ("local", "kubernetes")
-#: The run timeout when neither the task nor the CLI gives one (DESIGN.md: 4h).
+#: The run timeout when neither the task nor the CLI gives one (README, "Task files": 4h).
 DEFAULT_TIMEOUT_S = 4 * 3600
 #: The longest timeout accepted: 366 days.
 MAX_TIMEOUT_S = 366 * 86400

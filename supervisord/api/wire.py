@@ -57,7 +57,7 @@ ERROR_STATUS: Final[dict[type[Exception], int]] = {
     exc.StorageError: 503,
 }
 
-#: ``jobsup wait`` exit codes by terminal phase (DESIGN.md).
+#: ``jobsup wait`` exit codes by terminal phase (README, "`jobsup wait` exit codes").
 WAIT_EXIT_CODES: Final[dict[str, int]] = {"COMPLETED": 0, "ERROR": 1, "CANCELED": 3, "DELETED": 4}
 EXIT_WAIT_TIMEOUT: Final = 124
 EXIT_UNREACHABLE: Final = 69

@@ -1,6 +1,6 @@
 """Output for the CLI: machine output on stdout, human messages on stderr.
 
-Every listing command takes ``-o table|json|yaml`` (DESIGN.md, "CLI").
+Every listing command takes ``-o table|json|yaml`` (README, "Commands").
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Layered configuration (jobsup issue 4) and the Kubernetes sandbox option
-checks (issue 8).
+"""Layered configuration and the Kubernetes sandbox option checks
+(docs/config.md).
 
 Sources, lowest priority first: built-in defaults, the daemon config, the user
 config, the project config (``.jobsup.yaml``), the task YAML's ``config:`` and

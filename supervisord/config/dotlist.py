@@ -1,6 +1,6 @@
 """The cli layer: ``--config FILE`` or ``--config KEY.PATH=VALUE`` pairs.
 
-Rules (jobsup issue 4, rule 2):
+Rules (docs/config.md):
 
 * ``--config`` takes either one file path (then it must be the only
   ``--config``) or any number of ``KEY.PATH=VALUE`` pairs. An argument without

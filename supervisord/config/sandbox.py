@@ -1,4 +1,4 @@
-"""Semantic checks of the Kubernetes sandbox options (jobsup issue 8).
+"""Semantic checks of the Kubernetes sandbox options (docs/config.md).
 
 The JSON schema (:mod:`supervisord.config.schema`) checks shapes and types;
 this module checks what a schema cannot say well: Kubernetes names and label

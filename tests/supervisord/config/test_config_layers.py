@@ -1,5 +1,5 @@
 """Sources, --config pairs, task whitelist, daemon-only keys, context fallback,
-provenance, redaction and the wire form (jobsup issue 4): table-driven where
+provenance, redaction and the wire form (docs/config.md): table-driven where
 the cases are alike, real files in tmp_path throughout."""
 
 from __future__ import annotations
