@@ -244,6 +244,12 @@ class Client:
             params["run"] = run
         return self._stream("/events", params)
 
+    def ui(self, *, port: int | None = None, stop: bool = False) -> dict[str, Any]:
+        """``POST /ui``: serve the web page (``{"url", "port"}``, the URL with
+        a new one-time token) or, with ``stop``, switch it off (``{}``)."""
+        body: dict[str, Any] = {"stop": True} if stop else ({"port": port} if port is not None else {})
+        return dict(self._call("POST", "/ui", json_body=body))
+
     def doctor(self) -> list[dict[str, Any]]:
         """``GET /doctor``: the daemon's checks."""
         return list(self._call("GET", "/doctor", timeout=120.0)["checks"])

@@ -33,6 +33,7 @@ COMMANDS: Final[dict[str, str]] = {
     "doctor": "supervisord.cli.runs_cmd:doctor",
     "render": "supervisord.cli.render_cmd:render_command",
     "config": "supervisord.cli.config_cmd:config_group",
+    "ui": "supervisord.cli.ui_cmd:ui",
 }
 
 
