@@ -41,6 +41,10 @@ __all__ = [
     "OBJECT_DELETED",
     "LEADER_POD_CHANGED",
     "CLEANUP_FAILED",
+    "ADMITTED",
+    "HELD",
+    "HOLD_RELEASED",
+    "RESOURCES_FREED",
 ]
 
 
@@ -152,4 +156,21 @@ CLEANUP_FAILED: Final = define(
     "CleanupFailed",
     writer="kubernetes backend, when deleting the run's objects after its end failed",
     data={"message": "str: why"},
+)
+
+# -- the scheduler ---------------------------------------------------------------
+# (folded in from the scheduler's constants in supervisord.scheduler.driver;
+# shapes as the README's "Scheduling" section describes them)
+
+ADMITTED: Final = define(
+    "Admitted",
+    writer="scheduler, when a queued run is admitted (with its move to SCHEDULING)",
+    data={"queue": "str", "slot": "the admission slot", "gpus": "[str]: the GPUs it holds", "waited_s": "time waited"},
+)
+HELD: Final = define("Held", writer="scheduler, on `jobsup hold`", data={})
+HOLD_RELEASED: Final = define("HoldReleased", writer="scheduler, on `jobsup release`", data={})
+RESOURCES_FREED: Final = define(
+    "ResourcesFreed",
+    writer="scheduler, when an admitted run ends",
+    data={"queue": "str", "gpus": "[str]: the GPUs it held"},
 )

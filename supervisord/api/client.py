@@ -244,6 +244,23 @@ class Client:
             params["run"] = run
         return self._stream("/events", params)
 
+    def queue(self) -> dict[str, Any]:
+        """``GET /queue``: ``{"waiting": [...], "gpus": [...], "queues": [...]}``."""
+        return dict(self._call("GET", "/queue"))
+
+    def hold(self, ref: str) -> dict[str, Any]:
+        """``POST /runs/{ref}/hold``: the run after the hold."""
+        return dict(self._call("POST", f"/runs/{ref}/hold")["run"])
+
+    def release(self, ref: str) -> dict[str, Any]:
+        """``POST /runs/{ref}/release``: the run after the release."""
+        return dict(self._call("POST", f"/runs/{ref}/release")["run"])
+
+    def rerun(self, ref: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``POST /runs/{ref}/rerun`` with ``{"env", "hold", "force"}``:
+        ``{"run": Run, "rerun_of": id, "missing_env": [NAME]}``."""
+        return dict(self._call("POST", f"/runs/{ref}/rerun", json_body=dict(body)))
+
     def ui(self, *, port: int | None = None, stop: bool = False) -> dict[str, Any]:
         """``POST /ui``: serve the web page (``{"url", "port"}``, the URL with
         a new one-time token) or, with ``stop``, switch it off (``{}``)."""

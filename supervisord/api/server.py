@@ -23,9 +23,11 @@ from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from store import EventStore, LogLine
+from supervisord.api.scheduler_routes import scheduler_routes
 from supervisord.api.wire import API_PREFIX, to_wire
 from supervisord.exceptions import JobsupError, StorageError, UsageError, map_store_errors
 from supervisord.readside import HEARTBEAT_S, ReadSide
+from supervisord.scheduler.driver import Scheduler
 from supervisord.submit import Planner, SubmitRequest
 from supervisord.supervisor import Supervisor
 
@@ -137,10 +139,12 @@ def create_app(
     store: EventStore,
     info: dict[str, Any],
     doctor: Callable[[], Awaitable[list[dict[str, Any]]]],
+    scheduler: Scheduler | None = None,
     ui: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None,
 ) -> Starlette:
-    """Build the API application over a running supervisor and store:
-    writes go to the supervisor, reads to :class:`~supervisord.readside.ReadSide`."""
+    """Build the API application over a running supervisor and store (and
+    the scheduler, whose routes it adds when given): writes go to the
+    supervisor, reads to :class:`~supervisord.readside.ReadSide`."""
     reads = ReadSide(store)
 
     async def health(request: Request) -> Response:
@@ -153,7 +157,8 @@ def create_app(
             raise UsageError("submit: the request body is not JSON") from None
         req = SubmitRequest.from_json(body)
         plan = await planner.plan(req)
-        result = await supervisor.submit_run(plan.submitted, env=plan.env, config=plan.config, force=plan.force)
+        submitted = await scheduler.prepare(plan.submitted) if scheduler is not None else plan.submitted
+        result = await supervisor.submit_run(submitted, env=plan.env, config=plan.config, force=plan.force)
         warnings = [*plan.warnings, *result.warnings]
         return JSONResponse({"run": result.run.to_json(), "warnings": warnings}, status_code=201)
 
@@ -256,4 +261,6 @@ def create_app(
         Route(f"{p}/events", _errors(events), methods=["GET"]),
         Route(f"{p}/doctor", _errors(doctor_route), methods=["GET"]),
     ]
+    if scheduler is not None:
+        routes += scheduler_routes(supervisor=supervisor, scheduler=scheduler, digest_key=planner.digest_key)
     return Starlette(routes=routes)

@@ -33,6 +33,10 @@ COMMANDS: Final[dict[str, str]] = {
     "doctor": "supervisord.cli.runs_cmd:doctor",
     "render": "supervisord.cli.render_cmd:render_command",
     "config": "supervisord.cli.config_cmd:config_group",
+    "queue": "supervisord.cli.queue_cmd:queue",
+    "hold": "supervisord.cli.queue_cmd:hold",
+    "release": "supervisord.cli.queue_cmd:release",
+    "rerun": "supervisord.cli.queue_cmd:rerun",
     "ui": "supervisord.cli.ui_cmd:ui",
 }
 

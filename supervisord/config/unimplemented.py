@@ -15,9 +15,9 @@ from supervisord.config.keypath import KeyPath, format_path
 __all__ = ["NOT_IMPLEMENTED", "not_implemented_warnings"]
 
 #: key path -> what happens instead.
-NOT_IMPLEMENTED: Final[dict[KeyPath, str]] = {
-    ("daemon", "max_running"): "it is accepted and ignored: no cap on running runs is enforced yet",
-}
+#: (daemon.max_running was here until the scheduler made it the default
+#: queue's cap.)
+NOT_IMPLEMENTED: Final[dict[KeyPath, str]] = {}
 
 
 def not_implemented_warnings(data: Mapping[str, Any]) -> list[str]:

@@ -1,6 +1,6 @@
 """One keyed digest for every recorded or printed secret (defect: ``config
 show`` and the recorded config used an unkeyed sha256 next to the events'
-keyed HMAC), and ``daemon.max_running`` no longer passing for a working key."""
+keyed HMAC)."""
 
 from __future__ import annotations
 
@@ -74,19 +74,3 @@ def test_one_digest_function() -> None:
     key = os.urandom(32)
     assert env_digest({"A": SECRET}, key)["A"].removeprefix("hmac-sha256:") == _keyed(SECRET, key)
     assert redact({"env": {"A": SECRET}}, key)["env"]["A"] == f"<redacted {env_digest({'A': SECRET}, key)['A']}>"
-
-
-def test_validate_warns_that_max_running_is_not_implemented(js: JobsupEnv) -> None:
-    daemon = Path(js.env["XDG_CONFIG_HOME"]) / "jobsup" / "daemon.yaml"
-    daemon.parent.mkdir(parents=True, exist_ok=True)
-    daemon.write_text("daemon: {max_running: 2}\n")
-    r = js.cli("config", "validate")
-    assert "warning: daemon.max_running is not implemented" in r.stderr
-
-
-def test_docs_do_not_document_max_running_as_working() -> None:
-    root = Path(__file__).resolve().parents[2]
-    for doc in (root / "docs" / "config.md", root / "README.md"):
-        for line in doc.read_text().splitlines():
-            if "max_running" in line:
-                assert "NOT IMPLEMENTED" in line, f"{doc.name}: {line}"

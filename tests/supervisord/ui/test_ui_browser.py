@@ -147,3 +147,43 @@ def test_long_log_shows_the_tail_and_loads_earlier_lines(js: JobsupEnv, repo: Pa
     assert lines == [(n, f"line {n}") for n in range(1, 2501)]
     assert page.locator("#earlier").count() == 0
     _shot(page, "run-long")
+
+
+def test_a_cross_site_form_post_is_refused(js: JobsupEnv, repo: Path, browser: Any, tmp_path: Path) -> None:
+    """A page of another site (here: another port, which is another origin)
+    that auto-submits a form to our cancel URL, in the same browser that
+    holds our session: refused, and the run keeps running."""
+    import http.server
+    import threading
+
+    run_id = js.submit(repo, "--", "bash", "chatty.sh")
+    url = page_url(js)
+    base = f"{urlsplit(url).scheme}://{urlsplit(url).netloc}"
+    context = browser.new_context()
+    ours = context.new_page()
+    ours.goto(url)  # the session cookie is now in this browser
+    assert ours.locator(f"#run-{run_id}").count() == 1
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    (evil / "index.html").write_text(
+        f'<form id="f" method="post" action="{base}/runs/{run_id}/cancel"><input name="csrf" value="x"></form>'
+        '<script>document.getElementById("f").submit()</script>'
+    )
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: Quiet(*a, directory=str(evil)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        attacker = context.new_page()
+        with attacker.expect_response(re.compile(r"/cancel$")) as got:
+            attacker.goto(f"http://localhost:{server.server_address[1]}/index.html")
+        # SameSite=Strict keeps the cookie off a cross-site post: 401 before
+        # the CSRF check is even reached.
+        assert got.value.status in (401, 403)
+    finally:
+        server.shutdown()
+    assert js.show(run_id)["phase"] == "RUNNING"
+    js.cli("cancel", run_id)
