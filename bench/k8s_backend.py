@@ -1,5 +1,5 @@
 """Benchmark: the Kubernetes backend supervising 500 runs at once on the
-simulated cluster (jobsup issue 7, "Concurrency and scale").
+simulated cluster (docs/kubernetes.md).
 
 The real daemon (a subprocess, reading the simulator's kubeconfig through
 KUBECONFIG) gets N runs through its API. Each run's container prints a line,

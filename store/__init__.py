@@ -3,7 +3,11 @@ run-status and log-line projections and race-free subscriptions.
 
 Entry point: ``store = await EventStore.open(path)``. Event types and their
 ``data`` shapes are in :mod:`store.types`; errors in :mod:`store.errors`.
+Importing ``store`` (or ``store.types``) loads neither the engine nor
+aiosqlite: :class:`EventStore` is imported on first use.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from store.errors import (
     ConcurrencyError,
@@ -15,14 +19,14 @@ from store.errors import (
     StoreLockedError,
     StoreOpenError,
 )
-from store.eventstore import EventStore
 from store.logsplit import MAX_LINE_BYTES, split_lines, split_text
-from store.schema import SCHEMA_VERSION
 from store.types import (
     CANCEL_REQUESTED,
     HANDLE_RECORDED,
+    INITIAL_PHASE,
     LOG_LINES,
     PHASE_CHANGED,
+    PHASE_RANK,
     PHASES,
     PROJECTED_TYPES,
     STAGING_STEP,
@@ -43,6 +47,8 @@ __all__ = [
     "LogLine",
     "Checkpoint",
     "PHASES",
+    "INITIAL_PHASE",
+    "PHASE_RANK",
     "TERMINAL_PHASES",
     "PROJECTED_TYPES",
     "SUBMITTED",
@@ -64,3 +70,23 @@ __all__ = [
     "StoreLockedError",
     "StoreClosedError",
 ]
+
+if TYPE_CHECKING:
+    from store.eventstore import EventStore
+    from store.schema import SCHEMA_VERSION
+
+#: Names imported on first use (PEP 562): the engine loads aiosqlite,
+#: anyio and structlog, which a reader of the value types (the CLI, through
+#: the API's wire types) has no use for.
+_LAZY = {"EventStore": "store.eventstore", "SCHEMA_VERSION": "store.schema"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -36,6 +36,7 @@ import aiosqlite
 from store.schema import PROJECTION_DDL, PROJECTION_TABLES
 from store.types import (
     HANDLE_RECORDED,
+    INITIAL_PHASE,
     LOG_LINES,
     PHASE_CHANGED,
     PHASES,
@@ -346,7 +347,7 @@ class Projector:
                 if row is None:
                     row = _RunRow(
                         id=e.run_id, project=data["project"], name=data["name"], backend=data["backend"],
-                        phase="QUEUED", reason=None, message=None, exit_code=None,
+                        phase=INITIAL_PHASE, reason=None, message=None, exit_code=None,
                         created_at=e.at, created_seq=e.seq, updated_at=e.at, last_seq=e.seq,
                         version=e.version, handle="{}", log_lines=0,
                     )  # fmt: skip

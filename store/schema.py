@@ -72,7 +72,7 @@ _EVENTS_DDL: Final[tuple[str, ...]] = (
         UNIQUE (run_id, version)
     )""",
     # The log is append-only: the schema itself refuses UPDATE and DELETE
-    # (DESIGN.md "Event sourcing rules"), and every INSERT must extend both
+    # (README, "Events"), and every INSERT must extend both
     # the global order and its run's stream by exactly one.
     """CREATE TRIGGER events_no_update BEFORE UPDATE ON events
     BEGIN SELECT RAISE(ABORT, 'events are append-only: UPDATE is refused'); END""",

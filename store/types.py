@@ -11,10 +11,10 @@ Event types and their ``data`` (all keys optional unless marked *required*):
     ``project`` *required* str, ``name`` *required* str, ``backend``
     *required* str, ``command`` str, ``timeout_s`` int, ``source`` mapping
     (commit, repo, snapshot sha256...), ``config`` mapping (effective config,
-    secrets redacted), ``env`` mapping NAME -> sha256 of the value (never the
-    value), ``on_done`` list of str (an argv the daemon runs when the run
-    ends: ``submit --on-done``). The projection creates the run row in
-    phase ``QUEUED``.
+    secrets redacted), ``env`` mapping NAME -> a keyed digest of the value
+    (never the value), ``on_done`` list of str (an argv the daemon runs when
+    the run ends: ``submit --on-done``). The projection creates the run row
+    in phase ``QUEUED``.
 ``PhaseChanged``
     ``phase`` *required* (one of :data:`PHASES`), ``reason`` str | None
     (one CamelCase word), ``message`` str | None, ``exit_code`` int | None.
@@ -32,8 +32,7 @@ Event types and their ``data`` (all keys optional unless marked *required*):
     files, a ``"<timestamp>#<n>"`` cursor for Kubernetes. Recording a
     (run, source, pos) that is already recorded adds no log line: this is what
     makes replays after a reconnect or restart exactly-once.
-``CancelRequested``, ``StagingStep``, ``ObjectCreated``, ``ObjectDeleted``,
-and any other type
+Any other type (jobsup's are cataloged in ``supervisord.events``)
     Recorded in the log and bump the run's ``updated_at``/``last_seq``/
     ``version``, but change no other projected column.
 """
@@ -41,11 +40,13 @@ and any other type
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 __all__ = [
     "PHASES",
+    "INITIAL_PHASE",
     "TERMINAL_PHASES",
+    "PHASE_RANK",
     "PROJECTED_TYPES",
     "Phase",
     "NewEvent",
@@ -61,23 +62,25 @@ __all__ = [
     "STAGING_STEP",
 ]
 
-Phase = Literal[
-    "QUEUED", "SCHEDULING", "STAGING", "RUNNING", "COMPLETED", "ERROR", "CANCELED", "DELETED"
-]
+# The run lifecycle's phases are defined here, once (the store validates and
+# projects them; store knows nothing of supervisord). The rules that use them
+# (no going backwards, terminal is final, a cancel owns the outcome) are in
+# supervisord.lifecycle.
 
-#: Every phase, in lifecycle order (DESIGN.md "Words").
-PHASES: Final[tuple[str, ...]] = (
-    "QUEUED",
-    "SCHEDULING",
-    "STAGING",
-    "RUNNING",
-    "COMPLETED",
-    "ERROR",
-    "CANCELED",
-    "DELETED",
-)
-#: A run in one of these phases never changes phase again.
-TERMINAL_PHASES: Final[frozenset[str]] = frozenset({"COMPLETED", "ERROR", "CANCELED", "DELETED"})
+#: Every phase, in lifecycle order (README, "Phases and reasons"): the active phases,
+#: then the terminal ones.
+Phase = Literal["QUEUED", "SCHEDULING", "STAGING", "RUNNING", "COMPLETED", "ERROR", "CANCELED", "DELETED"]
+PHASES: Final[tuple[str, ...]] = get_args(Phase)
+#: The phase a run is created in (by its Submitted event).
+INITIAL_PHASE: Final = PHASES[0]
+#: A run in one of these phases never changes phase again: the last four.
+TERMINAL_PHASES: Final[frozenset[str]] = frozenset(PHASES[PHASES.index("COMPLETED") :])
+#: Lifecycle rank of each phase: its position, every terminal phase sharing
+#: the rank after RUNNING's (a run moves only to a higher rank, or sideways
+#: within the active rank it is at).
+PHASE_RANK: Final[dict[str, int]] = {
+    p: min(i, PHASES.index("COMPLETED")) for i, p in enumerate(PHASES)
+}
 
 SUBMITTED: Final = "Submitted"
 PHASE_CHANGED: Final = "PhaseChanged"

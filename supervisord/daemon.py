@@ -32,12 +32,15 @@ import click
 import structlog
 import uvicorn
 
-from store import EventStore, RunStatus, StoreError
+from store import EventStore, RunStatus
+from store.errors import StoreError, StoreOpenError
 from supervisord import config as cfg
+from supervisord import version
 from supervisord.api.server import PeerCredProtocol, create_app
 from supervisord.backends.base import Backend
 from supervisord.backends.kubernetes import KubernetesBackend
 from supervisord.backends.local import LocalBackend
+from supervisord.config.unimplemented import not_implemented_warnings
 from supervisord.exceptions import ConfigError, DaemonError, JobsupError, UsageError
 from supervisord.health import disk_full_hint, storage_check
 from supervisord.hooks.config import HookSpec, load_hooks
@@ -48,8 +51,9 @@ from supervisord.paths import Paths
 from supervisord.scheduler.driver import Scheduler, SchedulerSettings
 from supervisord.scheduler.gpus import inventory as gpu_inventory
 from supervisord.scheduler.rerun import rerun_run
+from supervisord.secret import load_digest_key
 from supervisord.submit import Planner
-from supervisord.supervisor import Supervisor, load_digest_key
+from supervisord.supervisor import Supervisor
 from supervisord.ui import UiServer
 from supervisord.ui.actions import SupervisorActions
 
@@ -189,7 +193,7 @@ class Daemon:
             os.close(lock_fd)
             raise
         try:
-            store = await EventStore.open(self.paths.database, synchronous=self.settings.get("synchronous", "FULL"))
+            store = await _open_store(self.paths.database, synchronous=self.settings.get("synchronous", "FULL"))
         except BaseException:
             sock.close()
             self.paths.socket.unlink(missing_ok=True)
@@ -216,7 +220,7 @@ class Daemon:
                 info = {
                     "pid": os.getpid(),
                     "uid": os.getuid(),
-                    "version": _version(),
+                    "version": version(),
                     "state_dir": str(self.paths.state_dir),
                     "socket": str(self.paths.socket),
                     "database": str(self.paths.database),
@@ -230,12 +234,11 @@ class Daemon:
                     ]
                     checks.append(scheduler.doctor())
                     for backend in backends.values():
-                        extra = getattr(backend, "doctor", None)
                         skip = _doctor_not_applicable(backend.name, self.daemon_layer)
                         if skip is not None:
                             checks.append({"name": backend.name, "ok": True, "detail": f"n/a: {skip}"})
-                        elif extra is not None:
-                            checks.extend(await extra())
+                        else:
+                            checks.extend(await backend.doctor())
                     return checks
 
                 page = self._ui_server(store, supervisor, scheduler, planner.digest_key)
@@ -318,12 +321,25 @@ def _doctor_not_applicable(backend: str, daemon_layer: cfg.Layer) -> str | None:
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    from supervisord import version
 
+    return version()
+
+
+async def _open_store(path: Path, *, synchronous: Any) -> EventStore:
+    """Open the event store at ``path``: the daemon boundary for store errors.
+
+    Raises DaemonError (with the store's error as ``__cause__``) naming the
+    file and what to do when it is not a usable jobsup database."""
     try:
-        return version("jobsup")
-    except PackageNotFoundError:
-        return "0+unknown"
+        return await EventStore.open(path, synchronous=synchronous)
+    except StoreOpenError as err:
+        raise DaemonError(
+            f"cannot use the event store: {err}. Move the file aside (the daemon then starts a new, empty"
+            f" store there) or set JOBSUP_STATE_DIR to another state dir"
+        ) from err
+    except StoreError as err:
+        raise DaemonError(f"cannot open the event store {path}: {err}") from err
 
 
 def _load_config_and_hooks(layer: cfg.Layer) -> list[HookSpec]:
@@ -362,8 +378,11 @@ def run_daemon() -> None:
         for line in getattr(err, "errors", [])[1:] if len(getattr(err, "errors", [])) > 1 else []:
             click.echo(f"  {line}", err=True)
         sys.exit(2)
-    settings = cfg.effective_config(layer, []).data.get("daemon") or {}
+    data = cfg.effective_config(layer, []).data
+    settings = data.get("daemon") or {}
     configure_logging(str(settings.get("log_level") or "info"))
+    for message in not_implemented_warnings(data):
+        log.warning("config key not implemented", detail=message)
     paths = Paths.from_env()
     try:
         anyio.run(Daemon(paths, layer, hooks).run, backend="asyncio")

@@ -1,48 +1,52 @@
-"""Every exception jobsup raises on purpose, in one place.
+"""Every exception jobsup raises on purpose, in one place (the httpx layout:
+one module, the tree drawn here, a mapping helper for the layer below).
 
-Hierarchy::
+Hierarchy (HTTP status on the API in brackets; CLI exit code in braces)::
 
-    JobsupError                     any jobsup error; ``str()`` is the user message
-    ├── UsageError                  bad input: a flag, a file, a value (CLI exit 2)
+    JobsupError                     any jobsup error; str() is the user message,
+    │                               .errors one line per problem           [500] {1}
+    ├── UsageError                  bad input: a flag, a file, a value     [400] {2}
     │   ├── TaskError               a task YAML or task flag is invalid
     │   ├── ConfigError             a config layer or the merged config is invalid
     │   ├── SourceError             git: not a repository, unknown revision, ...
     │   └── ManifestError           the Kubernetes manifest breaks the contract
-    ├── RunNotFoundError            no run matches an id or prefix
-    ├── AmbiguousRunError           a prefix matches several runs
-    ├── RunInFlightError            a project+name already has a run in flight
-    ├── BackendError                a backend failed to do what was asked
-    │   ├── PreflightError          a Kubernetes preflight check failed
-    │   └── KubernetesApiError      the Kubernetes API answered a request with an error Status
-    ├── DaemonError                 the daemon cannot start (socket, config, ...)
-    └── DaemonUnreachableError      the CLI cannot reach a daemon (exit 69)
+    ├── RunNotFoundError            no run matches an id or prefix         [404]
+    ├── AmbiguousRunError           a prefix matches several runs          [409]
+    ├── RunInFlightError            a project+name already has a run in flight [409]
+    ├── BackendError                a backend failed; .run_reason is what the
+    │   │                           run records (default "BackendError")   [502]
+    │   ├── PreflightError          a preflight check failed               [424]
+    │   └── KubernetesApiError      base of every Kubernetes API error (.status,
+    │                               .reason = the API Status reason, never the
+    │                               run's reason); the Kubernetes backend
+    │                               subclasses it by status
+    ├── StorageError                the event store failed while serving (disk
+    │                               full, locked, closed); nothing was recorded;
+    │                               .store_error names the store's class   [503]
+    ├── DaemonError                 the daemon cannot start (socket, lock, store)
+    ├── DaemonUnreachableError      the CLI cannot reach a daemon                {69}
+    └── RemoteError                 the daemon answered with an error type this
+                                    client does not know (.remote_type, .http_status)
 
-    store.errors.StoreError         (re-exported here) event-store failures:
-    ├── StoreOpenError
-    │   ├── NotADatabaseError
-    │   └── SchemaTooNewError
-    ├── ConcurrencyError
-    ├── StorageFullError
-    ├── StoreLockedError
+    store.errors.StoreError         the event store's own tree (store knows
+    ├── StoreOpenError              nothing of jobsup); never crosses a boundary
+    │   ├── NotADatabaseError       as itself:
+    │   └── SchemaTooNewError         daemon start: StoreOpenError -> DaemonError
+    ├── ConcurrencyError              API handlers:  StoreError -> StorageError
+    ├── StorageFullError              (:func:`map_store_errors`; the original is
+    ├── StoreLockedError              the new error's ``__cause__``)
     └── StoreClosedError
 
-Errors that cross the API travel as ``{"error": {"type": <class name>,
-"message": ...}}`` with a matching HTTP status, and the client raises the same
-class again.
+Every error crosses the API as ``{"error": {"type", "message", "errors", ...}}``
+(:mod:`supervisord.api.wire`, ``to_wire``/``from_wire``) and the client
+raises the same class again, with the same attributes.
 """
 
 from __future__ import annotations
 
-from store.errors import (
-    ConcurrencyError,
-    NotADatabaseError,
-    SchemaTooNewError,
-    StorageFullError,
-    StoreClosedError,
-    StoreError,
-    StoreLockedError,
-    StoreOpenError,
-)
+import contextlib
+from collections.abc import Iterator
+from typing import Any, ClassVar
 
 __all__ = [
     "JobsupError",
@@ -57,21 +61,33 @@ __all__ = [
     "BackendError",
     "PreflightError",
     "KubernetesApiError",
+    "StorageError",
     "DaemonError",
     "DaemonUnreachableError",
-    "StoreError",
-    "StoreOpenError",
-    "NotADatabaseError",
-    "SchemaTooNewError",
-    "ConcurrencyError",
-    "StorageFullError",
-    "StoreLockedError",
-    "StoreClosedError",
+    "RemoteError",
+    "map_store_errors",
 ]
 
 
 class JobsupError(Exception):
-    """Base class of jobsup's own errors; ``str(err)`` is meant for the user."""
+    """Base class of jobsup's own errors.
+
+    ``str(err)`` is the user message; ``errors`` lists every problem, one
+    line each (``[message]`` when there is only one), so that a command can
+    report them all at once. :meth:`wire_fields` names the extra attributes
+    that cross the API (keyword arguments of ``__init__``).
+    """
+
+    #: Extra constructor keywords that travel on the wire (JSON values).
+    wire_attrs: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, message: str, errors: list[str] | None = None) -> None:
+        self.errors: list[str] = list(errors) if errors else [message]
+        super().__init__(message)
+
+    def wire_fields(self) -> dict[str, Any]:
+        """The extra attributes of this error as JSON values (``wire_attrs``)."""
+        return {name: getattr(self, name) for name in self.wire_attrs}
 
 
 class UsageError(JobsupError):
@@ -83,15 +99,8 @@ class TaskError(UsageError):
 
 
 class ConfigError(UsageError):
-    """A config layer or the merged config is invalid.
-
-    ``errors`` holds every problem found (one line each), so that
-    ``jobsup config validate`` can report them all at once.
-    """
-
-    def __init__(self, message: str, errors: list[str] | None = None) -> None:
-        self.errors = errors if errors is not None else [message]
-        super().__init__(message)
+    """A config layer or the merged config is invalid; ``errors`` holds every
+    problem found, so that ``jobsup config validate`` reports them all."""
 
 
 class SourceError(UsageError):
@@ -99,14 +108,8 @@ class SourceError(UsageError):
 
 
 class ManifestError(UsageError):
-    """The Kubernetes manifest breaks the run contract.
-
-    ``errors`` lists every violation found, each naming the object (kind/name).
-    """
-
-    def __init__(self, message: str, errors: list[str] | None = None) -> None:
-        self.errors = errors if errors is not None else [message]
-        super().__init__(message)
+    """The Kubernetes manifest breaks the run contract; ``errors`` lists every
+    violation, each naming the object (kind/name)."""
 
 
 class RunNotFoundError(JobsupError):
@@ -122,41 +125,126 @@ class RunInFlightError(JobsupError):
 
 
 class BackendError(JobsupError):
-    """A backend could not do what was asked."""
+    """A backend could not do what was asked.
+
+    ``run_reason``: the reason (one CamelCase word, README "Phases and
+    reasons") the run records when this error ends it; ``BackendError`` by
+    default. It is never taken from anything else (a Kubernetes Status
+    reason such as ``NotFound`` is not a run's reason).
+    """
+
+    wire_attrs: ClassVar[tuple[str, ...]] = ("run_reason",)
+
+    def __init__(self, message: str, errors: list[str] | None = None, *, run_reason: str = "BackendError") -> None:
+        super().__init__(message, errors)
+        self.run_reason = run_reason
 
 
 class PreflightError(BackendError):
-    """A preflight check failed; ``problems`` lists one line per failure."""
+    """A preflight check failed; ``errors`` (alias ``problems``) lists one
+    line per failure."""
 
-    def __init__(self, message: str, problems: list[str] | None = None) -> None:
-        self.problems = problems if problems is not None else [message]
-        super().__init__(message)
+    def __init__(self, message: str, problems: list[str] | None = None, *, run_reason: str = "BackendError") -> None:
+        super().__init__(message, problems, run_reason=run_reason)
+
+    @property
+    def problems(self) -> list[str]:
+        """The failures, one line each (the same list as ``errors``)."""
+        return self.errors
 
 
 class KubernetesApiError(BackendError):
     """The Kubernetes API answered with an error ``Status`` (or could not be
-    reached: ``status`` 0).
+    reached: ``status`` 0). The base class of the Kubernetes backend's API
+    errors, which subclass it by HTTP status.
 
     ``status``: the HTTP status code; ``reason``: the Status reason
     (``NotFound``, ``AlreadyExists``, ``Forbidden``, ``Invalid``...; see
-    k8s.io/apimachinery metav1.StatusReason); ``retry_after_s``: the
-    server's ``Retry-After`` in seconds, if it sent one; ``str(err)`` is the
-    API's message prefixed with what jobsup was doing.
+    k8s.io/apimachinery metav1.StatusReason), which is not the run's reason
+    (``run_reason`` stays ``BackendError``); ``retry_after_s``: the server's
+    ``Retry-After`` in seconds, if it sent one; ``body``: the parsed Status
+    (kept in the daemon: it does not cross the API); ``str(err)`` is the API's
+    message prefixed with what jobsup was doing.
     """
 
+    wire_attrs: ClassVar[tuple[str, ...]] = ("run_reason", "status", "reason", "retry_after_s")
+
     def __init__(
-        self, message: str, *, status: int, reason: str, body: object = None, retry_after_s: float | None = None
+        self,
+        message: str,
+        errors: list[str] | None = None,
+        *,
+        status: int,
+        reason: str,
+        body: object = None,
+        retry_after_s: float | None = None,
+        run_reason: str = "BackendError",
     ) -> None:
+        super().__init__(message, errors, run_reason=run_reason)
         self.status = status
         self.reason = reason
         self.body = body
         self.retry_after_s = retry_after_s
-        super().__init__(message)
+
+
+class StorageError(JobsupError):
+    """The event store failed while the daemon served a request (disk full,
+    database locked past the busy timeout, store closed); nothing was
+    recorded. ``store_error``: the store's class name (``StorageFullError``,
+    ``StoreLockedError``...). Raised by :func:`map_store_errors`."""
+
+    wire_attrs: ClassVar[tuple[str, ...]] = ("store_error",)
+
+    def __init__(self, message: str, errors: list[str] | None = None, *, store_error: str = "StoreError") -> None:
+        super().__init__(message, errors)
+        self.store_error = store_error
 
 
 class DaemonError(JobsupError):
-    """The daemon cannot start or keep running (socket, config, store)."""
+    """The daemon cannot start or keep running (socket, lock, config, store)."""
 
 
 class DaemonUnreachableError(JobsupError):
     """No daemon answers on the API socket (``jobsup wait`` exits 69)."""
+
+
+class RemoteError(JobsupError):
+    """The daemon answered with an error this client cannot rebuild: an
+    unknown ``type`` (a newer daemon), or a body that is not jobsup's error
+    shape. ``remote_type``: the wire type name (or ``""``); ``http_status``:
+    the HTTP status. Handled like any JobsupError (exit 1)."""
+
+    wire_attrs: ClassVar[tuple[str, ...]] = ("remote_type", "http_status")
+
+    def __init__(
+        self, message: str, errors: list[str] | None = None, *, remote_type: str = "", http_status: int = 500
+    ) -> None:
+        super().__init__(message, errors)
+        self.remote_type = remote_type
+        self.http_status = http_status
+
+
+#: What each store error means to a user, and what to do.
+_STORE_HINTS: dict[str, str] = {
+    "StorageFullError": "the disk holding the jobsup database is full; free space and retry",
+    "StoreLockedError": "another process keeps the jobsup database locked; retry shortly",
+    "StoreClosedError": "the daemon's event store is closed (the daemon is stopping); retry",
+    "ConcurrencyError": "the run changed meanwhile; retry",
+}
+
+
+@contextlib.contextmanager
+def map_store_errors(what: str) -> Iterator[None]:
+    """Re-raise any :class:`store.errors.StoreError` raised inside as a
+    :class:`StorageError` (``"<what>: <store message> (<hint>)"``), with the
+    store's error as ``__cause__``. The boundary helper of the API handlers;
+    the daemon start maps store open errors to DaemonError itself."""
+    from store.errors import StoreError
+
+    try:
+        yield
+    except StoreError as err:
+        name = type(err).__name__
+        hint = _STORE_HINTS.get(name)
+        message = f"{what}: {err}" + (f" ({hint})" if hint else "")
+        raise StorageError(message, store_error=name) from err

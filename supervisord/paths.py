@@ -1,4 +1,4 @@
-"""Where jobsup keeps its files (DESIGN.md, "Files and environment").
+"""Where jobsup keeps its files (README, "Files and environment variables").
 
 ========================  ==========================================  ========================
 what                      default                                     override
@@ -19,8 +19,6 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-import platformdirs
-
 __all__ = ["Paths"]
 
 
@@ -40,6 +38,8 @@ class Paths:
         elif env.get("XDG_STATE_HOME"):
             state = Path(env["XDG_STATE_HOME"]).expanduser() / "jobsup"
         else:
+            import platformdirs  # only here: the CLI pays for it only when it needs it
+
             state = Path(platformdirs.user_state_dir("jobsup", appauthor=False))
         if env.get("JOBSUP_SOCKET"):
             sock = Path(env["JOBSUP_SOCKET"]).expanduser()

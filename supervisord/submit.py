@@ -21,7 +21,7 @@ from supervisord.envcheck import check_env
 from supervisord.exceptions import ConfigError, TaskError
 from supervisord.scheduler.options import parse_scheduling
 from supervisord.source import SnapshotStore, is_dirty, repo_root, resolve_commit, submodule_paths, untracked_files
-from supervisord.supervisor import env_digest
+from supervisord.secret import env_digest, redact
 from supervisord.task import BACKENDS, DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S
 
 __all__ = ["SubmitRequest", "Plan", "Planner"]
@@ -175,7 +175,7 @@ class Planner:
                 "snapshot_size": snapshot.size,
             },
             "env": env_digest(merged_env, self.digest_key),
-            "config": cfg.redact(data),
+            "config": redact(data, self.digest_key),
             "task_file": str(task["path"]) if task.get("path") else None,
             "manifest": task.get("manifest"),
             "cwd": req.cwd,

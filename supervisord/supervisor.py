@@ -1,9 +1,9 @@
 """The supervisor: one task per run, turning what a backend reports into events.
 
-Every phase change goes through :class:`_Reporter.phase`, which enforces the
-run's rules in one place: phases never go backwards, a terminal phase is
-final, and while a cancel is in progress the cancel owns the terminal
-outcome (so a cancel racing completion ends in exactly one terminal phase).
+Every phase change goes through :class:`_Reporter.phase`, which applies the
+run's rules (:func:`supervisord.lifecycle.decide`: phases never go backwards,
+a terminal phase is final, while a cancel is in progress the cancel owns the
+terminal outcome) under the run's lock.
 Appends for one run are serialised by a per-run lock and carry the run's
 stream version (optimistic concurrency in the store).
 """
@@ -11,8 +11,6 @@ stream version (optimistic concurrency in the store).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import hmac
 import json
 import os
 import secrets
@@ -37,28 +35,21 @@ from store import (
 )
 from supervisord.backends.base import Backend, RunSpec
 from supervisord.exceptions import (
-    AmbiguousRunError,
-    DaemonError,
     BackendError,
     RunInFlightError,
     RunNotFoundError,
     UsageError,
 )
+from supervisord.events import CANCEL_FAILED
+from supervisord.lifecycle import PHASE_RANK, RunPhase, decide
 from supervisord.paths import Paths
+from supervisord.readside import resolve_run_id
 from supervisord.source import SnapshotStore
 
-__all__ = ["Supervisor", "PHASE_RANK", "MAX_LINES_PER_EVENT", "env_digest", "load_digest_key"]
+__all__ = ["Supervisor", "SubmitResult", "PHASE_RANK", "MAX_LINES_PER_EVENT"]
 
 log = structlog.get_logger("jobsup.supervisor")
 
-#: Lifecycle order: a phase change to a lower rank is dropped.
-PHASE_RANK: dict[str, int] = {
-    "QUEUED": 0,
-    "SCHEDULING": 1,
-    "STAGING": 2,
-    "RUNNING": 3,
-    **{p: 4 for p in TERMINAL_PHASES},
-}
 _CANCEL_DRAIN_S = 30.0
 #: The most log lines one LogLines event holds (~400 KB of 100-byte lines).
 MAX_LINES_PER_EVENT = 4000
@@ -72,31 +63,13 @@ def _env_digests(submitted: Mapping[str, Any]) -> dict[str, str | None]:
     return {str(k): (str(v) if v is not None else None) for k, v in recorded.items()}
 
 
-def env_digest(env: Mapping[str, str], key: bytes) -> dict[str, str]:
-    """NAME -> ``hmac-sha256:<hex>`` of the value, keyed with the daemon's
-    secret ``key``: what events record instead of values. Equal values give
-    equal digests (so a changed secret shows), but without the key a short
-    or guessable value cannot be brute-forced from the database."""
-    return {k: "hmac-sha256:" + hmac.new(key, v.encode(), hashlib.sha256).hexdigest() for k, v in sorted(env.items())}
+@dataclasses.dataclass(frozen=True)
+class SubmitResult:
+    """What :meth:`Supervisor.submit_run` returns: the new ``run``'s status
+    and the backend preflight's ``warnings`` (one line each)."""
 
-
-def load_digest_key(state_dir: Path) -> bytes:
-    """The daemon's env-digest key: 32 random bytes in ``<state dir>/digest.key``
-    (mode 0600), created on first use."""
-    path = state_dir / "digest.key"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        key = path.read_bytes()
-        if len(key) != 32:
-            raise DaemonError(f"{path} is damaged ({len(key)} bytes, expected 32); remove it to make a new key")
-        return key
-    key = secrets.token_bytes(32)
-    with os.fdopen(fd, "wb") as f:
-        f.write(key)
-        f.flush()
-        os.fsync(f.fileno())
-    return key
+    run: RunStatus
+    warnings: list[str]
 
 
 class _RunState:
@@ -170,17 +143,8 @@ class _Reporter:
     ) -> bool:
         st = self._state
         async with st.lock:
-            if st.phase in TERMINAL_PHASES:
-                return False
-            rank, current = PHASE_RANK[phase], PHASE_RANK[st.phase]
-            if rank < current:
-                return False
-            if rank == current and (reason, message) == (st.reason, st.message):
-                return False
-            if phase in TERMINAL_PHASES and st.cancel_requested and not _cancel and phase != "COMPLETED":
-                # The cancel owns the outcome of a run it stops. COMPLETED
-                # (exit 0) is never the cancel's doing: the run had finished
-                # before the cancel reached it, and keeps its outcome.
+            now = RunPhase(st.phase, st.reason, st.message, st.cancel_requested)
+            if not decide(now, phase, reason=reason, message=message, by_cancel=_cancel).record:
                 return False
             data: dict[str, Any] = {"phase": phase, "reason": reason, "message": message}
             if exit_code is not None:
@@ -249,15 +213,7 @@ class Supervisor:
 
         Raises UsageError (too short / not hex), RunNotFoundError, AmbiguousRunError.
         """
-        ref = ref.strip().lower()
-        if len(ref) < 4 or any(c not in "0123456789abcdef" for c in ref):
-            raise UsageError(f"run id {ref!r}: give the 12-hex-character run id or a unique prefix of 4+ characters")
-        ids = await self.store.match_run_ids(ref, limit=10)
-        if not ids:
-            raise RunNotFoundError(f"no run matches {ref!r} (see `jobsup runs --all`)")
-        if len(ids) > 1:
-            raise AmbiguousRunError(f"run id prefix {ref!r} matches several runs: {', '.join(ids)}; give more characters")
-        return ids[0]
+        return await resolve_run_id(self.store, ref)
 
     async def get(self, run_id: str) -> RunStatus:
         """The run's status projection. Raises RunNotFoundError."""
@@ -276,8 +232,20 @@ class Supervisor:
         config: Mapping[str, Any] | None = None,
         force: bool = False,
     ) -> RunStatus:
+        """:meth:`submit_run` without its warnings: the new run's status."""
+        return (await self.submit_run(submitted, env=env, config=config, force=force)).run
+
+    async def submit_run(
+        self,
+        submitted: Mapping[str, Any],
+        *,
+        env: Mapping[str, str] | None = None,
+        config: Mapping[str, Any] | None = None,
+        force: bool = False,
+    ) -> SubmitResult:
         """Record a Submitted event with ``submitted`` as its data and start
-        supervising the run.
+        supervising the run; return its status and the backend's preflight
+        warnings (for the user: the API sends them with the submit's answer).
 
         ``submitted`` holds what the run records (project, name, backend,
         command, timeout_s, source {repo, commit, snapshot_sha256}, env
@@ -304,7 +272,7 @@ class Supervisor:
                     )
             run_id = secrets.token_hex(6)
             spec = self._spec(run_id, submitted, env=env or {}, config=config)
-            await backend.preflight(spec)
+            warnings = list(await backend.preflight(spec))
             if self.gated:
                 self._write_pending(spec)
             # Known before its Submitted commits (the scheduler may admit it
@@ -325,7 +293,7 @@ class Supervisor:
         status = await self.get(run_id)
         self._tg.start_soon(self._drive, state, True, name=f"run-{run_id}")
         log.info("submitted", run=run_id, project=project, name=name, backend=spec.backend)
-        return status
+        return SubmitResult(status, warnings)
 
     async def _drive(self, state: _RunState, fresh: bool) -> None:
         spec = state.spec
@@ -349,7 +317,7 @@ class Supervisor:
                     await backend.supervise(spec, handle, reporter)
                 except BackendError as err:
                     log.warning("backend error", run=spec.run_id, error=str(err))
-                    await reporter.phase("ERROR", reason=getattr(err, "reason", None) or "BackendError", message=str(err))
+                    await reporter.phase("ERROR", reason=err.run_reason, message=str(err))
                 except Exception as err:  # recorded on the run and logged with its traceback
                     log.exception("supervision failed", run=spec.run_id)
                     await reporter.phase("ERROR", reason="InternalError", message=f"jobsup failed supervising this run: {err!r}")
@@ -406,7 +374,7 @@ class Supervisor:
             # once the backend is reachable.
             async with state.lock:
                 state.cancel_requested = False
-                await reporter._append_locked([NewEvent("CancelFailed", {"message": str(err)})])
+                await reporter._append_locked([NewEvent(CANCEL_FAILED, {"message": str(err)})])
             if state.done.is_set():
                 # Supervision ended meanwhile and its outcome was held for the
                 # cancel: the run must still end in one terminal phase.

@@ -28,9 +28,6 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import yaml
-
-from supervisord.config.sources import ConfigLoader, load_yaml
 from supervisord.exceptions import ConfigError, TaskError
 
 __all__ = [
@@ -46,7 +43,7 @@ __all__ = [
 
 #: Backends a task may name.
 BACKENDS: tuple[str, ...] = ("local", "kubernetes")
-#: The run timeout when neither the task nor the CLI gives one (DESIGN.md: 4h).
+#: The run timeout when neither the task nor the CLI gives one (README, "Task files": 4h).
 DEFAULT_TIMEOUT_S = 4 * 3600
 #: The longest timeout accepted: 366 days.
 MAX_TIMEOUT_S = 366 * 86400
@@ -178,6 +175,8 @@ def load_task(path: str | Path) -> Task:
     try:
         # The config loader: safe, and a duplicated key is an error naming
         # its line (never "the last one wins" silently).
+        from supervisord.config.yamlload import load_yaml  # PyYAML: only when a file is read
+
         doc = load_yaml(text, source=str(p))
     except ConfigError as exc:
         raise TaskError(str(exc)) from None
@@ -206,6 +205,10 @@ def _env_as_written(text: str) -> dict[str, str]:
     1116, ``off`` as false and ``12:30`` as 750, but an environment value is
     text. Empty (null) values are left out. The text was already parsed once
     (so it is valid YAML)."""
+    import yaml  # PyYAML: only when a file is read
+
+    from supervisord.config.yamlload import ConfigLoader
+
     root = yaml.compose(text, Loader=ConfigLoader)
     if not isinstance(root, yaml.MappingNode):
         return {}
@@ -303,3 +306,5 @@ def _task_from_mapping(doc: Mapping[Any, Any], p: Path, *, env_as_written: Mappi
         path=p.resolve(),
         scheduling=scheduling,
     )
+
+

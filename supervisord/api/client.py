@@ -1,57 +1,109 @@
-"""The daemon API client: HTTP over the Unix socket (httpx), used by the CLI.
+"""The daemon API client: HTTP/1.1 over the Unix socket, used by the CLI.
 
 Every call has a timeout. Streams (logs, events, wait) use a read timeout of
 three server heartbeats, so a daemon that dies mid-stream is noticed.
 When no daemon answers, :meth:`Client.connect` starts one in the background
 (unless ``JOBSUP_NO_AUTOSTART=1``), logging to ``<state dir>/daemon.log``.
+
+Why the standard library's :mod:`http.client` and not httpx: every CLI
+command is a new process, and what it imports is paid on every call by the
+scripts and agents that drive jobsup. Importing httpx costs more than the
+whole budget of a command (target: 100 ms for ``jobsup runs``): httpcore,
+h11, its ``Auth`` module, and, when click and rich are installed (they are,
+for the CLI), its own command line, which imports rich's console and
+progress bars. This client needs none of httpx's features: one local
+socket, no TLS, no proxies, no redirects, no cookies, JSON bodies and
+newline-delimited JSON streams. :class:`_UnixConnection` is
+``http.client.HTTPConnection`` connecting to a Unix socket (its documented
+extension point: override ``connect`` and set ``self.sock``); chunked
+responses, keep-alive framing and header parsing stay the standard
+library's. The daemon side still uses starlette and uvicorn.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
+from urllib.parse import quote, urlencode
 
-import httpcore
-import httpx
-
-from supervisord.api.wire import API_PREFIX, decode_error
+from supervisord.api.wire import API_PREFIX, from_wire
 from supervisord.exceptions import DaemonUnreachableError
 from supervisord.ownership import UnsafePathError, check_private_dir, peer_cred
 from supervisord.paths import Paths
 
 __all__ = ["Client"]
 
-_CALL_TIMEOUT = httpx.Timeout(60.0, connect=5.0)
-_STREAM_TIMEOUT = httpx.Timeout(connect=5.0, read=20.0, write=10.0, pool=5.0)
+#: Seconds: to connect, to wait for a call's answer, between two reads of a stream.
+_CONNECT_TIMEOUT_S = 5.0
+_CALL_TIMEOUT_S = 60.0
+_STREAM_TIMEOUT_S = 20.0
 _AUTOSTART_WAIT_S = 30.0
 #: How long to keep trying a daemon whose process lives but does not answer
 #: (it is stopping, or not ready yet).
 _STOPPING_WAIT_S = 10.0
+#: Errors that mean the daemon is not (or no longer) there.
+_TRANSPORT_ERRORS = (OSError, http.client.HTTPException)
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """An HTTP/1.1 connection to a Unix socket ``path``: ``timeout`` bounds
+    each read after ``connect_timeout`` bounded the connect."""
+
+    def __init__(self, path: str, *, timeout: float, connect_timeout: float = _CONNECT_TIMEOUT_S) -> None:
+        super().__init__("jobsup", timeout=timeout)
+        self.path = path
+        self.connect_timeout = connect_timeout
+
+    def connect(self) -> None:
+        """Connect to the socket, refusing one jobsup must not trust before a
+        byte is sent: its folder must belong to this user and be writable by
+        nobody else (so no other user can have put the socket there), and
+        the process listening on it must run as this user (``SO_PEERCRED``,
+        unix(7)). Raises OSError (refused, missing, timeout), UnsafePathError
+        naming the socket."""
+        folder = os.path.dirname(self.path)
+        try:
+            check_private_dir(Path(folder), what="socket folder", fix=f"refusing to send anything to {self.path}")
+        except FileNotFoundError:
+            raise ConnectionRefusedError(f"no socket folder {folder}") from None
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.connect_timeout)
+            sock.connect(self.path)
+            cred = peer_cred(sock)
+            if cred.uid != os.getuid():
+                raise UnsafePathError(
+                    f"the process answering on {self.path} (pid {cred.pid}) runs as uid {cred.uid}, not as you "
+                    f"(uid {os.getuid()}); refusing to send anything to it"
+                )
+            sock.settimeout(self.timeout)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
 
 
 class Client:
-    """A connection to the daemon at ``paths.socket``."""
+    """A connection to the daemon at ``paths.socket``: one request at a
+    time, a fresh socket for each (connecting to a local socket costs tens
+    of microseconds)."""
 
     def __init__(self, paths: Paths | None = None) -> None:
         self.paths = paths or Paths.from_env()
-        self._http = httpx.Client(
-            transport=_checked_transport(self.paths.socket),
-            base_url="http://jobsup" + API_PREFIX,
-            timeout=_CALL_TIMEOUT,
-        )
 
     #: The daemon's storage problem reported with the last :meth:`runs`
     #: (``{"kind", "message", "since", "waiting", "summary"}``), or None.
     storage: dict[str, Any] | None = None
 
     def close(self) -> None:
-        """Close the HTTP connection pool."""
-        self._http.close()
+        """Nothing to release between calls (kept for ``with`` and callers)."""
 
     def __enter__(self) -> "Client":
         return self
@@ -64,10 +116,10 @@ class Client:
     def health(self) -> dict[str, Any] | None:
         """The daemon's health document, or None when nothing answers."""
         try:
-            resp = self._http.get("/health", timeout=httpx.Timeout(5.0))
-        except (httpx.TransportError, OSError):
+            status, body = self._request("GET", "/health", timeout=5.0)
+        except _TRANSPORT_ERRORS:
             return None
-        return resp.json() if resp.status_code == 200 else None
+        return body if status == 200 and isinstance(body, dict) else None
 
     def connect(self, *, autostart: bool | None = None) -> dict[str, Any]:
         """Make sure a daemon answers; start one when allowed.
@@ -157,7 +209,8 @@ class Client:
                     return info
                 raise DaemonUnreachableError(
                     f"the jobsup daemon failed to start (exit {proc.returncode}){_disk_full(self.paths.state_dir)};"
-                    f" see {self.paths.daemon_log}:\n" + _tail(self.paths.daemon_log)
+                    f" see {self.paths.daemon_log}:\n"
+                    + _tail(self.paths.daemon_log)
                 )
             time.sleep(0.05)
         raise DaemonUnreachableError(
@@ -167,14 +220,42 @@ class Client:
 
     # -- calls ---------------------------------------------------------------
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+    def _open(self, method: str, path: str, *, query: Any = None, json_body: Any = None,
+              timeout: float = _CALL_TIMEOUT_S) -> tuple[_UnixConnection, http.client.HTTPResponse]:
+        """Send one request to ``API_PREFIX + path`` and return the
+        connection and its response (headers read, body not). Raises
+        OSError or http.client.HTTPException."""
+        url = quote(API_PREFIX + path) + (f"?{urlencode(query, doseq=True)}" if query else "")
+        headers = {"Host": "jobsup", "Accept": "application/json"}
+        payload = None
+        if json_body is not None:
+            payload = json.dumps(json_body).encode()
+            headers["Content-Type"] = "application/json"
+        conn = _UnixConnection(str(self.paths.socket), timeout=timeout)
         try:
-            resp = self._http.request(method, path, **kwargs)
-        except (httpx.TransportError, OSError) as err:
+            conn.request(method, url, body=payload, headers=headers)
+            return conn, conn.getresponse()
+        except BaseException:
+            conn.close()
+            raise
+
+    def _request(self, method: str, path: str, *, query: Any = None, json_body: Any = None,
+                 timeout: float = _CALL_TIMEOUT_S) -> tuple[int, Any]:
+        """``(status, parsed JSON body)`` of one call."""
+        conn, resp = self._open(method, path, query=query, json_body=json_body, timeout=timeout)
+        try:
+            return resp.status, _json(resp.read())
+        finally:
+            conn.close()
+
+    def _call(self, method: str, path: str, *, query: Any = None, json_body: Any = None,
+              timeout: float = _CALL_TIMEOUT_S) -> Any:
+        try:
+            status, body = self._request(method, path, query=query, json_body=json_body, timeout=timeout)
+        except _TRANSPORT_ERRORS as err:
             raise DaemonUnreachableError(f"lost the jobsup daemon on {self.paths.socket}: {err}") from None
-        body = _json(resp)
-        if resp.status_code >= 400:
-            raise decode_error(resp.status_code, body)
+        if status >= 400:
+            raise from_wire(status, body)
         return body
 
     def _stream(
@@ -182,22 +263,24 @@ class Client:
     ) -> Iterator[dict[str, Any]]:
         query = list(params.items()) if isinstance(params, Mapping) else params
         try:
-            with self._http.stream("GET", path, params=query, timeout=_STREAM_TIMEOUT) as resp:
-                if resp.status_code >= 400:
-                    resp.read()
-                    raise decode_error(resp.status_code, _json(resp))
+            conn, resp = self._open("GET", path, query=query, timeout=_STREAM_TIMEOUT_S)
+            try:
+                if resp.status >= 400:
+                    raise from_wire(resp.status, _json(resp.read()))
                 yield from _ndjson(resp)
-        except (httpx.TransportError, OSError) as err:
+            finally:
+                conn.close()
+        except _TRANSPORT_ERRORS as err:
             raise DaemonUnreachableError(f"lost the jobsup daemon on {self.paths.socket}: {err}") from None
 
     def submit(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """``POST /runs``: ``{"run": Run, "warnings": [...]}``."""
-        return dict(self._call("POST", "/runs", json=dict(body), timeout=httpx.Timeout(300.0, connect=5.0)))
+        return dict(self._call("POST", "/runs", json_body=dict(body), timeout=300.0))
 
     def runs(self, *, all: bool = False, project: str | None = None, phase: str | None = None) -> list[dict[str, Any]]:
         """``GET /runs``: the run objects, newest first."""
         params = {k: v for k, v in {"all": "1" if all else None, "project": project, "phase": phase}.items() if v}
-        doc = self._call("GET", "/runs", params=params)
+        doc = self._call("GET", "/runs", query=params)
         self.storage = doc.get("storage")
         return list(doc["runs"])
 
@@ -207,7 +290,7 @@ class Client:
 
     def cancel(self, ref: str) -> dict[str, Any]:
         """``POST /runs/{ref}/cancel``: the run after cancel."""
-        return dict(self._call("POST", f"/runs/{ref}/cancel", timeout=httpx.Timeout(120.0, connect=5.0))["run"])
+        return dict(self._call("POST", f"/runs/{ref}/cancel", timeout=120.0)["run"])
 
     def logs(self, ref: str, *, follow: bool = False, tail: int | None = None, after_line: int = 0) -> Iterator[dict[str, Any]]:
         """Stream ``GET /runs/{ref}/logs``: line objects, heartbeats, and ``{"end": Run}``."""
@@ -247,83 +330,44 @@ class Client:
     def rerun(self, ref: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """``POST /runs/{ref}/rerun`` with ``{"env", "hold", "force"}``:
         ``{"run": Run, "rerun_of": id, "missing_env": [NAME]}``."""
-        return dict(self._call("POST", f"/runs/{ref}/rerun", json=dict(body)))
+        return dict(self._call("POST", f"/runs/{ref}/rerun", json_body=dict(body)))
 
     def ui(self, *, port: int | None = None, stop: bool = False) -> dict[str, Any]:
         """``POST /ui``: serve the web page (``{"url", "port"}``, the URL with
         a new one-time token) or, with ``stop``, switch it off (``{}``)."""
         body: dict[str, Any] = {"stop": True} if stop else ({"port": port} if port is not None else {})
-        return dict(self._call("POST", "/ui", json=body))
+        return dict(self._call("POST", "/ui", json_body=body))
 
     def doctor(self) -> list[dict[str, Any]]:
         """``GET /doctor``: the daemon's checks."""
-        return list(self._call("GET", "/doctor", timeout=httpx.Timeout(120.0, connect=5.0))["checks"])
+        return list(self._call("GET", "/doctor", timeout=120.0)["checks"])
 
     def hooks(self) -> list[dict[str, Any]]:
         """``GET /hooks``: every hook with its checkpoint, lag and last outcome."""
         return list(self._call("GET", "/hooks")["hooks"])
 
 
-class _CheckedUnixBackend(httpcore.SyncBackend):
-    """httpcore's network backend, refusing a Unix socket jobsup must not
-    trust before a byte is sent: its folder must belong to this user and be
-    writable by nobody else (so no other user can have put the socket
-    there), and the process listening on it must run as this user
-    (``SO_PEERCRED``). Raises UnsafePathError naming the socket."""
-
-    def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Any = None
-    ) -> httpcore.NetworkStream:
-        folder = Path(path).parent
-        try:
-            check_private_dir(folder, what="socket folder", fix=f"refusing to send anything to {path}")
-        except FileNotFoundError:
-            raise httpcore.ConnectError(f"no socket folder {folder}") from None
-        stream = super().connect_unix_socket(path, timeout, socket_options)
-        sock = stream.get_extra_info("socket")
-        cred = peer_cred(sock)
-        if cred.uid != os.getuid():
-            stream.close()
-            raise UnsafePathError(
-                f"the process answering on {path} (pid {cred.pid}) runs as uid {cred.uid}, not as you "
-                f"(uid {os.getuid()}); refusing to send anything to it"
-            )
-        return stream
-
-
-def _checked_transport(socket_path: Path) -> httpx.HTTPTransport:
-    """httpx's transport over ``socket_path`` whose connections go through
-    :class:`_CheckedUnixBackend` (httpx has no parameter for a network
-    backend: its connection pool is built again with one)."""
-    transport = httpx.HTTPTransport(uds=str(socket_path))
-    transport._pool = httpcore.ConnectionPool(uds=str(socket_path), network_backend=_CheckedUnixBackend())
-    return transport
-
-
-def _ndjson(resp: httpx.Response) -> Iterator[dict[str, Any]]:
+def _ndjson(resp: http.client.HTTPResponse) -> Iterator[dict[str, Any]]:
     """The objects of a newline-delimited JSON body, as they arrive.
 
-    Lines end at ``\n`` only. ``Response.iter_lines`` would also end them
-    at U+2028, U+2029 and U+0085 (it follows ``str.splitlines``), which
-    JSON leaves unescaped inside strings: a log line holding one of them
-    would cut its object in two. Raises ValueError on a line that is not
-    JSON."""
-    pending = b""
-    for chunk in resp.iter_bytes():
-        lines = (pending + chunk).split(b"\n")
-        pending = lines.pop()
-        for line in lines:
-            if line.strip():
-                yield json.loads(line)
-    if pending.strip():
-        yield json.loads(pending)
+    Lines end at ``\n`` only (``readline`` on bytes), never at U+2028,
+    U+2029 or U+0085, which JSON leaves unescaped inside strings. Raises
+    ValueError on a line that is not JSON."""
+    while True:
+        line = resp.readline()
+        if not line:
+            return
+        if line.strip():
+            yield json.loads(line)
 
 
-def _json(resp: httpx.Response) -> Any:
+def _json(raw: bytes) -> Any:
+    """The parsed body; its text when it is not JSON (from_wire then makes a
+    RemoteError naming the HTTP status)."""
     try:
-        return resp.json()
+        return json.loads(raw)
     except ValueError:
-        return {"error": {"type": "JobsupError", "message": resp.text[:500]}}
+        return raw.decode("utf-8", "replace")[:500]
 
 
 def _tail(path: Any, n: int = 15) -> str:

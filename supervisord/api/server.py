@@ -22,22 +22,20 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from store import PHASE_CHANGED, PHASES, TERMINAL_PHASES, EventStore, LogLine, RunStatus
+from store import EventStore, LogLine
 from supervisord.api.scheduler_routes import scheduler_routes
-from supervisord.api.wire import API_PREFIX, encode_error
+from supervisord.api.wire import API_PREFIX, to_wire
+from supervisord.exceptions import JobsupError, StorageError, UsageError, map_store_errors
 from supervisord.health import storage_json
-from supervisord.exceptions import JobsupError, UsageError
+from supervisord.readside import HEARTBEAT_S, ReadSide
 from supervisord.scheduler.driver import Scheduler
 from supervisord.submit import Planner, SubmitRequest
-from supervisord.supervisor import PHASE_RANK, Supervisor
+from supervisord.supervisor import Supervisor
 
 __all__ = ["create_app", "PeerCredProtocol"]
 
 log = structlog.get_logger("jobsup.api")
 
-_HEARTBEAT_S = 5.0
-#: The hook outcome events `show` lists (supervisord.hooks.delivery).
-_HOOK_OUTCOMES = ("HookDelivered", "HookFailed")
 _NDJSON = "application/x-ndjson"
 
 
@@ -91,6 +89,18 @@ def _log_line_json(line: LogLine) -> str:
     return f'{{"line_no":{line.line_no:d},"stream":{_json_str(line.stream)},"text":{_json_str(line.text)}}}\n'
 
 
+async def _ndjson(items: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    """One NDJSON line per item."""
+    async for item in items:
+        yield _dumps(item)
+
+
+async def _ndjson_pages(pages: AsyncIterator[list[dict[str, Any]]]) -> AsyncIterator[bytes]:
+    """One write per page, one NDJSON line per item."""
+    async for page in pages:
+        yield b"".join(_dumps(item) for item in page)
+
+
 def _flag(request: Request, name: str) -> bool:
     return request.query_params.get(name, "").lower() in ("1", "true", "yes")
 
@@ -134,15 +144,22 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 def _errors(fn: Handler) -> Handler:
+    """The API boundary: a JobsupError becomes its wire error; a store error
+    becomes a StorageError first (:func:`map_store_errors`); anything else is
+    logged with its traceback and answered as an InternalError."""
+
     async def wrapped(request: Request) -> Response:
         try:
-            return await fn(request)
+            with map_store_errors("the jobsup daemon's event store failed"):
+                return await fn(request)
         except JobsupError as err:
-            status, body = encode_error(err)
+            if isinstance(err, StorageError):
+                log.warning("store error", path=request.url.path, error=str(err))
+            status, body = to_wire(err)
             return JSONResponse(body, status_code=status)
         except Exception as err:
             log.exception("request failed", path=request.url.path)
-            status, body = encode_error(err)
+            status, body = to_wire(err)
             return JSONResponse(body, status_code=status)
 
     return wrapped
@@ -160,8 +177,10 @@ def create_app(
     hooks: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
 ) -> Starlette:
     """Build the API application over a running supervisor and store (and
-    the scheduler, whose routes it adds when given). ``hooks`` lists the
-    hooks with their checkpoints (``GET /v1/hooks``)."""
+    the scheduler, whose routes it adds when given): writes go to the
+    supervisor, reads to :class:`~supervisord.readside.ReadSide`. ``hooks``
+    lists the hooks with their checkpoints (``GET /v1/hooks``)."""
+    reads = ReadSide(store)
 
     async def health(request: Request) -> Response:
         return JSONResponse(
@@ -178,30 +197,20 @@ def create_app(
         peer = _peer(request)
         submitted = {**plan.submitted, **{f"submitted_by_{k}": v for k, v in peer.items()}}
         submitted = await scheduler.prepare(submitted) if scheduler is not None else submitted
-        run = await supervisor.submit(submitted, env=plan.env, config=plan.config, force=plan.force)
-        return JSONResponse({"run": run.to_json(), "warnings": plan.warnings}, status_code=201)
+        result = await supervisor.submit_run(submitted, env=plan.env, config=plan.config, force=plan.force)
+        warnings = [*plan.warnings, *result.warnings]
+        return JSONResponse({"run": result.run.to_json(), "warnings": warnings}, status_code=201)
 
     async def list_runs(request: Request) -> Response:
-        phase = request.query_params.get("phase")
-        if phase and phase.upper() not in PHASES:
-            raise UsageError(f"--phase {phase!r}: use one of {', '.join(PHASES)}")
-        runs = await store.list_runs(
-            project=request.query_params.get("project") or None,
-            phases=[phase.upper()] if phase else None,
+        runs = await reads.list_runs(
+            all=_flag(request, "all"),
+            project=request.query_params.get("project"),
+            phase=request.query_params.get("phase"),
         )
-        if not _flag(request, "all") and not phase:
-            recent = {r.id for r in runs[:20]}
-            runs = [r for r in runs if not r.terminal or r.id in recent]
         return JSONResponse({"runs": [r.to_json() for r in runs], "storage": storage_json(store)})
 
     async def show(request: Request) -> Response:
-        run_id = await supervisor.resolve(request.path_params["ref"])
-        run = await supervisor.get(run_id)
-        first = await store.read_all(0, limit=1, run_id=run_id)  # Submitted, not the whole stream
-        hooks = await store.read_all(0, limit=1000, run_id=run_id, types=_HOOK_OUTCOMES)
-        return JSONResponse(
-            {"run": run.to_json(), "submitted": first[0].data if first else {}, "hooks": [e.to_json() for e in hooks]}
-        )
+        return JSONResponse(await reads.show(request.path_params["ref"]))
 
     async def cancel(request: Request) -> Response:
         run_id = await supervisor.resolve(request.path_params["ref"])
@@ -235,79 +244,34 @@ def create_app(
                 if run.terminal:
                     yield _dumps({"end": run.to_json()})
                     return
-                got = await store.wait_for_events(seq, run_ids=[run_id], limit=1, timeout_s=_HEARTBEAT_S)
+                got = await store.wait_for_events(seq, run_ids=[run_id], limit=1, timeout_s=HEARTBEAT_S)
                 # A heartbeat also when the run's events bring no line past
                 # the cursor for a while (following from a line still to
                 # come): the client takes a silent stream for a dead daemon.
-                if not got or anyio.current_time() - sent_at >= _HEARTBEAT_S:
+                if not got or anyio.current_time() - sent_at >= HEARTBEAT_S:
                     yield _dumps({"heartbeat": seq})
                     sent_at = anyio.current_time()
 
         return StreamingResponse(stream(), media_type=_NDJSON)
 
     async def wait(request: Request) -> Response:
-        refs = [r for r in request.query_params.getlist("run") if r]
-        if not refs:
-            raise UsageError("wait: name at least one run")
-        run_ids = [await supervisor.resolve(r) for r in refs]
-        cond = (request.query_params.get("for") or "terminal").strip()
-        if cond not in ("terminal", "change") and cond.upper() not in PHASES:
-            raise UsageError(f"--for {cond!r}: use terminal, change, or a phase ({', '.join(PHASES)})")
-        after = _int(request, "after")
-        timeout = _float(request, "timeout")
-        # Validate every run exists before streaming anything.
-        for rid in run_ids:
-            await supervisor.get(rid)
-
-        async def stream() -> AsyncIterator[bytes]:
-            start_seq = after if after is not None else await store.last_seq()
-            # Tell the client its cursor, so it can resume after a reconnect.
-            yield _dumps({"after": start_seq})
-            deadline = None if timeout is None else anyio.current_time() + timeout
-            while True:
-                # Read the global position first: any change after it wakes
-                # the wait below, even one that lands while the runs are read.
-                seq = await store.last_seq()
-                runs = [await supervisor.get(rid) for rid in run_ids]
-                met = await _condition_met(store, cond, runs, start_seq)
-                if met:
-                    yield _dumps({"result": {"met": True, "timed_out": False, "runs": [r.to_json() for r in runs]}})
-                    return
-                remaining = None if deadline is None else deadline - anyio.current_time()
-                if remaining is not None and remaining <= 0:
-                    yield _dumps({"result": {"met": False, "timed_out": True, "runs": [r.to_json() for r in runs]}})
-                    return
-                step = _HEARTBEAT_S if remaining is None else min(_HEARTBEAT_S, remaining)
-                got = await store.wait_for_events(seq, run_ids=run_ids, types=[PHASE_CHANGED], limit=1, timeout_s=step)
-                if not got:
-                    yield _dumps({"heartbeat": seq})
-
-        return StreamingResponse(stream(), media_type=_NDJSON)
+        stream = await reads.open_wait(
+            [r for r in request.query_params.getlist("run") if r],
+            cond=request.query_params.get("for") or "terminal",
+            after=_int(request, "after"),
+            timeout=_float(request, "timeout"),
+        )
+        return StreamingResponse(_ndjson(stream), media_type=_NDJSON)
 
     async def events(request: Request) -> Response:
         ref = request.query_params.get("run")
-        run_id = await supervisor.resolve(ref) if ref else None
-        after = _int(request, "after", 0) or 0
-        follow = _flag(request, "follow")
-        limit = _int(request, "limit", 1000, minimum=1) or 1000
-
-        async def stream() -> AsyncIterator[bytes]:
-            cursor = after
-            while True:
-                page = await store.read_all(cursor, limit=limit, run_id=run_id)
-                if page:
-                    cursor = page[-1].seq
-                    yield b"".join(_dumps(e.to_json()) for e in page)
-                    continue
-                if not follow:
-                    return
-                got = await store.wait_for_events(
-                    cursor, run_ids=[run_id] if run_id else None, limit=1, timeout_s=_HEARTBEAT_S
-                )
-                if not got:
-                    yield _dumps({"heartbeat": cursor})
-
-        return StreamingResponse(stream(), media_type=_NDJSON)
+        pages = reads.events(
+            run_id=await reads.resolve(ref) if ref else None,
+            after=_int(request, "after", 0) or 0,
+            follow=_flag(request, "follow"),
+            limit=_int(request, "limit", 1000, minimum=1) or 1000,
+        )
+        return StreamingResponse(_ndjson_pages(pages), media_type=_NDJSON)
 
     async def doctor_route(request: Request) -> Response:
         return JSONResponse({"checks": await doctor()})
@@ -343,25 +307,3 @@ def create_app(
     if scheduler is not None:
         routes += scheduler_routes(supervisor=supervisor, scheduler=scheduler, digest_key=planner.digest_key)
     return Starlette(routes=routes)
-
-
-async def _condition_met(store: EventStore, cond: str, runs: list[RunStatus], after_seq: int) -> bool:
-    """Whether ``wait --for cond`` is satisfied for ``runs``.
-
-    terminal: every run is terminal. change: any run had a PhaseChanged with
-    seq > after_seq. PHASE: every run is at or past PHASE (phases never go
-    backwards); for a terminal PHASE, every run is terminal (the caller's
-    exit code then tells which terminal phase it was).
-    """
-    if cond == "terminal":
-        return all(r.terminal for r in runs)
-    if cond == "change":
-        for r in runs:
-            if await store.read_all(after_seq, limit=1, run_id=r.id, types=[PHASE_CHANGED]):
-                return True
-        return False
-    target = cond.upper()
-    if target in TERMINAL_PHASES:
-        return all(r.terminal for r in runs)
-    # Phases never go backwards: a run at or past the target has reached it.
-    return all(PHASE_RANK[r.phase] >= PHASE_RANK[target] for r in runs)

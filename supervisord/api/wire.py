@@ -1,8 +1,9 @@
 """Wire types of the daemon API (HTTP/1.1 + JSON on the Unix socket, under ``/v1``).
 
-Errors travel as ``{"error": {"type": <exception class name>, "message": str,
-"errors": [str, ...]}}`` with the HTTP status of :data:`ERROR_STATUS`; the
-client raises the same class from :mod:`supervisord.exceptions` again.
+Errors travel as ``{"error": {"type", "bases", "message", "errors", ...}}``
+with the HTTP status of :data:`ERROR_STATUS` (:func:`to_wire`); the client
+raises the same class from :mod:`supervisord.exceptions` again
+(:func:`from_wire`).
 Streams are newline-delimited JSON (``application/x-ndjson``), one object a
 line.
 
@@ -43,6 +44,8 @@ __all__ = [
     "WAIT_EXIT_CODES",
     "EXIT_WAIT_TIMEOUT",
     "EXIT_UNREACHABLE",
+    "to_wire",
+    "from_wire",
     "encode_error",
     "decode_error",
     "exit_code_for_phase",
@@ -55,13 +58,13 @@ ERROR_STATUS: Final[dict[type[Exception], int]] = {
     exc.RunNotFoundError: 404,
     exc.AmbiguousRunError: 409,
     exc.RunInFlightError: 409,
-    exc.ConcurrencyError: 409,
     exc.PreflightError: 424,
     exc.UsageError: 400,
     exc.BackendError: 502,
+    exc.StorageError: 503,
 }
 
-#: ``jobsup wait`` exit codes by terminal phase (DESIGN.md).
+#: ``jobsup wait`` exit codes by terminal phase (README, "`jobsup wait` exit codes").
 WAIT_EXIT_CODES: Final[dict[str, int]] = {"COMPLETED": 0, "ERROR": 1, "CANCELED": 3, "DELETED": 4}
 EXIT_WAIT_TIMEOUT: Final = 124
 EXIT_UNREACHABLE: Final = 69
@@ -72,34 +75,77 @@ def exit_code_for_phase(phase: str) -> int:
     return WAIT_EXIT_CODES.get(phase, 0)
 
 
-def encode_error(err: Exception) -> tuple[int, dict[str, Any]]:
-    """``(http status, body)`` for an exception raised while serving."""
+def to_wire(err: BaseException) -> tuple[int, dict[str, Any]]:
+    """``(HTTP status, body)`` for an error raised while serving.
+
+    Body: ``{"error": {"type": class name, "bases": [names of its jobsup
+    ancestors, nearest first], "message": str, "errors": [str, ...],
+    <wire_attrs>...}}``. ``errors`` is never empty (``[message]`` at least).
+    An exception that is not a JobsupError (a bug) travels as type
+    ``InternalError`` with status 500 and its ``repr`` as the message.
+    """
+    if not isinstance(err, exc.JobsupError):
+        message = f"internal error in the daemon: {err!r} (the daemon log has the traceback)"
+        return 500, {"error": {"type": "InternalError", "bases": ["JobsupError"], "message": message, "errors": [message]}}
     status = 500
     for cls, code in ERROR_STATUS.items():
         if isinstance(err, cls):
             status = code
             break
-    errors = getattr(err, "errors", None) or getattr(err, "problems", None) or [str(err)]
-    return status, {"error": {"type": type(err).__name__, "message": str(err), "errors": list(errors)}}
+    bases = [c.__name__ for c in type(err).__mro__[1:] if issubclass(c, exc.JobsupError)]
+    info: dict[str, Any] = {"type": type(err).__name__, "bases": bases, "message": str(err), "errors": list(err.errors)}
+    info.update(err.wire_fields())
+    return status, {"error": info}
 
 
-def decode_error(status: int, body: Any) -> Exception:
-    """The exception to raise in the client for an error response."""
+def _known_errors() -> dict[str, type[exc.JobsupError]]:
+    """Every JobsupError class imported in this process, by name."""
+    found: dict[str, type[exc.JobsupError]] = {}
+    todo: list[type[exc.JobsupError]] = [exc.JobsupError]
+    while todo:
+        cls = todo.pop()
+        found.setdefault(cls.__name__, cls)
+        todo.extend(cls.__subclasses__())
+    return found
+
+
+def from_wire(status: int, body: Any) -> exc.JobsupError:
+    """The exception to raise in the client for an error response.
+
+    The class is the wire ``type`` when this process knows it, else the
+    nearest of its ``bases`` that it knows (a newer daemon's subclass comes
+    back as its known parent, e.g. ``KubernetesApiError``; the root
+    JobsupError only counts as the type itself), built with
+    ``message``, ``errors`` and the class's ``wire_attrs`` found in the body.
+    When no name is known, or the body is not jobsup's error shape (a proxy,
+    a crash), the result is :class:`~supervisord.exceptions.RemoteError`
+    carrying the type name and the HTTP status: never a silent plain
+    JobsupError.
+    """
     info = body.get("error") if isinstance(body, dict) else None
     if not isinstance(info, dict):
-        return exc.JobsupError(f"daemon answered HTTP {status}: {body!r}"[:500])
-    cls = getattr(exc, str(info.get("type")), None)
+        return exc.RemoteError(f"daemon answered HTTP {status}: {body!r}"[:500], http_status=status)
+    type_name = str(info.get("type") or "")
     message = str(info.get("message") or f"HTTP {status}")
-    errors = info.get("errors")
-    if isinstance(cls, type) and issubclass(cls, Exception):
-        if cls in (exc.ConfigError, exc.ManifestError):
-            return cls(message, errors=list(errors or []) or None)
-        if cls is exc.PreflightError:
-            return exc.PreflightError(message, problems=list(errors or []) or None)
-        if cls is exc.ConcurrencyError:
-            return exc.JobsupError(message)
-        try:
-            return cls(message)
-        except TypeError:
-            pass
-    return exc.JobsupError(message)
+    raw_errors = info.get("errors")
+    errors = [str(e) for e in raw_errors] if isinstance(raw_errors, list) and raw_errors else None
+    known = _known_errors()
+    raw_bases = info.get("bases")
+    bases = [str(b) for b in raw_bases] if isinstance(raw_bases, list) else []
+    for i, name in enumerate([type_name, *bases]):
+        cls = known.get(name)
+        if cls is None or (i > 0 and cls is exc.JobsupError):
+            continue
+        fields = {k: info[k] for k in cls.wire_attrs if k in info}
+        return cls(message, errors, **fields)
+    return exc.RemoteError(message, errors, remote_type=type_name, http_status=status)
+
+
+def encode_error(err: BaseException) -> tuple[int, dict[str, Any]]:
+    """Alias of :func:`to_wire` (the older name)."""
+    return to_wire(err)
+
+
+def decode_error(status: int, body: Any) -> exc.JobsupError:
+    """Alias of :func:`from_wire` (the older name)."""
+    return from_wire(status, body)

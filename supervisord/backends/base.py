@@ -5,9 +5,15 @@ group, a Kubernetes Job) and reports what happens through a
 :class:`RunReporter`, which the supervisor turns into events. Every backend
 passes the same conformance suite (``tests/supervisord/backends/``).
 
+Everything a backend needs arrives through its constructor (settings that
+hold for every run) or the :class:`RunSpec` (the run); what it learns
+leaves through return values or the reporter. A backend reads no config
+file itself and keeps no cache between ``preflight`` and ``start``.
+
 Life of a run, as the supervisor calls it::
 
     tg.start_soon(backend.serve)                  # once, at daemon start
+    checks = await backend.doctor()               # on `jobsup doctor`
     warnings = await backend.preflight(spec)      # nothing created; PreflightError
     await backend.start(spec, reporter)           # stage + launch; records the handle
     await backend.supervise(spec, handle, reporter)   # until a terminal phase
@@ -39,7 +45,12 @@ class RunSpec:
     effective config recorded at submit. ``snapshot``: the source tar (``git
     archive`` of ``commit``), whose sha256 is ``snapshot_sha256``.
     ``run_dir``: a private folder for this run under the state dir.
-    ``submitted``: the run's Submitted event data.
+    ``env_digests``: NAME -> the keyed digest the run recorded for each env
+    value (:func:`supervisord.secret.env_digest`), for a backend that records
+    what it did with the env. ``manifest``: the Kubernetes manifest path in
+    the repository given at submit (None: the backend's default).
+    ``submitted``: the run's Submitted event data. Deprecated: a backend
+    reads the fields above instead; it goes once the Kubernetes backend does.
     """
 
     run_id: str
@@ -125,6 +136,12 @@ class Backend(Protocol):
 
     async def cancel(self, spec: RunSpec, handle: Mapping[str, Any]) -> None:
         """Stop the run and return once nothing of it remains. Idempotent."""
+        ...
+
+    async def doctor(self) -> list[dict[str, Any]]:
+        """Checks for ``jobsup doctor``, each ``{"name": str, "ok": bool,
+        "detail": str}`` (the API's wire shape). Never raises for a failed
+        check: it is an item with ``ok`` False."""
         ...
 
     async def serve(self) -> None:

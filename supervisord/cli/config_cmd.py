@@ -10,7 +10,6 @@ from typing import Any
 
 import click
 
-from supervisord.cli.main import cli
 from supervisord.cli.output import emit, info, output_option, warn
 from supervisord.config import (
     EffectiveConfig,
@@ -21,10 +20,12 @@ from supervisord.config import (
     format_path,
     load_daemon_layer,
     read_client_layers,
-    redact,
 )
+from supervisord.config.unimplemented import not_implemented_warnings
 from supervisord.exceptions import ConfigError, TaskError
 from supervisord.hooks.config import hooks_from_layers
+from supervisord.paths import Paths
+from supervisord.secret import read_digest_key, redact
 from supervisord.task import Task, load_task
 
 __all__ = ["config_group"]
@@ -32,7 +33,7 @@ __all__ = ["config_group"]
 _CONFIG_HELP = "FILE (alone) or KEY.PATH=VALUE (repeatable): the cli config layer."
 
 
-@cli.group("config")
+@click.group("config")
 def config_group() -> None:
     """Show and check the layered config: defaults < daemon < user < project
     < task `config:` < --config."""
@@ -91,7 +92,9 @@ def show(task_file: str | None, cli_config: tuple[str, ...], origin: bool, outpu
     eff = _effective(daemon, client)
     for message in eff.warnings:
         warn(message)
-    data = redact(eff.data)
+    # The daemon's own digest key, so that values compare with what runs
+    # record; without one (no daemon ran yet) values show as <redacted>.
+    data = redact(eff.data, read_digest_key(Paths.from_env().state_dir))
     emit(_annotate(data, (), eff.origins) if origin else data, output)
 
 
@@ -109,7 +112,7 @@ def validate(task_file: str | None, cli_config: tuple[str, ...]) -> None:
     except ConfigError as exc:
         errors.extend(exc.errors)
     else:
-        for message in eff.warnings:
+        for message in [*eff.warnings, *not_implemented_warnings(eff.data)]:
             warn(message)
         backend = (task.backend if task is not None else None) or str(eff.data.get("backend") or "local")
         try:

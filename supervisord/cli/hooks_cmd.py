@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import click
+
 from typing import Any
 
-from supervisord.cli.main import cli
+
 from supervisord.cli.output import emit, info, output_option
 from supervisord.cli.runs_cmd import _client
 
@@ -24,7 +26,7 @@ def _last(outcome: dict[str, Any] | None) -> str | None:
     return text
 
 
-@cli.command("hooks")
+@click.command("hooks")
 @output_option()
 def hooks(output: str) -> None:
     """List the daemon's hooks: checkpoint (last event seq finished with),

@@ -1,8 +1,19 @@
-"""The root ``jobsup`` click group; subcommands register themselves here."""
+"""The root ``jobsup`` click group, composed from the command modules.
+
+Command modules define plain ``click.Command`` objects and import nothing of
+this module (no cycle); :data:`COMMANDS` says where each lives, and the
+root group imports a module only when one of its commands runs (or for
+``--help``), then composes it with ``add_command``. A ``jobsup runs``
+therefore never imports what ``render`` (manifest rendering) or ``config``
+(the config machinery) need: the CLI's start-up is what a script pays on
+every call.
+"""
 
 from __future__ import annotations
 
+import importlib
 import sys
+from typing import Any, Final
 
 import click
 
@@ -14,26 +25,66 @@ from supervisord.exceptions import (
     UsageError,
 )
 
-__all__ = ["cli", "main"]
+__all__ = ["COMMANDS", "LazyGroup", "cli", "main"]
+
+#: command name -> "module:attribute" of its click command, in help order.
+COMMANDS: Final[dict[str, str]] = {
+    "submit": "supervisord.cli.runs_cmd:submit",
+    "runs": "supervisord.cli.runs_cmd:runs",
+    "show": "supervisord.cli.runs_cmd:show",
+    "logs": "supervisord.cli.runs_cmd:logs",
+    "wait": "supervisord.cli.runs_cmd:wait",
+    "cancel": "supervisord.cli.runs_cmd:cancel",
+    "events": "supervisord.cli.runs_cmd:events",
+    "doctor": "supervisord.cli.runs_cmd:doctor",
+    "render": "supervisord.cli.render_cmd:render_command",
+    "config": "supervisord.cli.config_cmd:config_group",
+    "queue": "supervisord.cli.queue_cmd:queue",
+    "hold": "supervisord.cli.queue_cmd:hold",
+    "release": "supervisord.cli.queue_cmd:release",
+    "rerun": "supervisord.cli.queue_cmd:rerun",
+    "ui": "supervisord.cli.ui_cmd:ui",
+    "hooks": "supervisord.cli.hooks_cmd:hooks",
+    "schema": "supervisord.cli.schema_cmd:schema",
+    "mcp": "supervisord.cli.mcp_cmd:mcp_command",
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first lookup
+    (``lazy``: name -> ``"module:attribute"``) and then added with
+    :meth:`add_command`; commands added directly work as usual. The pattern
+    of click's documentation, "Lazily Loading Subcommands"."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every command name: lazy ones in their given order, then the others."""
+        return [*self.lazy, *sorted(set(self.commands) - set(self.lazy))]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command ``cmd_name``, importing its module on first use."""
+        if cmd_name not in self.commands and cmd_name in self.lazy:
+            module, _, attr = self.lazy[cmd_name].partition(":")
+            command = getattr(importlib.import_module(module), attr)
+            if not isinstance(command, click.Command):
+                raise TypeError(f"{self.lazy[cmd_name]} is not a click command")
+            self.add_command(command, cmd_name)
+        return self.commands.get(cmd_name)
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="jobsup")
 def cli() -> None:
     """jobsup: an event-sourced job supervisor (local processes or Kubernetes Jobs)."""
 
 
-def _register() -> None:
-    # Each module adds its commands to ``cli``; imported here so that the
-    # group is complete whenever supervisord.cli is imported.
-    from supervisord.cli import commands  # noqa: F401
-
-
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run ``cli``; a JobsupError becomes one
     ``error: ...`` line on stderr and exit 2 (bad input: usage, an unknown
-    or ambiguous run id), 69 (no daemon) or 1 (other)."""
-    _register()
+    or ambiguous run id), 69 (no daemon) or 1 (any other)."""
     args = sys.argv[1:] if argv is None else argv
     bad = _non_utf8_argument(args)
     if bad is not None:

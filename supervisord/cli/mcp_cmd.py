@@ -3,12 +3,14 @@ Protocol on stdio (see :mod:`supervisord.cli.mcp_server`)."""
 
 from __future__ import annotations
 
-from supervisord.cli.main import cli
+import click
+
+
 
 __all__ = ["mcp_command"]
 
 
-@cli.command("mcp")
+@click.command("mcp")
 def mcp_command() -> None:
     """Serve jobsup's tools (submit, render, runs, show, logs, wait, cancel,
     events, queue, doctor, triage) as an MCP server on stdin/stdout.

@@ -1,6 +1,6 @@
 """Output for the CLI: machine output on stdout, human messages on stderr.
 
-Every listing command takes ``-o table|json|yaml`` (DESIGN.md, "CLI").
+Every listing command takes ``-o table|json|yaml`` (README, "Commands").
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import sys
 from typing import Any, Callable, Sequence, TypeVar
 
 import click
-import yaml
 
 __all__ = ["OUTPUT_FORMATS", "output_option", "emit", "warn", "info"]
 
@@ -44,6 +43,8 @@ def emit(data: Any, fmt: str, *, columns: Sequence[str] | None = None) -> None:
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))
         return
     if fmt == "yaml":
+        import yaml
+
         click.echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), nl=False)
         return
     rows = data if isinstance(data, list) else [data]

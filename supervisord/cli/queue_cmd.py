@@ -12,7 +12,6 @@ from typing import Any, TypeVar
 
 import click
 
-from supervisord.cli.main import cli
 from supervisord.cli.output import emit, info, output_option, warn
 from supervisord.task import parse_env_pairs
 
@@ -50,16 +49,29 @@ def take_scheduling(kwargs: dict[str, Any]) -> tuple[dict[str, Any], bool]:
 
 
 def _client() -> Any:
-    from supervisord.cli.runs_cmd import _client as connect
+    """A connected API client; exit 69 with one line when no daemon answers
+    (as every run command; not imported from runs_cmd, which imports this
+    module: no cycle)."""
+    import sys
 
-    return connect()
+    from supervisord.api.client import Client
+    from supervisord.api.wire import EXIT_UNREACHABLE
+    from supervisord.exceptions import DaemonUnreachableError
+
+    client = Client()
+    try:
+        client.connect()
+    except DaemonUnreachableError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(EXIT_UNREACHABLE)
+    return client
 
 
 _WAIT_COLUMNS = ("position", "id", "name", "queue", "priority", "gpus", "reason", "message")
 _GPU_COLUMNS = ("index", "uuid", "name", "holder", "since")
 
 
-@cli.command("queue")
+@click.command("queue")
 @output_option()
 def queue(output: str) -> None:
     """Waiting runs in start order with why they wait, then each GPU and its holder."""
@@ -96,7 +108,7 @@ def _hold_or_release(action: str, runs_: tuple[str, ...], output: str) -> None:
         info(f"run {r['id']}: {r['phase']}" + (f" ({r['reason']})" if r.get("reason") else ""))
 
 
-@cli.command("hold")
+@click.command("hold")
 @click.argument("runs_", metavar="RUN...", nargs=-1, required=True)
 @output_option()
 def hold(runs_: tuple[str, ...], output: str) -> None:
@@ -104,7 +116,7 @@ def hold(runs_: tuple[str, ...], output: str) -> None:
     _hold_or_release("hold", runs_, output)
 
 
-@cli.command("release")
+@click.command("release")
 @click.argument("runs_", metavar="RUN...", nargs=-1, required=True)
 @output_option()
 def release(runs_: tuple[str, ...], output: str) -> None:
@@ -112,7 +124,7 @@ def release(runs_: tuple[str, ...], output: str) -> None:
     _hold_or_release("release", runs_, output)
 
 
-@cli.command("rerun")
+@click.command("rerun")
 @click.argument("run")
 @click.option("--env", "env_pairs", multiple=True, metavar="K=V", help="A value for one of the run's env names (repeatable).")
 @click.option("--hold", is_flag=True, help="Queue the new run held.")

@@ -18,19 +18,20 @@ from typing import Callable
 
 import click
 
-from supervisord.backends.kubernetes import (
+from supervisord.backends.kubernetes.manifest.inject import env_secret_name
+from supervisord.backends.kubernetes.manifest.load import (
     DEFAULT_MANIFEST_PATH,
-    DEFAULT_STAGING_TIMEOUT_S,
-    RenderedRun,
+    check_run_id,
     load_manifest_at_commit,
     manifest_path_for,
+)
+from supervisord.backends.kubernetes.manifest.render import (
+    DEFAULT_STAGING_TIMEOUT_S,
+    RenderedRun,
     objects_to_json,
     objects_to_yaml,
     render_run,
 )
-from supervisord.backends.kubernetes.manifest.inject import env_secret_name
-from supervisord.backends.kubernetes.manifest.load import check_run_id
-from supervisord.cli.main import cli
 from supervisord.cli.shape import reject_shape_flags, shape_flag_options
 from supervisord.cli.output import output_option, warn
 from supervisord.config.effective import effective_config
@@ -45,7 +46,7 @@ def _is_task_file(arg: str) -> bool:
     return arg.endswith((".yaml", ".yml"))
 
 
-@cli.command("render")
+@click.command("render")
 @click.argument("args", nargs=-1, metavar="[TASK.yaml] [-- CMD...]")
 @click.option(
     "--manifest", default=None, help=f"Repository-relative manifest path [default: {DEFAULT_MANIFEST_PATH}]."

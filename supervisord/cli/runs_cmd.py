@@ -14,10 +14,8 @@ from typing import Any, Callable, Iterator
 
 import click
 
-from supervisord import config as cfg
 from supervisord.api.client import Client
 from supervisord.api.wire import EXIT_UNREACHABLE, EXIT_WAIT_TIMEOUT, PHASES, WAIT_EXIT_CODES, exit_code_for_phase
-from supervisord.cli.main import cli
 from supervisord.cli.output import emit, info, output_option, warn
 from supervisord.cli.queue_cmd import scheduling_options, take_scheduling
 from supervisord.cli.shape import reject_shape_flags, shape_flag_options_without
@@ -123,7 +121,7 @@ def task_wire(task: Task) -> dict[str, Any]:
     }
 
 
-@cli.command("submit", cls=_DashDashCommand)
+@click.command("submit", cls=_DashDashCommand)
 @click.argument("task_file", required=False, type=click.Path(dir_okay=False))
 @click.option("--backend", type=click.Choice(list(BACKENDS)), help="Where to run (default: config, else local).")
 @click.option("--name", help="The run's name (default: first word of the command).")
@@ -171,6 +169,8 @@ def submit(
     )
     if not task.run:
         raise TaskError("no command: give `run:` in the task file or `-- CMD...` after the options")
+    from supervisord import config as cfg
+
     layers = cfg.load_client_layers(task=task, cli_config=list(config_args), cwd=Path.cwd())
     client = _client()
     wire = task_wire(task)
@@ -294,7 +294,7 @@ def emit_json_line(obj: dict[str, Any]) -> None:
     click.echo(json.dumps(obj, ensure_ascii=False))
 
 
-@cli.command("runs")
+@click.command("runs")
 @click.option("--all", "all_", is_flag=True, help="Include every finished run (default: in flight and the 20 newest).")
 @click.option("--project", help="Only runs of this project.")
 @click.option("--phase", type=click.Choice(list(PHASES), case_sensitive=False), help="Only runs in this phase.")
@@ -314,7 +314,7 @@ def runs(all_: bool, project: str | None, phase: str | None, output: str) -> Non
         emit(rows, output)
 
 
-@cli.command("show")
+@click.command("show")
 @click.argument("run")
 @output_option()
 def show(run: str, output: str) -> None:
@@ -347,7 +347,7 @@ def show(run: str, output: str) -> None:
             click.echo("  " + yaml.safe_dump(value, sort_keys=False).rstrip().replace("\n", "\n  "))
 
 
-@cli.command("logs")
+@click.command("logs")
 @click.argument("run")
 @click.option("-f", "--follow", is_flag=True, help="Keep following new lines until the run ends.")
 @click.option("--tail", type=click.IntRange(min=0), help="Start with the last N lines.")
@@ -387,7 +387,7 @@ def _wait_exit_code(cond: str, runs: list[dict[str, Any]]) -> int:
     return 0
 
 
-@cli.command("wait")
+@click.command("wait")
 @click.argument("runs_", metavar="RUN...", nargs=-1, required=True)
 @click.option("--for", "for_", default="terminal", show_default=True, help="terminal, change, or a phase name.")
 @click.option("--timeout", help="Give up after 90s, 30m, 4h or 1d (exit 124).")
@@ -430,7 +430,7 @@ def wait(ctx: click.Context, runs_: tuple[str, ...], for_: str, timeout: str | N
     ctx.exit(_wait_exit_code(for_, runs_out))
 
 
-@cli.command("cancel")
+@click.command("cancel")
 @click.argument("runs_", metavar="RUN...", nargs=-1, required=True)
 @output_option()
 def cancel(runs_: tuple[str, ...], output: str) -> None:
@@ -476,7 +476,7 @@ def _events(client: Client, run: str | None, after: int, follow: bool) -> Iterat
             yield obj
 
 
-@cli.command("events")
+@click.command("events")
 @click.argument("run", required=False)
 @click.option("--after", type=click.IntRange(min=0), default=0, help="Only events with seq > SEQ.")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new events.")
@@ -498,7 +498,7 @@ def events(run: str | None, after: int, follow: bool, output: str) -> None:
             click.echo(f"{ev['seq']:>8}  {ev['at']}  {ev['run_id']}  v{ev['version']:<4} {ev['type']:<16} {data}")
 
 
-@cli.command("doctor")
+@click.command("doctor")
 @output_option()
 @click.pass_context
 def doctor(ctx: click.Context, output: str) -> None:

@@ -10,12 +10,12 @@ import json
 
 import click
 
-from supervisord.cli.main import cli
+
 
 __all__ = ["schema"]
 
 
-@cli.command("schema")
+@click.command("schema")
 @click.argument("name", required=False)
 def schema(name: str | None) -> None:
     """Print the JSON Schema (draft 2020-12) called NAME; without NAME, list

@@ -9,7 +9,6 @@ import click
 
 from supervisord.api.client import Client
 from supervisord.api.wire import EXIT_UNREACHABLE
-from supervisord.cli.main import cli
 from supervisord.cli.output import info
 from supervisord.exceptions import DaemonUnreachableError
 
@@ -20,7 +19,7 @@ def _has_display() -> bool:
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")) or sys.platform == "darwin"
 
 
-@cli.command("ui")
+@click.command("ui")
 @click.option("--port", type=click.IntRange(1, 65535), help="Port on 127.0.0.1 (default: ui.port, else a free one).")
 @click.option("--no-open", is_flag=True, help="Print the address; do not open a browser.")
 @click.option("--stop", is_flag=True, help="Stop serving the page (it stays off after a daemon restart).")

@@ -1,5 +1,5 @@
-"""Layered configuration (jobsup issue 4) and the Kubernetes sandbox option
-checks (issue 8).
+"""Layered configuration and the Kubernetes sandbox option checks
+(docs/config.md).
 
 Sources, lowest priority first: built-in defaults, the daemon config, the user
 config, the project config (``.jobsup.yaml``), the task YAML's ``config:`` and
@@ -8,7 +8,8 @@ config, the project config (``.jobsup.yaml``), the task YAML's ``config:`` and
 (:func:`layers_to_wire`); the daemon rebuilds them (:func:`layers_from_wire`),
 overlays them onto its own config (:func:`load_daemon_layer`) with
 :func:`effective_config`, refuses what the daemon config does not allow
-(:func:`check_allowed`) and records :func:`redact` of the result.
+(:func:`check_allowed`) and records :func:`supervisord.secret.redact` of
+the result.
 
 Typical daemon-side use::
 
@@ -17,7 +18,7 @@ Typical daemon-side use::
     eff = effective_config(daemon, layers_from_wire(body["config_layers"]),
                            context=current_kube_context())
     check_allowed(eff, backend)
-    record(redact(eff.data))
+    record(supervisord.secret.redact(eff.data, digest_key))
 
 The Kubernetes backend applies ``eff.data["kubernetes"]["pod_config"]`` to the
 primary Job's pod template with :func:`merge_pod_spec` and reuses
@@ -26,53 +27,55 @@ primary Job's pod template with :func:`merge_pod_spec` and reuses
 
 from __future__ import annotations
 
-from supervisord.config.dotlist import parse_cli_config
-from supervisord.config.effective import (
-    DAEMON_ONLY_KEYS,
-    TASK_KEYS,
-    EffectiveConfig,
-    check_allowed,
-    defaults,
-    effective_config,
-    layer_errors,
-    validate_daemon_config,
-)
-from supervisord.config.keypath import KeyPath, format_path, parse_key
-from supervisord.config.layer import CLIENT_LAYER_NAMES, LAYER_NAMES, Layer, Origin, describe_origin
-from supervisord.config.merge import (
-    POD_SPEC_ATOMIC_LISTS,
-    POD_SPEC_MERGE_KEYS,
-    MergeResult,
-    merge,
-    merge_layers,
-    merge_pod_spec,
-)
-from supervisord.config.redact import redact
-from supervisord.config.sandbox import (
-    ENV_POD_READY_TIMEOUT,
-    RESERVED_MOUNT_PATHS,
-    check_dns1123_label,
-    check_dns1123_subdomain,
-    check_label_key,
-    check_label_value,
-    check_mount_paths,
-    pod_ready_timeout_from_env,
-)
-from supervisord.config.schema import CONFIG_SCHEMA
-from supervisord.config.sources import (
-    ENV_DAEMON_CONFIG,
-    ENV_PROJECT_CONFIG,
-    ENV_USER_CONFIG,
-    config_file_path,
-    current_kube_context,
-    layers_from_wire,
-    layers_to_wire,
-    load_client_layers,
-    load_daemon_layer,
-    load_user_layer,
-    read_client_layers,
-    read_config_file,
-)
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from supervisord.config.dotlist import parse_cli_config
+    from supervisord.config.effective import (
+        DAEMON_ONLY_KEYS,
+        TASK_KEYS,
+        EffectiveConfig,
+        check_allowed,
+        defaults,
+        effective_config,
+        layer_errors,
+        validate_daemon_config,
+    )
+    from supervisord.config.keypath import KeyPath, format_path, parse_key
+    from supervisord.config.layer import CLIENT_LAYER_NAMES, LAYER_NAMES, Layer, Origin, describe_origin
+    from supervisord.config.merge import (
+        POD_SPEC_ATOMIC_LISTS,
+        POD_SPEC_MERGE_KEYS,
+        MergeResult,
+        merge,
+        merge_layers,
+        merge_pod_spec,
+    )
+    from supervisord.config.sandbox import (
+        ENV_POD_READY_TIMEOUT,
+        RESERVED_MOUNT_PATHS,
+        check_dns1123_label,
+        check_dns1123_subdomain,
+        check_label_key,
+        check_label_value,
+        check_mount_paths,
+        pod_ready_timeout_from_env,
+    )
+    from supervisord.config.schema import CONFIG_SCHEMA
+    from supervisord.config.sources import (
+        ENV_DAEMON_CONFIG,
+        ENV_PROJECT_CONFIG,
+        ENV_USER_CONFIG,
+        config_file_path,
+        current_kube_context,
+        layers_from_wire,
+        layers_to_wire,
+        load_client_layers,
+        load_daemon_layer,
+        load_user_layer,
+        read_client_layers,
+        read_config_file,
+    )
 
 __all__ = [
     "CLIENT_LAYER_NAMES",
@@ -118,6 +121,66 @@ __all__ = [
     "pod_ready_timeout_from_env",
     "read_client_layers",
     "read_config_file",
-    "redact",
     "validate_daemon_config",
 ]
+
+#: Each public name's module: imported on first use (PEP 562), so that a
+#: caller needing one piece (the CLI reading a YAML file) does not load the
+#: schema validator and the merge machinery.
+_LAZY: dict[str, str] = {
+    "CLIENT_LAYER_NAMES": "supervisord.config.layer",
+    "CONFIG_SCHEMA": "supervisord.config.schema",
+    "DAEMON_ONLY_KEYS": "supervisord.config.effective",
+    "ENV_DAEMON_CONFIG": "supervisord.config.sources",
+    "ENV_POD_READY_TIMEOUT": "supervisord.config.sandbox",
+    "ENV_PROJECT_CONFIG": "supervisord.config.sources",
+    "ENV_USER_CONFIG": "supervisord.config.sources",
+    "EffectiveConfig": "supervisord.config.effective",
+    "KeyPath": "supervisord.config.keypath",
+    "LAYER_NAMES": "supervisord.config.layer",
+    "Layer": "supervisord.config.layer",
+    "MergeResult": "supervisord.config.merge",
+    "Origin": "supervisord.config.layer",
+    "POD_SPEC_ATOMIC_LISTS": "supervisord.config.merge",
+    "POD_SPEC_MERGE_KEYS": "supervisord.config.merge",
+    "RESERVED_MOUNT_PATHS": "supervisord.config.sandbox",
+    "TASK_KEYS": "supervisord.config.effective",
+    "check_allowed": "supervisord.config.effective",
+    "check_dns1123_label": "supervisord.config.sandbox",
+    "check_dns1123_subdomain": "supervisord.config.sandbox",
+    "check_label_key": "supervisord.config.sandbox",
+    "check_label_value": "supervisord.config.sandbox",
+    "check_mount_paths": "supervisord.config.sandbox",
+    "config_file_path": "supervisord.config.sources",
+    "current_kube_context": "supervisord.config.sources",
+    "defaults": "supervisord.config.effective",
+    "describe_origin": "supervisord.config.layer",
+    "effective_config": "supervisord.config.effective",
+    "format_path": "supervisord.config.keypath",
+    "layer_errors": "supervisord.config.effective",
+    "layers_from_wire": "supervisord.config.sources",
+    "layers_to_wire": "supervisord.config.sources",
+    "load_client_layers": "supervisord.config.sources",
+    "load_daemon_layer": "supervisord.config.sources",
+    "load_user_layer": "supervisord.config.sources",
+    "merge": "supervisord.config.merge",
+    "merge_layers": "supervisord.config.merge",
+    "merge_pod_spec": "supervisord.config.merge",
+    "parse_cli_config": "supervisord.config.dotlist",
+    "parse_key": "supervisord.config.keypath",
+    "pod_ready_timeout_from_env": "supervisord.config.sandbox",
+    "read_client_layers": "supervisord.config.sources",
+    "read_config_file": "supervisord.config.sources",
+    "validate_daemon_config": "supervisord.config.effective",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -1,6 +1,6 @@
 """The cli layer: ``--config FILE`` or ``--config KEY.PATH=VALUE`` pairs.
 
-Rules (jobsup issue 4, rule 2):
+Rules (docs/config.md):
 
 * ``--config`` takes either one file path (then it must be the only
   ``--config``) or any number of ``KEY.PATH=VALUE`` pairs. An argument without
@@ -35,6 +35,7 @@ from supervisord.config.keypath import KeyPath, format_path, parse_key
 from supervisord.config.layer import Layer
 from supervisord.config.merge import POD_SPEC_ATOMIC_LISTS, POD_SPEC_MERGE_KEYS, is_pod_spec_path
 from supervisord.config.schema import schema_at
+from supervisord.config.yamlload import load_yaml
 from supervisord.exceptions import ConfigError
 
 __all__ = ["parse_cli_config", "parse_pair", "NULL_WORDS"]
@@ -64,8 +65,6 @@ def _typed_value(path: KeyPath, text: str) -> Any:
         return text
     if text.strip() == "":
         raise ConfigError(f"--config {format_path(path)}=: empty value; write null to clear the key")
-    # Imported here: sources imports this module.
-    from supervisord.config.sources import load_yaml
 
     try:
         return load_yaml(text, source=f"--config {format_path(path)}=VALUE")

@@ -103,7 +103,7 @@ class EffectiveConfig:
     """The merged config a run uses.
 
     ``data``: the merged document (secrets included: pass it through
-    :func:`~supervisord.config.redact.redact` before recording or printing).
+    :func:`~supervisord.secret.redact` before recording or printing).
     ``origins``: for every leaf, keyed by its written key path
     (``"kubernetes.tolerations[0].key"``), the ``(layer, file)`` it came from;
     ``("env", "JOBSUP_K8S_POD_READY_TIMEOUT_S")`` for the variable and

@@ -17,14 +17,14 @@ dots (Kubernetes label keys such as ``example.com/gpu``).
 from __future__ import annotations
 
 import re
-from typing import Sequence, Union
+from typing import Sequence
 
 from supervisord.exceptions import ConfigError
 
 __all__ = ["KeyPath", "Segment", "format_path", "parse_key"]
 
 #: One step into a document: a mapping key or a list index.
-Segment = Union[str, int]
+Segment = str | int
 #: A place in a document, from the top.
 KeyPath = tuple[Segment, ...]
 

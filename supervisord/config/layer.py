@@ -1,6 +1,6 @@
 """The config layer: one source's document, and the names of the sources.
 
-Sources, lowest to highest priority (DESIGN.md, "Files and environment")::
+Sources, lowest to highest priority (README, "Configuration")::
 
     default   built-in defaults (supervisord.config.defaults())
     daemon    $XDG_CONFIG_HOME/jobsup/daemon.yaml   or JOBSUP_DAEMON_CONFIG

@@ -2,7 +2,7 @@
 
 One function does both jobs: :func:`merge` overlays a higher-priority document
 (``patch``) onto a lower one (``base``) and returns a new document; inputs are
-never modified. The rules (jobsup issue 4):
+never modified. The rules (docs/config.md, "Merge rules"):
 
 * Mappings merge key by key; a scalar in the patch replaces the base's.
 * An explicit ``null`` clears the inherited value or subtree: the key is

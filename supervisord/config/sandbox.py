@@ -1,4 +1,4 @@
-"""Semantic checks of the Kubernetes sandbox options (jobsup issue 8).
+"""Semantic checks of the Kubernetes sandbox options (docs/config.md).
 
 The JSON schema (:mod:`supervisord.config.schema`) checks shapes and types;
 this module checks what a schema cannot say well: Kubernetes names and label
@@ -46,7 +46,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from supervisord.config.keypath import KeyPath, format_path
-from supervisord.config.redact import looks_secret
+from supervisord.secret import looks_secret
 from supervisord.exceptions import ConfigError
 
 __all__ = [

@@ -29,7 +29,8 @@ Keys::
                                      allowed_contexts, context_configs>}}
     allowed_backends: [local | kubernetes]   daemon-only
     ui: {port: 1..65535, host: str, tls_cert: str, tls_key: str}   daemon-only
-    daemon: {synchronous: FULL | NORMAL, max_running: int > 0,
+    daemon: {synchronous: FULL | NORMAL,
+             max_running: int > 0 (the default queue's cap when it sets none),
              log_level: debug | info | warning | error}   daemon-only
     scheduler:                          daemon-only
       gpus: auto | [int >= 0 | str]     GPU indices or UUIDs (default auto)
@@ -45,7 +46,7 @@ import jsonschema
 import jsonschema.validators
 
 from supervisord.config.keypath import KeyPath, format_path
-from supervisord.config.redact import looks_secret
+from supervisord.secret import looks_secret
 from supervisord.config.sandbox import check_kubernetes_options
 
 __all__ = ["CONFIG_SCHEMA", "schema_at", "schema_errors", "validate_document", "is_secret_path"]

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from store import RunStatus
 from supervisord.exceptions import SourceError, TaskError
 from supervisord.scheduler.options import scheduling_of
-from supervisord.supervisor import Supervisor, env_digest
+from supervisord.secret import env_digest
+from supervisord.supervisor import Supervisor
 
 if TYPE_CHECKING:
     from supervisord.scheduler.driver import Scheduler

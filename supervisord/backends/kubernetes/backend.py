@@ -146,7 +146,7 @@ class _Failed(BackendError):
     """A BackendError with the run's ``reason`` (one CamelCase word)."""
 
     def __init__(self, message: str, reason: str) -> None:
-        super().__init__(message)
+        super().__init__(message, run_reason=reason)
         self.reason = reason
 
 

@@ -78,6 +78,14 @@ class LocalBackend:
             raise PreflightError(f"local.shell {shell!r} is not on PATH")
         return []
 
+    async def doctor(self) -> list[dict[str, Any]]:
+        """One check: the default shell (``local.shell`` may name another per
+        run) is on the daemon's PATH."""
+        path = shutil.which(self.shell)
+        if path is None:
+            return [{"name": "local shell", "ok": False, "detail": f"{self.shell!r} is not on the daemon's PATH"}]
+        return [{"name": "local shell", "ok": True, "detail": path}]
+
     async def start(self, spec: RunSpec, reporter: RunReporter) -> Mapping[str, Any]:
         """Start the detached runner and record its handle
         ``{"runner_pid", "runner_start", "run_dir"}``. Raises BackendError."""

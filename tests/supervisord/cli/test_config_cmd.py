@@ -105,8 +105,8 @@ def test_show_json_merges_every_layer(h: Home) -> None:
     assert data["daemon"]["max_running"] == 4
     # secrets are redacted, in env and in container env alike
     assert "hunter2" not in r.stdout and "0600" not in r.stdout
-    assert data["env"]["API_TOKEN"].startswith("<redacted sha256:")
-    assert k["pod_config"]["spec"]["containers"][0]["env"][0]["value"].startswith("<redacted sha256:")
+    assert data["env"]["API_TOKEN"].startswith("<redacted")
+    assert k["pod_config"]["spec"]["containers"][0]["env"][0]["value"].startswith("<redacted")
     assert r.stderr == ""
 
 

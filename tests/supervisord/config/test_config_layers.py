@@ -1,5 +1,5 @@
 """Sources, --config pairs, task whitelist, daemon-only keys, context fallback,
-provenance, redaction and the wire form (jobsup issue 4): table-driven where
+provenance, redaction and the wire form (docs/config.md): table-driven where
 the cases are alike, real files in tmp_path throughout."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from supervisord.config import (
     layers_to_wire,
     load_client_layers,
     load_daemon_layer,
-    redact,
     validate_daemon_config,
 )
 from supervisord.exceptions import ConfigError
+from supervisord.secret import redact
 from supervisord.task import Task, load_task
 
 DAEMON = Layer("daemon", None, {})
@@ -505,12 +505,13 @@ def test_redact() -> None:
         },
         "extra": {"github_token": "ghp_x", "db_password": 5},
     }
-    out = redact(config)
+    key = b"k" * 32
+    out = redact(config, key)
     text = repr(out)
     for secret in ("hunter2", "'pw'", "ghp_x"):
         assert secret not in text
-    assert out["env"]["SEED"].startswith("<redacted sha256:")
-    assert out["env"]["API_TOKEN"] == redact({"env": {"X": "hunter2"}})["env"]["X"]  # same value, same hash
+    assert out["env"]["SEED"].startswith("<redacted hmac-sha256:")
+    assert out["env"]["API_TOKEN"] == redact({"env": {"X": "hunter2"}}, key)["env"]["X"]  # same value, same hash
     assert out["env"]["API_TOKEN"] != out["env"]["SEED"]
     spec = out["kubernetes"]["pod_config"]["spec"]
     assert spec["automountServiceAccountToken"] is False
@@ -518,7 +519,7 @@ def test_redact() -> None:
     assert spec["containers"][0]["env"][1]["valueFrom"] == {"secretKeyRef": {"name": "s", "key": "k"}}
     assert spec["volumes"][0]["secret"] == {"secretName": "creds"}
     assert out["kubernetes"]["secret_mounts"] == [{"secret_name": "creds", "mount_path": "/s"}]
-    assert out["extra"]["db_password"].startswith("<redacted sha256:")
+    assert out["extra"]["db_password"].startswith("<redacted hmac-sha256:")
     assert config["env"]["API_TOKEN"] == "hunter2"  # input untouched
 
 

@@ -1,4 +1,4 @@
-"""Merge rules (issue 4, rule 3) and the pod-spec patch (rule 10): table-driven."""
+"""Merge rules and the pod-spec patch (docs/config.md): table-driven."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Validation of the Kubernetes sandbox options (jobsup issue 8): every
+"""Validation of the Kubernetes sandbox options (docs/config.md): every
 accepted and rejected value class, table-driven, through the same path a
 config layer takes (schema + semantic checks, errors with key paths)."""
 

@@ -14,7 +14,8 @@ from store import EventStore, RecordedEvent, RunStatus
 from supervisord.backends.kubernetes import KubernetesBackend
 from supervisord.paths import Paths
 from supervisord.source import SnapshotStore
-from supervisord.supervisor import Supervisor, env_digest
+from supervisord.secret import env_digest
+from supervisord.supervisor import Supervisor
 from tests.k8s_sim import SimCluster
 from tests.supervisord.backends.conformance import make_git_repo
 from tests.supervisord.backends.kubernetes.k8s_backend_helpers import kube_config, make_backend

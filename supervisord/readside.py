@@ -1,0 +1,184 @@
+"""The read side: every query the API answers from the store's projections,
+and the streaming loops (page, wait, heartbeat) of ``wait`` and ``events``.
+
+Reads only: nothing here appends an event or knows the supervisor. The API
+handlers parse a request, call one method here and encode what it returns
+(:mod:`supervisord.api.server`); run objects are
+:meth:`store.RunStatus.to_json` dicts. The ``logs`` stream lives with its
+endpoint in the server for now.
+
+Every stream is an async iterator of JSON-able dicts, one per NDJSON line.
+A stream that has nothing to say for :data:`HEARTBEAT_S` sends
+``{"heartbeat": seq}``: the client takes a silent stream for a dead daemon
+(its read timeout is a few heartbeats).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Final
+
+import anyio
+
+from store import PHASE_CHANGED, EventStore, RunStatus
+from store.types import PHASES
+from supervisord.exceptions import AmbiguousRunError, RunNotFoundError, UsageError
+from supervisord.lifecycle import reached
+
+__all__ = ["HEARTBEAT_S", "RECENT_RUNS", "WAIT_CONDITIONS", "ReadSide", "resolve_run_id"]
+
+#: The hook outcome events `show` lists (supervisord.hooks.delivery).
+_HOOK_OUTCOMES = ("HookDelivered", "HookFailed")
+
+#: Seconds a stream may stay silent before it sends a heartbeat.
+HEARTBEAT_S: Final = 5.0
+#: ``runs`` without ``--all``: in-flight runs and this many newest.
+RECENT_RUNS: Final = 20
+#: ``wait --for`` conditions besides a phase name.
+WAIT_CONDITIONS: Final = ("terminal", "change")
+
+
+async def resolve_run_id(store: EventStore, ref: str) -> str:
+    """The full run id for ``ref`` (an id or a unique prefix of 4+ hex
+    characters, any case). Raises UsageError (too short / not hex),
+    RunNotFoundError, AmbiguousRunError."""
+    ref = ref.strip().lower()
+    if len(ref) < 4 or any(c not in "0123456789abcdef" for c in ref):
+        raise UsageError(f"run id {ref!r}: give the 12-hex-character run id or a unique prefix of 4+ characters")
+    ids = await store.match_run_ids(ref, limit=10)
+    if not ids:
+        raise RunNotFoundError(f"no run matches {ref!r} (see `jobsup runs --all`)")
+    if len(ids) > 1:
+        raise AmbiguousRunError(f"run id prefix {ref!r} matches several runs: {', '.join(ids)}; give more characters")
+    return ids[0]
+
+
+class ReadSide:
+    """Queries and streams over one open :class:`~store.EventStore`."""
+
+    def __init__(self, store: EventStore) -> None:
+        self.store = store
+
+    # -- queries ---------------------------------------------------------------
+
+    async def resolve(self, ref: str) -> str:
+        """:func:`resolve_run_id` on this store."""
+        return await resolve_run_id(self.store, ref)
+
+    async def get(self, run_id: str) -> RunStatus:
+        """The run's status projection. Raises RunNotFoundError."""
+        run = await self.store.get_run(run_id)
+        if run is None:
+            raise RunNotFoundError(f"no run {run_id}")
+        return run
+
+    async def list_runs(
+        self, *, all: bool = False, project: str | None = None, phase: str | None = None
+    ) -> list[RunStatus]:
+        """Runs newest first: with ``phase``, those in it; else every run
+        when ``all``, or the in-flight ones and the :data:`RECENT_RUNS`
+        newest. Raises UsageError for an unknown phase (any case)."""
+        if phase and phase.upper() not in PHASES:
+            raise UsageError(f"--phase {phase!r}: use one of {', '.join(PHASES)}")
+        runs = await self.store.list_runs(project=project or None, phases=[phase.upper()] if phase else None)
+        if not all and not phase:
+            recent = {r.id for r in runs[:RECENT_RUNS]}
+            runs = [r for r in runs if not r.terminal or r.id in recent]
+        return runs
+
+    async def show(self, ref: str) -> dict[str, Any]:
+        """``{"run": Run, "submitted": the Submitted event's data, "hooks":
+        the run's hook outcome events (HookDelivered, HookFailed)}``."""
+        run_id = await self.resolve(ref)
+        run = await self.get(run_id)
+        first = await self.store.read_all(0, limit=1, run_id=run_id)  # Submitted, not the whole stream
+        hooks = await self.store.read_all(0, limit=1000, run_id=run_id, types=_HOOK_OUTCOMES)
+        return {
+            "run": run.to_json(),
+            "submitted": first[0].data if first else {},
+            "hooks": [e.to_json() for e in hooks],
+        }
+
+    # -- wait --------------------------------------------------------------------
+
+    async def open_wait(
+        self, refs: Sequence[str], *, cond: str = "terminal", after: int | None = None, timeout: float | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Check a ``wait`` (every run exists, ``cond`` is known) and return
+        its stream, before anything is streamed. Raises UsageError,
+        RunNotFoundError, AmbiguousRunError.
+
+        The stream: ``{"after": seq}`` first (the cursor to resume from),
+        ``{"heartbeat": seq}`` while nothing changes, then one
+        ``{"result": {"met", "timed_out", "runs": [Run]}}``."""
+        if not refs:
+            raise UsageError("wait: name at least one run")
+        run_ids = [await self.resolve(r) for r in refs]
+        cond = cond.strip()
+        if cond not in WAIT_CONDITIONS and cond.upper() not in PHASES:
+            raise UsageError(f"--for {cond!r}: use terminal, change, or a phase ({', '.join(PHASES)})")
+        for rid in run_ids:
+            await self.get(rid)
+        return self._wait(run_ids, cond, after, timeout)
+
+    async def _wait(
+        self, run_ids: list[str], cond: str, after: int | None, timeout: float | None
+    ) -> AsyncIterator[dict[str, Any]]:
+        store = self.store
+        start_seq = after if after is not None else await store.last_seq()
+        yield {"after": start_seq}
+        deadline = None if timeout is None else anyio.current_time() + timeout
+        while True:
+            # Read the global position first: any change after it wakes the
+            # wait below, even one that lands while the runs are read.
+            seq = await store.last_seq()
+            runs = [await self.get(rid) for rid in run_ids]
+            if await self.condition_met(cond, runs, start_seq):
+                yield {"result": {"met": True, "timed_out": False, "runs": [r.to_json() for r in runs]}}
+                return
+            remaining = None if deadline is None else deadline - anyio.current_time()
+            if remaining is not None and remaining <= 0:
+                yield {"result": {"met": False, "timed_out": True, "runs": [r.to_json() for r in runs]}}
+                return
+            step = HEARTBEAT_S if remaining is None else min(HEARTBEAT_S, remaining)
+            got = await store.wait_for_events(seq, run_ids=run_ids, types=[PHASE_CHANGED], limit=1, timeout_s=step)
+            if not got:
+                yield {"heartbeat": seq}
+
+    async def condition_met(self, cond: str, runs: list[RunStatus], after_seq: int) -> bool:
+        """Whether ``wait --for cond`` holds for ``runs``: ``terminal``: every
+        run is terminal; ``change``: any run had a PhaseChanged with seq >
+        ``after_seq``; a phase: every run reached it
+        (:func:`supervisord.lifecycle.reached`)."""
+        if cond == "terminal":
+            return all(r.terminal for r in runs)
+        if cond == "change":
+            for r in runs:
+                if await self.store.read_all(after_seq, limit=1, run_id=r.id, types=[PHASE_CHANGED]):
+                    return True
+            return False
+        return all(reached(r.phase, cond.upper()) for r in runs)
+
+    # -- events ------------------------------------------------------------------
+
+    async def events(
+        self, *, run_id: str | None = None, after: int = 0, follow: bool = False, limit: int = 1000
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """Recorded events with seq > ``after`` (of ``run_id`` only, when
+        given), oldest first, in pages of at most ``limit``; when following,
+        wait for new ones and yield ``[{"heartbeat": cursor}]`` after each
+        silent :data:`HEARTBEAT_S`. Each yielded list is one page."""
+        cursor = after
+        while True:
+            page = await self.store.read_all(cursor, limit=limit, run_id=run_id)
+            if page:
+                cursor = page[-1].seq
+                yield [e.to_json() for e in page]
+                continue
+            if not follow:
+                return
+            got = await self.store.wait_for_events(
+                cursor, run_ids=[run_id] if run_id else None, limit=1, timeout_s=HEARTBEAT_S
+            )
+            if not got:
+                yield [{"heartbeat": cursor}]

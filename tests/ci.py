@@ -1,0 +1,71 @@
+"""The CI run, as the README's test command runs it: ``python -m tests.ci``.
+
+Two steps, in order, stopping at the first that fails:
+
+1. lint: ``ruff check``, ``ruff format --check``, ``mypy`` (strict, as
+   configured in pyproject.toml) and ``lint-imports`` (the layering
+   contracts), each on the whole tree, each reporting all it finds;
+2. tests: ``python -m pytest -q`` with any arguments given here
+   (``python -m tests.ci -x -k wait``).
+
+``--lint-only`` / ``--tests-only`` run one step. Exit code: the failing
+step's, else 0 (pytest's 5, "no tests collected", counts as a failure).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["LINT", "main"]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: name -> argv (tools from the same environment as this interpreter).
+LINT: dict[str, list[str]] = {
+    "ruff check": [sys.executable, "-m", "ruff", "check", "."],
+    "ruff format --check": [sys.executable, "-m", "ruff", "format", "--check", "."],
+    "mypy": [sys.executable, "-m", "mypy"],
+    "lint-imports": ["lint-imports"],
+}
+
+
+def _run(name: str, argv: list[str]) -> int:
+    if argv[0] == "lint-imports":
+        exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
+        if exe is None:
+            print("ci: lint-imports is not installed (pip install -e '.[test]')", file=sys.stderr)
+            return 1
+        argv = [exe, *argv[1:]]
+    print(f"ci: {name}", file=sys.stderr, flush=True)
+    start = time.monotonic()
+    rc = subprocess.run(argv, cwd=ROOT, check=False).returncode
+    print(
+        f"ci: {name}: {'ok' if rc == 0 else f'FAILED (exit {rc})'} in {time.monotonic() - start:.0f}s",
+        file=sys.stderr,
+        flush=True,
+    )
+    return rc
+
+
+def main(argv: list[str]) -> int:
+    """Run the steps; ``argv`` are this command's arguments."""
+    lint = "--tests-only" not in argv
+    tests = "--lint-only" not in argv
+    pytest_args = [a for a in argv if a not in ("--lint-only", "--tests-only")]
+    if lint:
+        failed = [name for name, cmd in LINT.items() if _run(name, cmd) != 0]
+        if failed:
+            print(f"ci: lint failed: {', '.join(failed)}", file=sys.stderr)
+            return 1
+    if tests:
+        rc = _run("pytest", [sys.executable, "-m", "pytest", "-q", *pytest_args])
+        return 1 if rc == 5 else rc
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,257 @@
+"""Errors at the daemon and API boundaries: one exception tree, store errors
+wrapped, a typed wire codec, a run's reason that is the backend's and never a
+Kubernetes Status reason."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from store import EventStore
+from store.errors import StorageFullError, StoreLockedError
+from supervisord import exceptions as exc
+from supervisord.api.wire import ERROR_STATUS, from_wire, to_wire
+from supervisord.backends.base import RunReporter, RunSpec
+from supervisord.paths import Paths
+from supervisord.supervisor import Supervisor
+from tests.supervisord.jobsup_env import JobsupEnv
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def js(tmp_path: Path) -> Iterator[JobsupEnv]:
+    env = JobsupEnv(tmp_path)
+    yield env
+    env.close()
+
+
+# -- defect 1: a corrupt database at daemon start ------------------------------
+
+
+def test_daemon_on_corrupt_database_prints_one_error_line(js: JobsupEnv) -> None:
+    js.state_dir.mkdir(parents=True)
+    db = js.state_dir / "jobsup.db"
+    db.write_bytes(b"this is not an SQLite database, just some bytes\n" * 200)
+    r = subprocess.run(
+        [sys.executable, "-m", "supervisord", "daemon"], env=js.env, capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, r.stderr
+    assert str(db) in errors[0] and "JOBSUP_STATE_DIR" in errors[0]
+    assert db.read_bytes().startswith(b"this is not an SQLite database")  # left untouched
+
+
+# -- defect 2: store errors from the daemon reach the CLI as JobsupErrors -------
+
+
+@pytest.mark.parametrize(
+    "store_error", [StorageFullError("database or disk is full"), StoreLockedError("database is locked")]
+)
+def test_store_error_at_api_boundary_is_a_storage_error(tmp_path: Path, store_error: Exception) -> None:
+    from starlette.testclient import TestClient
+
+    from supervisord.api.server import create_app
+
+    class BrokenStore:
+        async def list_runs(self, **kwargs: Any) -> Any:
+            raise store_error
+
+        async def last_seq(self) -> int:
+            raise store_error
+
+    async def doctor() -> list[dict[str, Any]]:
+        return []
+
+    app = create_app(supervisor=None, planner=None, store=BrokenStore(), info={}, doctor=doctor)  # type: ignore[arg-type]
+    with TestClient(app) as http:
+        resp = http.get("/v1/runs")
+    assert resp.status_code == 503
+    err = from_wire(resp.status_code, resp.json())
+    assert isinstance(err, exc.StorageError) and isinstance(err, exc.JobsupError)
+    assert err.store_error == type(store_error).__name__
+    assert str(store_error) in str(err)
+
+
+def _serve(path: Path, status: int, body: Mapping[str, Any]) -> None:
+    """An HTTP server on a Unix socket that answers ``/v1/health`` like a
+    daemon and every other request with ``status`` and ``body``."""
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(path))
+    srv.listen(8)
+    srv.settimeout(60)
+
+    def answer(conn: socket.socket) -> None:
+        request = conn.recv(65536)
+        code, payload = (200, b'{"ok": true}') if b" /v1/health " in request else (status, json.dumps(body).encode())
+        conn.sendall(
+            f"HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+            "Connection: close\r\n\r\n".encode()
+            + payload
+        )
+
+    def run() -> None:
+        with srv:
+            while True:
+                try:
+                    conn, _ = srv.accept()
+                except OSError:
+                    return
+                with conn:
+                    answer(conn)
+
+    threading.Thread(target=run, daemon=True).start()
+
+
+def test_cli_prints_storage_error_and_exits_1(js: JobsupEnv) -> None:
+    wrapped = exc.StorageError(
+        "the jobsup daemon's event store failed: database or disk is full", store_error="StorageFullError"
+    )
+    _serve(js.socket, *to_wire(wrapped))
+    r = js.cli("cancel", "abcd1234", check=False)
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.strip().splitlines() == [f"error: {wrapped}"]
+
+
+def test_wire_never_rebuilds_a_store_class() -> None:
+    """The old codec rebuilt ``StorageFullError`` by name from the re-exported
+    store classes: not a JobsupError, so the CLI printed a traceback."""
+    err = from_wire(503, {"error": {"type": "StorageFullError", "message": "disk full", "errors": ["disk full"]}})
+    assert isinstance(err, exc.JobsupError)
+    assert isinstance(err, exc.RemoteError) and err.remote_type == "StorageFullError" and err.http_status == 503
+
+
+# -- defect 3: unknown or typed errors round-trip, with a documented fallback ----
+
+
+def _tree() -> list[type[exc.JobsupError]]:
+    return [getattr(exc, name) for name in exc.__all__ if isinstance(getattr(exc, name), type)]
+
+
+def _instance(cls: type[exc.JobsupError]) -> exc.JobsupError:
+    if cls is exc.KubernetesApiError:
+        return cls("get Job/x: not found", status=404, reason="NotFound", retry_after_s=1.5)
+    if cls is exc.StorageError:
+        return cls("disk full", store_error="StorageFullError")
+    if cls is exc.RemoteError:
+        return cls("odd", remote_type="Odd", http_status=418)
+    if issubclass(cls, exc.BackendError):
+        return cls("boom", ["boom", "and more"], run_reason="StagingFailed")
+    return cls("bad thing", ["bad thing", "second problem"])
+
+
+@pytest.mark.parametrize("cls", _tree(), ids=lambda c: c.__name__)
+def test_every_error_round_trips_through_the_wire(cls: type[exc.JobsupError]) -> None:
+    err = _instance(cls)
+    status, body = to_wire(err)
+    back = from_wire(status, json.loads(json.dumps(body)))
+    assert type(back) is cls
+    assert str(back) == str(err) and back.errors == err.errors
+    assert back.wire_fields() == err.wire_fields()
+    assert body["error"]["errors"]  # every error carries an errors list
+
+
+def test_kubernetes_api_error_keeps_its_type_and_status() -> None:
+    status, body = to_wire(exc.KubernetesApiError("create Job/x: forbidden", status=403, reason="Forbidden"))
+    assert status == ERROR_STATUS[exc.BackendError]
+    back = from_wire(status, body)
+    assert isinstance(back, exc.KubernetesApiError)
+    assert (back.status, back.reason, back.run_reason) == (403, "Forbidden", "BackendError")
+
+
+def test_unknown_subclass_decodes_to_its_nearest_known_base() -> None:
+    class KubernetesGoneError(exc.KubernetesApiError):
+        pass
+
+    status, body = to_wire(KubernetesGoneError("watch: too old", status=410, reason="Expired"))
+    body["error"]["type"] = "SomeNewerKubernetesError"  # a class this client does not know
+    back = from_wire(status, body)
+    assert type(back) is KubernetesGoneError or type(back) is exc.KubernetesApiError
+    assert isinstance(back, exc.KubernetesApiError) and back.status == 410
+
+
+def test_unknown_type_decodes_to_remote_error() -> None:
+    back = from_wire(500, {"error": {"type": "Weird", "message": "m", "errors": ["m"]}})
+    assert isinstance(back, exc.RemoteError) and back.remote_type == "Weird" and back.http_status == 500
+    odd = from_wire(502, "<html>bad gateway</html>")
+    assert isinstance(odd, exc.RemoteError) and odd.http_status == 502
+
+
+def test_non_jobsup_exception_travels_as_internal_error() -> None:
+    status, body = to_wire(RuntimeError("bug"))
+    assert status == 500 and body["error"]["type"] == "InternalError" and body["error"]["errors"]
+    back = from_wire(status, body)
+    assert isinstance(back, exc.RemoteError) and back.remote_type == "InternalError"
+
+
+# -- defect 4: a Kubernetes Status reason is never the run's reason -------------
+
+
+class _FailingBackend:
+    name = "local"
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    async def preflight(self, spec: RunSpec) -> list[str]:
+        return []
+
+    async def start(self, spec: RunSpec, reporter: RunReporter) -> Mapping[str, Any]:
+        raise self.error
+
+    async def supervise(self, spec: RunSpec, handle: Mapping[str, Any], reporter: RunReporter) -> None:
+        raise AssertionError("not reached")
+
+    async def cancel(self, spec: RunSpec, handle: Mapping[str, Any]) -> None:
+        pass
+
+    async def doctor(self) -> list[dict[str, Any]]:
+        return []
+
+    async def serve(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (exc.KubernetesApiError('get Job/x: jobs.batch "x" not found', status=404, reason="NotFound"), "BackendError"),
+        (exc.BackendError("staging failed", run_reason="StagingFailed"), "StagingFailed"),
+        (exc.BackendError("plain"), "BackendError"),
+    ],
+)
+async def test_backend_error_records_the_runs_reason(tmp_path: Path, error: Exception, reason: str) -> None:
+    submitted = {
+        "project": "p",
+        "name": "n",
+        "backend": "local",
+        "command": "true",
+        "timeout_s": 60,
+        "source": {"commit": "c", "snapshot_sha256": "00"},
+    }
+    async with await EventStore.open(tmp_path / "j.db") as store:
+        async with anyio.create_task_group() as tg:
+            sup = Supervisor(store, {"local": _FailingBackend(error)}, Paths(tmp_path, tmp_path / "s.sock"), tg)  # type: ignore[dict-item]
+            run = await sup.submit(submitted)
+            with anyio.fail_after(30):
+                while not (await sup.get(run.id)).terminal:
+                    await anyio.sleep(0.01)
+            final = await sup.get(run.id)
+        assert (final.phase, final.reason) == ("ERROR", reason)
+        assert final.message == str(error)
