@@ -16,7 +16,8 @@ from store.errors import (
     StoreOpenError,
 )
 from store.eventstore import EventStore
-from store.logsplit import MAX_LINE_BYTES, split_lines, split_text
+from store.logblocks import LogBlock
+from store.logsplit import MAX_LINE_BYTES, split_block, split_lines, split_text
 from store.schema import SCHEMA_VERSION
 from store.types import (
     CANCEL_REQUESTED,
@@ -40,6 +41,7 @@ __all__ = [
     "RecordedEvent",
     "RunStatus",
     "LogLine",
+    "LogBlock",
     "PHASES",
     "TERMINAL_PHASES",
     "PROJECTED_TYPES",
@@ -50,6 +52,7 @@ __all__ = [
     "CANCEL_REQUESTED",
     "STAGING_STEP",
     "split_lines",
+    "split_block",
     "split_text",
     "MAX_LINE_BYTES",
     "SCHEMA_VERSION",

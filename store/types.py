@@ -23,13 +23,22 @@ Event types and their ``data`` (all keys optional unless marked *required*):
     (local: pid and process start time; kubernetes: namespace and object
     names). The projection stores it as the run's ``handle``.
 ``LogLines``
-    ``stream`` *required* ``"stdout"`` | ``"stderr"``; ``source`` *required*
-    str naming where positions are measured (``"stdout"`` file, or
-    ``"pod/container"``); ``lines`` *required* list of ``[pos, text]`` pairs
-    where ``pos`` is a str unique within (run, source) — a byte offset for
-    files, a ``"<timestamp>#<n>"`` cursor for Kubernetes. Recording a
-    (run, source, pos) that is already recorded adds no log line: this is what
-    makes replays after a reconnect or restart exactly-once.
+    Appended as ``stream`` *required* ``"stdout"`` | ``"stderr"``; ``source``
+    *required* str naming where positions are measured (``"stdout"`` file,
+    or ``"pod/container"``); ``lines`` *required* list of ``[pos, text]``
+    pairs -- or as a :class:`store.logblocks.LogBlock` through
+    ``EventStore.append_log``. Only lines past the source's newest recorded
+    position are recorded (see :mod:`store.logblocks`): this is what makes
+    replays after a reconnect or restart exactly-once. The text goes to
+    ``log_blocks``; the *recorded* event (schema 3) is the audit record::
+
+        {"stream", "source", "first_line": int, "line_count": int,
+         "first_pos": str, "last_pos": str, "bytes": int,
+         "sha256": "sha256:<hex of the block's text>", "replayed": int}
+
+    (``first_pos`` .. ``sha256`` only when ``line_count`` > 0; ``replayed``
+    counts the offered lines dropped as already recorded, when any.)
+    Events recorded by schema 2 keep their ``lines`` pairs.
 ``CancelRequested``, ``StagingStep``, ``ObjectCreated``, ``ObjectDeleted``,
 and any other type
     Recorded in the log and bump the run's ``updated_at``/``last_seq``/

@@ -29,6 +29,7 @@ from store import (
     SUBMITTED,
     ConcurrencyError,
     EventStore,
+    LogBlock,
     NewEvent,
     RunStatus,
     TERMINAL_PHASES,
@@ -171,6 +172,17 @@ class _Reporter:
         ]
         async with self._state.lock:
             await self._append_locked(events)
+
+    async def log_block(self, block: LogBlock) -> None:
+        """Record ``block`` as one LogLines event (its text in ``log_blocks``)."""
+        st = self._state
+        async with st.lock:
+            try:
+                recorded = await self._store.append_log(st.spec.run_id, st.version, [block])
+            except ConcurrencyError as err:
+                st.version = err.actual
+                recorded = await self._store.append_log(st.spec.run_id, st.version, [block])
+            st.version = recorded[-1].version
 
     async def log_position(self, source: str) -> str | None:
         return await self._store.last_log_position(self._state.spec.run_id, source)

@@ -154,12 +154,35 @@ class Client:
         """``POST /runs/{ref}/cancel``: the run after cancel."""
         return dict(self._call("POST", f"/runs/{ref}/cancel", timeout=httpx.Timeout(120.0, connect=5.0))["run"])
 
-    def logs(self, ref: str, *, follow: bool = False, tail: int | None = None, after_line: int = 0) -> Iterator[dict[str, Any]]:
-        """Stream ``GET /runs/{ref}/logs``: line objects, heartbeats, and ``{"end": Run}``."""
-        params: dict[str, Any] = {"follow": "1" if follow else "0", "after_line": after_line}
+    def logs(
+        self, ref: str, *, follow: bool = False, tail: int | None = None, after_line: int = 0, format: str = "ndjson"
+    ) -> Iterator[dict[str, Any]]:
+        """Stream ``GET /runs/{ref}/logs`` as ``format`` ``ndjson`` (line
+        objects) or ``blocks`` (``{"first_line", "last_line", "text"}``),
+        with heartbeats and ``{"end": Run}`` when following."""
+        params: dict[str, Any] = {"follow": "1" if follow else "0", "after_line": after_line, "format": format}
         if tail is not None:
             params["tail"] = tail
         return self._stream(f"/runs/{ref}/logs", params)
+
+    def logs_text(
+        self, ref: str, *, tail: int | None = None, after_line: int = 0, limit: int | None = None
+    ) -> Iterator[bytes]:
+        """``GET /runs/{ref}/logs`` as plain text: the stored lines (UTF-8,
+        each ending with a newline) in chunks as they arrive."""
+        params: dict[str, Any] = {"after_line": after_line, "format": "text"}
+        if tail is not None:
+            params["tail"] = tail
+        if limit is not None:
+            params["limit"] = limit
+        try:
+            with self._http.stream("GET", f"/runs/{ref}/logs", params=params, timeout=_STREAM_TIMEOUT) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    raise decode_error(resp.status_code, _json(resp))
+                yield from resp.iter_raw()
+        except (httpx.TransportError, OSError) as err:
+            raise DaemonUnreachableError(f"lost the jobsup daemon on {self.paths.socket}: {err}") from None
 
     def wait(self, refs: list[str], *, for_: str = "terminal", after: int | None = None, timeout: float | None = None) -> Iterator[dict[str, Any]]:
         """Stream ``GET /wait``: heartbeats, then ``{"result": ...}``."""

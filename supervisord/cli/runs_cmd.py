@@ -184,11 +184,13 @@ def _follow_logs(client: Client, ref: str, *, tail: int | None = None, output: s
     end: dict[str, Any] = {}
     cursor: dict[str, Any] = {"after": 0, "tail": tail}
 
+    fmt = "ndjson" if output == "json" else "blocks"
+
     def open_stream() -> Iterator[dict[str, Any]]:
         if cursor["after"]:
-            stream = client.logs(ref, follow=True, after_line=cursor["after"])
+            stream = client.logs(ref, follow=True, after_line=cursor["after"], format=fmt)
         else:
-            stream = client.logs(ref, follow=True, tail=cursor["tail"])
+            stream = client.logs(ref, follow=True, tail=cursor["tail"], format=fmt)
         for obj in stream:
             yield obj
             if "end" in obj:
@@ -196,7 +198,11 @@ def _follow_logs(client: Client, ref: str, *, tail: int | None = None, output: s
         raise DaemonUnreachableError("the daemon closed the log stream before the run ended")
 
     for obj in _reconnecting(client, open_stream):
-        if "line_no" in obj:
+        if "last_line" in obj:
+            cursor["after"] = obj["last_line"]
+            sys.stdout.write(obj["text"])
+            sys.stdout.flush()
+        elif "line_no" in obj:
             cursor["after"] = obj["line_no"]
             if output == "json":
                 emit_json_line(obj)
@@ -269,9 +275,16 @@ def logs(run: str, follow: bool, tail: int | None, output: str) -> None:
     if follow:
         _follow_logs(client, run, tail=tail, output=output)
         return
-    for obj in client.logs(run, follow=False, tail=tail):
-        if "line_no" in obj:
-            emit_json_line(obj) if output == "json" else _print_line(obj)
+    if output == "json":
+        for obj in client.logs(run, follow=False, tail=tail):
+            if "line_no" in obj:
+                emit_json_line(obj)
+        return
+    # Plain text: the daemon's bytes go to stdout as they come.
+    out = sys.stdout.buffer
+    for chunk in client.logs_text(run, tail=tail):
+        out.write(chunk)
+    out.flush()
 
 
 def _wait_exit_code(cond: str, runs: list[dict[str, Any]]) -> int:

@@ -25,10 +25,9 @@ __all__ = ["LocalBackend"]
 log = structlog.get_logger("jobsup.local")
 
 _STREAMS = ("stdout", "stderr")
-# One drain step reads at most this much of a file and hands at most this
-# many lines to the reporter (one append: one transaction and fsync).
-_READ_BYTES = 1 << 20
-_MAX_LINES_PER_CALL = 16000
+# One drain step reads at most this much of a file and records it as one
+# block (one append: one transaction and fsync).
+_READ_BYTES = 4 << 20
 _POLL_MIN_S = 0.02
 _POLL_MAX_S = 1.0
 
@@ -181,15 +180,23 @@ class LocalBackend:
 
     @staticmethod
     async def _drain(tailers: Mapping[str, FileTailer], reporter: RunReporter, *, final: bool) -> int:
+        """Record what each output file holds past its tailer's offset, one
+        block (one append: a transaction and fsync) per read of up to
+        ``_READ_BYTES``; reading waits for each commit, so a flood is read
+        no faster than it is recorded. Returns the bytes recorded."""
         total = 0
         for stream, tailer in tailers.items():
             while True:
-                lines = tailer.read(final=final, max_bytes=_READ_BYTES)
-                if not lines:
+                before = tailer.offset
+                block = tailer.read_block(stream, final=final, max_bytes=_READ_BYTES)
+                if block is None:
                     break
-                total += len(lines)
-                for i in range(0, len(lines), _MAX_LINES_PER_CALL):
-                    await reporter.log_lines(stream, stream, lines[i : i + _MAX_LINES_PER_CALL])
+                try:
+                    await reporter.log_block(block)
+                except BaseException:
+                    tailer.rewind(before)
+                    raise
+                total += len(block.text)
         return total
 
     @staticmethod

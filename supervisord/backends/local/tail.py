@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from store import split_lines
+from store import LogBlock, split_block, split_lines
 
 __all__ = ["FileTailer"]
 
@@ -57,6 +57,29 @@ class FileTailer:
             if consumed == 0 or at_eof:
                 break
         return out
+
+    def read_block(self, stream: str, *, final: bool = False, max_bytes: int = 4 * _READ_CHUNK) -> LogBlock | None:
+        """The complete lines appended since the last call, at most about
+        ``max_bytes`` of them, as one block (None when there are none):
+        one ``pread`` and one cut at the last newline
+        (:func:`store.split_block`), no Python object per line. The offset
+        moves past them; call :meth:`rewind` if recording them fails."""
+        fd = self._open()
+        if fd is None:
+            return None
+        while True:
+            buf = os.pread(fd, max_bytes, self.offset)
+            if not buf:
+                return None
+            at_eof = len(buf) < max_bytes
+            block, consumed = split_block(buf, self.offset, final and at_eof, stream, stream)
+            self.offset += consumed
+            if block is not None or consumed == 0:
+                return block
+
+    def rewind(self, offset: int) -> None:
+        """Read again from byte ``offset`` (the newest recorded position)."""
+        self.offset = offset
 
     def close(self) -> None:
         """Close the file descriptor (idempotent)."""
