@@ -22,6 +22,8 @@ from store.schema import SCHEMA_VERSION
 from store.types import (
     CANCEL_REQUESTED,
     HANDLE_RECORDED,
+    LOG_INGEST_DONE,
+    LOG_INGEST_PENDING,
     LOG_LINES,
     PHASE_CHANGED,
     PHASES,
@@ -49,6 +51,8 @@ __all__ = [
     "PHASE_CHANGED",
     "HANDLE_RECORDED",
     "LOG_LINES",
+    "LOG_INGEST_PENDING",
+    "LOG_INGEST_DONE",
     "CANCEL_REQUESTED",
     "STAGING_STEP",
     "split_lines",

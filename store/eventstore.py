@@ -321,8 +321,10 @@ class EventStore:
         phases: Collection[str] | None = None,
         non_terminal_only: bool = False,
         name: str | None = None,
+        log_ingest: str | None = None,
     ) -> list[RunStatus]:
-        """Runs matching every given filter, newest (latest Submitted) first."""
+        """Runs matching every given filter, newest (latest Submitted) first
+        (``log_ingest``: only runs whose ``log_ingest`` is that value)."""
         where: list[str] = []
         params: list[Any] = []
         if project is not None:
@@ -331,6 +333,9 @@ class EventStore:
         if name is not None:
             where.append("name = ?")
             params.append(name)
+        if log_ingest is not None:
+            where.append("log_ingest = ?")
+            params.append(log_ingest)
         wanted = _frozen(phases, "phases")
         if wanted is not None:
             if not wanted:
@@ -364,7 +369,7 @@ class EventStore:
         # that holds after_line+1 to the last one starting in that range.
         rows = await self._read(
             "SELECT first_line, seq, stream, source, first_pos, start, positions, text FROM log_blocks"
-            " WHERE run_id = ?1 AND first_line <= ?2 + ?3 AND first_line >= COALESCE(("
+            " WHERE run_id = ?1 AND first_line <= ?2 + ?3 AND first_line + lines > ?2 + 1 AND first_line >= COALESCE(("
             "SELECT first_line FROM log_blocks WHERE run_id = ?1 AND first_line <= ?2 + 1"
             " ORDER BY first_line DESC LIMIT 1), 1) ORDER BY first_line",
             (run_id, after_line, limit),
@@ -378,7 +383,8 @@ class EventStore:
         (``after_line`` when there is none yet). Page on with that number.
         For plain-text replay: no Python object per line."""
         rows = await self._read(
-            "SELECT first_line, lines, text FROM log_blocks WHERE run_id = ?1 AND first_line >= COALESCE(("
+            "SELECT first_line, lines, text FROM log_blocks WHERE run_id = ?1 AND first_line + lines > ?2 + 1"
+            " AND first_line >= COALESCE(("
             "SELECT first_line FROM log_blocks WHERE run_id = ?1 AND first_line <= ?2 + 1"
             " ORDER BY first_line DESC LIMIT 1), 1) ORDER BY first_line LIMIT ?3",
             (run_id, after_line, max_blocks),

@@ -263,41 +263,38 @@ def skip_lines(text: bytes, n: int) -> bytes:
     return text[at:]
 
 
-def _positions_of(first_pos: str, start: int | None, positions: str | None, text: bytes) -> list[str]:
-    """Every line's position in a block row."""
-    if positions is not None:
-        return positions.split("\n")
-    assert start is not None
-    out: list[str] = []
-    at = 0
-    while True:
-        nl = text.find(b"\n", at)
-        if nl < 0:
-            return out
-        out.append(str(start + nl + 1))
-        at = nl + 1
-
-
 def block_lines(
     run_id: str, rows: Iterable[Sequence[Any]], after_line: int, limit: int
 ) -> list[LogLine]:
     """The :class:`LogLine` list of ``log_blocks`` rows selected as
     ``first_line, seq, stream, source, first_pos, start, positions, text``
     in ``first_line`` order: the lines numbered after ``after_line``, at
-    most ``limit``. A row whose text is gone (deleted by retention) yields
-    nothing; the caller supplies archived text in ``text``."""
+    most ``limit``. Only the lines returned are decoded. A row whose text
+    is gone (retention) raises ValueError."""
     out: list[LogLine] = []
-    for first_line, seq, stream, source, first_pos, start, positions, text in rows:
+    for first_line, seq, stream, source, _first_pos, start, positions, text in rows:
+        if len(out) >= limit:
+            break
         if text is None:
-            continue
+            raise ValueError(f"run {run_id}: the text of lines {first_line}.. is not in the database")
         raw = bytes(text)
-        texts = raw.decode("utf-8", "replace").split("\n")[:-1]
-        pos = _positions_of(first_pos, start, positions, raw)
+        at = 0
+        index = 0
         skip = max(0, after_line + 1 - first_line)
-        for i in range(skip, len(texts)):
-            if len(out) >= limit:
-                return out
-            out.append(LogLine(run_id, first_line + i, stream, source, pos[i], texts[i], seq))
+        while index < skip:
+            nl = raw.find(b"\n", at)
+            if nl < 0:
+                break
+            at, index = nl + 1, index + 1
+        pos_list = positions.split("\n") if positions is not None else None
+        while len(out) < limit:
+            nl = raw.find(b"\n", at)
+            if nl < 0:
+                break
+            pos = pos_list[index] if pos_list is not None else str(start + nl + 1)
+            out.append(LogLine(run_id, first_line + index, stream, source, pos,
+                               raw[at:nl].decode("utf-8", "replace"), seq))  # fmt: skip
+            at, index = nl + 1, index + 1
     return out
 
 

@@ -20,6 +20,8 @@ The rules (see :mod:`store.types` for the ``data`` shapes):
   recorded line of each source in ``log_sources`` (``last_pos``, and the
   block's last line number). A schema-2 ``LogLines`` event (lines inside
   it) takes these from the block the migration made of it.
+* ``LogIngestPending`` sets ``log_ingest`` to ``"pending"``,
+  ``LogIngestDone`` to ``"done"``.
 * Every event of a run sets its ``updated_at``, ``last_seq`` and ``version``;
   ``log_lines`` is the run's number of recorded lines.
 """
@@ -36,6 +38,8 @@ import aiosqlite
 from store.schema import PROJECTION_DDL, PROJECTION_TABLES
 from store.types import (
     HANDLE_RECORDED,
+    LOG_INGEST_DONE,
+    LOG_INGEST_PENDING,
     LOG_LINES,
     PHASE_CHANGED,
     PHASES,
@@ -54,7 +58,7 @@ _IN_CHUNK: Final = 500
 
 RUN_COLUMNS: Final = (
     "id, project, name, backend, phase, reason, message, exit_code, created_at,"
-    " updated_at, last_seq, version, handle, log_lines"
+    " updated_at, last_seq, version, handle, log_lines, log_ingest"
 )
 
 
@@ -144,6 +148,7 @@ class _RunRow:
     version: int
     handle: str
     log_lines: int
+    log_ingest: str | None
 
     def params(self) -> tuple[Any, ...]:
         return dataclasses.astuple(self)
@@ -261,7 +266,7 @@ class Projector:
                         id=e.run_id, project=data["project"], name=data["name"], backend=data["backend"],
                         phase="QUEUED", reason=None, message=None, exit_code=None,
                         created_at=e.at, created_seq=e.seq, updated_at=e.at, last_seq=e.seq,
-                        version=e.version, handle="{}", log_lines=0,
+                        version=e.version, handle="{}", log_lines=0, log_ingest=None,
                     )  # fmt: skip
                     rows[e.run_id] = row
                 else:
@@ -275,6 +280,10 @@ class Projector:
                 row.exit_code = data.get("exit_code")
             elif e.type == HANDLE_RECORDED:
                 row.handle = json.dumps(data["handle"], separators=(",", ":"), ensure_ascii=False)
+            elif e.type == LOG_INGEST_PENDING:
+                row.log_ingest = "pending"
+            elif e.type == LOG_INGEST_DONE:
+                row.log_ingest = "done"
             row.updated_at, row.last_seq, row.version = e.at, e.seq, e.version
             row.log_lines = counts.get(e.run_id, row.log_lines)
             changed[e.run_id] = row
@@ -287,5 +296,5 @@ def run_status_from_row(row: Sequence[Any]) -> RunStatus:
     return RunStatus(
         id=row[0], project=row[1], name=row[2], backend=row[3], phase=row[4], reason=row[5],
         message=row[6], exit_code=row[7], created_at=row[8], updated_at=row[9], last_seq=row[10],
-        version=row[11], handle=json.loads(row[12]), log_lines=row[13],
+        version=row[11], handle=json.loads(row[12]), log_lines=row[13], log_ingest=row[14],
     )  # fmt: skip

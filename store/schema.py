@@ -121,7 +121,13 @@ PROJECTION_TABLES: Final[tuple[str, ...]] = ("runs", "log_sources")
 
 #: DDL of the projection tables at :data:`SCHEMA_VERSION`. A migration that
 #: changes a projection table changes this and sets ``rebuild_projections``.
-PROJECTION_DDL: Final[tuple[str, ...]] = (*_RUNS_DDL, _LOG_SOURCES_DDL)
+PROJECTION_DDL: Final[tuple[str, ...]] = (
+    # Schema 3 adds log_ingest: "pending" while a terminal run's output
+    # backlog is still being recorded, "done" once it is, NULL before either.
+    _RUNS_DDL[0].replace("log_lines   INTEGER NOT NULL", "log_lines   INTEGER NOT NULL,\n        log_ingest  TEXT"),
+    *_RUNS_DDL[1:],
+    _LOG_SOURCES_DDL,
+)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,6 +39,14 @@ Event types and their ``data`` (all keys optional unless marked *required*):
     (``first_pos`` .. ``sha256`` only when ``line_count`` > 0; ``replayed``
     counts the offered lines dropped as already recorded, when any.)
     Events recorded by schema 2 keep their ``lines`` pairs.
+``LogIngestPending``
+    The run's process has ended but its output is not all recorded yet:
+    the terminal phase is recorded first, the backlog after it.
+    ``bytes`` int: the backlog's size when this was recorded. The
+    projection sets the run's ``log_ingest`` to ``"pending"``.
+``LogIngestDone``
+    The backlog announced by ``LogIngestPending`` is recorded (no data).
+    The projection sets ``log_ingest`` to ``"done"``.
 ``CancelRequested``, ``StagingStep``, ``ObjectCreated``, ``ObjectDeleted``,
 and any other type
     Recorded in the log and bump the run's ``updated_at``/``last_seq``/
@@ -63,6 +71,8 @@ __all__ = [
     "PHASE_CHANGED",
     "HANDLE_RECORDED",
     "LOG_LINES",
+    "LOG_INGEST_PENDING",
+    "LOG_INGEST_DONE",
     "CANCEL_REQUESTED",
     "STAGING_STEP",
 ]
@@ -89,12 +99,14 @@ SUBMITTED: Final = "Submitted"
 PHASE_CHANGED: Final = "PhaseChanged"
 HANDLE_RECORDED: Final = "HandleRecorded"
 LOG_LINES: Final = "LogLines"
+LOG_INGEST_PENDING: Final = "LogIngestPending"
+LOG_INGEST_DONE: Final = "LogIngestDone"
 CANCEL_REQUESTED: Final = "CancelRequested"
 STAGING_STEP: Final = "StagingStep"
 
 #: Event types that change projected columns beyond the bookkeeping ones.
 PROJECTED_TYPES: Final[frozenset[str]] = frozenset(
-    {SUBMITTED, PHASE_CHANGED, HANDLE_RECORDED, LOG_LINES}
+    {SUBMITTED, PHASE_CHANGED, HANDLE_RECORDED, LOG_LINES, LOG_INGEST_PENDING, LOG_INGEST_DONE}
 )
 
 
@@ -150,6 +162,9 @@ class RunStatus:
     version: int
     handle: dict[str, Any]
     log_lines: int
+    #: ``"pending"`` while a terminal run's output backlog is still being
+    #: recorded, ``"done"`` once it is, None when no backlog was announced.
+    log_ingest: str | None = None
 
     @property
     def terminal(self) -> bool:

@@ -24,6 +24,8 @@ import structlog
 from store import (
     CANCEL_REQUESTED,
     HANDLE_RECORDED,
+    LOG_INGEST_DONE,
+    LOG_INGEST_PENDING,
     LOG_LINES,
     PHASE_CHANGED,
     SUBMITTED,
@@ -102,6 +104,10 @@ class _RunState:
         self.cancel_requested = False
         self.scope: anyio.CancelScope | None = None
         self.done = anyio.Event()
+        # Set once supervision offers a terminal phase (recorded or not): the
+        # process has ended; what follows is only its output backlog.
+        self.outcome_seen = anyio.Event()
+        self.ingest_pending = status.log_ingest == "pending"
 
 
 class _Reporter:
@@ -132,6 +138,8 @@ class _Reporter:
         _cancel: bool = False,
     ) -> bool:
         st = self._state
+        if phase in TERMINAL_PHASES and not _cancel:
+            st.outcome_seen.set()
         async with st.lock:
             if st.phase in TERMINAL_PHASES:
                 return False
@@ -158,6 +166,8 @@ class _Reporter:
     async def record(self, type: str, data: Mapping[str, Any]) -> None:
         async with self._state.lock:
             await self._append_locked([NewEvent(type, dict(data))])
+            if type in (LOG_INGEST_PENDING, LOG_INGEST_DONE):
+                self._state.ingest_pending = type == LOG_INGEST_PENDING
 
     async def log_lines(self, stream: str, source: str, lines: Sequence[tuple[str, str]]) -> None:
         """Record ``lines`` as LogLines events of at most
@@ -293,6 +303,8 @@ class Supervisor:
                     if fresh:
                         handle = await backend.start(spec, reporter)
                     await backend.supervise(spec, handle, reporter)
+                    if state.ingest_pending:  # resumed after a restart, and the backlog is now recorded
+                        await reporter.record(LOG_INGEST_DONE, {})
                 except BackendError as err:
                     log.warning("backend error", run=spec.run_id, error=str(err))
                     await reporter.phase("ERROR", reason=getattr(err, "reason", None) or "BackendError", message=str(err))
@@ -343,9 +355,18 @@ class Supervisor:
         except BaseException:
             state.cancel_requested = False
             raise
+        # Wait for supervision to see the process end. Its output backlog is
+        # recorded after that, however long it takes: never cut it short.
         with anyio.move_on_after(_CANCEL_DRAIN_S):
-            await state.done.wait()
-        if not state.done.is_set() and state.scope is not None:
+            async with anyio.create_task_group() as tg:
+
+                async def until(event: anyio.Event) -> None:
+                    await event.wait()
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(until, state.done)
+                tg.start_soon(until, state.outcome_seen)
+        if not state.done.is_set() and not state.outcome_seen.is_set() and state.scope is not None:
             state.scope.cancel()
         await reporter.phase("CANCELED", reason="Canceled", message="canceled by request", _cancel=True)
         return await self.get(run_id)
@@ -356,6 +377,8 @@ class Supervisor:
         """Resume supervising every non-terminal run recorded in the store
         (after a daemon restart). Returns how many runs were reattached."""
         runs = await self.store.list_runs(non_terminal_only=True)
+        # Terminal runs whose output backlog was still being recorded.
+        runs += [r for r in await self.store.list_runs(log_ingest="pending") if r.terminal]
         for status in runs:
             events = await self.store.read_all(0, limit=1, run_id=status.id)  # Submitted, not the whole stream
             submitted = events[0].data if events else {}

@@ -7,7 +7,8 @@ Query parameters:
   is "lines 1000-2000");
 * ``tail=N``: start with the last N lines (after ``after_line``);
 * ``limit=N``: at most N lines (not with ``follow``);
-* ``follow=1``: go on with new lines until the run is terminal;
+* ``follow=1``: go on with new lines until the run is terminal and its
+  output backlog recorded (``log_ingest`` not ``"pending"``);
 * ``format``: ``text`` (default), ``ndjson`` or ``blocks``.
 
 ``text`` (``text/plain; charset=utf-8``): the lines, each ending with
@@ -144,7 +145,7 @@ async def logs_response(request: Request, supervisor: Supervisor, store: EventSt
                 sent_at = anyio.current_time()
             if not follow:
                 return
-            if run.terminal:
+            if run.terminal and run.log_ingest != "pending":
                 if fmt != "text":
                     yield _dumps({"end": run.to_json()})
                 return

@@ -255,7 +255,7 @@ def show(run: str, output: str) -> None:
     import yaml
 
     for key in ("id", "project", "name", "backend", "phase", "reason", "message", "exit_code",
-                "created_at", "updated_at", "last_seq", "log_lines", "command", "timeout_s"):
+                "created_at", "updated_at", "last_seq", "log_lines", "log_ingest", "command", "timeout_s"):
         click.echo(f"{key + ':':<12} {'-' if full.get(key) is None else full.get(key)}")
     for key in ("source", "handle", "env", "config"):
         value = full.get(key)

@@ -33,7 +33,7 @@ async def test_a_v2_database_migrates_and_replays_identically(tmp_path: Path) ->
     async with await EventStore.open(db) as store:
         for run_id, run in expected["runs"].items():
             got = await store.get_run(run_id)
-            assert (None if got is None else got.to_json()) == run
+            assert (None if got is None else got.to_json()) == (None if run is None else {**run, "log_ingest": None})
             assert [ln.to_json() for ln in await store.log_lines(run_id, limit=100000)] == expected["lines"][run_id]
             for source, pos in expected["positions"][run_id].items():
                 assert await store.last_log_position(run_id, source) == pos

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 import anyio
 import structlog
 
+from store import LOG_INGEST_DONE, LOG_INGEST_PENDING
 from supervisord.backends.base import RunReporter, RunSpec
 from supervisord.backends.local.runner import group_alive, proc_start_time
 from supervisord.backends.local.tail import FileTailer
@@ -28,6 +29,9 @@ _STREAMS = ("stdout", "stderr")
 # One drain step reads at most this much of a file and records it as one
 # block (one append: one transaction and fsync).
 _READ_BYTES = 4 << 20
+# After the process ends, its outcome waits at most this long for the
+# output backlog to be recorded (then: LogIngestPending, see _finish).
+_EXIT_DRAIN_S = 2.0
 _POLL_MIN_S = 0.02
 _POLL_MAX_S = 1.0
 
@@ -161,8 +165,7 @@ class LocalBackend:
                 if state == "running" or status.get("started_at"):
                     await reporter.phase("RUNNING")
                 if state == "exited":
-                    await self._drain(tailers, reporter, final=True)
-                    await self._report_outcome(status, reporter)
+                    await self._finish(tailers, status, reporter)
                     return
                 got = await self._drain(tailers, reporter, final=False) if state == "running" else 0
                 delay = _POLL_MIN_S if got else min(delay * 2, _POLL_MAX_S)
@@ -198,6 +201,28 @@ class LocalBackend:
                     raise
                 total += len(block.text)
         return total
+
+    async def _finish(self, tailers: Mapping[str, FileTailer], status: Mapping[str, Any], reporter: RunReporter) -> None:
+        """The process has ended: record the rest of its output and its outcome.
+
+        A small backlog is recorded before the outcome (so once ``wait``
+        returns, ``logs`` shows everything). If it takes longer than
+        ``_EXIT_DRAIN_S``, the outcome does not wait for it: a
+        ``LogIngestPending`` event, the terminal phase, the rest of the
+        backlog, then ``LogIngestDone`` (after a daemon restart the
+        supervisor resumes runs whose ingest is pending)."""
+        drained = False
+        with anyio.move_on_after(_EXIT_DRAIN_S):
+            await self._drain(tailers, reporter, final=True)
+            drained = True
+        if drained:
+            await self._report_outcome(status, reporter)
+            return
+        backlog = sum(max(0, _file_size(t.path) - t.offset) for t in tailers.values())
+        await reporter.record(LOG_INGEST_PENDING, {"bytes": backlog})
+        await self._report_outcome(status, reporter)
+        await self._drain(tailers, reporter, final=True)
+        await reporter.record(LOG_INGEST_DONE, {})
 
     @staticmethod
     async def _report_outcome(status: Mapping[str, Any], reporter: RunReporter) -> None:
@@ -257,6 +282,13 @@ class LocalBackend:
 
     async def aclose(self) -> None:
         """Nothing to release: runners are detached and keep running."""
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
 
 
 class _StatusFile:
