@@ -207,7 +207,7 @@ class BlockResolver:
         position; queues the block row (see :attr:`rows`)."""
         newest = await self._newest_pos(run_id, block.source)
         text, start, positions = block.text, block.start, block.positions
-        offered = text.count(b"\n")
+        offered = lines = text.count(b"\n")
         if start is not None:
             end = start + len(text)
             if newest is not None and _is_offset(newest) and int(newest) > start:
@@ -218,6 +218,7 @@ class BlockResolver:
                     # The first kept line starts after the last newline before the cut.
                     keep_from = text.rfind(b"\n", 0, cut) + 1
                     text, start = text[keep_from:], start + keep_from
+                lines = text.count(b"\n")
             if text:
                 nl = text.find(b"\n")
                 first_pos, last_pos = str(start + nl + 1), str(end)
@@ -228,9 +229,9 @@ class BlockResolver:
                 pieces = text.split(b"\n")
                 text = b"".join(pieces[i] + b"\n" for i in keep)
                 positions = tuple(positions[i] for i in keep)
+                lines = len(keep)
             if positions:
                 first_pos, last_pos = positions[0], positions[-1]
-        lines = text.count(b"\n")
         first_line = await self._last(run_id) + 1
         data: dict[str, Any] = {"stream": block.stream, "source": block.source, "first_line": first_line,
                                 "line_count": lines}  # fmt: skip
