@@ -349,6 +349,47 @@ class EventStore:
         rows = await self._read(f"SELECT {RUN_COLUMNS} FROM runs{clause} ORDER BY created_seq DESC", params)
         return [run_status_from_row(r) for r in rows]
 
+    async def page_runs(
+        self,
+        *,
+        limit: int,
+        before: int | None = None,
+        project: str | None = None,
+        phases: Collection[str] | None = None,
+        name: str | None = None,
+        backend: str | None = None,
+    ) -> tuple[list[RunStatus], int | None]:
+        """One page of runs, newest first: up to ``limit`` runs submitted
+        before the cursor ``before`` (None = the newest), matching every given
+        filter. Returns the page and the cursor of the next (older) page, or
+        None when this page is the last. Reads only the page's rows (the
+        ``runs_by_created`` index), whatever the number of runs."""
+        if limit <= 0:
+            raise ValueError(f"limit must be > 0, got {limit!r}")
+        where: list[str] = []
+        params: list[Any] = []
+        for column, value in (("project", project), ("name", name), ("backend", backend)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        wanted = _frozen(phases, "phases")
+        if wanted is not None:
+            if not wanted:
+                return [], None
+            where.append(f"phase IN ({_placeholders(len(wanted))})")
+            params.extend(sorted(wanted))
+        if before is not None:
+            where.append("created_seq < ?")
+            params.append(before)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        rows = await self._read(
+            f"SELECT {RUN_COLUMNS}, created_seq FROM runs{clause} ORDER BY created_seq DESC LIMIT ?",
+            (*params, limit + 1),
+        )
+        page = [run_status_from_row(r[:-1]) for r in rows[:limit]]
+        cursor = int(rows[limit - 1][-1]) if len(rows) > limit else None
+        return page, cursor
+
     async def match_run_ids(self, prefix: str, limit: int = 10) -> list[str]:
         """Up to ``limit`` run ids starting with ``prefix``, sorted."""
         if not prefix:

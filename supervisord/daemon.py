@@ -38,11 +38,13 @@ from supervisord.api.server import PeerCredProtocol, create_app
 from supervisord.backends.base import Backend
 from supervisord.backends.kubernetes import KubernetesBackend
 from supervisord.backends.local import LocalBackend
-from supervisord.exceptions import DaemonError, JobsupError
+from supervisord.exceptions import DaemonError, JobsupError, UsageError
 from supervisord.logging import configure_logging
 from supervisord.paths import Paths
 from supervisord.submit import Planner
 from supervisord.supervisor import Supervisor, load_digest_key
+from supervisord.ui import UiServer
+from supervisord.ui.actions import SupervisorActions
 
 __all__ = ["Daemon", "run_daemon", "sd_notify"]
 
@@ -142,6 +144,15 @@ class Daemon:
         """Ask ``run()`` to shut down."""
         self._stop.set()
 
+    def _ui_server(self, store: EventStore, supervisor: Supervisor) -> UiServer:
+        settings = cfg.effective_config(self.daemon_layer, []).data.get("ui") or {}
+        return UiServer(
+            store=store,
+            actions=SupervisorActions(supervisor, store),
+            state_dir=self.paths.state_dir,
+            settings=settings,
+        )
+
     def _backends(self) -> dict[str, Backend]:
         return {"local": LocalBackend(), "kubernetes": KubernetesBackend()}
 
@@ -194,7 +205,21 @@ class Daemon:
                             checks.extend(await extra())
                     return checks
 
-                app = create_app(supervisor=supervisor, planner=planner, store=store, info=info, doctor=doctor)
+                page = self._ui_server(store, supervisor)
+                tg.start_soon(page.serve, name="ui")
+
+                async def ui(body: dict[str, Any]) -> dict[str, Any]:
+                    if body.get("stop"):
+                        await page.disable()
+                        return {}
+                    port = body.get("port")
+                    if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
+                        raise UsageError(f"--port {port!r}: use a port number 1..65535")
+                    return await page.enable(port)
+
+                app = create_app(
+                    supervisor=supervisor, planner=planner, store=store, info=info, doctor=doctor, ui=ui
+                )
                 config = uvicorn.Config(
                     app,
                     http=PeerCredProtocol,
@@ -227,6 +252,7 @@ class Daemon:
                         # uvicorn closes the listener, then gives open requests
                         # timeout_graceful_shutdown seconds before cancelling them.
                         server.should_exit = True
+                        page.shutdown()
                     tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):

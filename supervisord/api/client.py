@@ -200,6 +200,12 @@ class Client:
             params["run"] = run
         return self._stream("/events", params)
 
+    def ui(self, *, port: int | None = None, stop: bool = False) -> dict[str, Any]:
+        """``POST /ui``: serve the web page (``{"url", "port"}``, the URL with
+        a new one-time token) or, with ``stop``, switch it off (``{}``)."""
+        body: dict[str, Any] = {"stop": True} if stop else ({"port": port} if port is not None else {})
+        return dict(self._call("POST", "/ui", json=body))
+
     def doctor(self) -> list[dict[str, Any]]:
         """``GET /doctor``: the daemon's checks."""
         return list(self._call("GET", "/doctor", timeout=httpx.Timeout(120.0, connect=5.0))["checks"])

@@ -119,6 +119,7 @@ def create_app(
     store: EventStore,
     info: dict[str, Any],
     doctor: Callable[[], Awaitable[list[dict[str, Any]]]],
+    ui: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None,
 ) -> Starlette:
     """Build the API application over a running supervisor and store."""
 
@@ -229,8 +230,20 @@ def create_app(
     async def doctor_route(request: Request) -> Response:
         return JSONResponse({"checks": await doctor()})
 
+    async def ui_route(request: Request) -> Response:
+        if ui is None:
+            raise UsageError("this daemon does not serve the web page")
+        try:
+            body = await request.json()
+        except ValueError:
+            raise UsageError("ui: the request body is not JSON") from None
+        if not isinstance(body, dict):
+            raise UsageError("ui: the request body must be a JSON object")
+        return JSONResponse(await ui(body))
+
     p = API_PREFIX
     routes = [
+        Route(f"{p}/ui", _errors(ui_route), methods=["POST"]),
         Route(f"{p}/health", _errors(health), methods=["GET"]),
         Route(f"{p}/runs", _errors(submit), methods=["POST"]),
         Route(f"{p}/runs", _errors(list_runs), methods=["GET"]),

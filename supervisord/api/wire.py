@@ -16,6 +16,7 @@ Endpoints::
     GET  /v1/runs/{ref}/logs?after_line=&tail=&follow=    ndjson LogLine..., then {"end": Run} when following
     GET  /v1/wait?run=&for=&after=&timeout=               ndjson {"heartbeat": seq}..., then {"result": WaitResult}
     GET  /v1/events?run=&after=&follow=&limit=            ndjson RecordedEvent...
+    POST /v1/ui        {"port"?: int, "stop"?: bool}   {"url", "port"} | {}
     GET  /v1/doctor                       {"checks": [{"name", "ok", "detail"}]}
 
 A ``Run`` is :meth:`store.RunStatus.to_json` (id, project, name, backend,

@@ -50,7 +50,12 @@ __all__ = [
 
 #: Keys taken from the daemon config only; a client layer's value is ignored
 #: (with a warning).
-DAEMON_ONLY_KEYS: tuple[KeyPath, ...] = (("daemon",), ("allowed_backends",), ("kubernetes", "allowed_contexts"))
+DAEMON_ONLY_KEYS: tuple[KeyPath, ...] = (
+    ("daemon",),
+    ("allowed_backends",),
+    ("kubernetes", "allowed_contexts"),
+    ("ui",),
+)
 
 #: The keys (and everything below them) a task YAML's ``config:`` may set.
 TASK_KEYS: tuple[KeyPath, ...] = (

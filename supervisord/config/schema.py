@@ -31,6 +31,7 @@ Keys::
       context_configs: {<context>: {<kubernetes key but context,
                                      allowed_contexts, context_configs>}}
     allowed_backends: [local | kubernetes]   daemon-only
+    ui: {port: 1..65535, host: str, tls_cert: str, tls_key: str}   daemon-only
     daemon: {synchronous: FULL | NORMAL, max_running: int > 0,
              log_level: debug | info | warning | error}   daemon-only
 """
@@ -154,6 +155,16 @@ CONFIG_SCHEMA: dict[str, Any] = {
             "type": "array",
             "items": {"enum": ["local", "kubernetes"]},
             "uniqueItems": True,
+        },
+        "ui": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+                "host": _STR,
+                "tls_cert": _STR,
+                "tls_key": _STR,
+            },
         },
         "daemon": {
             "type": "object",

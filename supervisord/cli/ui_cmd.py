@@ -1,0 +1,49 @@
+"""``jobsup ui``: ask the daemon to serve the web page and print its address."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from supervisord.api.client import Client
+from supervisord.api.wire import EXIT_UNREACHABLE
+from supervisord.cli.main import cli
+from supervisord.cli.output import info
+from supervisord.exceptions import DaemonUnreachableError
+
+__all__ = ["ui"]
+
+
+def _has_display() -> bool:
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")) or sys.platform == "darwin"
+
+
+@cli.command("ui")
+@click.option("--port", type=click.IntRange(1, 65535), help="Port on 127.0.0.1 (default: ui.port, else a free one).")
+@click.option("--no-open", is_flag=True, help="Print the address; do not open a browser.")
+@click.option("--stop", is_flag=True, help="Stop serving the page (it stays off after a daemon restart).")
+def ui(port: int | None, no_open: bool, stop: bool) -> None:
+    """Serve the web page (runs, logs, events, queue) and print its address.
+
+    The address carries a one-time token: open it once, and the browser keeps
+    a session cookie. Run `jobsup ui` again for a new address."""
+    client = Client()
+    try:
+        client.connect()
+    except DaemonUnreachableError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(EXIT_UNREACHABLE)
+    if stop:
+        client.ui(stop=True)
+        info("the page is off")
+        return
+    got = client.ui(port=port)
+    url = str(got["url"])
+    click.echo(url)
+    if not no_open and _has_display():
+        import webbrowser
+
+        if not webbrowser.open(url):
+            info("could not open a browser: open the address above")

@@ -1,0 +1,537 @@
+"""The web page's HTTP application (starlette + Jinja2), served on TCP by
+:class:`supervisord.ui.server.UiServer`.
+
+Routes (every one needs the session cookie, see :mod:`supervisord.ui.auth`)::
+
+    GET  /?token=T                  exchange a one-time token for the cookie
+    GET  /                          runs, newest first, paged (?before=CURSOR),
+                                    filters ?phase= &project= &name= &backend=
+    GET  /runs/{id}                 one run: facts, timeline, config, last lines
+                                    (?before_line=N shows the lines before N)
+    GET  /runs/{id}/lines           JSON {"lines": [[n, stream, text]...]}
+                                    for ?after=A&limit=L (L <= 1000)
+    GET  /runs/{id}/timeline        the timeline fragment (HTML)
+    GET  /runs/{id}/stream          SSE: "run" (status) and "lines" events
+    POST /runs/{id}/cancel          CSRF-checked; 303 to the run's page
+    POST /runs/{id}/rerun           CSRF-checked; 303 to the new run's page
+    GET  /events                    the audit trail, ?run= &type= &after= paged
+    GET  /stream                    SSE of run status changes (the runs page)
+    GET  /queue                     waiting runs and GPUs, when the daemon
+                                    has a scheduler
+    GET  /static/{file}             our own CSS and JavaScript
+
+Server-Sent Events carry ``id: <event seq>``: a browser that reconnects by
+itself sends it back as ``Last-Event-ID`` and the stream resumes after it.
+Log lines also carry their line number, and the page's script reconnects
+with ``?line=N``, so a line is shown exactly once even across a daemon
+restart. A comment line is sent every :data:`HEARTBEAT_S` seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlencode, urlsplit
+
+import jinja2
+import structlog
+from markupsafe import escape
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from store import (
+    LOG_LINES,
+    PHASE_CHANGED,
+    PHASES,
+    SUBMITTED,
+    TERMINAL_PHASES,
+    EventStore,
+    RunStatus,
+    StoreClosedError,
+)
+from supervisord.exceptions import JobsupError
+from supervisord.ui.auth import COOKIE_NAME, SESSION_TTL_S, UiAuth
+
+__all__ = ["HEARTBEAT_S", "PAGE_RUNS", "TAIL_LINES", "UiActions", "create_ui_app"]
+
+log = structlog.get_logger("jobsup.ui")
+
+#: Seconds between SSE heartbeats (a comment line) on an idle stream.
+HEARTBEAT_S = 15.0
+#: Log lines a run's page shows (and "load earlier" adds) at once.
+TAIL_LINES = 1000
+#: Runs per page of the runs list.
+PAGE_RUNS = 50
+#: Events per page of the audit trail.
+PAGE_EVENTS = 100
+
+_HERE = Path(__file__).parent
+
+
+class UiActions(Protocol):
+    """What the page may do besides reading the store (the daemon's
+    supervisor and scheduler behind it)."""
+
+    async def resolve(self, ref: str) -> str:
+        """The run id for an id or unique prefix; raises RunNotFoundError."""
+
+    async def cancel(self, run_id: str) -> RunStatus:
+        """Cancel a run (idempotent); raises JobsupError."""
+
+    async def rerun(self, run_id: str) -> RunStatus:
+        """Submit the run's task again as a new run; raises JobsupError."""
+
+    async def queue(self) -> Mapping[str, Any] | None:
+        """``{"waiting": [...], "gpus": [...]}``, or None without a scheduler."""
+
+
+@dataclass(frozen=True)
+class _Page:
+    nonce: str
+    csrf: str
+
+
+def _sse(event: str | None, data: Any, id: int | None = None) -> bytes:
+    out = []
+    if id is not None:
+        out.append(f"id: {id}")
+    if event:
+        out.append(f"event: {event}")
+    out.append("data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+    return ("\n".join(out) + "\n\n").encode()
+
+
+def _when(at: str | None) -> str:
+    """``2026-11-29T15:27:52.123456Z`` -> ``2026-11-29 15:27:52``."""
+    if not at:
+        return ""
+    return at.replace("T", " ")[:19]
+
+
+def _seconds(start: str, end: str) -> float:
+    def parse(s: str) -> datetime:
+        return datetime.fromisoformat(s)  # 3.11 reads the Z suffix
+
+    return max(0.0, (parse(end) - parse(start)).total_seconds())
+
+
+def _duration(s: float) -> str:
+    """``0.4s``, ``42s``, ``3m07s``, ``2h05m``."""
+    if s < 10:
+        return f"{s:.1f}s"
+    s = int(s)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def _int_param(request: Request, name: str, default: int | None = None, lo: int = 0, hi: int = 2**62) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise _BadRequest(f"query parameter {name}={raw!r} must be an integer") from None
+    if not lo <= value <= hi:
+        raise _BadRequest(f"query parameter {name}={value} must be between {lo} and {hi}")
+    return value
+
+
+class _BadRequest(Exception):
+    pass
+
+
+def create_ui_app(
+    *,
+    store: EventStore,
+    actions: UiActions,
+    auth: UiAuth,
+    allowed_hosts: Callable[[], set[str]],
+    secure_cookie: bool = False,
+) -> Starlette:
+    """The page's application over ``store`` and ``actions``.
+
+    ``allowed_hosts()`` gives the ``Host`` header values accepted (e.g.
+    ``{"127.0.0.1:8123", "localhost:8123"}``): anything else is refused with
+    421, which stops DNS-rebinding pages from reading ours.
+    """
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(_HERE / "templates")),
+        autoescape=jinja2.select_autoescape(["html"]),
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters["when"] = _when
+    env.filters["duration"] = _duration
+    env.globals["PHASES"] = PHASES
+    env.globals["TERMINAL"] = TERMINAL_PHASES
+
+    def render(name: str, page: _Page, status: int = 200, **ctx: Any) -> HTMLResponse:
+        html = env.get_template(name).render(csrf=page.csrf, **ctx)
+        return HTMLResponse(html, status_code=status, headers=_SECURITY_HEADERS)
+
+    def guard(
+        fn: Callable[[Request, _Page], Awaitable[Response]], *, post: bool = False
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def handler(request: Request) -> Response:
+            host = request.headers.get("host", "")
+            if host not in allowed_hosts():
+                return Response("unknown Host header\n", status_code=421, media_type="text/plain")
+            token = request.query_params.get("token")
+            if token is not None and request.method == "GET":
+                cookie = auth.redeem(token)
+                if cookie is None:
+                    return _unauthorized("this link was already used or has expired: run `jobsup ui` for a new one")
+                # Drop the token from the address bar; keep other parameters.
+                rest = {k: v for k, v in request.query_params.items() if k != "token"}
+                target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
+                resp = RedirectResponse(target, status_code=303)
+                resp.set_cookie(
+                    COOKIE_NAME, cookie, max_age=SESSION_TTL_S, httponly=True, samesite="strict",
+                    secure=secure_cookie, path="/",
+                )  # fmt: skip
+                return resp
+            nonce = auth.session(request.cookies.get(COOKIE_NAME))
+            if nonce is None:
+                return _unauthorized("open the address that `jobsup ui` prints")
+            page = _Page(nonce, auth.csrf_token(nonce))
+            if post:
+                origin = request.headers.get("origin")
+                if origin is not None and urlsplit(origin).netloc != host:
+                    return Response("cross-site request refused\n", status_code=403, media_type="text/plain")
+                given = request.headers.get("x-csrf-token")
+                if given is None:
+                    form = await request.form()
+                    value = form.get("csrf")
+                    given = value if isinstance(value, str) else None
+                if not auth.csrf_ok(nonce, given):
+                    return Response("missing or wrong CSRF token\n", status_code=403, media_type="text/plain")
+            try:
+                return await fn(request, page)
+            except _BadRequest as err:
+                return Response(f"{err}\n", status_code=400, media_type="text/plain")
+            except JobsupError as err:
+                return render("error.html", page, status=_status_of(err), message=str(err))
+
+        return handler
+
+    # -- runs ---------------------------------------------------------------
+
+    def run_filters(request: Request) -> dict[str, str]:
+        out = {}
+        for key in ("phase", "project", "name", "backend"):
+            value = (request.query_params.get(key) or "").strip()
+            if value:
+                out[key] = value
+        if "phase" in out:
+            out["phase"] = out["phase"].upper()
+            if out["phase"] not in PHASES:
+                raise _BadRequest(f"query parameter phase={out['phase']!r}: use one of {', '.join(PHASES)}")
+        return out
+
+    async def runs_page(request: Request, page: _Page) -> Response:
+        filters = run_filters(request)
+        before = _int_param(request, "before", None, lo=1)
+        runs, cursor = await store.page_runs(
+            limit=PAGE_RUNS,
+            before=before,
+            project=filters.get("project"),
+            name=filters.get("name"),
+            backend=filters.get("backend"),
+            phases=[filters["phase"]] if "phase" in filters else None,
+        )
+        older = f"/?{urlencode({**filters, 'before': cursor})}" if cursor is not None else None
+        return render(
+            "runs.html", page, runs=runs, filters=filters, older=older, first_page=before is None,
+            after_seq=await store.last_seq(),
+        )  # fmt: skip
+
+    async def runs_stream(request: Request, page: _Page) -> Response:
+        after = _resume_seq(request)
+
+        async def stream() -> AsyncIterator[bytes]:
+            cursor = after if after is not None else await store.last_seq()
+            yield f"retry: 2000\nid: {cursor}\n\n".encode()
+            while True:
+                got = await store.wait_for_events(
+                    cursor, types=[SUBMITTED, PHASE_CHANGED], limit=200, timeout_s=HEARTBEAT_S
+                )
+                if not got:
+                    yield b": heartbeat\n\n"
+                    continue
+                cursor = got[-1].seq
+                for run_id in dict.fromkeys(e.run_id for e in got):
+                    run = await store.get_run(run_id)
+                    if run is not None:
+                        yield _sse("run", _run_json(run), id=cursor)
+
+        return _sse_response(stream())
+
+    # -- one run ------------------------------------------------------------
+
+    async def run_facts(run_id: str) -> dict[str, Any]:
+        run = await store.get_run(run_id)
+        if run is None:
+            raise _NotFound(f"run {run_id} not found")
+        first = await store.read_all(0, limit=1, run_id=run_id)
+        submitted = first[0].data if first else {}
+        return {"run": run, "submitted": submitted}
+
+    async def timeline(run_id: str, run: RunStatus) -> list[dict[str, Any]]:
+        changes = await store.read_all(0, limit=100, run_id=run_id, types=[PHASE_CHANGED])
+        rows: list[dict[str, Any]] = []
+        starts = [(run.created_at, "SUBMITTED", None)] + [(e.at, str(e.data.get("phase")), e.data.get("reason")) for e in changes]
+        end_of_all = run.updated_at if run.terminal else _now()
+        total = max(_seconds(run.created_at, end_of_all), 0.001)
+        for i, (at, phase, reason) in enumerate(starts):
+            end = starts[i + 1][0] if i + 1 < len(starts) else end_of_all
+            terminal = phase in TERMINAL_PHASES
+            secs = 0.0 if terminal else _seconds(at, end)
+            rows.append({
+                "phase": phase, "reason": reason, "at": at, "seconds": secs, "terminal": terminal,
+                "left": 100.0 * _seconds(run.created_at, at) / total, "width": 100.0 * secs / total,
+            })  # fmt: skip
+        return rows
+
+    async def run_page(request: Request, page: _Page) -> Response:
+        run_id = await actions.resolve(request.path_params["ref"])
+        facts = await run_facts(run_id)
+        run: RunStatus = facts["run"]
+        total = run.log_lines
+        before_line = _int_param(request, "before_line", None, lo=1)
+        if before_line is None:
+            after = await store.tail_line_no(run_id, TAIL_LINES)
+        else:
+            after = max(0, before_line - 1 - TAIL_LINES)
+        limit = TAIL_LINES if before_line is None else max(0, before_line - 1 - after)
+        lines = await store.log_lines(run_id, after, limit) if limit else []
+        last_line = lines[-1].line_no if lines else after
+        events = await store.read_all(0, limit=1, run_id=run_id, types=[LOG_LINES])  # any log at all?
+        return render(
+            "run.html", page, run=run, submitted=facts["submitted"], lines=lines, total_lines=total,
+            first_line=after + 1, last_line=last_line, live=before_line is None, has_logs=bool(events),
+            timeline=await timeline(run_id, run), after_seq=run.last_seq,
+            config_yaml=_pretty(facts["submitted"].get("config")),
+            handle_json=_pretty(run.handle), env_names=sorted(facts["submitted"].get("env") or {}),
+        )  # fmt: skip
+
+    async def run_lines(request: Request, page: _Page) -> Response:
+        run_id = await actions.resolve(request.path_params["ref"])
+        after = _int_param(request, "after", 0) or 0
+        limit = _int_param(request, "limit", TAIL_LINES, lo=1, hi=TAIL_LINES) or TAIL_LINES
+        lines = await store.log_lines(run_id, after, limit)
+        return JSONResponse({"lines": [[ln.line_no, ln.stream, ln.text] for ln in lines]})
+
+    async def run_timeline(request: Request, page: _Page) -> Response:
+        run_id = await actions.resolve(request.path_params["ref"])
+        run = (await run_facts(run_id))["run"]
+        return render("_timeline.html", page, timeline=await timeline(run_id, run), run=run)
+
+    async def run_stream(request: Request, page: _Page) -> Response:
+        run_id = await actions.resolve(request.path_params["ref"])
+        after = _resume_seq(request)
+        line = _int_param(request, "line", None)
+
+        async def stream() -> AsyncIterator[bytes]:
+            run = await store.get_run(run_id)
+            assert run is not None
+            cursor = after if after is not None else run.last_seq
+            sent = line if line is not None else await store.tail_line_no(run_id, 0)
+            yield f"retry: 2000\nid: {cursor}\n\n".encode()
+            # Lines recorded before the cursor but after the page's last one.
+            first = True
+            while True:
+                if not first:
+                    got = await store.wait_for_events(cursor, run_ids=[run_id], limit=500, timeout_s=HEARTBEAT_S)
+                    if not got:
+                        yield b": heartbeat\n\n"
+                        continue
+                    cursor = got[-1].seq
+                    if any(e.type != LOG_LINES for e in got):
+                        status = await store.get_run(run_id)
+                        if status is not None:
+                            yield _sse("run", _run_json(status), id=cursor)
+                first = False
+                while True:
+                    lines = await store.log_lines(run_id, sent, TAIL_LINES)
+                    if not lines:
+                        break
+                    sent = lines[-1].line_no
+                    yield _sse("lines", [[ln.line_no, ln.stream, ln.text] for ln in lines], id=cursor)
+
+        return _sse_response(stream())
+
+    async def cancel(request: Request, page: _Page) -> Response:
+        run_id = await actions.resolve(request.path_params["ref"])
+        await actions.cancel(run_id)
+        return RedirectResponse(f"/runs/{run_id}", status_code=303)
+
+    async def rerun(request: Request, page: _Page) -> Response:
+        run_id = await actions.resolve(request.path_params["ref"])
+        new = await actions.rerun(run_id)
+        return RedirectResponse(f"/runs/{new.id}", status_code=303)
+
+    # -- events and queue ------------------------------------------------------
+
+    async def events_page(request: Request, page: _Page) -> Response:
+        ref = (request.query_params.get("run") or "").strip()
+        run_id = await actions.resolve(ref) if ref else None
+        etype = (request.query_params.get("type") or "").strip() or None
+        after = _int_param(request, "after", 0) or 0
+        got = await store.read_all(after, limit=PAGE_EVENTS + 1, run_id=run_id, types=[etype] if etype else None)
+        more = len(got) > PAGE_EVENTS
+        got = got[:PAGE_EVENTS]
+        query = {k: v for k, v in (("run", run_id), ("type", etype)) if v}
+        newer = f"/events?{urlencode({**query, 'after': got[-1].seq})}" if more else None
+        rows = [{"event": e, "data": _excerpt(e.type, e.data)} for e in got]
+        return render("events.html", page, rows=rows, run_id=run_id, etype=etype, newer=newer, after=after)
+
+    async def queue_page(request: Request, page: _Page) -> Response:
+        data = await actions.queue()
+        return render("queue.html", page, queue=data)
+
+    async def not_found(request: Request, page: _Page) -> Response:
+        raise _NotFound(f"no page at {request.url.path}")
+
+    routes = [
+        Route("/", guard(runs_page), methods=["GET"]),
+        Route("/stream", guard(runs_stream), methods=["GET"]),
+        Route("/runs/{ref}", guard(run_page), methods=["GET"]),
+        Route("/runs/{ref}/lines", guard(run_lines), methods=["GET"]),
+        Route("/runs/{ref}/timeline", guard(run_timeline), methods=["GET"]),
+        Route("/runs/{ref}/stream", guard(run_stream), methods=["GET"]),
+        Route("/runs/{ref}/cancel", guard(cancel, post=True), methods=["POST"]),
+        Route("/runs/{ref}/rerun", guard(rerun, post=True), methods=["POST"]),
+        Route("/events", guard(events_page), methods=["GET"]),
+        Route("/queue", guard(queue_page), methods=["GET"]),
+        Mount("/static", app=_Guarded(StaticFiles(directory=str(_HERE / "static")), auth, allowed_hosts)),
+    ]
+    return Starlette(routes=routes)
+
+
+class _NotFound(JobsupError):
+    pass
+
+
+def _status_of(err: JobsupError) -> int:
+    name = type(err).__name__
+    if "NotFound" in name:
+        return 404
+    if "Usage" in name or "Ambiguous" in name:
+        return 400
+    return 409
+
+
+_SECURITY_HEADERS = {
+    # Our own files only: no script, style or image from another host.
+    "Content-Security-Policy": (
+        "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+        "frame-ancestors 'none'; form-action 'self'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    # Not "no-referrer": with it browsers send "Origin: null" on our own form
+    # posts, which the same-origin check must refuse.
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+def _unauthorized(message: str) -> Response:
+    body = (
+        "<!doctype html><meta charset=utf-8><title>jobsup: sign in</title>"
+        "<body style='font-family:sans-serif;margin:3em'><h1>jobsup</h1>"
+        f"<p>{escape(message)}.</p></body>"
+    )
+    return HTMLResponse(body, status_code=401, headers=_SECURITY_HEADERS)
+
+
+class _Guarded:
+    """An ASGI wrapper that requires the session cookie (static files)."""
+
+    def __init__(self, app: Any, auth: UiAuth, allowed_hosts: Callable[[], set[str]]) -> None:
+        self.app, self.auth, self.allowed_hosts = app, auth, allowed_hosts
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        request = Request(scope)
+        if request.headers.get("host", "") not in self.allowed_hosts():
+            await Response("unknown Host header\n", status_code=421)(scope, receive, send)
+            return
+        if self.auth.session(request.cookies.get(COOKIE_NAME)) is None:
+            await _unauthorized("open the address that `jobsup ui` prints")(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def _resume_seq(request: Request) -> int | None:
+    raw = request.headers.get("last-event-id") or request.query_params.get("after")
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise _BadRequest(f"Last-Event-ID/after {raw!r} must be an event seq") from None
+    if not 0 <= value < 2**62:
+        raise _BadRequest(f"Last-Event-ID/after {value} is out of range")
+    return value
+
+
+async def _until_store_closes(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """``body``, ended cleanly when the daemon closes its store (it is
+    stopping): the browser reconnects to the next daemon."""
+    try:
+        async for chunk in body:
+            yield chunk
+    except StoreClosedError:
+        return
+
+
+def _sse_response(body: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(
+        _until_store_closes(body),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no", **_SECURITY_HEADERS},
+    )
+
+
+def _run_json(run: RunStatus) -> dict[str, Any]:
+    out = run.to_json()
+    out.pop("handle", None)
+    out["terminal"] = run.terminal
+    return out
+
+
+def _pretty(value: Any) -> str:
+    if not value:
+        return ""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def _excerpt(etype: str, data: Mapping[str, Any]) -> str:
+    """A one-line summary of an event's data for the audit page (log events
+    show their range, not their text)."""
+    if etype == LOG_LINES:
+        keep = {k: v for k, v in data.items() if not isinstance(v, (list, str)) or len(str(v)) < 80}
+        text = json.dumps(keep, ensure_ascii=False, sort_keys=True)
+    else:
+        text = json.dumps(dict(data), ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= 400 else text[:399] + "…"
+
+
+def _now() -> str:
+
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")

@@ -1,0 +1,135 @@
+// jobsup's page script: live updates over Server-Sent Events. One stream
+// per page. Our own code only; the pages work without it (minus live updates).
+"use strict";
+(function () {
+  const live = document.getElementById("live");
+  function setLive(state) { if (live) { live.className = "live " + state; live.title = state === "on" ? "live updates" : "reconnecting"; } }
+
+  // Confirm before state-changing buttons.
+  for (const form of document.querySelectorAll("form[data-confirm]")) {
+    form.addEventListener("submit", (ev) => { if (!window.confirm(form.dataset.confirm)) ev.preventDefault(); });
+  }
+
+  // A stream that reconnects by itself with an explicit cursor: the URL is
+  // rebuilt on each attempt so the server resumes exactly where we are.
+  function follow(urlFor, handlers) {
+    let es = null, delay = 1000;
+    function open() {
+      es = new EventSource(urlFor());
+      es.onopen = () => { setLive("on"); delay = 1000; };
+      for (const [name, fn] of Object.entries(handlers)) {
+        es.addEventListener(name, (ev) => { if (ev.lastEventId) cursor.seq = Number(ev.lastEventId); fn(JSON.parse(ev.data)); });
+      }
+      es.onerror = () => {
+        setLive("off"); es.close();
+        setTimeout(open, delay); delay = Math.min(delay * 2, 5000);   // at most one request a second or slower
+      };
+    }
+    open();
+    window.addEventListener("beforeunload", () => es && es.close());
+  }
+  const cursor = { seq: 0 };
+
+  function fmt(at) { return at ? at.replace("T", " ").slice(0, 19) : ""; }
+  function badge(phase) { const s = document.createElement("span"); s.className = "badge " + phase; s.textContent = phase; return s; }
+
+  // -- the runs list ------------------------------------------------------------
+  const table = document.getElementById("runs");
+  if (table) {
+    cursor.seq = Number(table.dataset.after || 0);
+    const filters = JSON.parse(table.dataset.filters || "{}");
+    const firstPage = table.dataset.firstPage === "true";
+    const matches = (r) => ["phase", "project", "name", "backend"].every((k) => !filters[k] || filters[k] === r[k]);
+    follow(() => "/stream?after=" + cursor.seq, {
+      run: (r) => {
+        let row = document.getElementById("run-" + r.id);
+        if (!row) {
+          if (!firstPage || !matches(r)) return;
+          const empty = table.querySelector("tr.empty"); if (empty) empty.remove();
+          row = document.createElement("tr"); row.id = "run-" + r.id; row.dataset.run = r.id;
+          const cells = ["mono", "phase", "reason", "", "", "", "exit", "time", "time updated"];
+          for (const c of cells) { const td = document.createElement("td"); if (c) td.className = c; row.appendChild(td); }
+          const a = document.createElement("a"); a.href = "/runs/" + r.id; a.textContent = r.id; row.cells[0].appendChild(a);
+          row.cells[3].textContent = r.project; row.cells[4].textContent = r.name; row.cells[5].textContent = r.backend;
+          row.cells[7].textContent = fmt(r.created_at);
+          table.tBodies[0].prepend(row);
+        } else if (filters.phase && filters.phase !== r.phase) {
+          row.remove(); return;
+        }
+        row.cells[1].replaceChildren(badge(r.phase));
+        row.cells[2].textContent = r.reason || "";
+        row.cells[6].textContent = r.exit_code === null ? "" : r.exit_code;
+        row.cells[8].textContent = fmt(r.updated_at);
+        row.classList.remove("flash"); void row.offsetWidth; row.classList.add("flash");
+      },
+    });
+  }
+
+  // -- one run ------------------------------------------------------------------
+  const run = document.getElementById("run");
+  if (run && run.dataset.live === "true") {
+    const id = run.dataset.run;
+    cursor.seq = Number(run.dataset.after || 0);
+    let line = Number(run.dataset.line || 0);
+    const log = document.getElementById("log");
+    const count = document.getElementById("linecount");
+    let phase = document.getElementById("phase").textContent;
+    function stick() { return log.scrollTop + log.clientHeight >= log.scrollHeight - 8; }
+    follow(() => "/runs/" + id + "/stream?after=" + cursor.seq + "&line=" + line, {
+      lines: (rows) => {
+        const atBottom = stick();
+        const frag = document.createDocumentFragment();
+        for (const [n, stream, text] of rows) {
+          if (n <= line) continue;            // already shown: never twice
+          const span = document.createElement("span"); span.className = "ln " + stream; span.dataset.n = n;
+          const i = document.createElement("i"); i.textContent = n; span.appendChild(i);
+          span.appendChild(document.createTextNode(text + "\n"));
+          frag.appendChild(span); line = n;
+        }
+        log.appendChild(frag);
+        const none = document.getElementById("nolog"); if (none && line > 0) none.remove();
+        if (count) count.textContent = line + " lines";
+        if (atBottom) log.scrollTop = log.scrollHeight;
+      },
+      run: (r) => {
+        document.getElementById("phase").replaceWith(Object.assign(badge(r.phase), { id: "phase" }));
+        document.getElementById("reason").textContent = r.reason || "—";
+        document.getElementById("message").textContent = r.message || "—";
+        document.getElementById("exit").textContent = r.exit_code === null ? "—" : r.exit_code;
+        document.getElementById("updated").textContent = fmt(r.updated_at) + " UTC";
+        if (r.terminal) { const c = document.getElementById("cancel"); if (c) c.closest("form").remove(); }
+        if (r.phase !== phase) {
+          phase = r.phase;
+          fetch("/runs/" + id + "/timeline", { credentials: "same-origin" })
+            .then((resp) => resp.ok ? resp.text() : null)
+            .then((html) => { if (html) { const t = document.createElement("div"); t.innerHTML = html; document.getElementById("timeline").replaceWith(t.firstElementChild); } });
+        }
+      },
+    });
+    log.scrollTop = log.scrollHeight;
+
+    // "load earlier" without leaving the page.
+    const earlier = document.getElementById("earlier");
+    let first = Number(run.dataset.firstLine || 1);
+    if (earlier) {
+      earlier.addEventListener("click", (ev) => {
+        ev.preventDefault();
+        const from = Math.max(0, first - 1 - 1000);
+        fetch("/runs/" + id + "/lines?after=" + from + "&limit=" + (first - 1 - from), { credentials: "same-origin" })
+          .then((resp) => resp.json())
+          .then((body) => {
+            const frag = document.createDocumentFragment();
+            for (const [n, stream, text] of body.lines) {
+              const span = document.createElement("span"); span.className = "ln " + stream; span.dataset.n = n;
+              const i = document.createElement("i"); i.textContent = n; span.appendChild(i);
+              span.appendChild(document.createTextNode(text + "\n")); frag.appendChild(span);
+            }
+            const h = log.scrollHeight;
+            log.prepend(frag); log.scrollTop += log.scrollHeight - h;
+            first = from + 1;
+            if (first <= 1) earlier.remove(); else earlier.href = "/runs/" + id + "?before_line=" + first;
+          });
+      });
+    }
+  }
+})();

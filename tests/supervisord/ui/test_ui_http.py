@@ -1,0 +1,189 @@
+"""The page's access rules over real HTTP: token, cookie, CSRF, Host, limits."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import anyio
+import httpx
+import psutil
+
+from store import EventStore, NewEvent
+from tests.supervisord.jobsup_env import JobsupEnv
+from tests.supervisord.ui.conftest import page_url
+
+
+def _base(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def _login(url: str) -> httpx.Client:
+    client = httpx.Client(base_url=_base(url), follow_redirects=False, timeout=10)
+    resp = client.get(url)
+    assert resp.status_code == 303 and resp.headers["location"] == "/"
+    cookie = resp.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict")
+    assert "token" not in resp.headers["location"]
+    return client
+
+
+def test_every_request_needs_the_cookie(js: JobsupEnv, repo: Path) -> None:
+    run_id = js.submit(repo, "--", "bash", "quick.sh")
+    url = page_url(js)
+    base = _base(url)
+    for path in ("/", f"/runs/{run_id}", f"/runs/{run_id}/stream", f"/runs/{run_id}/lines", "/events", "/queue",
+                 "/static/ui.js", "/stream"):
+        assert httpx.get(base + path, timeout=10).status_code == 401, path
+    assert httpx.post(base + f"/runs/{run_id}/cancel", timeout=10).status_code == 401
+    # A forged cookie is refused too.
+    forged = httpx.get(base + "/", cookies={"jobsup_session": "9999999999.abcd.00"}, timeout=10)
+    assert forged.status_code == 401
+
+
+def test_token_is_one_time_and_the_cookie_works(js: JobsupEnv, repo: Path) -> None:
+    run_id = js.submit(repo, "--", "bash", "quick.sh")
+    url = page_url(js)
+    client = _login(url)
+    assert client.get("/").status_code == 200
+    assert run_id in client.get("/").text
+    # The same token again: refused, whoever presents it.
+    assert httpx.get(url, timeout=10).status_code == 401
+    # A second `jobsup ui` gives a new token for the same port.
+    again = page_url(js)
+    assert _base(again) == _base(url) and again != url
+
+
+def test_state_changes_need_the_csrf_token_and_same_origin(js: JobsupEnv, repo: Path) -> None:
+    run_id = js.submit(repo, "--", "bash", "chatty.sh")
+    client = _login(page_url(js))
+    page = client.get(f"/runs/{run_id}").text
+    csrf = re.search(r'name="csrf-token" content="([0-9a-f]+)"', page)
+    assert csrf is not None
+    # No token: refused, and the run keeps running.
+    assert client.post(f"/runs/{run_id}/cancel").status_code == 403
+    assert client.post(f"/runs/{run_id}/cancel", data={"csrf": "0" * 64}).status_code == 403
+    # The right token from another origin (a cross-site form post): refused.
+    cross = client.post(f"/runs/{run_id}/cancel", data={"csrf": csrf.group(1)}, headers={"Origin": "http://evil.example"})
+    assert cross.status_code == 403
+    assert js.show(run_id)["phase"] not in ("CANCELED",)
+    ok = client.post(f"/runs/{run_id}/cancel", data={"csrf": csrf.group(1)}, headers={"Origin": _base(str(client.base_url))})
+    assert ok.status_code == 303 and ok.headers["location"] == f"/runs/{run_id}"
+    assert js.show(run_id)["phase"] == "CANCELED"
+
+
+def test_foreign_host_header_is_refused(js: JobsupEnv) -> None:
+    client = _login(page_url(js))
+    # DNS rebinding: a page of evil.example resolving to 127.0.0.1.
+    assert client.get("/", headers={"Host": "evil.example"}).status_code == 421
+
+
+def test_bad_paging_parameters_are_400(js: JobsupEnv, repo: Path) -> None:
+    run_id = js.submit(repo, "--", "bash", "quick.sh")
+    client = _login(page_url(js))
+    assert client.get("/?before=-1").status_code == 400
+    assert client.get("/?phase=NOPE").status_code == 400
+    assert client.get(f"/runs/{run_id}/lines?limit=100000").status_code == 400
+    assert client.get(f"/runs/{run_id}/stream", headers={"Last-Event-ID": "x"}).status_code == 400
+    assert client.get("/runs/ffffffffffff").status_code == 404
+
+
+def _seed_runs(db: Path, n: int) -> list[str]:
+    """``n`` finished runs written straight into a new database (real SQLite,
+    the store's own append), oldest first."""
+
+    async def seed() -> list[str]:
+        store = await EventStore.open(db, synchronous="NORMAL")
+        ids = [f"{i:012x}" for i in range(1, n + 1)]
+        try:
+            for chunk in range(0, n, 500):
+                async with anyio.create_task_group() as tg:
+                    for rid in ids[chunk : chunk + 500]:
+                        events = [
+                            NewEvent("Submitted", {"project": "p", "name": "n", "backend": "local"}),
+                            NewEvent("PhaseChanged", {"phase": "COMPLETED", "exit_code": 0}),
+                        ]
+                        tg.start_soon(store.append, rid, 0, events)
+        finally:
+            await store.close()
+        return ids
+
+    return anyio.run(seed, backend="asyncio")
+
+
+def test_runs_page_is_paged_on_the_server(tmp_path: Path) -> None:
+    env = JobsupEnv(tmp_path)
+    env.state_dir.mkdir(mode=0o700, parents=True)
+    ids = _seed_runs(env.state_dir / "jobsup.db", 10_000)
+    # The order of a concurrent append is the commit order: read it back.
+    try:
+        env.start_daemon()
+        client = _login(page_url(env))
+        newest = [r["id"] for r in json.loads(env.cli("runs", "--all", "-o", "json").stdout)]
+        assert sorted(newest) == sorted(ids)
+        first = client.get("/").text
+        shown = re.findall(r'data-run="([0-9a-f]{12})"', first)
+        assert shown == newest[:50]
+        seen = list(shown)
+        link = re.search(r'href="(/\?before=\d+)"', first)
+        for _ in range(3):
+            assert link is not None
+            page = client.get(link.group(1)).text
+            seen += re.findall(r'data-run="([0-9a-f]{12})"', page)
+            link = re.search(r'href="(/\?before=\d+)"', page)
+        assert seen == newest[:200]
+        # Filters page too, on the server.
+        assert client.get("/?phase=RUNNING").text.count('data-run="') == 0
+    finally:
+        env.close()
+
+
+def test_page_state_is_private_and_stop_closes_the_port(js: JobsupEnv) -> None:
+    url = page_url(js)
+    port = urlsplit(url).port
+    state = json.loads((js.state_dir / "ui.json").read_text())
+    assert state == {"port": port}
+    for name in ("ui.json", "ui.key"):
+        mode = stat.S_IMODE(os.stat(js.state_dir / name).st_mode)
+        assert mode == 0o600, (name, oct(mode))
+    js.cli("ui", "--stop")
+    assert not (js.state_dir / "ui.json").exists()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
+        except httpx.ConnectError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"port {port} still answers after `jobsup ui --stop`")
+
+
+def test_page_is_off_until_asked_for(js: JobsupEnv) -> None:
+    assert js.daemon is not None
+    daemon = psutil.Process(js.daemon.pid)
+    assert [c for c in daemon.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN] == []
+    url = page_url(js)
+    listening = [c.laddr for c in daemon.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
+    assert [(a.ip, a.port) for a in listening] == [("127.0.0.1", urlsplit(url).port)]
+
+
+def test_a_non_loopback_host_needs_tls(tmp_path: Path) -> None:
+    env = JobsupEnv(tmp_path)
+    cfg = tmp_path / "daemon.yaml"
+    cfg.write_text("ui:\n  host: 0.0.0.0\n")
+    try:
+        env.start_daemon(extra_env={"JOBSUP_DAEMON_CONFIG": str(cfg)}, wait=False)
+        assert env.daemon is not None
+        rc = env.daemon.wait(timeout=60)
+        assert rc != 0
+        log = env.daemon_log.read_text()
+        assert "ui.host" in log and "tls_cert" in log
+    finally:
+        env.close()
