@@ -384,7 +384,8 @@ class BenchEnv:
 
 def _read_status(run_dir: Path) -> dict[str, Any]:
     try:
-        data = json.loads((run_dir / "status.json").read_text())
+        # The runner's status: its first line is the JSON (then its MAC).
+        data = json.loads((run_dir.parent / ".status" / run_dir.name).read_bytes().split(b"\n", 1)[0])
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -192,7 +192,9 @@ class EventStore:
 
     # -- the event log -----------------------------------------------------------
 
-    async def append(self, run_id: str, expected_version: int, events: Sequence[NewEvent]) -> list[RecordedEvent]:
+    async def append(
+        self, run_id: str, expected_version: int, events: Sequence[NewEvent], *, wait_for_storage: bool = False
+    ) -> list[RecordedEvent]:
         """Append ``events`` to the stream of ``run_id``, which must be at
         ``expected_version`` (0 = the stream does not exist yet).
 
@@ -211,6 +213,13 @@ class EventStore:
         :mod:`store.types`, data that is not JSON-serialisable), naming the
         run, type and key. Cancelling the caller does not withdraw a queued
         append.
+
+        ``wait_for_storage=True``: storage trouble (a lock held by another
+        process, a full disk, an I/O error) does not raise; the append is
+        retried with back-off until written (see :mod:`store.writer`), and
+        :meth:`storage_problem` says what it waits for. It still raises
+        ConcurrencyError, ValueError, and StoreClosedError once the store
+        closes.
         """
         self._check_open()
         if not isinstance(run_id, str) or not run_id:
@@ -232,9 +241,11 @@ class EventStore:
                 prepared.append(PreparedEvent(event.type, "", {}, 1 + len(event.data["lines"]), block))
                 continue
             prepared.append(PreparedEvent(event.type, data_json, json.loads(data_json), 1))
-        return await self._writer.append(run_id, expected_version, prepared)
+        return await self._writer.append(run_id, expected_version, prepared, wait_for_storage=wait_for_storage)
 
-    async def append_log(self, run_id: str, expected_version: int, blocks: Sequence[LogBlock]) -> list[RecordedEvent]:
+    async def append_log(
+        self, run_id: str, expected_version: int, blocks: Sequence[LogBlock], *, wait_for_storage: bool = False
+    ) -> list[RecordedEvent]:
         """Append one ``LogLines`` event per block of ``blocks`` to the
         stream of ``run_id`` (at ``expected_version``), in one transaction:
         each records only its lines past the newest recorded position of its
@@ -242,7 +253,8 @@ class EventStore:
         data is the audit record of :data:`store.types.LOG_LINES`; a block
         of nothing new still records an event with ``line_count`` 0).
 
-        Raises what :meth:`append` raises; ValueError for a malformed block.
+        ``wait_for_storage`` as for :meth:`append`. Raises what
+        :meth:`append` raises; ValueError for a malformed block.
         """
         self._check_open()
         if not blocks:
@@ -251,7 +263,15 @@ class EventStore:
         for block in blocks:
             block.validate(run_id)
             prepared.append(PreparedEvent(LOG_LINES, "", {}, 1 + len(block.text) // 128, block))
-        return await self._writer.append(run_id, expected_version, prepared)
+        return await self._writer.append(run_id, expected_version, prepared, wait_for_storage=wait_for_storage)
+
+    def storage_problem(self) -> dict[str, Any] | None:
+        """What keeps the store from writing right now, or None while writes
+        succeed: ``{"kind": "locked"|"disk full"|"I/O error", "message": str,
+        "since": RFC 3339 UTC, "waiting": appends held for retry}``. Set by a
+        failed write, cleared by the next commit."""
+        problem = self._writer.problem
+        return None if problem is None else problem.to_json()
 
     async def read_stream(self, run_id: str, from_version: int = 1) -> list[RecordedEvent]:
         """The events of ``run_id`` with version >= ``from_version``, in

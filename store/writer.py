@@ -10,6 +10,15 @@ them into the projections, COMMIT. Only after COMMIT returned -- the batch is
 durable under ``synchronous=FULL`` -- are the subscribers notified and the
 appenders resumed. While one batch commits (fsync), the next one queues up,
 so many concurrent appenders share few transactions.
+
+Storage trouble (another process holding the write lock past the busy
+timeout, a full disk, an I/O error) fails a batch with nothing written. An
+append queued with ``wait_for_storage=True`` is then not failed: it is kept
+at the head of the queue and retried with capped exponential back-off (with
+jitter, as pyeventsourcing's ``retry`` does) until it is written or the store
+closes; the daemon log gets one warning when writing stops, a reminder every
+:data:`_REMIND_S` seconds, and one line when it resumes. The current trouble
+is :attr:`Writer.problem` (what the daemon reports as its storage health).
 """
 
 from __future__ import annotations
@@ -17,6 +26,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import os
+import random
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -28,14 +39,20 @@ import anyio
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from store.errors import ConcurrencyError, StoreClosedError
+from store.errors import (
+    ConcurrencyError,
+    StorageFullError,
+    StoreClosedError,
+    StoreError,
+    StoreLockedError,
+)
 from store.logblocks import BlockResolver, LogBlock
 from store.projections import Projector
 from store.schema import translate_error, utc_now
 from store.subscriptions import Subscriptions
 from store.types import RecordedEvent
 
-__all__ = ["Writer", "PreparedEvent"]
+__all__ = ["Writer", "PreparedEvent", "StorageProblem"]
 
 log = structlog.get_logger("store.writer")
 
@@ -43,6 +60,52 @@ _STREAM_VERSIONS: Final = (
     "SELECT j.value, (SELECT MAX(version) FROM events WHERE run_id = j.value) FROM json_each(?) AS j"
 )
 _INSERT_EVENT: Final = "INSERT INTO events (seq, run_id, version, type, at, data) VALUES (?, ?, ?, ?, ?, ?)"
+
+_SQLITE_IOERR: Final = 10  # https://sqlite.org/rescode.html#ioerr
+#: Back-off between attempts of a batch that storage trouble failed, in
+#: seconds: (first, cap) per kind. A lock already waited the busy timeout
+#: inside SQLite, so its pause is short; a full disk is polled more slowly.
+_BACKOFF_S: Final = {"locked": (0.05, 1.0), "disk full": (0.2, 2.0), "I/O error": (0.2, 2.0)}
+#: While storage trouble lasts, the warning is repeated this often (seconds).
+_REMIND_S: Final = 30.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StorageProblem:
+    """Why the store cannot write right now.
+
+    ``kind``: ``"locked"`` (another process holds the write lock),
+    ``"disk full"`` or ``"I/O error"``; ``message``: the store error's text
+    (names the file); ``since``: UTC time (RFC 3339) of the first failed
+    attempt; ``waiting``: appends held for retry at the last attempt.
+    """
+
+    kind: str
+    message: str
+    since: str
+    waiting: int
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"kind", "message", "since", "waiting"}``."""
+        return dataclasses.asdict(self)
+
+
+def _problem_kind(exc: sqlite3.Error, err: StoreError, path: Path) -> str | None:
+    """The storage trouble ``exc`` is (retrying may succeed later), or None
+    for an error that retrying cannot fix. An I/O error while the disk has
+    no free block is a full disk (SQLite reports ENOSPC on the WAL index as
+    SQLITE_IOERR_SHMSIZE, not SQLITE_FULL)."""
+    if isinstance(err, StorageFullError):
+        return "disk full"
+    if isinstance(err, StoreLockedError):
+        return "locked"
+    if getattr(exc, "sqlite_errorcode", 0) & 0xFF == _SQLITE_IOERR:
+        try:
+            st = os.statvfs(path.parent)
+        except OSError:
+            return "I/O error"
+        return "disk full" if st.f_bavail == 0 else "I/O error"
+    return None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -65,6 +128,7 @@ class _AppendJob:
     expected_version: int
     events: Sequence[PreparedEvent]
     rows: int
+    wait_for_storage: bool = False
     done: anyio.Event = dataclasses.field(default_factory=anyio.Event)
     result: list[RecordedEvent] | None = None
     error: BaseException | None = None
@@ -110,6 +174,14 @@ class Writer:
         self._send: MemoryObjectSendStream[_Job] = send
         self._receive: MemoryObjectReceiveStream[_Job] = receive
         self._failure: BaseException | None = None
+        # Appends that storage trouble failed and that wait for storage:
+        # the head of the next batch, after a back-off.
+        self._retry: list[_AppendJob] = []
+        self._attempts = 0  # failed attempts in a row
+        self._closing = anyio.Event()
+        self._last_warning = 0.0
+        #: The current storage trouble, None while writes succeed.
+        self.problem: StorageProblem | None = None
         self.transactions = 0
         self.commit_times: collections.deque[tuple[int, int]] = collections.deque(maxlen=10_000)
 
@@ -123,13 +195,25 @@ class Writer:
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             raise StoreClosedError(f"{self._path}: the store is closed") from None
 
-    async def append(self, run_id: str, expected_version: int, events: Sequence[PreparedEvent]) -> list[RecordedEvent]:
+    async def append(
+        self,
+        run_id: str,
+        expected_version: int,
+        events: Sequence[PreparedEvent],
+        *,
+        wait_for_storage: bool = False,
+    ) -> list[RecordedEvent]:
         """Queue one append and wait until its batch committed (or failed).
 
+        With ``wait_for_storage``, a lock held by another process, a full
+        disk or an I/O error does not fail the append: it is retried with
+        back-off until written (it fails only with :class:`StoreClosedError`
+        once the store closes, or with a non-storage error). Without it, such
+        trouble raises StoreLockedError / StorageFullError / StoreError.
         Cancelling the caller does not withdraw a queued append: it may
         still be recorded.
         """
-        job = _AppendJob(run_id, expected_version, events, sum(e.rows for e in events))
+        job = _AppendJob(run_id, expected_version, events, sum(e.rows for e in events), wait_for_storage)
         self._enqueue(job)
         await job.done.wait()
         if job.error is not None:
@@ -147,7 +231,9 @@ class Writer:
         return job.result
 
     def close(self) -> None:
-        """Stop accepting jobs; :meth:`run` returns once the queue is drained."""
+        """Stop accepting jobs; :meth:`run` returns once the queue is drained
+        (appends waiting for storage get one more attempt, then fail)."""
+        self._closing.set()
         self._send.close()
 
     # -- the task ---------------------------------------------------------
@@ -159,18 +245,24 @@ class Writer:
         try:
             async with self._receive:
                 while True:
-                    try:
-                        job = await self._receive.receive()
-                    except anyio.EndOfStream:
-                        return
-                    if isinstance(job, _ExclusiveJob):
-                        await self._run_exclusive(job)
-                        continue
-                    batch, held = await self._collect(job)
+                    if self._retry:
+                        first, self._retry = self._retry, []
+                    else:
+                        try:
+                            job = await self._receive.receive()
+                        except anyio.EndOfStream:
+                            return
+                        if isinstance(job, _ExclusiveJob):
+                            await self._run_exclusive(job)
+                            continue
+                        first = [job]
+                    batch, held = await self._collect(first)
                     with anyio.CancelScope(shield=True):  # a batch is all or nothing
                         await self._commit(batch)
                     if held is not None:
                         await self._run_exclusive(held)
+                    if self._retry:
+                        await self._back_off()
         except BaseException as exc:
             self._failure = exc
             self._send.close()
@@ -178,20 +270,74 @@ class Writer:
                 log.warning("store.writer_cancelled", path=str(self._path), hint="close the store before its loop ends")
             else:
                 log.error("store.writer_failed", path=str(self._path), error=repr(exc))
+            left: list[_Job] = list(self._retry)
+            self._retry = []
             while True:
                 try:
-                    job = self._receive.receive_nowait()
+                    left.append(self._receive.receive_nowait())
                 except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
                     break
+            for job in left:
                 job.error = StoreClosedError(f"{self._path}: the store's writer failed: {exc!r}")
                 job.done.set()
             raise
 
-    async def _collect(self, first: _AppendJob) -> tuple[list[_AppendJob], _ExclusiveJob | None]:
+    async def _back_off(self) -> None:
+        """Pause before the next attempt of the appends held for retry:
+        capped exponential back-off with +-10% jitter; cut short when the
+        store closes."""
+        kind = self.problem.kind if self.problem is not None else "I/O error"
+        first, cap = _BACKOFF_S.get(kind, (0.2, 2.0))
+        delay = min(cap, first * 2 ** min(self._attempts - 1, 16)) * (1 + 0.2 * (random.random() - 0.5))
+        with anyio.move_on_after(delay):
+            await self._closing.wait()
+
+    def _storage_failed(self, kind: str, err: StoreError, batch: list[_AppendJob]) -> None:
+        """Storage trouble failed ``batch``: hold its appends that wait for
+        storage for the next attempt (unless the store is closing), fail the
+        others with ``err``, and warn (at the first failure, then every
+        :data:`_REMIND_S` seconds)."""
+        self._attempts += 1
+        for job in batch:
+            if job.error is not None:  # e.g. a stale expected_version: failed alone
+                continue
+            job.result = None
+            if job.wait_for_storage and not self._closing.is_set():
+                self._retry.append(job)
+            else:
+                job.error = err
+        now = time.monotonic()
+        first = self.problem is None or self.problem.kind != kind
+        since = utc_now() if first or self.problem is None else self.problem.since
+        self.problem = StorageProblem(kind, str(err), since, len(self._retry))
+        if first or now - self._last_warning >= _REMIND_S:
+            self._last_warning = now
+            log.warning(
+                "store.write_blocked",
+                path=str(self._path),
+                problem=kind,
+                since=since,
+                error=str(err),
+                waiting_appends=len(self._retry),
+                failed_appends=sum(1 for j in batch if j.error is err),
+                hint="appends that wait for storage are retried with back-off until written",
+            )
+
+    def _storage_ok(self) -> None:
+        """A batch committed: storage trouble, if any, is over."""
+        if self.problem is not None:
+            log.warning(
+                "store.write_resumed", path=str(self._path), problem=self.problem.kind,
+                since=self.problem.since, attempts=self._attempts,
+            )
+        self.problem = None
+        self._attempts = 0
+
+    async def _collect(self, first: list[_AppendJob]) -> tuple[list[_AppendJob], _ExclusiveJob | None]:
         """The batch starting with ``first``: whatever else is queued or
         arrives within the commit window, up to ``max_batch_rows``. An
         exclusive job ends the batch and is returned to run after it."""
-        batch, rows = [first], first.rows
+        batch, rows = list(first), sum(j.rows for j in first)
         deadline = time.monotonic() + self._window
         while rows < self._max_rows:
             job: _Job | None = None
@@ -234,6 +380,8 @@ class Writer:
         committed = False
         interrupted: BaseException | None = None
         try:
+            if conn.in_transaction:  # a ROLLBACK that failed in the last attempt (full disk)
+                await conn.execute("ROLLBACK")
             await conn.execute("BEGIN IMMEDIATE")
             try:
                 versions = await self._stream_versions({job.run_id for job in batch})
@@ -272,22 +420,32 @@ class Writer:
                     await conn.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
-            log.warning("store.append_failed", path=str(self._path), error=str(exc), appends=len(batch))
-            for job in batch:
-                if job.error is None:
-                    job.error = translate_error(exc, self._path, self._busy_timeout_s)
-                    job.error.__cause__ = exc
+            err = translate_error(exc, self._path, self._busy_timeout_s)
+            err.__cause__ = exc
+            kind = _problem_kind(exc, err, self._path)
+            if kind is not None:
+                self._storage_failed(kind, err, batch)
+            else:
+                log.warning("store.append_failed", path=str(self._path), error=str(exc), appends=len(batch))
+                for job in batch:
+                    if job.error is None:
+                        job.error = err
         except BaseException as exc:  # a bug or a cancellation: the writer stops (see run)
             interrupted = exc
             raise
         finally:
             try:
+                if committed:
+                    self._storage_ok()
                 if committed and recorded:
                     self.transactions += 1
                     self.commit_times.append((recorded[-1].seq, time.monotonic_ns()))
                     self._subs.publish(recorded)
             finally:
+                held = {id(j) for j in self._retry}
                 for job in batch:
+                    if id(job) in held:
+                        continue  # held for the next attempt
                     if not committed and job in accepted:
                         job.result = None
                     if job.result is None and job.error is None:  # never leave one hanging

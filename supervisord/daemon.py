@@ -32,15 +32,19 @@ import click
 import structlog
 import uvicorn
 
-from store import EventStore
+from store import EventStore, RunStatus, StoreError
 from supervisord import config as cfg
 from supervisord.api.server import PeerCredProtocol, create_app
 from supervisord.backends.base import Backend
 from supervisord.backends.kubernetes import KubernetesBackend
 from supervisord.backends.local import LocalBackend
 from supervisord.exceptions import DaemonError, JobsupError, UsageError
+from supervisord.health import disk_full_hint, storage_check
 from supervisord.logging import configure_logging
 from supervisord.paths import Paths
+from supervisord.scheduler.driver import Scheduler, SchedulerSettings
+from supervisord.scheduler.gpus import inventory as gpu_inventory
+from supervisord.scheduler.rerun import rerun_run
 from supervisord.submit import Planner
 from supervisord.supervisor import Supervisor, load_digest_key
 from supervisord.ui import UiServer
@@ -144,11 +148,19 @@ class Daemon:
         """Ask ``run()`` to shut down."""
         self._stop.set()
 
-    def _ui_server(self, store: EventStore, supervisor: Supervisor) -> UiServer:
+    def _ui_server(self, store: EventStore, supervisor: Supervisor, scheduler: Scheduler, digest_key: bytes) -> UiServer:
         settings = cfg.effective_config(self.daemon_layer, []).data.get("ui") or {}
+
+        async def rerun(run_id: str) -> RunStatus:
+            # The page has no env values to give: the names stay unfilled.
+            return (await rerun_run(supervisor, scheduler, digest_key, run_id, {}))[0]
+
+        async def queue() -> dict[str, Any]:
+            return scheduler.view()
+
         return UiServer(
             store=store,
-            actions=SupervisorActions(supervisor, store),
+            actions=SupervisorActions(supervisor, store, rerun=rerun, queue=queue),
             state_dir=self.paths.state_dir,
             settings=settings,
         )
@@ -182,8 +194,16 @@ class Daemon:
                 for backend in backends.values():
                     tg.start_soon(backend.serve, name=f"backend-{backend.name}")
                 supervisor = Supervisor(store, backends, self.paths, tg)
+                supervisor.gated = True  # runs wait in QUEUED for the scheduler
                 planner = Planner(self.daemon_layer, supervisor.snapshots, load_digest_key(self.paths.state_dir))
+                daemon_config = cfg.effective_config(self.daemon_layer, []).data
+                gpus = await anyio.to_thread.run_sync(
+                    gpu_inventory, (daemon_config.get("scheduler") or {}).get("gpus")
+                )
                 reattached = await supervisor.reattach_all()
+                scheduler = Scheduler(store, supervisor, gpus, SchedulerSettings.from_config(daemon_config))
+                await scheduler.load()
+                tg.start_soon(scheduler.run, name="scheduler")
                 info = {
                     "pid": os.getpid(),
                     "uid": os.getuid(),
@@ -197,15 +217,16 @@ class Daemon:
                 async def doctor() -> list[dict[str, Any]]:
                     checks = [
                         {"name": "daemon", "ok": True, "detail": f"pid {os.getpid()} on {self.paths.socket}"},
-                        {"name": "store", "ok": True, "detail": f"{self.paths.database}, last seq {await store.last_seq()}"},
+                        storage_check(store, await store.last_seq()),
                     ]
+                    checks.append(scheduler.doctor())
                     for backend in backends.values():
                         extra = getattr(backend, "doctor", None)
                         if extra is not None:
                             checks.extend(await extra())
                     return checks
 
-                page = self._ui_server(store, supervisor)
+                page = self._ui_server(store, supervisor, scheduler, planner.digest_key)
                 tg.start_soon(page.serve, name="ui")
 
                 async def ui(body: dict[str, Any]) -> dict[str, Any]:
@@ -218,7 +239,8 @@ class Daemon:
                     return await page.enable(port)
 
                 app = create_app(
-                    supervisor=supervisor, planner=planner, store=store, info=info, doctor=doctor, ui=ui
+                    supervisor=supervisor, planner=planner, store=store, info=info, doctor=doctor, ui=ui,
+                    scheduler=scheduler,
                 )
                 config = uvicorn.Config(
                     app,
@@ -290,7 +312,13 @@ def run_daemon() -> None:
     paths = Paths.from_env()
     try:
         anyio.run(Daemon(paths, layer).run, backend="asyncio")
-    except JobsupError as err:
-        log.error("cannot start", error=str(err))
-        click.echo(f"error: jobsup daemon: {err}", err=True)
+    except (JobsupError, StoreError, OSError) as err:
+        # One clear line, then exit 1 (never a traceback, never a hang). The
+        # log may be on the full disk: the CLI that autostarted us names it too.
+        text = f"{err}{disk_full_hint(paths.state_dir)}"
+        log.error("cannot start", error=text)
+        try:
+            click.echo(f"error: jobsup daemon: {text}", err=True)
+        except OSError:
+            pass
         sys.exit(1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TextIO, cast
 
 import structlog
 
@@ -29,7 +30,35 @@ def configure_logging(level: str = "info") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _DroppingWriter(sys.stderr))),
         cache_logger_on_first_use=True,
     )
     logging.basicConfig(level=max(lvl, logging.WARNING), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+
+
+class _DroppingWriter:
+    """``stream`` for log lines, where a failed write (the daemon log's disk
+    is full) drops the line instead of raising into the code that logged:
+    a full disk must not stop the daemon. Once writing works again, one line
+    says how many were dropped."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self.dropped = 0
+
+    def write(self, text: str) -> int:
+        try:
+            if self.dropped and text.strip():
+                self._stream.write(f'{{"event": "log.lines_dropped", "level": "warning", "lines": {self.dropped}}}\n')
+                self.dropped = 0
+            return self._stream.write(text)
+        except OSError:
+            if text.strip():
+                self.dropped += 1
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError:
+            pass

@@ -16,11 +16,17 @@ import anyio
 
 from supervisord import config as cfg
 from supervisord.exceptions import TaskError
+from supervisord.scheduler.options import parse_scheduling
 from supervisord.source import SnapshotStore, is_dirty, repo_root, resolve_commit, untracked_files
 from supervisord.supervisor import env_digest
 from supervisord.task import BACKENDS, DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S
 
 __all__ = ["SubmitRequest", "Plan", "Planner"]
+
+SHAPE_FLAGS_GPUS_HINT = (
+    "for Kubernetes the manifest (.jobsup/k8s.yaml or --manifest PATH, committed) is the run's shape: "
+    "set the GPU count there (resources.limits: {nvidia.com/gpu: N})"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +45,7 @@ class SubmitRequest:
     cwd: str
     rev: str = "HEAD"
     force: bool = False
+    hold: bool = False
 
     @classmethod
     def from_json(cls, body: Any) -> "SubmitRequest":
@@ -54,7 +61,10 @@ class SubmitRequest:
         cwd = body.get("cwd")
         if not isinstance(cwd, str) or not cwd:
             raise TaskError("submit: `cwd` must be the client's working directory")
-        return cls(task=task, layers=layers, cwd=cwd, rev=str(body.get("rev") or "HEAD"), force=bool(body.get("force")))
+        return cls(
+            task=task, layers=layers, cwd=cwd, rev=str(body.get("rev") or "HEAD"), force=bool(body.get("force")),
+            hold=bool(body.get("hold")),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +100,7 @@ class Planner:
         timeout_s = task.get("timeout_s") or DEFAULT_TIMEOUT_S
         if not isinstance(timeout_s, int) or isinstance(timeout_s, bool) or not 0 < timeout_s <= MAX_TIMEOUT_S:
             raise TaskError(f"timeout must be a whole number of seconds in 1..{MAX_TIMEOUT_S}, got {timeout_s!r}")
+        scheduling = parse_scheduling(task, hold=req.hold)
         env = task.get("env") or {}
         if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise TaskError("env must map names to string values")
@@ -104,6 +115,8 @@ class Planner:
         backend = task.get("backend") or data.get("backend") or "local"
         if backend not in BACKENDS:
             raise TaskError(f"--backend: {backend!r} is not a backend; use one of {', '.join(BACKENDS)}")
+        if backend != "local" and scheduling["gpus"]:
+            raise TaskError(f"--gpus: only local runs get GPUs from jobsup; {SHAPE_FLAGS_GPUS_HINT}")
         context = (data.get("kubernetes") or {}).get("context") if backend == "kubernetes" else None
         cfg.check_allowed(effective, backend, context)
         merged_env = {**{str(k): str(v) for k, v in (data.get("env") or {}).items()}, **env}
@@ -141,6 +154,7 @@ class Planner:
             "manifest": task.get("manifest"),
             "cwd": req.cwd,
             "submitted_by_uid": os.getuid(),
+            "scheduling": scheduling,
         }
         return Plan(submitted=submitted, env=merged_env, config=data, force=req.force, warnings=warnings)
 

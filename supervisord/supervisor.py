@@ -10,8 +10,10 @@ stream version (optimistic concurrency in the store).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
+import json
 import os
 import secrets
 from pathlib import Path
@@ -108,6 +110,29 @@ class _RunState:
         # process has ended; what follows is only its output backlog.
         self.outcome_seen = anyio.Event()
         self.ingest_pending = status.log_ingest == "pending"
+        # Scheduling: set when the run may start (admitted) or ended while
+        # queued; ``extra_env`` is what admission adds (the GPUs' variables).
+        self.unqueued = anyio.Event()
+        self.admitted = False
+        self.extra_env: dict[str, str] = {}
+
+
+    @classmethod
+    def queued(cls, spec: RunSpec) -> "_RunState":
+        """The state of a run about to be submitted (stream version 0, QUEUED)."""
+        self = cls.__new__(cls)
+        self.spec, self.version, self.phase, self.reason, self.message = spec, 0, "QUEUED", None, None
+        self.handle = {}
+        self.lock = anyio.Lock()
+        self.cancel_requested = False
+        self.scope = None
+        self.done = anyio.Event()
+        self.unqueued = anyio.Event()
+        self.admitted = False
+        self.extra_env = {}
+        self.outcome_seen = anyio.Event()
+        self.ingest_pending = False
+        return self
 
 
 class _Reporter:
@@ -117,15 +142,22 @@ class _Reporter:
         self._store = store
         self._state = state
 
-    async def _append_locked(self, events: Sequence[NewEvent]) -> None:
+    async def _append_locked(self, events: Sequence[NewEvent], *, wait_for_storage: bool = True) -> None:
+        """Append ``events`` to the run's stream (the caller holds the run's
+        lock). By default storage trouble (a lock held by another process, a
+        full disk) never fails it: the store retries until written, so a
+        storage hiccup never decides a run's outcome. ``wait_for_storage=False``
+        (a user's request that must answer) raises StoreLockedError /
+        StorageFullError instead, with nothing written."""
         st = self._state
+        run_id = st.spec.run_id
         try:
-            recorded = await self._store.append(st.spec.run_id, st.version, events)
+            recorded = await self._store.append(run_id, st.version, events, wait_for_storage=wait_for_storage)
         except ConcurrencyError as err:
             # Our cached version is stale (e.g. an append whose caller was
             # cancelled still committed): adopt the stream's and retry once.
             st.version = err.actual
-            recorded = await self._store.append(st.spec.run_id, st.version, events)
+            recorded = await self._store.append(run_id, st.version, events, wait_for_storage=wait_for_storage)
         st.version = recorded[-1].version
 
     async def phase(
@@ -148,7 +180,10 @@ class _Reporter:
                 return False
             if rank == current and (reason, message) == (st.reason, st.message):
                 return False
-            if phase in TERMINAL_PHASES and st.cancel_requested and not _cancel:
+            if phase in TERMINAL_PHASES and st.cancel_requested and not _cancel and phase != "COMPLETED":
+                # The cancel owns the outcome of a run it stops. COMPLETED
+                # (exit 0) is never the cancel's doing: the run had finished
+                # before the cancel reached it, and keeps its outcome.
                 return False
             data: dict[str, Any] = {"phase": phase, "reason": reason, "message": message}
             if exit_code is not None:
@@ -188,10 +223,10 @@ class _Reporter:
         st = self._state
         async with st.lock:
             try:
-                recorded = await self._store.append_log(st.spec.run_id, st.version, [block])
+                recorded = await self._store.append_log(st.spec.run_id, st.version, [block], wait_for_storage=True)
             except ConcurrencyError as err:
                 st.version = err.actual
-                recorded = await self._store.append_log(st.spec.run_id, st.version, [block])
+                recorded = await self._store.append_log(st.spec.run_id, st.version, [block], wait_for_storage=True)
             st.version = recorded[-1].version
 
     async def log_position(self, source: str) -> str | None:
@@ -219,6 +254,9 @@ class Supervisor:
         self._tg = task_group
         self._runs: dict[str, _RunState] = {}
         self._submit_lock = anyio.Lock()
+        #: When True (the daemon's scheduler is on), a new run waits in
+        #: QUEUED until :meth:`admit`; when False it starts at once.
+        self.gated = False
 
     # -- lookups -------------------------------------------------------------
 
@@ -283,10 +321,24 @@ class Supervisor:
             run_id = secrets.token_hex(6)
             spec = self._spec(run_id, submitted, env=env or {}, config=config)
             await backend.preflight(spec)
-            await self.store.append(run_id, 0, [NewEvent(SUBMITTED, dict(submitted))])
+            if self.gated:
+                self._write_pending(spec)
+            # Known before its Submitted commits (the scheduler may admit it
+            # as soon as it does), and locked until its version is known.
+            state = _RunState.queued(spec)
+            if not self.gated:
+                state.admitted = True
+                state.unqueued.set()
+            async with state.lock:
+                self._runs[run_id] = state
+                try:
+                    recorded = await self.store.append(run_id, 0, [NewEvent(SUBMITTED, dict(submitted))])
+                except BaseException:
+                    self._runs.pop(run_id, None)
+                    self._remove_pending(run_id)
+                    raise
+                state.version = max(state.version, recorded[-1].version)
         status = await self.get(run_id)
-        state = _RunState(spec, status)
-        self._runs[run_id] = state
         self._tg.start_soon(self._drive, state, True, name=f"run-{run_id}")
         log.info("submitted", run=run_id, project=project, name=name, backend=spec.backend)
         return status
@@ -301,7 +353,15 @@ class Supervisor:
                 try:
                     handle: Mapping[str, Any] = state.handle
                     if fresh:
+                        await state.unqueued.wait()
+                        if not state.admitted:
+                            return  # ended while queued
+                        if state.extra_env:
+                            spec = state.spec = dataclasses.replace(spec, env={**spec.env, **state.extra_env})
                         handle = await backend.start(spec, reporter)
+                        self._remove_pending(spec.run_id)
+                        # The env values were for the start only: keep none in memory.
+                        spec = state.spec = dataclasses.replace(spec, env={})
                     await backend.supervise(spec, handle, reporter)
                     if state.ingest_pending:  # resumed after a restart, and the backlog is now recorded
                         await reporter.record(LOG_INGEST_DONE, {})
@@ -313,6 +373,9 @@ class Supervisor:
                     await reporter.phase("ERROR", reason="InternalError", message=f"jobsup failed supervising this run: {err!r}")
         finally:
             state.done.set()
+            if state.phase in TERMINAL_PHASES and self._runs.get(spec.run_id) is state:
+                # A terminal run is only in the store now: nothing of it stays in memory.
+                del self._runs[spec.run_id]
 
     # -- cancel --------------------------------------------------------------
 
@@ -333,10 +396,20 @@ class Supervisor:
         async with state.lock:
             if state.phase in TERMINAL_PHASES:
                 return await self.get(run_id)
+            if not state.admitted:
+                # Still queued: nothing was started, so nothing to stop.
+                await self._end_queued_locked(state, "Canceled", "canceled while queued", cancel_event=True)
+                return await self.get(run_id)
             first = not state.cancel_requested
             state.cancel_requested = True
             if first:
-                await reporter._append_locked([NewEvent(CANCEL_REQUESTED, {})])
+                try:
+                    # A cancel that cannot be recorded is refused (nothing done)
+                    # rather than left hanging on a locked or full store.
+                    await reporter._append_locked([NewEvent(CANCEL_REQUESTED, {})], wait_for_storage=False)
+                except BaseException:
+                    state.cancel_requested = False
+                    raise
         backend = self.backends[state.spec.backend]
         try:
             await backend.cancel(state.spec, state.handle)
@@ -382,7 +455,10 @@ class Supervisor:
         for status in runs:
             events = await self.store.read_all(0, limit=1, run_id=status.id)  # Submitted, not the whole stream
             submitted = events[0].data if events else {}
-            spec = self._spec(status.id, submitted, env={}, config=None)
+            pending = self._read_pending(status.id) or {}
+            env = pending.get("env") if isinstance(pending.get("env"), dict) else {}
+            config = pending.get("config") if isinstance(pending.get("config"), dict) else None
+            spec = self._spec(status.id, submitted, env=env or {}, config=config)
             state = _RunState(spec, status)
             self._runs[status.id] = state
             if spec.backend not in self.backends:
@@ -390,10 +466,27 @@ class Supervisor:
                     "ERROR", reason="BackendUnavailable", message=f"backend {spec.backend!r} is not configured on this daemon"
                 )
                 continue
-            self._tg.start_soon(self._drive, state, False, name=f"run-{status.id}")
+            fresh = self._never_started(status, spec)
+            if not fresh or not self.gated:
+                state.admitted = True
+                state.unqueued.set()
+            self._tg.start_soon(self._drive, state, fresh, name=f"run-{status.id}")
         if runs:
             log.info("reattached", runs=len(runs))
         return len(runs)
+
+    @staticmethod
+    def _never_started(status: RunStatus, spec: RunSpec) -> bool:
+        """Whether a non-terminal run found at restart was never handed to
+        its backend: still QUEUED (waiting for admission), or admitted
+        (SCHEDULING) as a local run with neither a handle nor a runner status
+        file. Other backends' admitted runs reattach as before (their
+        ``supervise`` cleans up a start cut short)."""
+        if status.handle or (spec.run_dir / "status.json").exists():
+            return False
+        if status.phase == "QUEUED":
+            return True
+        return status.phase == "SCHEDULING" and spec.backend == "local"
 
     def _spec(
         self, run_id: str, submitted: Mapping[str, Any], *, env: Mapping[str, str], config: Mapping[str, Any] | None
@@ -420,6 +513,117 @@ class Supervisor:
             run_dir=self.paths.runs_dir / run_id,
             submitted=dict(submitted),
         )
+
+    # -- scheduling (driven by supervisord.scheduler) ------------------------------
+
+    def _pending_path(self, run_id: str) -> Path:
+        return self.paths.runs_dir / run_id / "pending.json"
+
+    def _write_pending(self, spec: RunSpec) -> None:
+        """Keep a queued run's env values and unredacted config in
+        ``<run dir>/pending.json`` (mode 0600, private state dir) until it
+        starts: they are never recorded in events, yet a daemon restarted
+        while the run waits must still start it with them."""
+        spec.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self._pending_path(spec.run_id), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({"env": dict(spec.env), "config": dict(spec.config)}, f)
+
+    def _read_pending(self, run_id: str) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self._pending_path(run_id).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as err:
+            log.warning("unreadable pending file", run=run_id, error=str(err))
+            return None
+        return data if isinstance(data, dict) else None
+
+    def _remove_pending(self, run_id: str) -> None:
+        self._pending_path(run_id).unlink(missing_ok=True)
+
+    def run_state(self, run_id: str) -> tuple[str, bool] | None:
+        """``(phase, admitted)`` of a run this daemon supervises, else None."""
+        state = self._runs.get(run_id)
+        return None if state is None else (state.phase, state.admitted)
+
+    async def admit(self, run_id: str, data: Mapping[str, Any], extra_env: Mapping[str, str], message: str) -> bool:
+        """Let a queued run start: record ``Admitted`` (``data``: queue,
+        GPUs...) and PhaseChanged SCHEDULING (``message``) in one append,
+        then release its supervision task with ``extra_env`` added to its
+        environment. Returns False (recording nothing) when the run is not
+        waiting any more (ended, being canceled, already admitted)."""
+        state = self._runs.get(run_id)
+        if state is None:
+            return False
+        async with state.lock:
+            if state.admitted or state.cancel_requested or state.phase in TERMINAL_PHASES or state.phase != "QUEUED":
+                return False
+            await _Reporter(self.store, state)._append_locked(
+                [
+                    NewEvent("Admitted", dict(data)),
+                    NewEvent(PHASE_CHANGED, {"phase": "SCHEDULING", "reason": None, "message": message}),
+                ]
+            )
+            state.phase, state.reason, state.message = "SCHEDULING", None, message
+            state.admitted = True
+            state.extra_env = dict(extra_env)
+            state.unqueued.set()
+        return True
+
+    def resume_admitted(self, run_id: str, extra_env: Mapping[str, str]) -> None:
+        """After a restart: a run whose admission is recorded but that had
+        not started may start now, with ``extra_env`` (no new event)."""
+        state = self._runs.get(run_id)
+        if state is not None and not state.unqueued.is_set():
+            state.admitted = True
+            state.extra_env = dict(extra_env)
+            state.unqueued.set()
+
+    async def set_pending(self, run_id: str, reason: str, message: str) -> bool:
+        """Record why a queued run waits (PhaseChanged QUEUED with
+        ``reason`` and ``message``) unless that is already what it says or
+        the run is no longer waiting. Returns whether an event was recorded."""
+        state = self._runs.get(run_id)
+        if state is None or state.admitted:
+            return False
+        return await _Reporter(self.store, state).phase("QUEUED", reason=reason, message=message)
+
+    async def end_queued(self, run_id: str, reason: str, message: str) -> bool:
+        """End a queued run CANCELED with ``reason`` without starting it
+        (e.g. DependencyFailed). Returns False when it was no longer waiting."""
+        state = self._runs.get(run_id)
+        if state is None:
+            return False
+        async with state.lock:
+            if state.admitted or state.phase in TERMINAL_PHASES:
+                return False
+            await self._end_queued_locked(state, reason, message, cancel_event=False)
+        return True
+
+    async def _end_queued_locked(self, state: _RunState, reason: str, message: str, *, cancel_event: bool) -> None:
+        events = [NewEvent(CANCEL_REQUESTED, {})] if cancel_event else []
+        events.append(NewEvent(PHASE_CHANGED, {"phase": "CANCELED", "reason": reason, "message": message}))
+        await _Reporter(self.store, state)._append_locked(events)
+        state.phase, state.reason, state.message = "CANCELED", reason, message
+        state.cancel_requested = state.cancel_requested or cancel_event
+        state.unqueued.set()
+        self._remove_pending(state.spec.run_id)
+        log.info("phase", run=state.spec.run_id, phase="CANCELED", reason=reason)
+
+    async def append_event(self, run_id: str, type: str, data: Mapping[str, Any]) -> None:
+        """Append one event to a run's stream (Held, HoldReleased,
+        ResourcesFreed...), under the run's lock when this daemon supervises
+        it. Raises RunNotFoundError for an unknown run."""
+        state = self._runs.get(run_id)
+        if state is not None:
+            await _Reporter(self.store, state).record(type, data)
+            return
+        status = await self.get(run_id)
+        try:
+            await self.store.append(run_id, status.version, [NewEvent(type, dict(data))])
+        except ConcurrencyError as err:
+            await self.store.append(run_id, err.actual, [NewEvent(type, dict(data))])
 
     def supervised(self) -> int:
         """How many runs have a live supervision task."""

@@ -11,6 +11,11 @@ an error naming the key and the file)::
     config: {...}               # the task config layer (see supervisord.config)
     kubernetes:
       manifest: .jobsup/k8s.yaml   # repository-relative path in the recorded commit
+    gpus: 1                     # local runs: whole GPUs of this machine (default 0)
+    queue: default              # the scheduler queue
+    priority: 0                 # -1000..1000; higher starts first
+    after: [RUN]                # start once these runs are COMPLETED
+    after_any: [RUN]            # start once these runs are terminal
 
 CLI flags override the file key by key (``--env`` adds to / replaces keys of
 ``env``).
@@ -46,7 +51,9 @@ DEFAULT_TIMEOUT_S = 4 * 3600
 #: The longest timeout accepted: 366 days.
 MAX_TIMEOUT_S = 366 * 86400
 
-_TASK_KEYS = {"name", "run", "backend", "timeout", "env", "config", "kubernetes"}
+_TASK_KEYS = {"name", "run", "backend", "timeout", "env", "config", "kubernetes", "gpus", "queue", "priority", "after", "after_any"}
+#: The scheduling keys of a task (their checks: supervisord.scheduler.options).
+SCHEDULING_KEYS = ("gpus", "queue", "priority", "after", "after_any")
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -66,6 +73,8 @@ class Task:
     config: dict[str, Any] = dataclasses.field(default_factory=dict)
     manifest: str | None = None
     path: Path | None = None
+    #: ``gpus``, ``queue``, ``priority``, ``after``, ``after_any`` as given (checked by the daemon).
+    scheduling: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def with_overrides(
         self,
@@ -76,11 +85,15 @@ class Task:
         timeout_s: int | None = None,
         env: Mapping[str, str] | None = None,
         manifest: str | None = None,
+        scheduling: Mapping[str, Any] | None = None,
     ) -> "Task":
         """Return a copy with every given (non-None) field replaced; ``env``
-        entries are added over the file's."""
+        entries are added over the file's; ``scheduling`` keys whose value
+        is not None replace the file's."""
         merged_env = dict(self.env)
         merged_env.update(env or {})
+        merged_sched = dict(self.scheduling)
+        merged_sched.update({k: v for k, v in (scheduling or {}).items() if v is not None})
         return dataclasses.replace(
             self,
             name=name if name is not None else self.name,
@@ -89,6 +102,7 @@ class Task:
             timeout_s=timeout_s if timeout_s is not None else self.timeout_s,
             env=merged_env,
             manifest=manifest if manifest is not None else self.manifest,
+            scheduling=merged_sched,
         )
 
     def default_name(self) -> str:
@@ -222,6 +236,25 @@ def _task_from_mapping(doc: Mapping[Any, Any], p: Path) -> Task:
     manifest = k8s.get("manifest")
     if manifest is not None and (not isinstance(manifest, str) or not manifest):
         raise TaskError(f"{p}: `kubernetes.manifest` must be a repository-relative path")
+    scheduling: dict[str, Any] = {}
+    for key in ("gpus", "priority"):
+        value = doc.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise TaskError(f"{p}: `{key}` must be a whole number, got {value!r}")
+        if value is not None:
+            scheduling[key] = value
+    queue = string("queue")
+    if queue is not None:
+        scheduling["queue"] = queue
+    for key in ("after", "after_any"):
+        value = doc.get(key)
+        if value is None:
+            continue
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise TaskError(f"{p}: `{key}` must be a list of run ids")
+        scheduling[key] = list(value)
     name = string("name")
     return Task(
         name=check_name(name, what=f"{p}: `name`") if name is not None else None,
@@ -232,4 +265,5 @@ def _task_from_mapping(doc: Mapping[Any, Any], p: Path) -> Task:
         config=dict(config),
         manifest=manifest,
         path=p.resolve(),
+        scheduling=scheduling,
     )

@@ -39,6 +39,10 @@ class Client:
             timeout=_CALL_TIMEOUT,
         )
 
+    #: The daemon's storage problem reported with the last :meth:`runs`
+    #: (``{"kind", "message", "since", "waiting", "summary"}``), or None.
+    storage: dict[str, Any] | None = None
+
     def close(self) -> None:
         """Close the HTTP connection pool."""
         self._http.close()
@@ -103,8 +107,8 @@ class Client:
                 if info is not None:
                     return info
                 raise DaemonUnreachableError(
-                    f"the jobsup daemon failed to start (exit {proc.returncode}); see {self.paths.daemon_log}:\n"
-                    + _tail(self.paths.daemon_log)
+                    f"the jobsup daemon failed to start (exit {proc.returncode}){_disk_full(self.paths.state_dir)};"
+                    f" see {self.paths.daemon_log}:\n" + _tail(self.paths.daemon_log)
                 )
             time.sleep(0.05)
         raise DaemonUnreachableError(
@@ -144,7 +148,9 @@ class Client:
     def runs(self, *, all: bool = False, project: str | None = None, phase: str | None = None) -> list[dict[str, Any]]:
         """``GET /runs``: the run objects, newest first."""
         params = {k: v for k, v in {"all": "1" if all else None, "project": project, "phase": phase}.items() if v}
-        return list(self._call("GET", "/runs", params=params)["runs"])
+        doc = self._call("GET", "/runs", params=params)
+        self.storage = doc.get("storage")
+        return list(doc["runs"])
 
     def show(self, ref: str) -> dict[str, Any]:
         """``GET /runs/{ref}``: ``{"run": Run, "submitted": {...}}``."""
@@ -200,6 +206,23 @@ class Client:
             params["run"] = run
         return self._stream("/events", params)
 
+    def queue(self) -> dict[str, Any]:
+        """``GET /queue``: ``{"waiting": [...], "gpus": [...], "queues": [...]}``."""
+        return dict(self._call("GET", "/queue"))
+
+    def hold(self, ref: str) -> dict[str, Any]:
+        """``POST /runs/{ref}/hold``: the run after the hold."""
+        return dict(self._call("POST", f"/runs/{ref}/hold")["run"])
+
+    def release(self, ref: str) -> dict[str, Any]:
+        """``POST /runs/{ref}/release``: the run after the release."""
+        return dict(self._call("POST", f"/runs/{ref}/release")["run"])
+
+    def rerun(self, ref: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``POST /runs/{ref}/rerun`` with ``{"env", "hold", "force"}``:
+        ``{"run": Run, "rerun_of": id, "missing_env": [NAME]}``."""
+        return dict(self._call("POST", f"/runs/{ref}/rerun", json=dict(body)))
+
     def ui(self, *, port: int | None = None, stop: bool = False) -> dict[str, Any]:
         """``POST /ui``: serve the web page (``{"url", "port"}``, the URL with
         a new one-time token) or, with ``stop``, switch it off (``{}``)."""
@@ -244,3 +267,15 @@ def _tail(path: Any, n: int = 15) -> str:
     except OSError:
         return ""
     return "\n".join(lines[-n:])
+
+
+def _disk_full(folder: Any) -> str:
+    """``": the disk holding FOLDER is full ..."`` when its file system has
+    no free space (the daemon's own log, on that disk, may then be empty)."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return ""
+    if st.f_bavail * st.f_frsize < 64 * 1024:
+        return f": the disk holding {folder} is full (free some space; the daemon could not write its log)"
+    return ""

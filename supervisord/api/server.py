@@ -24,8 +24,11 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from store import PHASE_CHANGED, PHASES, TERMINAL_PHASES, EventStore, LogLine, RunStatus
 from supervisord.api.logs_route import logs_response
+from supervisord.api.scheduler_routes import scheduler_routes
 from supervisord.api.wire import API_PREFIX, encode_error
+from supervisord.health import storage_json
 from supervisord.exceptions import JobsupError, UsageError
+from supervisord.scheduler.driver import Scheduler
 from supervisord.submit import Planner, SubmitRequest
 from supervisord.supervisor import PHASE_RANK, Supervisor
 
@@ -119,12 +122,16 @@ def create_app(
     store: EventStore,
     info: dict[str, Any],
     doctor: Callable[[], Awaitable[list[dict[str, Any]]]],
+    scheduler: Scheduler | None = None,
     ui: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None,
 ) -> Starlette:
-    """Build the API application over a running supervisor and store."""
+    """Build the API application over a running supervisor and store (and
+    the scheduler, whose routes it adds when given)."""
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"ok": True, **info, "supervised": supervisor.supervised()})
+        return JSONResponse(
+            {"ok": True, **info, "supervised": supervisor.supervised(), "storage": storage_json(store)}
+        )
 
     async def submit(request: Request) -> Response:
         try:
@@ -133,7 +140,8 @@ def create_app(
             raise UsageError("submit: the request body is not JSON") from None
         req = SubmitRequest.from_json(body)
         plan = await planner.plan(req)
-        run = await supervisor.submit(plan.submitted, env=plan.env, config=plan.config, force=plan.force)
+        submitted = await scheduler.prepare(plan.submitted) if scheduler is not None else plan.submitted
+        run = await supervisor.submit(submitted, env=plan.env, config=plan.config, force=plan.force)
         return JSONResponse({"run": run.to_json(), "warnings": plan.warnings}, status_code=201)
 
     async def list_runs(request: Request) -> Response:
@@ -147,7 +155,7 @@ def create_app(
         if not _flag(request, "all") and not phase:
             recent = {r.id for r in runs[:20]}
             runs = [r for r in runs if not r.terminal or r.id in recent]
-        return JSONResponse({"runs": [r.to_json() for r in runs]})
+        return JSONResponse({"runs": [r.to_json() for r in runs], "storage": storage_json(store)})
 
     async def show(request: Request) -> Response:
         run_id = await supervisor.resolve(request.path_params["ref"])
@@ -254,6 +262,8 @@ def create_app(
         Route(f"{p}/events", _errors(events), methods=["GET"]),
         Route(f"{p}/doctor", _errors(doctor_route), methods=["GET"]),
     ]
+    if scheduler is not None:
+        routes += scheduler_routes(supervisor=supervisor, scheduler=scheduler, digest_key=planner.digest_key)
     return Starlette(routes=routes)
 
 

@@ -5,4 +5,5 @@ from __future__ import annotations
 from supervisord.cli import runs_cmd  # noqa: F401
 from supervisord.cli import render_cmd  # noqa: F401
 from supervisord.cli import config_cmd  # noqa: F401
+from supervisord.cli import queue_cmd  # noqa: F401
 from supervisord.cli import ui_cmd  # noqa: F401

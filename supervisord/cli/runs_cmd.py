@@ -18,7 +18,8 @@ from supervisord.api.client import Client
 from supervisord.api.wire import EXIT_UNREACHABLE, EXIT_WAIT_TIMEOUT, PHASES, exit_code_for_phase
 from supervisord.cli.main import cli
 from supervisord.cli.output import emit, info, output_option, warn
-from supervisord.cli.shape import reject_shape_flags, shape_flag_options
+from supervisord.cli.queue_cmd import scheduling_options, take_scheduling
+from supervisord.cli.shape import reject_shape_flags, shape_flag_options_without
 from supervisord.exceptions import DaemonUnreachableError, TaskError
 from supervisord.task import BACKENDS, Task, check_name, load_task, parse_duration, parse_env_pairs
 
@@ -83,6 +84,7 @@ def build_task(
     timeout: str | None,
     manifest: str | None,
     env_pairs: tuple[str, ...],
+    scheduling: dict[str, Any] | None = None,
 ) -> Task:
     """The task from an optional task file and the flags (flags win).
 
@@ -101,6 +103,7 @@ def build_task(
         timeout_s=parse_duration(timeout, what="--timeout") if timeout is not None else None,
         env=parse_env_pairs(env_pairs),
         manifest=manifest,
+        scheduling=scheduling,
     )
 
 
@@ -114,6 +117,7 @@ def task_wire(task: Task) -> dict[str, Any]:
         "env": task.env,
         "manifest": task.manifest,
         "path": str(task.path) if task.path else None,
+        **task.scheduling,
     }
 
 
@@ -128,7 +132,8 @@ def task_wire(task: Task) -> dict[str, Any]:
 @click.option("--config", "config_args", multiple=True, metavar="KEY.PATH=VALUE|FILE", help="Config override (repeatable) or one config file.")
 @click.option("--force", is_flag=True, help="Submit even if the same project+name has a run in flight.")
 @click.option("--follow", "-f", is_flag=True, help="Stream the logs, then exit like `jobsup wait`.")
-@shape_flag_options
+@scheduling_options
+@shape_flag_options_without("gpus")
 @click.pass_context
 def submit(
     ctx: click.Context,
@@ -143,12 +148,16 @@ def submit(
     config_args: tuple[str, ...],
     force: bool,
     follow: bool,
-    **shape: str | None,
+    **shape: Any,
 ) -> None:
     """Queue a run of TASK.yaml and/or `-- CMD...`; print its id on stdout."""
+    sched, hold = take_scheduling(shape)
     reject_shape_flags(shape)
     command = ctx.meta.get("jobsup.command")
-    task = build_task(task_file, command, name=name, backend=backend, timeout=timeout, manifest=manifest, env_pairs=env_pairs)
+    task = build_task(
+        task_file, command, name=name, backend=backend, timeout=timeout, manifest=manifest, env_pairs=env_pairs,
+        scheduling=sched,
+    )
     if not task.run:
         raise TaskError("no command: give `run:` in the task file or `-- CMD...` after the options")
     layers = cfg.load_client_layers(task=task, cli_config=list(config_args), cwd=Path.cwd())
@@ -159,6 +168,7 @@ def submit(
         "cwd": os.getcwd(),
         "rev": rev,
         "force": force,
+        "hold": hold,
     }
     result = client.submit(body)
     for line in result.get("warnings") or []:
@@ -229,7 +239,10 @@ def emit_json_line(obj: dict[str, Any]) -> None:
 @output_option()
 def runs(all_: bool, project: str | None, phase: str | None, output: str) -> None:
     """List runs, newest first."""
-    rows = _client().runs(all=all_, project=project, phase=phase)
+    client = _client()
+    rows = client.runs(all=all_, project=project, phase=phase)
+    if client.storage:
+        click.echo(f"warning: {client.storage.get('summary') or client.storage}", err=True)
     if output == "table":
         if not rows:
             info("no runs")

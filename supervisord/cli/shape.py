@@ -12,7 +12,7 @@ import click
 
 from supervisord.exceptions import UsageError
 
-__all__ = ["shape_flag_options", "reject_shape_flags"]
+__all__ = ["shape_flag_options", "shape_flag_options_without", "reject_shape_flags"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -31,6 +31,19 @@ def shape_flag_options(fn: F) -> F:
     for flag in reversed(SHAPE_FLAGS):
         fn = click.option(f"--{flag}", default=None, hidden=True)(fn)
     return fn
+
+
+def shape_flag_options_without(*names: str) -> Callable[[F], F]:
+    """:func:`shape_flag_options` without the flags in ``names`` (a command
+    that takes one of them for real, e.g. submit's ``--gpus``)."""
+
+    def deco(fn: F) -> F:
+        for flag in reversed(SHAPE_FLAGS):
+            if flag not in names:
+                fn = click.option(f"--{flag}", default=None, hidden=True)(fn)
+        return fn
+
+    return deco
 
 
 def reject_shape_flags(values: dict[str, Any]) -> None:

@@ -54,6 +54,7 @@ DAEMON_ONLY_KEYS: tuple[KeyPath, ...] = (
     ("daemon",),
     ("allowed_backends",),
     ("kubernetes", "allowed_contexts"),
+    ("scheduler",),
     ("ui",),
 )
 

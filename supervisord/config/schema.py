@@ -34,6 +34,10 @@ Keys::
     ui: {port: 1..65535, host: str, tls_cert: str, tls_key: str}   daemon-only
     daemon: {synchronous: FULL | NORMAL, max_running: int > 0,
              log_level: debug | info | warning | error}   daemon-only
+    scheduler:                          daemon-only
+      gpus: auto | [int >= 0 | str]     GPU indices or UUIDs (default auto)
+      queues: {<name>: {max_parallel: int > 0}}
+      cpu_runs_see_gpus: bool
 """
 
 from __future__ import annotations
@@ -173,6 +177,32 @@ CONFIG_SCHEMA: dict[str, Any] = {
                 "synchronous": {"enum": ["FULL", "NORMAL"]},
                 "max_running": _POS_INT,
                 "log_level": {"enum": ["debug", "info", "warning", "error"]},
+            },
+        },
+        "scheduler": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "gpus": {
+                    "anyOf": [
+                        {"const": "auto"},
+                        {
+                            "type": "array",
+                            "uniqueItems": True,
+                            "items": {"anyOf": [{"type": "integer", "minimum": 0}, _STR]},
+                        },
+                    ]
+                },
+                "queues": {
+                    "type": "object",
+                    "propertyNames": {"pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"},
+                    "additionalProperties": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {"max_parallel": _POS_INT},
+                    },
+                },
+                "cpu_runs_see_gpus": {"type": "boolean"},
             },
         },
     },

@@ -123,3 +123,57 @@ async def test_a_held_lock_gives_a_clear_error_then_writes_resume(db_path: Path)
         await store.append("r1", 1, [phase("RUNNING")])
         run = await store.get_run("r1")
         assert run is not None and run.phase == "RUNNING"
+
+
+async def test_wait_for_storage_retries_through_a_full_disk_and_a_held_lock(db_path: Path) -> None:
+    """Appends with ``wait_for_storage`` are held and retried (with back-off)
+    while the disk is full or another process holds the lock, and written
+    once storage works; ``storage_problem`` says why meanwhile. A fail-fast
+    append in the same batches still fails at once."""
+    async with await EventStore.open(db_path, busy_timeout_s=0.3, commit_window_s=0.01) as store:
+        await store.append("r1", 0, [submitted()])
+        page_count = list(await store._writer_conn.execute_fetchall("PRAGMA page_count"))[0][0]
+        await store._writer_conn.execute(f"PRAGMA max_page_count = {page_count + 1}")
+        done: list[int] = []
+
+        async def waiting(version: int) -> None:
+            recorded = await store.append(
+                "r1", version, [lines([(str(version * 1000 + i), "y" * 1000) for i in range(300)])], wait_for_storage=True
+            )
+            done.append(recorded[-1].version)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiting, 1)
+            with anyio.fail_after(30):
+                while store.storage_problem() is None:
+                    await anyio.sleep(0.05)
+            problem = store.storage_problem()
+            assert problem is not None and problem["kind"] == "disk full" and problem["waiting"] == 1
+            with pytest.raises(StorageFullError):  # no wait: fails alone
+                await store.append("r2", 0, [lines([(str(i), "z" * 1000) for i in range(300)])])
+            await anyio.sleep(1.0)
+            assert done == []
+            await store._writer_conn.execute("PRAGMA max_page_count = 1073741823")  # space returns
+        assert done == [2] and store.storage_problem() is None
+
+        async with await anyio.open_process([sys.executable, HELPER, "lock", str(db_path)]) as proc:
+            assert proc.stdout is not None and proc.stdin is not None
+            output = b""
+            with anyio.fail_after(30):
+                while not output.endswith(b"\n"):
+                    output += await proc.stdout.receive()
+            assert output == b"locked\n"
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiting, 2)
+                with anyio.fail_after(30):
+                    while store.storage_problem() is None:
+                        await anyio.sleep(0.05)
+                problem = store.storage_problem()
+                assert problem is not None and problem["kind"] == "locked" and str(db_path) in problem["message"]
+                await anyio.sleep(1.0)  # several busy timeouts
+                assert done == [2]
+                await proc.stdin.aclose()
+            assert await proc.wait() == 0
+        assert done == [2, 3] and store.storage_problem() is None
+        run = await store.get_run("r1")
+        assert run is not None and run.version == 3 and run.log_lines == 600

@@ -126,6 +126,13 @@ class JobsupEnv:
         doc: dict[str, Any] = json.loads(self.cli("show", run_id, "-o", "json").stdout)
         return doc
 
+    def runner_status(self, run_id: str) -> dict[str, Any]:
+        """The local runner's last status of ``run_id`` (its JSON line; the
+        MAC is checked by the daemon, not here)."""
+        raw = (self.state_dir / "runs" / ".status" / run_id).read_bytes()
+        doc: dict[str, Any] = json.loads(raw.split(b"\n", 1)[0])
+        return doc
+
     def close(self) -> None:
         self.stop_daemon()
         shutil.rmtree(self.sock_dir, ignore_errors=True)

@@ -93,7 +93,7 @@ def test_cancel_kills_the_whole_group(js: JobsupEnv, repo: Path) -> None:
     # A grandchild in the background plus a foreground sleeper.
     run_id = js.submit(repo, "--", "sleep 300 & sleep 300; echo never")
     assert js.cli("wait", run_id, "--for", "RUNNING", "--timeout", "30s", check=False).returncode == 0
-    status = json.loads((js.state_dir / "runs" / run_id / "status.json").read_text())
+    status = js.runner_status(run_id)
     pgid = status["pgid"]
     assert _pgrp_members(pgid), "the job's process group should be running"
     js.cli("cancel", run_id)
@@ -133,7 +133,7 @@ def test_kill_9_daemon_loses_and_doubles_nothing(js: JobsupEnv, repo: Path) -> N
 def test_runner_gone_is_lost(js: JobsupEnv, repo: Path) -> None:
     run_id = js.submit(repo, "--", "echo started; sleep 300")
     assert js.cli("wait", run_id, "--for", "RUNNING", "--timeout", "30s", check=False).returncode == 0
-    status = json.loads((js.state_dir / "runs" / run_id / "status.json").read_text())
+    status = js.runner_status(run_id)
     js.kill_daemon(signal.SIGKILL)
     # Simulate a reboot: the runner and the job die without a final status.
     os.kill(status["runner_pid"], signal.SIGKILL)
@@ -295,7 +295,7 @@ def test_a_daemonized_leftover_is_stopped_when_the_job_ends(js: JobsupEnv, repo:
 def test_lost_run_leaves_nothing_running(js: JobsupEnv, repo: Path) -> None:
     run_id = js.submit(repo, "--", "sleep 1009")
     assert js.cli("wait", run_id, "--for", "RUNNING", "--timeout", "30s", check=False).returncode == 0
-    status = json.loads((js.state_dir / "runs" / run_id / "status.json").read_text())
+    status = js.runner_status(run_id)
     os.kill(status["runner_pid"], signal.SIGKILL)
     r = js.cli("wait", run_id, "-o", "json", "--timeout", "30s", check=False)
     assert r.returncode == 1 and json.loads(r.stdout)[0]["reason"] == "Lost"

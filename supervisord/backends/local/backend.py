@@ -4,12 +4,15 @@ its own detached runner (:mod:`supervisord.backends.local.runner`)."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
-import sys
+import time
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -18,11 +21,16 @@ import structlog
 
 from store import LOG_INGEST_DONE, LOG_INGEST_PENDING
 from supervisord.backends.base import RunReporter, RunSpec
-from supervisord.backends.local.runner import group_alive, proc_start_time
+from supervisord.backends.local import runner as _runner_module
+from supervisord.backends.local.runner import (
+    decode_status,
+    group_alive,
+    proc_start_time,
+)
 from supervisord.backends.local.tail import FileTailer
 from supervisord.exceptions import BackendError, PreflightError
 
-__all__ = ["LocalBackend"]
+__all__ = ["LocalBackend", "run_processes"]
 
 log = structlog.get_logger("jobsup.local")
 
@@ -79,20 +87,27 @@ class LocalBackend:
         ``{"runner_pid", "runner_start", "run_dir"}``. Raises BackendError."""
         shell, grace = self._settings(spec)
         spec.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        status_path = _status_path(spec.run_dir)
         payload = json.dumps(
             {
+                "run_id": spec.run_id,
                 "command": spec.command,
                 "env": dict(spec.env),
                 "timeout_s": spec.timeout_s,
                 "kill_grace_s": grace,
                 "shell": shell,
                 "snapshot": str(spec.snapshot),
+                "status_path": str(status_path),
+                "status_key": _run_key(spec.run_dir).hex(),
             }
         ).encode()
 
         def launch() -> subprocess.CompletedProcess[bytes]:
+            # Isolated (-I: no user site, no PYTHON* variables, no cwd on the
+            # path; -S: no site packages): the runner needs only the standard
+            # library, and each one stays small (see the runner's docstring).
             return subprocess.run(
-                [sys.executable, "-m", "supervisord.backends.local.runner", str(spec.run_dir)],
+                [*_runner_module.command(), str(spec.run_dir)],
                 input=payload,
                 capture_output=True,
                 start_new_session=True,
@@ -109,7 +124,8 @@ class LocalBackend:
                 f"the local runner failed to start: {proc.stderr.decode('utf-8', 'replace').strip()}"
             )
         info = json.loads(proc.stdout.decode().splitlines()[0])
-        handle = {"runner_pid": info["pid"], "runner_start": info["start"], "run_dir": str(spec.run_dir)}
+        handle = {"runner_pid": info["pid"], "runner_start": info["start"], "run_dir": str(spec.run_dir),
+                  "status": str(status_path)}
         await reporter.handle(handle)
         return handle
 
@@ -122,12 +138,10 @@ class LocalBackend:
         return start is not None and start == handle.get("runner_start")
 
     @staticmethod
-    def _read_status(run_dir: Path) -> dict[str, Any]:
-        try:
-            data = json.loads((run_dir / "status.json").read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return {}
-        return data if isinstance(data, dict) else {}
+    def _read_status(run_dir: Path, signed: bool = True) -> dict[str, Any]:
+        """The runner's last status ({} when there is none yet, or when what
+        is there is not a status the runner wrote: see :class:`_StatusFile`)."""
+        return _StatusFile(run_dir, signed).read()
 
     async def supervise(self, spec: RunSpec, handle: Mapping[str, Any], reporter: RunReporter) -> None:
         """Tail the output files into log events and report phases until the
@@ -139,8 +153,9 @@ class LocalBackend:
             status = self._read_status(run_dir)
             if "runner_pid" in status:
                 handle = {"runner_pid": status["runner_pid"], "runner_start": status.get("runner_start"),
-                          "run_dir": str(run_dir)}
+                          "run_dir": str(run_dir), "status": str(_status_path(run_dir))}
                 await reporter.handle(handle)
+        signed = "status" in handle  # runners from before signed statuses wrote RUN_DIR/status.json
         tailers: dict[str, FileTailer] = {}
         for stream in _STREAMS:
             pos = await reporter.log_position(stream)
@@ -151,17 +166,18 @@ class LocalBackend:
             max_bytes=int(local.get("max_log_bytes") or 0) or None, keep_files=bool(local.get("keep_log_files"))
         )
         delay = _POLL_MIN_S
-        status_file = _StatusFile(run_dir)
+        status_file = _StatusFile(run_dir, signed)
         try:
             while True:
                 status = status_file.read()
                 state = status.get("state")
                 if state != "exited" and not self._runner_alive(handle):
                     # Read again: the runner may have finished between the two checks.
-                    status = self._read_status(run_dir)
+                    status = self._read_status(run_dir, signed)
                     state = status.get("state")
                     if state != "exited":
                         await self._drain(tailers, reporter, final=True)
+                        await anyio.to_thread.run_sync(_kill_lost_run, spec.run_id, status, limiter=self._limiter)
                         await self._report_outcome(status, reporter)
                         return
                 # Phases first, then the output they explain: the audit trail
@@ -257,7 +273,6 @@ class LocalBackend:
     @staticmethod
     async def _report_outcome(status: Mapping[str, Any], reporter: RunReporter) -> None:
         if status.get("state") != "exited":
-            _kill_orphaned_group(status)
             await reporter.phase(
                 "ERROR",
                 reason="Lost",
@@ -290,13 +305,10 @@ class LocalBackend:
         # The runner is gone. If it died without a final status (killed with
         # -9), nothing reaped its group: stop what is left. (After a final
         # status the group was already empty and its pgid may be reused.)
-        status = self._read_status(run_dir)
+        status = self._read_status(run_dir, "status" in handle)
         pgid = status.get("pgid")
         if status.get("state") == "running" and isinstance(pgid, int):
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            await anyio.to_thread.run_sync(_kill_lost_run, spec.run_id, status, limiter=self._limiter)
             with anyio.fail_after(30):
                 while group_alive(pgid):
                     await anyio.sleep(0.02)
@@ -363,31 +375,81 @@ def _file_size(path: Path) -> int:
         return 0
 
 
-class _StatusFile:
-    """``RUN_DIR/status.json``, read again only when it changed.
+_KEY_FILE = "key"
 
-    The runner replaces the file by rename at each step, and each step's
-    status is longer than the one before (it adds fields), so an unchanged
-    (inode, mtime, ctime, size) means unchanged content: most polls cost a
-    ``stat`` instead of an open, read and JSON parse.
+
+def _status_path(run_dir: Path) -> Path:
+    """Where the runner of ``run_dir`` keeps its status: ``<runs dir>/.status/<run id>``,
+    outside the job's working tree (``RUN_DIR/repo``), so nothing the job
+    does in or around its own folder reaches it."""
+    return run_dir.parent / ".status" / run_dir.name
+
+
+def _run_key(run_dir: Path) -> bytes:
+    """The run's status key: HMAC-SHA256 of the run id under the local
+    backend's key (``<runs dir>/.status/key``, 32 random bytes, mode 0600,
+    created on first use). The runner gets it on stdin; a status without a
+    valid MAC under it is not taken (see the runner's threat model)."""
+    folder = run_dir.parent / ".status"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = folder / _KEY_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        master = path.read_bytes()
+        if len(master) != 32:
+            raise BackendError(f"{path} is damaged ({len(master)} bytes, expected 32)") from None
+    else:
+        master = secrets.token_bytes(32)
+        with os.fdopen(fd, "wb") as f:
+            f.write(master)
+            f.flush()
+            os.fsync(f.fileno())
+    return hmac.new(master, run_dir.name.encode(), hashlib.sha256).digest()
+
+
+class _StatusFile:
+    """The runner's status, read again only when the file changed.
+
+    Signed (the runner's current format, see
+    :mod:`supervisord.backends.local.runner`): ``<runs dir>/.status/<id>``,
+    rewritten in place and verified with the run's key; a record that is not
+    valid (torn by a concurrent rewrite, or not written by the runner) is
+    ignored and the last valid status kept. Unsigned (``signed=False``): the
+    plain ``RUN_DIR/status.json`` of runners from before, replaced by rename.
+    An unchanged (inode, mtime, ctime, size) means unchanged content: most
+    polls cost a ``stat`` instead of an open, read and parse.
     """
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, signed: bool = True) -> None:
         self.run_dir = run_dir
+        self.path = _status_path(run_dir) if signed else run_dir / "status.json"
+        self._mac_key = _run_key(run_dir) if signed else None
         self._key: tuple[int, int, int, int] | None = None
+        self._rejected: tuple[int, int, int, int] | None = None
         self._data: dict[str, Any] = {}
 
     def read(self) -> dict[str, Any]:
-        """The status as :meth:`LocalBackend._read_status` reads it ({} when missing)."""
+        """The last valid status ({} when there is none)."""
         try:
-            st = os.stat(self.run_dir / "status.json")
+            st = os.stat(self.path)
         except FileNotFoundError:
             self._key, self._data = None, {}
             return {}
         key = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
         if key != self._key:
-            self._data = LocalBackend._read_status(self.run_dir)
-            self._key = key
+            try:
+                raw = self.path.read_bytes()
+            except FileNotFoundError:
+                return self._data
+            data = decode_status(raw, self._mac_key)
+            if data is not None:
+                self._data = data
+                self._key = key
+            elif raw.strip() and key != self._rejected:  # once per version of the file
+                self._rejected = key
+                log.warning("local.status_rejected", run=self.run_dir.name, path=str(self.path),
+                            hint="not a status the runner wrote (torn, or written by something else); ignored")
         return self._data
 
 
@@ -409,4 +471,47 @@ def _kill_orphaned_group(status: Mapping[str, Any]) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def run_processes(run_id: str) -> list[int]:
+    """Pids of this user's live processes whose environment carries
+    ``JOBSUP_RUN_ID=<run_id>`` (``/proc/PID/environ``, proc(5)): every
+    process of the run's job, including those that left its process group
+    (setsid, double fork) and were re-parented to init when the runner died.
+    Never this process."""
+    marker = f"JOBSUP_RUN_ID={run_id}".encode()
+    uid, me = os.getuid(), os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != uid:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            continue
+        if marker in env.split(b"\0") and proc_start_time(int(entry)) is not None:
+            found.append(int(entry))
+    return found
+
+
+def _kill_lost_run(run_id: str, status: Mapping[str, Any]) -> None:
+    """The runner died without a final status: SIGKILL its job's process
+    group and every process that carries the run's id in its environment
+    (the runner is no longer there to reap those that left the group), until
+    none is left (at most ~5 s: a process could keep forking)."""
+    _kill_orphaned_group(status)
+    for _ in range(250):
+        pids = run_processes(run_id)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.02)
+    log.warning("local.lost_run_survivors", run=run_id, pids=run_processes(run_id))
 

@@ -1,65 +1,115 @@
 """The detached per-run runner of the local backend.
 
-Run as ``python -m supervisord.backends.local.runner RUN_DIR`` with the run's
-spec as one JSON object on stdin::
+Started as ``python -I -S -c "...import runner..." RUN_DIR`` (:func:`command`; isolated: no site packages,
+no user environment's Python settings; this file imports only the standard
+library, never the daemon's stack) with the run's spec as one JSON object on
+stdin::
 
-    {"command": str, "env": {NAME: value}, "timeout_s": int,
-     "kill_grace_s": int, "shell": "bash", "snapshot": "/path/source.tar"}
+    {"run_id": str, "command": str, "env": {NAME: value}, "timeout_s": int,
+     "kill_grace_s": int, "shell": "bash", "snapshot": "/path/source.tar",
+     "status_path": "/path/ID.status", "status_key": hex}
 
-It forks once: the first process prints ``{"pid": P, "start": T}`` (the
-runner's pid and its start time in clock ticks since boot, field 22 of
-``/proc/P/stat``) on stdout and exits, so the daemon never has to reap it;
-the second (the runner) is re-parented to init and outlives the daemon.
+Three processes take part, so the runner that stays keeps little memory
+(issue 12 item 17: each idle runner's ``Private_Dirty`` stays under 4 MB):
 
-The runner extracts the snapshot into ``RUN_DIR/repo``, runs the command
-with the shell there (in its own process group), appends its stdout and
-stderr to ``RUN_DIR/stdout.log`` and ``RUN_DIR/stderr.log`` (the child writes
-to those files directly: nothing is lost if the runner or the daemon dies),
-enforces the timeout (SIGTERM to the whole group, SIGKILL after the grace
-period) and writes ``RUN_DIR/status.json`` atomically (temp file, fsync,
-rename) at each step:
+1. the launcher (what the daemon starts) reads the spec, forks, prints
+   ``{"pid": P, "start": T}`` (the runner's pid and its start time in clock
+   ticks since boot, field 22 of ``/proc/P/stat``) and exits, so the daemon
+   never reaps it and the runner is re-parented to init;
+2. the forked child makes itself its job's child subreaper (prctl(2), through
+   ctypes) and execs a fresh isolated interpreter on this file with
+   ``--runner`` (the subreaper setting survives execve(2); ctypes' and json's
+   memory do not), handing it the spec in a memfd in a NUL-separated form
+   that needs no ``json`` to read;
+3. the runner: extracts the snapshot into ``RUN_DIR/repo`` (in a short-lived
+   child, so ``tarfile`` never loads in the runner), starts the command with
+   the shell there in its own process group (fork and exec: no
+   ``subprocess``), enforces the timeout (SIGTERM to the whole group, SIGKILL
+   after the grace period) and writes its status at each step.
+
+The job's output: the job writes ``RUN_DIR/stdout.log`` and
+``RUN_DIR/stderr.log`` directly (see :func:`_open_output`): nothing is lost if
+the runner or the daemon dies.
+
+Status (issue 12 items 6 and 8). The status lives at ``status_path``, outside
+the job's working tree (``RUN_DIR/repo``), in one file preallocated at start
+and rewritten in place, so the final status never needs a new disk block (a
+full disk cannot turn a finished run into a lost one; a write that fails
+anyway is retried with back-off until it succeeds). Its content::
+
+    <status JSON>\\n<hex HMAC-SHA256 of the JSON text under status_key>\\n<spaces to 4096 bytes>
 
     {"state": "staging", ...}
     {"state": "running", "pid": child, "pgid": child, "started_at": ...}
     {"state": "exited", "exit_code": int|None, "signal": int|None,
-     "reason": "Completed"|"NonZeroExit"|"Signaled"|"DeadlineExceeded"|"Canceled"|"StagingFailed",
+     "reason": "Completed"|"NonZeroExit"|"Signaled"|"DeadlineExceeded"|"Canceled"
+               |"StagingFailed"|"StartFailed"|"RunnerFailed",
      "message": str, "finished_at": ...}
+
+Threat model: the job runs as the same user as the runner and the daemon, so
+file modes cannot keep it from any file the daemon can read or write (nor
+from the daemon's API). What the design guarantees: nothing a job does in its
+own tree (``../status.json``, ``rm -rf ..``, a tool writing a status file)
+changes what jobsup records, and the daemon takes only a status that carries
+a valid MAC under the run's key, which the daemon derives from a key file in
+the state dir and hands the runner on stdin: never in the job's environment,
+argv or run folder. A job that deliberately reads that key file (or, where
+ptrace is allowed, the runner's memory) could forge a status, as it could
+call the API; that is out of scope.
 
 SIGTERM to the runner is a cancel: the group gets SIGTERM, then SIGKILL after
 the grace period, and the final status is written only once no process of the
-group remains. The runner is its job's child subreaper (prctl(2)), so a
-process that leaves the group (setsid, a double-forked daemon) is re-parented
-to the runner and stopped with the rest — on cancel, on timeout, and when the
-job's shell exits.
+group remains. As child subreaper the runner also stops processes that left
+the group (setsid, a double-forked daemon) -- on cancel, on timeout, and when
+the job's shell exits.
 """
 
 from __future__ import annotations
 
-import ctypes
-import datetime as dt
-import json
 import os
 import select
-import signal
-import subprocess
 import sys
-import tarfile
 import time
-from pathlib import Path
-from typing import Any
 
-__all__ = ["main", "extract_snapshot", "group_alive", "proc_start_time", "write_status"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing/pathlib/tarfile are not loaded at run time
+    import signal
+    import tarfile
+    from pathlib import Path
+    from typing import Any
+else:
+    # The C module under ``signal``: the same functions and constants, without
+    # the enum classes (and the ~0.9 MB that importing ``enum`` costs).
+    import _signal as signal
+
+__all__ = [
+    "STATUS_SIZE",
+    "command",
+    "decode_status",
+    "encode_status",
+    "extract_snapshot",
+    "group_alive",
+    "main",
+    "proc_start_time",
+    "status_mac",
+]
+
+#: Size of the status file: preallocated once, rewritten in place.
+STATUS_SIZE = 4096
+_PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    t = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1_000_000):06d}Z"
 
 
 def proc_start_time(pid: int) -> int | None:
     """Start time of ``pid`` in clock ticks since boot (``/proc/PID/stat``
     field 22, proc(5)), or None when no such process exists (or it is a zombie)."""
     try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
     except (FileNotFoundError, ProcessLookupError):
         return None
     # The command name (field 2) is in parentheses and may contain spaces.
@@ -79,6 +129,8 @@ def extract_snapshot(tar: tarfile.TarFile, dest: Path) -> None:
     applied by hand where the Python lacks it (3.11 before 3.11.4, e.g.
     Debian 12's). Raises tarfile.TarError naming the member.
     """
+    import tarfile
+
     if hasattr(tarfile, "tar_filter"):
         tar.extractall(dest, filter="tar")
         return
@@ -94,19 +146,157 @@ def extract_snapshot(tar: tarfile.TarFile, dest: Path) -> None:
         tar.extract(member, root, set_attrs=not member.issym())
 
 
-def write_status(run_dir: Path, status: dict[str, Any]) -> None:
-    """Write ``RUN_DIR/status.json`` atomically and durably."""
-    tmp = run_dir / ".status.json.tmp"
-    with tmp.open("w", encoding="utf-8") as f:
-        json.dump(status, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, run_dir / "status.json")
-    dfd = os.open(run_dir, os.O_DIRECTORY)
+# -- the status record -------------------------------------------------------
+
+
+def status_mac(key: bytes, body: bytes) -> str:
+    """HMAC-SHA256 (RFC 2104) of ``body`` under ``key``, as hex: the same as
+    ``hmac.new(key, body, hashlib.sha256).hexdigest()``, built on the
+    interpreter's own ``_sha256`` so the runner loads neither ``hmac`` nor
+    OpenSSL (``hashlib``)."""
+    from _sha256 import sha256  # type: ignore[import-not-found]  # the interpreter's own SHA-256 (no OpenSSL)
+
+    if len(key) > 64:
+        key = sha256(key).digest()
+    key = key.ljust(64, b"\0")
+    inner = sha256(bytes(b ^ 0x36 for b in key) + body).digest()
+    return str(sha256(bytes(b ^ 0x5C for b in key) + inner).hexdigest())
+
+
+def _json_value(value: object) -> str:
+    from _json import encode_basestring_ascii
+
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int):
+        return str(value)
+    return str(encode_basestring_ascii(str(value)))
+
+
+def encode_status(status: dict[str, Any], key: bytes) -> bytes:
+    """The status file's content for ``status`` (flat: str, int, bool, None
+    values): JSON text, newline, its MAC, newline, spaces up to
+    :data:`STATUS_SIZE` bytes. An over-long ``message`` is cut to fit."""
+    while True:
+        body = ("{" + ", ".join(f"{_json_value(k)}: {_json_value(v)}" for k, v in status.items()) + "}").encode()
+        if len(body) + 66 <= STATUS_SIZE or len(str(status.get("message") or "")) < 16:
+            break
+        message = str(status["message"])
+        status = {**status, "message": message[: max(0, len(message) - (len(body) + 66 - STATUS_SIZE) - 16)] + "..."}
+    data = body + b"\n" + status_mac(key, body).encode() + b"\n"
+    return data.ljust(STATUS_SIZE, b" ")
+
+
+def decode_status(data: bytes, key: bytes | None) -> dict[str, Any] | None:
+    """The status in a status file's ``data``, or None when it is not one the
+    runner wrote: torn (read during a rewrite), not JSON, or without a valid
+    MAC under ``key``. ``key=None`` reads an unsigned plain-JSON status (of a
+    runner from before signed statuses: runs still in flight across an
+    upgrade). Runs in the daemon (uses ``json`` and ``hmac``)."""
+    import hmac
+    import json
+
+    if key is None:
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            return None
+        return doc if isinstance(doc, dict) else None
+    body, sep, rest = data.partition(b"\n")
+    mac = rest.split(b"\n", 1)[0].strip()
+    if not sep or not hmac.compare_digest(mac, status_mac(key, body).encode()):
+        return None
     try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+class _StatusWriter:
+    """The runner's status file: created and preallocated once, then
+    rewritten in place (pwrite of the whole record, fdatasync)."""
+
+    def __init__(self, path: str, key: bytes) -> None:
+        self.key = key
+        self.path = path
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        self.fd = self._open()
+        self.last: dict[str, Any] | None = None
+        self.data = b""
+        self.ino = -1
+
+    def _open(self) -> int:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        os.posix_fallocate(fd, 0, STATUS_SIZE)
+        return fd
+
+    def write(self, status: dict[str, Any]) -> None:
+        """One write attempt; raises OSError."""
+        data = encode_status(status, self.key)
+        os.pwrite(self.fd, data, 0)
+        os.fdatasync(self.fd)
+        self.last = status
+        self.data = data
+        self.ino = os.fstat(self.fd).st_ino
+
+    def restore(self) -> None:
+        """Rewrite the last status if something else changed, replaced or
+        removed the file since (a job is not meant to reach it, but could):
+        the daemon then sees the runner's word again within one check. The
+        content is compared, not the mtime: a write in the same clock tick
+        as ours would leave the mtime unchanged."""
+        if self.last is None:
+            return
+        try:
+            if os.stat(self.path).st_ino != self.ino:
+                raise FileNotFoundError  # replaced: take the path back
+            if os.pread(self.fd, STATUS_SIZE + 1, 0) == self.data:
+                return
+        except FileNotFoundError:
+            try:
+                fd = self._open()
+            except OSError:
+                return
+            os.close(self.fd)
+            self.fd = fd
+        except OSError:
+            return
+        _note("the status file was changed by something else: rewritten")
+        try:
+            os.ftruncate(self.fd, STATUS_SIZE)
+            self.write(self.last)
+        except OSError as err:
+            _note(f"cannot rewrite the status ({err})")
+
+    def write_final(self, status: dict[str, Any]) -> None:
+        """Write the final status, retrying with back-off (0.1 s doubling to
+        5 s) until it is written: the daemon must never see the runner gone
+        without it."""
+        delay = 0.1
+        while True:
+            try:
+                self.write(status)
+                return
+            except OSError as err:
+                _note(f"cannot write the final status ({err}); retrying in {delay:g}s")
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def _note(text: str) -> None:
+    """A line in runner.log (our stderr); a failed write (full disk) is dropped."""
+    try:
+        os.write(2, f"{_now()} {text}\n".encode(errors="replace"))
+    except OSError:
+        pass
+
+
+# -- process helpers -------------------------------------------------------------
 
 
 def group_alive(pgid: int) -> bool:
@@ -128,18 +318,6 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-_PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
-
-
-def _become_subreaper() -> None:
-    """Make orphaned descendants re-parent to this process, not to init
-    (prctl PR_SET_CHILD_SUBREAPER), so a job cannot escape by daemonizing."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(err)}")
-
-
 def _descendants() -> set[int]:
     """Every live process below this one (by parent pid, from /proc)."""
     children: dict[int, list[int]] = {}
@@ -147,7 +325,8 @@ def _descendants() -> set[int]:
         if not entry.isdigit():
             continue
         try:
-            raw = Path(f"/proc/{entry}/stat").read_bytes()
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                raw = f.read()
         except OSError:
             continue
         fields = raw[raw.rindex(b")") + 2 :].split()
@@ -192,6 +371,7 @@ def _signal_tree(pgid: int, sig: int) -> None:
 def _stop_tree(pgid: int, grace: float) -> None:
     """SIGTERM what is left of the job, SIGKILL after ``grace`` seconds, and
     return once nothing of it remains (all reaped)."""
+
     def left() -> bool:
         _reap(-1)
         return group_alive(pgid) or bool(_descendants())
@@ -207,19 +387,62 @@ def _stop_tree(pgid: int, grace: float) -> None:
         time.sleep(0.02)
 
 
+def _signal_name(sig: int) -> str:
+    """``SIGKILL`` for 9 (what ``signal.Signals(sig).name`` gives, without enum)."""
+    for name, value in vars(signal).items():
+        if name.startswith("SIG") and not name.startswith("SIG_") and value == sig:
+            return name
+    return str(sig)
+
+
+def _child_error(wfd: int, what: str, err: BaseException) -> None:
+    """In a forked child: report ``err`` through ``wfd`` and exit 127."""
+    try:
+        os.write(wfd, f"{what}: {err}".encode(errors="replace"))
+    finally:
+        os._exit(127)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
+
+
+# -- the job's output ------------------------------------------------------------
+
+
+def _open_output(run_dir: str) -> tuple[int, int]:
+    """The job's stdout and stderr: ``RUN_DIR/stdout.log`` and
+    ``RUN_DIR/stderr.log``, opened for append (the child writes them
+    directly). The caller closes both."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+    out = os.open(os.path.join(run_dir, "stdout.log"), flags, 0o600)
+    err = os.open(os.path.join(run_dir, "stderr.log"), flags, 0o600)
+    return out, err
+
+
+# -- the runner ------------------------------------------------------------------
+
+
 class _Runner:
-    def __init__(self, run_dir: Path, spec: dict[str, Any]) -> None:
+    def __init__(self, run_dir: str, spec: dict[str, Any]) -> None:
         self.run_dir = run_dir
         self.spec = spec
         self.base: dict[str, Any] = {"runner_pid": os.getpid(), "runner_start": proc_start_time(os.getpid())}
         self.cancel_requested = False
+        self.status_file = _StatusWriter(spec["status_path"], bytes.fromhex(spec["status_key"]))
         rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.wake_r = rfd
         signal.set_wakeup_fd(wfd)
         signal.signal(signal.SIGTERM, self._on_term)
         # SIGCHLD must have a handler for the wakeup fd to see it.
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
-        _become_subreaper()
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
@@ -227,65 +450,112 @@ class _Runner:
         self.cancel_requested = True
 
     def status(self, **fields: Any) -> None:
-        write_status(self.run_dir, {**self.base, **fields})
+        """A step's status; a failed write is left for the next step (the
+        record carries every field so far)."""
+        try:
+            self.status_file.write({**self.base, **fields})
+        except OSError as err:
+            _note(f"cannot write the status ({err}); the next step's will carry it")
 
-    def stage(self) -> Path:
+    def final(self, **fields: Any) -> None:
+        self.status_file.write_final({**self.base, "state": "exited", **fields, "finished_at": _now()})
+
+    def stage(self) -> str:
+        """Extract the snapshot into RUN_DIR/repo in a child process (tarfile
+        loads there, not here). Raises OSError with the child's error."""
         self.status(state="staging", at=_now())
-        repo = self.run_dir / "repo"
-        repo.mkdir(exist_ok=True)
-        with tarfile.open(self.spec["snapshot"], "r:") as tar:
-            extract_snapshot(tar, repo)
+        repo = os.path.join(self.run_dir, "repo")
+        os.makedirs(repo, exist_ok=True)
+        rfd, wfd = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:
+            os.close(rfd)
+            try:
+                import pathlib
+                import tarfile
+
+                with tarfile.open(self.spec["snapshot"], "r:") as tar:
+                    extract_snapshot(tar, pathlib.Path(repo))
+            except BaseException as err:  # noqa: BLE001 -- a forked child: report anything, then _exit
+                _child_error(wfd, "cannot extract the source snapshot", err)
+            os._exit(0)
+        os.close(wfd)
+        error = _read_all(rfd)
+        os.waitpid(pid, 0)
+        if error:
+            raise OSError(error.decode(errors="replace"))
         return repo
 
     def run(self) -> int:
         try:
             repo = self.stage()
-        except (OSError, tarfile.TarError) as exc:
-            self.status(state="exited", exit_code=None, signal=None, reason="StagingFailed",
-                        message=f"cannot extract the source snapshot: {exc}", finished_at=_now())
+        except OSError as exc:
+            self.final(exit_code=None, signal=None, reason="StagingFailed", message=str(exc))
             return 1
         if self.cancel_requested:
-            self.status(state="exited", exit_code=None, signal=None, reason="Canceled",
-                        message="canceled before start", finished_at=_now())
+            self.final(exit_code=None, signal=None, reason="Canceled", message="canceled before start")
             return 0
-        env = dict(os.environ)
-        for key in [k for k in env if k.startswith("JOBSUP_")]:
-            del env[key]
-        env.update(self.spec.get("env") or {})
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JOBSUP_")}
+        env.update(self.spec["env"])
         env.setdefault("PYTHONUNBUFFERED", "1")
-        env["JOBSUP_RUN_ID"] = self.run_dir.name
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-        out = os.open(self.run_dir / "stdout.log", flags, 0o600)
-        err = os.open(self.run_dir / "stderr.log", flags, 0o600)
+        env["JOBSUP_RUN_ID"] = self.spec["run_id"]
+        shell = self.spec["shell"] or "bash"
         try:
-            child = subprocess.Popen(
-                [self.spec.get("shell") or "bash", "-c", self.spec["command"]],
-                cwd=repo,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                process_group=0,
-                restore_signals=True,
-            )
+            pid = self._spawn(shell, repo, env)
         except OSError as exc:
-            self.status(state="exited", exit_code=None, signal=None, reason="StartFailed",
-                        message=f"cannot start {self.spec.get('shell') or 'bash'}: {exc}", finished_at=_now())
+            self.final(exit_code=None, signal=None, reason="StartFailed", message=f"cannot start {shell}: {exc}")
             return 1
+        self.spec["env"] = {}  # the values stay with the job only
+        del env
+        self.base.update(pid=pid, pgid=pid, child_start=proc_start_time(pid), started_at=_now())
+        self.status(state="running")
+        return self.supervise(pid, pid)
+
+    def _spawn(self, shell: str, cwd: str, env: dict[str, str]) -> int:
+        """Fork and exec ``shell -c command`` in ``cwd`` with ``env``, in its
+        own process group, stdin from /dev/null, output as
+        :func:`_open_output` gives it, default signal dispositions. Raises
+        OSError when the exec (or the set-up before it) failed."""
+        out, err = _open_output(self.run_dir)
+        rfd, wfd = os.pipe2(os.O_CLOEXEC)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os.close(rfd)
+                    for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE,
+                                signal.SIGXFSZ):
+                        signal.signal(sig, signal.SIG_DFL)
+                    signal.set_wakeup_fd(-1)
+                    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+                    os.setpgid(0, 0)
+                    devnull = os.open(os.devnull, os.O_RDONLY)
+                    os.dup2(devnull, 0)
+                    os.dup2(out, 1)
+                    os.dup2(err, 2)
+                    os.chdir(cwd)
+                    os.execvpe(shell, [shell, "-c", self.spec["command"]], env)
+                except BaseException as exc:  # noqa: BLE001 -- a forked child: report anything, then _exit
+                    _child_error(wfd, "exec", exc)
+            os.close(wfd)
+            wfd = -1
+            failure = _read_all(rfd)  # EOF at exec (close-on-exec): started
         finally:
             os.close(out)
             os.close(err)
-        pgid = child.pid
-        self.base.update(pid=child.pid, pgid=pgid, child_start=proc_start_time(child.pid), started_at=_now())
-        self.status(state="running")
-        return self.supervise(child, pgid)
+            if wfd >= 0:
+                os.close(wfd)
+        if failure:
+            os.waitpid(pid, 0)
+            raise OSError(failure.decode(errors="replace").removeprefix("exec: "))
+        return pid
 
-    def supervise(self, child: subprocess.Popen[bytes], pgid: int) -> int:
+    def supervise(self, child: int, pgid: int) -> int:
         deadline = time.monotonic() + float(self.spec["timeout_s"])
-        grace = float(self.spec.get("kill_grace_s", 10))
+        grace = float(self.spec["kill_grace_s"])
         outcome: str | None = None
         kill_at: float | None = None
-        code = _reap(child.pid)
+        code = _reap(child)
         while code is None:
             now = time.monotonic()
             if outcome is None and self.cancel_requested:
@@ -299,8 +569,9 @@ class _Runner:
                 _signal_tree(pgid, signal.SIGKILL)
             wake = [t for t in (deadline if outcome is None else None, kill_at) if t is not None]
             # SIGCHLD and SIGTERM wake the select through the wakeup fd; the
-            # cap only bounds how long a missed wake-up could go unnoticed.
-            timeout = min([max(0.0, t - now) for t in wake] + [5.0])
+            # cap bounds how long a missed wake-up, or a status file changed
+            # by something else (restored below), could go unnoticed.
+            timeout = min([max(0.0, t - now) for t in wake] + [2.0])
             try:
                 select.select([self.wake_r], [], [], timeout)
             except InterruptedError:
@@ -310,8 +581,8 @@ class _Runner:
                     pass
             except BlockingIOError:
                 pass
-            code = _reap(child.pid)
-        child.returncode = code
+            code = _reap(child)
+            self.status_file.restore()
         # The run is over when its shell exits: stop everything it left
         # behind — its process group, and any descendant that left the group
         # (setsid, double fork): as child subreaper the runner inherits those.
@@ -326,47 +597,118 @@ class _Runner:
         elif code == 0:
             reason, message = "Completed", "exit code 0"
         elif sig is not None:
-            reason, message = "Signaled", f"killed by signal {signal.Signals(sig).name}"
+            reason, message = "Signaled", f"killed by signal {_signal_name(sig)}"
         else:
             reason, message = "NonZeroExit", f"exit code {code}"
-        self.status(state="exited", exit_code=exit_code, signal=sig, reason=reason,
-                    message=message, finished_at=_now())
+        self.final(exit_code=exit_code, signal=sig, reason=reason, message=message)
         return 0
+
+
+# -- start-up ------------------------------------------------------------------------
+
+
+def command() -> list[str]:
+    """The argv that starts this module isolated: ``python -I -S -c ...``
+    importing it from its folder (so its compiled ``.pyc`` is used: running
+    the file as a script would compile it in every runner), then
+    ``main(sys.argv[1:])``. Append the arguments."""
+    folder = os.path.dirname(os.path.abspath(__file__))
+    code = f"import sys; sys.path.insert(0, {folder!r}); from runner import main; sys.exit(main(sys.argv[1:]))"
+    return [sys.executable, "-I", "-S", "-c", code]
+
+
+_SPEC_FIELDS = ("run_id", "command", "shell", "snapshot", "status_path", "status_key", "timeout_s", "kill_grace_s")
+
+
+def _pack_spec(spec: dict[str, Any]) -> bytes:
+    """The spec as NUL-separated fields (``_SPEC_FIELDS`` in order, then
+    NAME, value pairs of the env): what the runner reads without ``json``."""
+    items = [str(spec.get(k) if spec.get(k) is not None else "") for k in _SPEC_FIELDS]
+    for k, v in (spec.get("env") or {}).items():
+        items += [str(k), str(v)]
+    return b"\0".join(os.fsencode(i) for i in items)
+
+
+def _unpack_spec(data: bytes) -> dict[str, Any]:
+    items = [os.fsdecode(i) for i in data.split(b"\0")]
+    spec: dict[str, Any] = dict(zip(_SPEC_FIELDS, items))
+    spec["timeout_s"] = int(spec["timeout_s"])
+    spec["kill_grace_s"] = int(spec["kill_grace_s"] or 10)
+    rest = items[len(_SPEC_FIELDS) :]
+    spec["env"] = dict(zip(rest[::2], rest[1::2]))
+    return spec
+
+
+def _become_subreaper() -> None:
+    """Make orphaned descendants re-parent to this process, not to init
+    (prctl PR_SET_CHILD_SUBREAPER; kept across execve), so a job cannot
+    escape by daemonizing."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(err)}")
+
+
+def _launch(run_dir: str) -> int:
+    """The launcher (steps 1 and 2 of the module docstring)."""
+    import json
+
+    spec = json.loads(sys.stdin.buffer.read())
+    spec_fd = os.memfd_create("jobsup-runner-spec", 0)  # inherited across exec
+    os.write(spec_fd, _pack_spec(spec))
+    pid = os.fork()
+    if pid == 0:
+        # The runner-to-be: detach stdio from the daemon's pipes.
+        try:
+            log = os.open(os.path.join(run_dir, "runner.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            os.close(devnull)
+            os.close(log)
+            _become_subreaper()
+            os.execv(sys.executable, [*command(), "--runner", run_dir, str(spec_fd)])
+        except BaseException as exc:  # noqa: BLE001 -- a forked child: note anything, then _exit
+            _note(f"runner start failed: {exc!r}")
+        os._exit(127)
+    start = None
+    for _ in range(200):
+        start = proc_start_time(pid)
+        if start is not None:
+            break
+        time.sleep(0.005)
+    sys.stdout.write(json.dumps({"pid": pid, "start": start}) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def _run(run_dir: str, spec_fd: int) -> int:
+    """The runner (step 3)."""
+    size = os.fstat(spec_fd).st_size
+    data = os.pread(spec_fd, size, 0)
+    os.close(spec_fd)
+    spec = _unpack_spec(data)
+    del data
+    runner: _Runner | None = None
+    try:
+        runner = _Runner(run_dir, spec)
+        return runner.run()
+    except BaseException as exc:  # last resort: leave a final status, never a silent death
+        _note(f"runner failed: {exc!r}")
+        if runner is not None:
+            runner.final(exit_code=None, signal=None, reason="RunnerFailed", message=f"runner failed: {exc!r}")
+        raise
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; see the module docstring. Returns the process exit code."""
     args = sys.argv[1:] if argv is None else argv
-    run_dir = Path(args[0])
-    spec = json.loads(sys.stdin.buffer.read())
-    pid = os.fork()
-    if pid > 0:
-        # First process: report the runner and exit, so the daemon never
-        # waits on the runner and the runner is re-parented to init.
-        start = None
-        for _ in range(200):
-            start = proc_start_time(pid)
-            if start is not None:
-                break
-            time.sleep(0.005)
-        sys.stdout.write(json.dumps({"pid": pid, "start": start}) + "\n")
-        sys.stdout.flush()
-        os._exit(0)
-    # The runner: detach stdio from the daemon's pipes.
-    log = os.open(run_dir / "runner.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(devnull)
-    os.close(log)
-    try:
-        return _Runner(run_dir, spec).run()
-    except BaseException as exc:  # last resort: leave a final status, never a silent death
-        write_status(run_dir, {"state": "exited", "exit_code": None, "signal": None,
-                               "reason": "RunnerFailed", "message": f"runner failed: {exc!r}",
-                               "finished_at": _now()})
-        raise
+    if args and args[0] == "--runner":
+        return _run(args[1], int(args[2]))
+    return _launch(args[0])
 
 
 if __name__ == "__main__":

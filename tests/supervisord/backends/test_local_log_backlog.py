@@ -54,8 +54,13 @@ async def _wait_exited(run_dir: Path) -> dict[str, object]:
     with anyio.fail_after(120):
         while True:
             try:
-                status = json.loads((run_dir / "status.json").read_text())
-            except (FileNotFoundError, ValueError):
+                raw = local_backend._status_path(run_dir).read_bytes()
+            except FileNotFoundError:
+                raw = b""
+            # The runner's status (signed since the durability work; the JSON is its first line).
+            try:
+                status = json.loads(raw.partition(b"\n")[0] or b"{}")
+            except ValueError:
                 status = {}
             if status.get("state") == "exited":
                 return status

@@ -1,0 +1,137 @@
+"""Scheduler commands: ``queue``, ``hold``, ``release``, ``rerun``, and the
+submit flags ``--gpus --queue --priority --after --after-any --hold``.
+
+They talk to the daemon only through :class:`supervisord.api.client.Client`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from supervisord.cli.main import cli
+from supervisord.cli.output import emit, info, output_option, warn
+from supervisord.task import parse_env_pairs
+
+__all__ = ["hold", "queue", "release", "rerun", "scheduling_options", "take_scheduling"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_SCHED_PARAMS = ("gpus", "queue", "priority", "after", "after_any", "hold")
+
+
+def scheduling_options(fn: F) -> F:
+    """Add ``--gpus N --queue Q --priority P --after RUN… --after-any RUN…
+    --hold`` to a command (their values arrive in its ``**kwargs``; take
+    them out with :func:`take_scheduling`)."""
+    options = [
+        click.option("--gpus", type=click.IntRange(min=0), help="Local runs: whole GPUs of this machine (default 0)."),
+        click.option("--queue", help="The scheduler queue (default `default`)."),
+        click.option("--priority", type=click.IntRange(-1000, 1000), help="-1000..1000 (default 0); higher starts first."),
+        click.option("--after", multiple=True, metavar="RUN", help="Start once RUN is COMPLETED (repeatable)."),
+        click.option("--after-any", "after_any", multiple=True, metavar="RUN", help="Start once RUN is terminal (repeatable)."),
+        click.option("--hold", is_flag=True, help="Queue the run held; `jobsup release RUN` lets it start."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def take_scheduling(kwargs: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """Pop the scheduling options out of a command's ``kwargs``: ``(the
+    task's scheduling keys that were given, hold)``."""
+    values = {k: kwargs.pop(k, None) for k in _SCHED_PARAMS}
+    hold = bool(values.pop("hold"))
+    sched = {k: (list(v) if isinstance(v, tuple) else v) for k, v in values.items()}
+    return {k: v for k, v in sched.items() if v not in (None, [])}, hold
+
+
+def _client() -> Any:
+    from supervisord.cli.runs_cmd import _client as connect
+
+    return connect()
+
+
+_WAIT_COLUMNS = ("position", "id", "name", "queue", "priority", "gpus", "reason", "message")
+_GPU_COLUMNS = ("index", "uuid", "name", "holder", "since")
+
+
+@cli.command("queue")
+@output_option()
+def queue(output: str) -> None:
+    """Waiting runs in start order with why they wait, then each GPU and its holder."""
+    doc = _client().queue()
+    if output != "table":
+        emit(doc, output)
+        return
+    if doc["waiting"]:
+        emit(doc["waiting"], "table", columns=_WAIT_COLUMNS)
+    else:
+        info("no run is waiting")
+    if doc["gpus"]:
+        click.echo("")
+        rows = [
+            {
+                "index": g["index"], "uuid": g["uuid"], "name": g["name"],
+                "holder": f"{g['holder']['id']} ({g['holder']['name']})" if g["holder"] else "free",
+                "since": g["holder"]["since"] if g["holder"] else None,
+            }
+            for g in doc["gpus"]
+        ]
+        emit(rows, "table", columns=_GPU_COLUMNS)
+    else:
+        info("no GPUs are managed by this daemon (see `jobsup doctor`)")
+
+
+def _hold_or_release(action: str, runs_: tuple[str, ...], output: str) -> None:
+    client = _client()
+    done = [client.hold(ref) if action == "hold" else client.release(ref) for ref in runs_]
+    if output != "table":
+        emit(done, output)
+        return
+    for r in done:
+        info(f"run {r['id']}: {r['phase']}" + (f" ({r['reason']})" if r.get("reason") else ""))
+
+
+@cli.command("hold")
+@click.argument("runs_", metavar="RUN...", nargs=-1, required=True)
+@output_option()
+def hold(runs_: tuple[str, ...], output: str) -> None:
+    """Keep queued runs from starting until `jobsup release`."""
+    _hold_or_release("hold", runs_, output)
+
+
+@cli.command("release")
+@click.argument("runs_", metavar="RUN...", nargs=-1, required=True)
+@output_option()
+def release(runs_: tuple[str, ...], output: str) -> None:
+    """Let held runs start."""
+    _hold_or_release("release", runs_, output)
+
+
+@cli.command("rerun")
+@click.argument("run")
+@click.option("--env", "env_pairs", multiple=True, metavar="K=V", help="A value for one of the run's env names (repeatable).")
+@click.option("--hold", is_flag=True, help="Queue the new run held.")
+@click.option("--force", is_flag=True, help="Submit even if the same project+name has a run in flight.")
+def rerun(run: str, env_pairs: tuple[str, ...], hold: bool, force: bool) -> None:
+    """Submit RUN's task, commit, effective config and scheduling options again
+    as a new run; print its id. Env values are not stored: each of the run's
+    env names takes its value from --env, else from this environment."""
+    given = parse_env_pairs(env_pairs)
+    client = _client()
+    names = sorted((client.show(run).get("submitted") or {}).get("env") or {})
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        warn(f"--env {', '.join(unknown)}: not an env name of run {run}; ignored")
+    env = {k: given[k] if k in given else os.environ[k] for k in names if k in given or k in os.environ}
+    result = client.rerun(run, {"env": env, "hold": hold, "force": force})
+    if result.get("missing_env"):
+        warn(
+            f"no value for {', '.join(result['missing_env'])} (not in --env or this environment): "
+            "the new run starts without them"
+        )
+    click.echo(result["run"]["id"])

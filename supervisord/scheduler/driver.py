@@ -1,0 +1,488 @@
+"""The scheduler's driver: keeps the scheduling state as a projection of the
+event log, runs :func:`~supervisord.scheduler.policy.decide` whenever a
+commit changes it, and records and carries out each decision.
+
+Events it reads (and what it records, on the run's own stream):
+
+``Submitted``
+    ``scheduling`` (see :mod:`supervisord.scheduler.options`): a new waiting run.
+``Held`` (data ``{}``) / ``HoldReleased`` (data ``{}``)
+    ``jobsup hold`` / ``jobsup release`` (``submit --hold`` records
+    ``scheduling.hold: true`` in Submitted instead).
+``Admitted``
+    ``{"queue": str, "in_queue": int, "max_parallel": int | None,
+    "gpus": [{"index", "uuid", "name", "memory"}], "waited_s": float}``,
+    recorded with a PhaseChanged SCHEDULING in one append: the run may start.
+``ResourcesFreed``
+    ``{"queue": str, "gpus": [uuid]}``: an admitted run reached a terminal
+    phase, its GPUs and queue slot are free (recorded after that phase).
+``PhaseChanged`` QUEUED
+    ``reason`` Held | WaitingForDependency | WaitingForSlot | WaitingForGPUs
+    and ``message``: recorded only when they change.
+``PhaseChanged`` CANCELED, reason ``DependencyFailed``
+    an ``after`` dependency ended other than COMPLETED.
+
+Wake-ups: :meth:`EventStore.wait_for_events` on those types (no polling;
+idle, the driver waits on a future). After ``kill -9`` the state is rebuilt
+from the log (:meth:`Scheduler.load`): a non-terminal run with an
+``Admitted`` event holds its GPUs; a run that ended holds nothing; a queued
+run waits again with the order it had.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import structlog
+
+from store import (
+    PHASE_CHANGED,
+    SUBMITTED,
+    TERMINAL_PHASES,
+    EventStore,
+    RecordedEvent,
+    StoreError,
+)
+from supervisord.exceptions import (
+    AmbiguousRunError,
+    RunNotFoundError,
+    TaskError,
+    UsageError,
+)
+from supervisord.scheduler.gpus import Inventory, gpu_env
+from supervisord.scheduler.options import DEFAULT_QUEUE, scheduling_of
+from supervisord.scheduler.policy import (
+    DEADLINE_SLACK_S,
+    DEPENDENCY_FAILED,
+    Active,
+    Decision,
+    Gpu,
+    Situation,
+    Waiting,
+    decide,
+    find_cycle,
+)
+from supervisord.supervisor import Supervisor
+
+__all__ = ["ADMITTED", "HELD_EVENT", "HOLD_RELEASED", "RESOURCES_FREED", "Scheduler", "SchedulerSettings"]
+
+log = structlog.get_logger("jobsup.scheduler")
+
+ADMITTED = "Admitted"
+HELD_EVENT = "Held"
+HOLD_RELEASED = "HoldReleased"
+RESOURCES_FREED = "ResourcesFreed"
+_TYPES = (SUBMITTED, PHASE_CHANGED, ADMITTED, HELD_EVENT, HOLD_RELEASED)
+_RETRY_S = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SchedulerSettings:
+    """The daemon config's ``scheduler`` section: queue caps (``queues.<Q>.
+    max_parallel``; ``daemon.max_running`` is the ``default`` queue's cap
+    when that queue sets none) and ``cpu_runs_see_gpus``."""
+
+    caps: Mapping[str, int | None]
+    cpu_runs_see_gpus: bool = False
+
+    @classmethod
+    def from_config(cls, data: Mapping[str, Any]) -> SchedulerSettings:
+        """From the daemon's effective config document."""
+        sched = data.get("scheduler") or {}
+        caps: dict[str, int | None] = {}
+        for name, q in (sched.get("queues") or {}).items():
+            caps[str(name)] = (q or {}).get("max_parallel")
+        max_running = (data.get("daemon") or {}).get("max_running")
+        if caps.get(DEFAULT_QUEUE) is None and max_running is not None:
+            caps[DEFAULT_QUEUE] = int(max_running)
+        return cls(caps=caps, cpu_runs_see_gpus=bool(sched.get("cpu_runs_see_gpus")))
+
+
+@dataclasses.dataclass
+class _Run:
+    run_id: str
+    order: int
+    project: str
+    name: str
+    backend: str
+    created_at: str
+    timeout_s: int
+    sched: dict[str, Any]
+    held: bool
+    phase: str = "QUEUED"
+    reason: str | None = None
+    message: str | None = None
+    gpus: tuple[str, ...] = ()
+    queue: str = DEFAULT_QUEUE
+    admitted_at: str | None = None
+    deadline: float = 0.0
+    cached: Waiting | None = None  # what decide() gets; rebuilt when ``held`` changes
+
+    def waiting(self) -> Waiting:
+        if self.cached is None or self.cached.held != self.held:
+            s = self.sched
+            self.cached = Waiting(
+                run_id=self.run_id, order=self.order, priority=int(s["priority"]), queue=self.queue,
+                gpus=int(s["gpus"]), after=tuple(s["after"]), after_any=tuple(s["after_any"]),
+                held=self.held, timeout_s=self.timeout_s,
+            )
+        return self.cached
+
+
+def _epoch(at: str) -> float:
+    return dt.datetime.fromisoformat(at).timestamp()
+
+
+def _now_rfc3339() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Scheduler:
+    """Decides when each queued run starts and on which GPUs.
+
+    Use: ``sched = Scheduler(store, supervisor, inventory, settings)``;
+    ``await sched.load()`` after ``supervisor.reattach_all()`` and before
+    serving; ``tg.start_soon(sched.run)`` for the daemon's life.
+    """
+
+    def __init__(self, store: EventStore, supervisor: Supervisor, inventory: Inventory, settings: SchedulerSettings) -> None:
+        self.store = store
+        self.supervisor = supervisor
+        self.inventory = inventory
+        self.settings = settings
+        self._gpus = {g.uuid: g for g in inventory.gpus}
+        self._waiting: dict[str, _Run] = {}
+        self._active: dict[str, _Run] = {}
+        self._dep_phase: dict[str, str] = {}
+        self._to_free: list[_Run] = []
+        self._cursor = 0
+        self._last = Decision()
+        self._lock = anyio.Lock()
+        self._dirty = True  # something may have changed since the last pass
+        self.passes = 0
+
+    # -- state from the log -----------------------------------------------------
+
+    def _new_run(self, event: RecordedEvent) -> _Run:
+        data = event.data
+        sched = scheduling_of(data)
+        return _Run(
+            run_id=event.run_id,
+            order=event.seq,
+            project=str(data.get("project") or ""),
+            name=str(data.get("name") or ""),
+            backend=str(data.get("backend") or ""),
+            created_at=event.at,
+            timeout_s=int(data.get("timeout_s") or 4 * 3600),
+            sched=sched,
+            held=bool(sched["hold"]),
+            queue=str(sched["queue"]),
+        )
+
+    def _admitted(self, run: _Run, at: str, data: Mapping[str, Any]) -> None:
+        run.gpus = tuple(str(g.get("uuid")) for g in data.get("gpus") or [] if isinstance(g, Mapping))
+        run.queue = str(data.get("queue") or run.queue)
+        run.admitted_at = at
+        run.deadline = _epoch(at) + run.timeout_s + DEADLINE_SLACK_S
+        self._waiting.pop(run.run_id, None)
+        self._active[run.run_id] = run
+
+    async def _watch_deps(self, run: _Run) -> None:
+        for dep in [*run.sched["after"], *run.sched["after_any"]]:
+            if dep not in self._dep_phase:
+                status = await self.store.get_run(dep)
+                self._dep_phase[dep] = status.phase if status is not None else "QUEUED"
+
+    async def load(self) -> None:
+        """Rebuild the state from the log: every non-terminal run's
+        Submitted, Admitted, Held and HoldReleased events. Admitted runs
+        hold their GPUs again; one that was admitted but never handed to its
+        backend is let start (with its GPUs)."""
+        self._cursor = await self.store.last_seq()
+        for status in reversed(await self.store.list_runs(non_terminal_only=True)):
+            events = await self.store.read_all(
+                0, limit=1_000_000, run_id=status.id, types=[SUBMITTED, ADMITTED, HELD_EVENT, HOLD_RELEASED]
+            )
+            if not events or events[0].type != SUBMITTED:
+                continue
+            run = self._new_run(events[0])
+            run.phase, run.reason, run.message = status.phase, status.reason, status.message
+            self._waiting[run.run_id] = run
+            admitted: RecordedEvent | None = None
+            for e in events[1:]:
+                if e.type == HELD_EVENT:
+                    run.held = True
+                elif e.type == HOLD_RELEASED:
+                    run.held = False
+                elif e.type == ADMITTED:
+                    admitted = e
+            if admitted is not None:
+                self._admitted(run, admitted.at, admitted.data)
+                state = self.supervisor.run_state(run.run_id)
+                if state is not None and not state[1]:
+                    self.supervisor.resume_admitted(run.run_id, self._env_for(run, [self._gpus[u] for u in run.gpus if u in self._gpus]))
+            else:
+                await self._watch_deps(run)
+        log.info(
+            "scheduler loaded", waiting=len(self._waiting), active=len(self._active), gpus=len(self.inventory.gpus)
+        )
+
+    async def _apply(self, e: RecordedEvent) -> bool:
+        """Fold one event into the state; returns whether it can change a
+        decision (a new run, a run that ended, a hold or release, a
+        dependency's phase), so the driver's own QUEUED reasons and the
+        phases of started runs do not cost a pass."""
+        rid = e.run_id
+        if e.type == SUBMITTED:
+            if rid in self._waiting or rid in self._active:
+                return False
+            new = self._new_run(e)
+            self._waiting[rid] = new
+            await self._watch_deps(new)
+            return True
+        run = self._waiting.get(rid) or self._active.get(rid)
+        if e.type == PHASE_CHANGED:
+            phase = str(e.data.get("phase"))
+            relevant = False
+            if rid in self._dep_phase and self._dep_phase[rid] != phase:
+                self._dep_phase[rid] = phase
+                relevant = True
+            if run is None:
+                return relevant
+            run.phase = phase
+            if phase == "QUEUED" and rid in self._waiting:
+                run.reason, run.message = e.data.get("reason"), e.data.get("message")
+            if phase in TERMINAL_PHASES:
+                self._waiting.pop(rid, None)
+                if self._active.pop(rid, None) is not None:
+                    self._to_free.append(run)
+                return True
+            return relevant
+        if run is None:
+            return False
+        if e.type in (HELD_EVENT, HOLD_RELEASED):
+            held = e.type == HELD_EVENT
+            changed = run.held != held
+            run.held = held
+            return changed
+        if e.type == ADMITTED and rid in self._waiting:
+            self._admitted(run, e.at, e.data)
+            return True
+        return False
+
+    # -- the loop -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Pass once, then wait for commits of the scheduling event types
+        and pass again after each batch; for the daemon's life."""
+        stale = False
+        while True:
+            try:
+                if stale:
+                    await self._resync()
+                    stale = False
+                if self._dirty:
+                    async with self._lock:
+                        self._dirty = False
+                        await self._pass()
+                events = await self.store.wait_for_events(self._cursor, types=_TYPES, limit=5000)
+                for e in events:
+                    if await self._apply(e):
+                        self._dirty = True
+                self._cursor = events[-1].seq
+            except* StoreError as group:
+                # A storage hiccup never decides anything: try again shortly
+                # (a decision whose append failed was not acted on).
+                log.warning("scheduler pass failed; retrying", error=str(group.exceptions[0]))
+                stale = self._dirty = True
+            if stale:
+                await anyio.sleep(_RETRY_S)
+
+    async def _resync(self) -> None:
+        """Rebuild the state from the log after a failed pass (its in-memory
+        admissions may not have been recorded)."""
+        self._waiting.clear()
+        self._active.clear()
+        self._dep_phase.clear()
+        self._to_free = []
+        await self.load()
+
+    def _env_for(self, run: _Run, gpus: list[Gpu]) -> dict[str, str]:
+        if run.backend != "local":
+            return {}
+        return dict(gpu_env(gpus, managed=bool(self._gpus), cpu_runs_see_gpus=self.settings.cpu_runs_see_gpus))
+
+    def situation(self) -> Situation:
+        """What :func:`decide` gets now."""
+        waiting = [r.waiting() for r in self._waiting.values()]
+        active = [Active(r.run_id, r.queue, r.gpus, r.deadline) for r in self._active.values()]
+        return Situation(waiting, active, self.inventory.gpus, self.settings.caps, self._dep_phase, time.time())
+
+    async def _pass(self) -> None:
+        self.passes += 1
+        decision = decide(self.situation())
+        async with anyio.create_task_group() as tg:
+            # Frees and admissions in one group commit.
+            for run in self._to_free:
+                tg.start_soon(self._free, run)
+            self._to_free = []
+            for f in decision.fail:
+                tg.start_soon(self._fail, f.run_id, f.message)
+            for a in decision.admit:
+                run = self._waiting[a.run_id]
+                # Taken now, so nothing else can be given these GPUs even if
+                # the append is still committing.
+                self._admitted(run, _now_rfc3339(), {"queue": a.queue, "gpus": [g.to_json() for g in a.gpus]})
+                tg.start_soon(self._admit, run, a.queue, a.gpus, a.in_queue, a.max_parallel)
+        async with anyio.create_task_group() as tg:
+            for rid, p in decision.pending.items():
+                w = self._waiting.get(rid)
+                if w is not None and (w.reason, w.message) != (p.reason, p.message):
+                    w.reason, w.message = p.reason, p.message
+                    tg.start_soon(self.supervisor.set_pending, rid, p.reason, p.message)
+        self._last = decision
+
+    async def _free(self, run: _Run) -> None:
+        await self.supervisor.append_event(run.run_id, RESOURCES_FREED, {"queue": run.queue, "gpus": list(run.gpus)})
+
+    async def _fail(self, run_id: str, message: str) -> None:
+        if await self.supervisor.end_queued(run_id, DEPENDENCY_FAILED, message):
+            self._waiting.pop(run_id, None)
+            if run_id in self._dep_phase:
+                self._dep_phase[run_id] = "CANCELED"
+
+    async def _admit(self, run: _Run, queue: str, gpus: tuple[Gpu, ...], in_queue: int, cap: int | None) -> None:
+        waited = max(0.0, time.time() - _epoch(run.created_at))
+        data = {
+            "queue": queue,
+            "in_queue": in_queue,
+            "max_parallel": cap,
+            "gpus": [g.to_json() for g in gpus],
+            "waited_s": round(waited, 3),
+        }
+        where = f"GPU {', '.join(str(g.index) for g in gpus)}" if gpus else "no GPU"
+        message = f"admitted in queue {queue!r} ({in_queue}{'/' + str(cap) if cap else ''} started) on {where}"
+        if not await self.supervisor.admit(run.run_id, data, self._env_for(run, list(gpus)), message):
+            # Ended or canceled meanwhile: nothing was started on these GPUs,
+            # which another run may get at once.
+            self._active.pop(run.run_id, None)
+            self._dirty = True
+            log.info("admission dropped", run=run.run_id)
+
+    # -- requests -----------------------------------------------------------------
+
+    async def prepare(self, submitted: Mapping[str, Any]) -> dict[str, Any]:
+        """Check a submit's scheduling against this daemon and return the
+        Submitted data with dependency ids resolved to full ids. Raises
+        TaskError naming the flag: more GPUs than the daemon has, an unknown
+        or ambiguous run id, a dependency cycle. Records nothing."""
+        out = dict(submitted)
+        sched = scheduling_of(submitted)
+        total = len(self.inventory.gpus)
+        if sched["gpus"] > total:
+            why = f" ({self.inventory.note})" if self.inventory.note else ""
+            raise TaskError(
+                f"--gpus: asks for {sched['gpus']} GPU{'s' if sched['gpus'] != 1 else ''}, "
+                f"this machine has {total} for jobsup{why}"
+            )
+        for key, flag in (("after", "--after"), ("after_any", "--after-any")):
+            ids: list[str] = []
+            for ref in sched[key]:
+                try:
+                    rid = await self.supervisor.resolve(ref)
+                except (RunNotFoundError, AmbiguousRunError, UsageError) as err:
+                    raise TaskError(f"{flag} {ref}: {err}") from None
+                if rid not in ids:
+                    ids.append(rid)
+            sched[key] = ids
+        sched["after_any"] = [r for r in sched["after_any"] if r not in sched["after"]]
+        edges = {r.run_id: [*r.sched["after"], *r.sched["after_any"]] for r in self._waiting.values()}
+        edges["(new run)"] = [*sched["after"], *sched["after_any"]]
+        cycle = find_cycle(edges)
+        if cycle is not None:
+            raise TaskError(f"--after: the dependencies form a cycle: {' -> '.join(cycle)}")
+        out["scheduling"] = sched
+        return out
+
+    async def hold(self, run_id: str) -> None:
+        """Hold a queued run (record ``Held``); a no-op for a held one.
+        Raises UsageError when the run is not waiting to start."""
+        async with self._lock:
+            run = self._waiting.get(run_id)
+            if run is None:
+                status = await self.supervisor.get(run_id)
+                raise UsageError(f"run {run_id} is {status.phase}: only a queued run can be held")
+            if not run.held:
+                await self.supervisor.append_event(run_id, HELD_EVENT, {})
+                run.held = self._dirty = True
+
+    async def release(self, run_id: str) -> None:
+        """Release a held run (record ``HoldReleased``); a no-op for a queued
+        run that is not held. Raises UsageError when the run is not queued."""
+        async with self._lock:
+            run = self._waiting.get(run_id)
+            if run is None:
+                status = await self.supervisor.get(run_id)
+                raise UsageError(f"run {run_id} is {status.phase}: only a queued run can be released")
+            if run.held:
+                await self.supervisor.append_event(run_id, HOLD_RELEASED, {})
+                run.held = False
+                self._dirty = True
+
+    def doctor(self) -> dict[str, Any]:
+        """The ``gpus`` check of ``jobsup doctor`` (always ok: no GPU is not an error)."""
+        gpus = self.inventory.gpus
+        if gpus:
+            detail = f"{len(gpus)} GPU(s) from {'nvidia-smi' if self.inventory.source == 'auto' else 'scheduler.gpus'}: " + ", ".join(
+                f"{g.index} {g.name or g.uuid}".strip() for g in gpus
+            )
+        else:
+            detail = self.inventory.note or "no GPUs configured (scheduler.gpus is empty)"
+        return {"name": "gpus", "ok": True, "detail": detail}
+
+    def view(self) -> dict[str, Any]:
+        """What ``jobsup queue`` shows: ``waiting`` (start order: id,
+        project, name, queue, priority, gpus, after, after_any, held,
+        reason, message, created_at), ``gpus`` (index, uuid, name, memory,
+        holder: {id, project, name, since} or None, since) and ``queues`` (name,
+        max_parallel, running, waiting)."""
+        waiting = []
+        order = [rid for rid in self._last.order if rid in self._waiting]
+        order += sorted((r for r in self._waiting if r not in set(order)), key=lambda r: self._waiting[r].order)
+        for pos, rid in enumerate(order, 1):
+            r = self._waiting[rid]
+            waiting.append(
+                {
+                    "position": pos, "id": rid, "project": r.project, "name": r.name, "queue": r.queue,
+                    "priority": r.sched["priority"], "gpus": r.sched["gpus"], "after": r.sched["after"],
+                    "after_any": r.sched["after_any"], "held": r.held, "reason": r.reason, "message": r.message,
+                    "created_at": r.created_at,
+                }
+            )
+        holder: dict[str, _Run] = {u: r for r in self._active.values() for u in r.gpus}
+        gpus = []
+        for g in self.inventory.gpus:
+            h = holder.get(g.uuid)
+            gpus.append(
+                {
+                    **g.to_json(),
+                    "holder": None if h is None else {"id": h.run_id, "project": h.project, "name": h.name, "since": h.admitted_at},
+                    "since": None if h is None else h.admitted_at,
+                }
+            )
+        names = sorted({*self.settings.caps, *(r.queue for r in self._active.values()), *(r.queue for r in self._waiting.values())})
+        queues = [
+            {
+                "name": q,
+                "max_parallel": self.settings.caps.get(q),
+                "running": sum(1 for r in self._active.values() if r.queue == q),
+                "waiting": sum(1 for r in self._waiting.values() if r.queue == q),
+            }
+            for q in names
+        ]
+        return {"waiting": waiting, "gpus": gpus, "queues": queues}

@@ -1,0 +1,96 @@
+"""A run's scheduling options: what ``submit`` flags and task keys ask for,
+checked and normalised into the ``scheduling`` mapping of the Submitted event.
+
+``scheduling`` (recorded with every run)::
+
+    {"gpus": int >= 0, "queue": str, "priority": -1000..1000,
+     "after": [run id], "after_any": [run id], "hold": bool}
+
+The ids are full run ids once the daemon resolved them
+(:meth:`supervisord.scheduler.driver.Scheduler.prepare`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from supervisord.exceptions import TaskError
+
+__all__ = ["DEFAULT_QUEUE", "PRIORITY_MAX", "PRIORITY_MIN", "QUEUE_NAME", "parse_scheduling", "scheduling_of"]
+
+PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
+DEFAULT_QUEUE = "default"
+#: A queue name: 1-63 letters, digits, ``.``, ``_`` or ``-``, starting with a letter or digit.
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_MAX_GPUS = 1024
+_MAX_DEPS = 1000
+
+
+def _int(value: Any, flag: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TaskError(f"{flag}: must be a whole number, got {value!r}")
+    return value
+
+
+def _refs(value: Any, flag: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise TaskError(f"{flag}: must be a list of run ids")
+    if len(value) > _MAX_DEPS:
+        raise TaskError(f"{flag}: at most {_MAX_DEPS} runs")
+    out: list[str] = []
+    for v in value:
+        ref = v.strip().lower()
+        if len(ref) < 4 or any(c not in "0123456789abcdef" for c in ref):
+            raise TaskError(f"{flag}: {v!r} is not a run id (12 hex characters, or a unique prefix of 4+)")
+        if ref not in out:
+            out.append(ref)
+    return out
+
+
+def parse_scheduling(task: Mapping[str, Any], *, hold: bool = False) -> dict[str, Any]:
+    """The ``scheduling`` mapping from a submit request's ``task`` object
+    (keys ``gpus``, ``queue``, ``priority``, ``after``, ``after_any``; each
+    may be absent or null) and the ``--hold`` flag. Dependency refs are
+    lower-cased and de-duplicated but not resolved. Raises TaskError naming
+    the flag."""
+    gpus = 0 if task.get("gpus") is None else _int(task.get("gpus"), "--gpus")
+    if gpus < 0:
+        raise TaskError(f"--gpus: must be 0 or more, got {gpus}")
+    if gpus > _MAX_GPUS:
+        raise TaskError(f"--gpus: {gpus} is more GPUs than any machine has")
+    queue = task.get("queue")
+    if queue is None:
+        queue = DEFAULT_QUEUE
+    if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
+        raise TaskError(
+            f"--queue: {queue!r} is not a queue name (1-63 letters, digits, '.', '_' or '-', starting with a letter or digit)"
+        )
+    priority = 0 if task.get("priority") is None else _int(task.get("priority"), "--priority")
+    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise TaskError(f"--priority: must be in {PRIORITY_MIN}..{PRIORITY_MAX}, got {priority}")
+    after = _refs(task.get("after"), "--after")
+    after_any = [r for r in _refs(task.get("after_any"), "--after-any") if r not in after]
+    if not isinstance(hold, bool):
+        raise TaskError(f"--hold: must be true or false, got {hold!r}")
+    return {"gpus": gpus, "queue": queue, "priority": priority, "after": after, "after_any": after_any, "hold": hold}
+
+
+def scheduling_of(submitted: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``scheduling`` mapping of a Submitted event's data, with the
+    defaults for a run recorded before scheduling existed."""
+    raw = submitted.get("scheduling")
+    sched = dict(raw) if isinstance(raw, Mapping) else {}
+    return {
+        "gpus": int(sched.get("gpus") or 0),
+        "queue": str(sched.get("queue") or DEFAULT_QUEUE),
+        "priority": int(sched.get("priority") or 0),
+        "after": [str(r) for r in sched.get("after") or []],
+        "after_any": [str(r) for r in sched.get("after_any") or []],
+        "hold": bool(sched.get("hold")),
+    }
