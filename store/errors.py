@@ -47,13 +47,16 @@ class SchemaTooNewError(StoreOpenError):
 class ConcurrencyError(StoreError):
     """An append named a stale ``expected_version``; nothing was written.
 
-    Attributes: ``run_id``, ``expected`` (what the caller passed) and
+    Attributes: ``run_id``, ``expected`` (what the caller passed; None for
+    an append at the end of a stream that does not exist) and
     ``actual`` (the stream's current version).
     """
 
-    def __init__(self, run_id: str, expected: int, actual: int) -> None:
+    def __init__(self, run_id: str, expected: int | None, actual: int) -> None:
         super().__init__(
-            f"run {run_id}: expected stream version {expected}, but it is at {actual}"
+            f"run {run_id}: no such stream (an append at its end needs an existing run)"
+            if expected is None
+            else f"run {run_id}: expected stream version {expected}, but it is at {actual}"
         )
         self.run_id = run_id
         self.expected = expected

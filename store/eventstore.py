@@ -21,7 +21,7 @@ from store.logblocks import LogBlock, block_lines, skip_lines
 from store.projections import RUN_COLUMNS, Projector, run_status_from_row, validate_event
 from store.schema import Synchronous, open_connection, translate_error
 from store.subscriptions import Subscriptions
-from store.types import LOG_LINES, TERMINAL_PHASES, LogLine, NewEvent, RecordedEvent, RunStatus
+from store.types import LOG_LINES, TERMINAL_PHASES, Checkpoint, LogLine, NewEvent, RecordedEvent, RunStatus
 from store.writer import PreparedEvent, Writer
 
 __all__ = ["EventStore"]
@@ -43,6 +43,13 @@ def _frozen(values: Collection[str] | None, what: str) -> frozenset[str] | None:
     if isinstance(values, str):
         raise TypeError(f"{what} must be a collection of str, not a str ({values!r})")
     return frozenset(values)
+
+
+def _check_checkpoint(checkpoint: Checkpoint) -> None:
+    if not isinstance(checkpoint, Checkpoint) or not isinstance(checkpoint.name, str) or not checkpoint.name:
+        raise ValueError(f"checkpoint must be a Checkpoint with a non-empty name, got {checkpoint!r}")
+    if not isinstance(checkpoint.seq, int) or isinstance(checkpoint.seq, bool) or checkpoint.seq < 0:
+        raise ValueError(f"checkpoint {checkpoint.name}: seq must be an int >= 0, got {checkpoint.seq!r}")
 
 
 def _placeholders(n: int) -> str:
@@ -193,10 +200,20 @@ class EventStore:
     # -- the event log -----------------------------------------------------------
 
     async def append(
-        self, run_id: str, expected_version: int, events: Sequence[NewEvent], *, wait_for_storage: bool = False
+        self,
+        run_id: str,
+        expected_version: int | None,
+        events: Sequence[NewEvent],
+        *,
+        checkpoint: Checkpoint | None = None,
+        wait_for_storage: bool = False,
     ) -> list[RecordedEvent]:
         """Append ``events`` to the stream of ``run_id``, which must be at
-        ``expected_version`` (0 = the stream does not exist yet).
+        ``expected_version`` (0 = the stream does not exist yet; None = at
+        the end of an existing stream, whatever its version: for recorders
+        such as hooks whose events do not depend on the stream's state).
+        ``checkpoint`` (a subscriber's position) moves forward in the same
+        transaction, only if these events are recorded.
 
         Returns the recorded events (seq, version 1-based per run, ``at``:
         the UTC time their transaction began, shared by the whole batch)
@@ -224,8 +241,12 @@ class EventStore:
         self._check_open()
         if not isinstance(run_id, str) or not run_id:
             raise ValueError(f"run_id must be a non-empty str, got {run_id!r}")
-        if not isinstance(expected_version, int) or isinstance(expected_version, bool) or expected_version < 0:
-            raise ValueError(f"run {run_id}: expected_version must be an int >= 0, got {expected_version!r}")
+        if expected_version is not None and (
+            not isinstance(expected_version, int) or isinstance(expected_version, bool) or expected_version < 0
+        ):
+            raise ValueError(f"run {run_id}: expected_version must be an int >= 0 or None, got {expected_version!r}")
+        if checkpoint is not None:
+            _check_checkpoint(checkpoint)
         if not events:
             raise ValueError(f"run {run_id}: append needs at least one event")
         prepared = []
@@ -241,7 +262,7 @@ class EventStore:
                 prepared.append(PreparedEvent(event.type, "", {}, 1 + len(event.data["lines"]), block))
                 continue
             prepared.append(PreparedEvent(event.type, data_json, json.loads(data_json), 1))
-        return await self._writer.append(run_id, expected_version, prepared, wait_for_storage=wait_for_storage)
+        return await self._writer.append(run_id, expected_version, prepared, checkpoint, wait_for_storage=wait_for_storage)
 
     async def append_log(
         self, run_id: str, expected_version: int, blocks: Sequence[LogBlock], *, wait_for_storage: bool = False
@@ -272,6 +293,28 @@ class EventStore:
         failed write, cleared by the next commit."""
         problem = self._writer.problem
         return None if problem is None else problem.to_json()
+
+    # -- subscriber checkpoints ----------------------------------------------------
+
+    async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Move ``checkpoint.name`` forward to ``checkpoint.seq`` (a smaller
+        seq than the stored one changes nothing), in its own transaction
+        (grouped with concurrent appends). For a subscriber that went past
+        events it had nothing to record for. Raises StorageFullError,
+        StoreLockedError, StoreClosedError; ValueError for a bad checkpoint."""
+        self._check_open()
+        _check_checkpoint(checkpoint)
+        await self._writer.append("", None, [], checkpoint)
+
+    async def checkpoints(self) -> dict[str, int]:
+        """Every stored checkpoint: subscriber name -> seq."""
+        rows = await self._read("SELECT name, seq FROM checkpoints ORDER BY name")
+        return {str(r[0]): int(r[1]) for r in rows}
+
+    async def get_checkpoint(self, name: str) -> int | None:
+        """The stored seq of subscriber ``name``, or None if it has none."""
+        rows = await self._read("SELECT seq FROM checkpoints WHERE name = ?", (name,))
+        return int(rows[0][0]) if rows else None
 
     async def read_stream(self, run_id: str, from_version: int = 1) -> list[RecordedEvent]:
         """The events of ``run_id`` with version >= ``from_version``, in

@@ -39,6 +39,8 @@ __all__ = [
     "SCHEMA_VERSION",
     "MIGRATIONS",
     "Migration",
+    "CHECKPOINTS_DDL",
+    "MIGRATION_CHECKPOINTS",
     "RebuildProjections",
     "PROJECTION_TABLES",
     "PROJECTION_DDL",
@@ -145,6 +147,24 @@ class Migration:
     run: Callable[[aiosqlite.Connection], Awaitable[None]] | None = None
 
 
+#: Where each named subscriber of the log (a hook) has got to: ``seq`` is the
+#: last event it has finished with. Not a projection (nothing derives it from
+#: events, and ``rebuild()`` leaves it alone): a tracking table in the sense
+#: of pyeventsourcing's ``ProcessRecorder`` (its ``tracking`` table), one row
+#: per subscriber holding its highest position rather than one row per
+#: processed event. It moves forward only, in the same transaction as the
+#: subscriber's outcome events (see ``EventStore.append(checkpoint=...)``).
+CHECKPOINTS_DDL: Final = """CREATE TABLE IF NOT EXISTS checkpoints (
+        name       TEXT    PRIMARY KEY,
+        seq        INTEGER NOT NULL CHECK (seq >= 0),
+        updated_at TEXT    NOT NULL
+    ) WITHOUT ROWID"""
+
+#: The migration that adds :data:`CHECKPOINTS_DDL`. Self-contained and
+#: idempotent (``IF NOT EXISTS``), so its place in :data:`MIGRATIONS` can
+#: change when branches adding other steps are merged.
+MIGRATION_CHECKPOINTS: Final = Migration("subscription checkpoints (hooks)", (CHECKPOINTS_DDL,))
+
 #: ``MIGRATIONS[i]`` takes a database from schema version ``i`` to ``i + 1``.
 #: Append only; never edit a released migration.
 MIGRATIONS: Final[tuple[Migration, ...]] = (
@@ -172,6 +192,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         ("DROP TABLE log_lines",),
         rebuild_projections=True,
     ),
+    MIGRATION_CHECKPOINTS,
     Migration(
         "log text in blocks beside the events (log_blocks); LogLines events record ranges and digests",
         (),

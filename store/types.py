@@ -12,7 +12,9 @@ Event types and their ``data`` (all keys optional unless marked *required*):
     *required* str, ``command`` str, ``timeout_s`` int, ``source`` mapping
     (commit, repo, snapshot sha256...), ``config`` mapping (effective config,
     secrets redacted), ``env`` mapping NAME -> sha256 of the value (never the
-    value). The projection creates the run row in phase ``QUEUED``.
+    value), ``on_done`` list of str (an argv the daemon runs when the run
+    ends: ``submit --on-done``). The projection creates the run row in
+    phase ``QUEUED``.
 ``PhaseChanged``
     ``phase`` *required* (one of :data:`PHASES`), ``reason`` str | None
     (one CamelCase word), ``message`` str | None, ``exit_code`` int | None.
@@ -67,6 +69,7 @@ __all__ = [
     "RecordedEvent",
     "RunStatus",
     "LogLine",
+    "Checkpoint",
     "SUBMITTED",
     "PHASE_CHANGED",
     "HANDLE_RECORDED",
@@ -116,6 +119,20 @@ class NewEvent:
 
     type: str
     data: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """Where the subscriber ``name`` (e.g. ``hook:notify``) has got to in
+    the log: ``seq`` is the last event it has finished with (>= 0).
+
+    Passed to ``EventStore.append`` it moves in the same transaction as the
+    appended events (pyeventsourcing's ``Tracking`` record, kept as one row
+    per subscriber); it never moves backwards.
+    """
+
+    name: str
+    seq: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

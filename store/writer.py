@@ -50,7 +50,7 @@ from store.logblocks import BlockResolver, LogBlock
 from store.projections import Projector
 from store.schema import translate_error, utc_now
 from store.subscriptions import Subscriptions
-from store.types import RecordedEvent
+from store.types import Checkpoint, RecordedEvent
 
 __all__ = ["Writer", "PreparedEvent", "StorageProblem"]
 
@@ -60,6 +60,11 @@ _STREAM_VERSIONS: Final = (
     "SELECT j.value, (SELECT MAX(version) FROM events WHERE run_id = j.value) FROM json_each(?) AS j"
 )
 _INSERT_EVENT: Final = "INSERT INTO events (seq, run_id, version, type, at, data) VALUES (?, ?, ?, ?, ?, ?)"
+# A checkpoint only moves forward.
+_UPSERT_CHECKPOINT: Final = (
+    "INSERT INTO checkpoints (name, seq, updated_at) VALUES (?, ?, ?)"
+    " ON CONFLICT (name) DO UPDATE SET seq = MAX(seq, excluded.seq), updated_at = excluded.updated_at"
+)
 
 _SQLITE_IOERR: Final = 10  # https://sqlite.org/rescode.html#ioerr
 #: Back-off between attempts of a batch that storage trouble failed, in
@@ -125,10 +130,11 @@ class PreparedEvent:
 @dataclasses.dataclass(eq=False, slots=True)
 class _AppendJob:
     run_id: str
-    expected_version: int
-    events: Sequence[PreparedEvent]
+    expected_version: int | None  # None: at the stream's end, whatever its version (the stream must exist)
+    events: Sequence[PreparedEvent]  # empty: a checkpoint-only job
     rows: int
     wait_for_storage: bool = False
+    checkpoint: Checkpoint | None = None
     done: anyio.Event = dataclasses.field(default_factory=anyio.Event)
     result: list[RecordedEvent] | None = None
     error: BaseException | None = None
@@ -198,12 +204,15 @@ class Writer:
     async def append(
         self,
         run_id: str,
-        expected_version: int,
+        expected_version: int | None,
         events: Sequence[PreparedEvent],
+        checkpoint: Checkpoint | None = None,
         *,
         wait_for_storage: bool = False,
     ) -> list[RecordedEvent]:
         """Queue one append and wait until its batch committed (or failed).
+        ``checkpoint`` moves (forward only) in the same transaction, only if
+        the append is accepted; with no ``events`` only the checkpoint moves.
 
         With ``wait_for_storage``, a lock held by another process, a full
         disk or an I/O error does not fail the append: it is retried with
@@ -213,7 +222,9 @@ class Writer:
         Cancelling the caller does not withdraw a queued append: it may
         still be recorded.
         """
-        job = _AppendJob(run_id, expected_version, events, sum(e.rows for e in events), wait_for_storage)
+        job = _AppendJob(
+            run_id, expected_version, events, max(1, sum(e.rows for e in events)), wait_for_storage, checkpoint
+        )
         self._enqueue(job)
         await job.done.wait()
         if job.error is not None:
@@ -384,16 +395,27 @@ class Writer:
                 await conn.execute("ROLLBACK")
             await conn.execute("BEGIN IMMEDIATE")
             try:
-                versions = await self._stream_versions({job.run_id for job in batch})
+                versions = await self._stream_versions({job.run_id for job in batch if job.events})
                 rows = list(await conn.execute_fetchall("SELECT COALESCE(MAX(seq), 0) FROM events"))
                 seq = int(rows[0][0])
                 at = utc_now()
                 inserts: list[tuple[int, str, int, str, str, str]] = []
                 resolver = BlockResolver(conn)
+                checkpoints: list[tuple[str, int, str]] = []
                 for job in batch:
+                    if job.checkpoint is not None:
+                        checkpoints.append((job.checkpoint.name, job.checkpoint.seq, at))
+                    if not job.events:  # checkpoint only
+                        job.result = []
+                        accepted.append(job)
+                        continue
                     version = versions.get(job.run_id, 0)
-                    if job.expected_version != version:
+                    if job.expected_version is None and version == 0 or (
+                        job.expected_version is not None and job.expected_version != version
+                    ):
                         job.error = ConcurrencyError(job.run_id, job.expected_version, version)
+                        if job.checkpoint is not None:
+                            checkpoints.pop()
                         continue
                     result = []
                     for event in job.events:
@@ -413,6 +435,8 @@ class Writer:
                     await conn.executemany(_INSERT_EVENT, inserts)
                     await resolver.flush()
                     await self._projector.apply(conn, recorded, [row[5] for row in inserts])
+                if checkpoints:
+                    await conn.executemany(_UPSERT_CHECKPOINT, checkpoints)
                 await conn.execute("COMMIT")
                 committed = True
             except BaseException:

@@ -38,9 +38,12 @@ from supervisord.api.server import PeerCredProtocol, create_app
 from supervisord.backends.base import Backend
 from supervisord.backends.kubernetes import KubernetesBackend
 from supervisord.backends.local import LocalBackend
-from supervisord.exceptions import DaemonError, JobsupError, UsageError
+from supervisord.exceptions import ConfigError, DaemonError, JobsupError, UsageError
 from supervisord.health import disk_full_hint, storage_check
+from supervisord.hooks.config import HookSpec, load_hooks
+from supervisord.hooks.delivery import HookService
 from supervisord.logging import configure_logging
+from supervisord.ownership import check_state_dir, remove_snapshot_leftovers
 from supervisord.paths import Paths
 from supervisord.scheduler.driver import Scheduler, SchedulerSettings
 from supervisord.scheduler.gpus import inventory as gpu_inventory
@@ -138,9 +141,10 @@ def _lock_state_dir(state_dir: Path) -> int:
 class Daemon:
     """One daemon instance. ``run()`` serves until ``stop()`` or a signal."""
 
-    def __init__(self, paths: Paths, daemon_layer: cfg.Layer) -> None:
+    def __init__(self, paths: Paths, daemon_layer: cfg.Layer, hooks: list[HookSpec] | None = None) -> None:
         self.paths = paths
         self.daemon_layer = daemon_layer
+        self.hooks = list(hooks or [])
         self.settings: dict[str, Any] = dict(cfg.effective_config(daemon_layer, []).data.get("daemon") or {})
         self._stop = anyio.Event()
 
@@ -174,8 +178,11 @@ class Daemon:
         # private to the user.
         os.umask(0o077)
         self.paths.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        check_state_dir(self.paths.state_dir)
         self.paths.runs_dir.mkdir(mode=0o700, exist_ok=True)
         lock_fd = _lock_state_dir(self.paths.state_dir)
+        for leftover in remove_snapshot_leftovers(self.paths.snapshots_dir):
+            log.info("removed an interrupted snapshot", path=str(leftover))
         try:
             sock = _prepare_socket(self.paths.socket)
         except BaseException:
@@ -204,6 +211,8 @@ class Daemon:
                 scheduler = Scheduler(store, supervisor, gpus, SchedulerSettings.from_config(daemon_config))
                 await scheduler.load()
                 tg.start_soon(scheduler.run, name="scheduler")
+                hook_service = HookService(store, self.hooks, user_agent=f"jobsup/{_version()}")
+                tg.start_soon(hook_service.run, name="hooks")
                 info = {
                     "pid": os.getpid(),
                     "uid": os.getuid(),
@@ -222,7 +231,10 @@ class Daemon:
                     checks.append(scheduler.doctor())
                     for backend in backends.values():
                         extra = getattr(backend, "doctor", None)
-                        if extra is not None:
+                        skip = _doctor_not_applicable(backend.name, self.daemon_layer)
+                        if skip is not None:
+                            checks.append({"name": backend.name, "ok": True, "detail": f"n/a: {skip}"})
+                        elif extra is not None:
                             checks.extend(await extra())
                     return checks
 
@@ -241,6 +253,7 @@ class Daemon:
                 app = create_app(
                     supervisor=supervisor, planner=planner, store=store, info=info, doctor=doctor, ui=ui,
                     scheduler=scheduler,
+                    hooks=hook_service.status,
                 )
                 config = uvicorn.Config(
                     app,
@@ -286,6 +299,24 @@ class Daemon:
             log.info("stopped")
 
 
+def _doctor_not_applicable(backend: str, daemon_layer: cfg.Layer) -> str | None:
+    """Why ``doctor`` skips the checks of ``backend`` (shown as n/a, not as
+    failures), or None to run them: the daemon config does not allow it,
+    or (Kubernetes) there is no kubeconfig to use: no file in
+    ``$KUBECONFIG`` / ``~/.kube/config`` and not inside a cluster."""
+    allowed = cfg.effective_config(daemon_layer, []).data.get("allowed_backends") or []
+    if backend not in allowed:
+        return f"the {backend} backend is not allowed (allowed_backends: {', '.join(allowed) or 'none'})"
+    if backend == "kubernetes":
+        raw = os.environ.get("KUBECONFIG", "")
+        files = [Path(p).expanduser() for p in raw.split(os.pathsep) if p.strip()] if raw.strip() else [
+            Path.home() / ".kube" / "config"
+        ]
+        if not any(f.is_file() for f in files) and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            return "no kubeconfig (" + os.pathsep.join(str(f) for f in files) + ") and not inside a cluster"
+    return None
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -295,13 +326,37 @@ def _version() -> str:
         return "0+unknown"
 
 
+def _load_config_and_hooks(layer: cfg.Layer) -> list[HookSpec]:
+    """Validate the daemon config and the hooks of the daemon and user
+    configs; raise ConfigError with every error of both at once."""
+    errors: list[str] = []
+    try:
+        cfg.validate_daemon_config(layer)
+    except ConfigError as exc:
+        errors.extend(exc.errors)
+    layers = [layer]
+    try:
+        layers.append(cfg.load_user_layer())
+    except ConfigError as exc:
+        errors.extend(exc.errors)
+    hooks: list[HookSpec] = []
+    try:
+        hooks = load_hooks(layers)
+    except ConfigError as exc:
+        errors.extend(exc.errors)
+    if errors:
+        summary = errors[0] if len(errors) == 1 else f"{len(errors)} config errors:\n" + "\n".join(f"  - {e}" for e in errors)
+        raise ConfigError(summary, errors)
+    return hooks
+
+
 def run_daemon() -> None:
     """``jobsup daemon``: validate the daemon config (exit 2 with every
     error), configure logging, and serve until SIGTERM/SIGINT (exit 1 when
     the daemon cannot start)."""
     try:
         layer = cfg.load_daemon_layer()
-        cfg.validate_daemon_config(layer)
+        hooks = _load_config_and_hooks(layer)
     except JobsupError as err:
         click.echo(f"error: jobsup daemon: {err}", err=True)
         for line in getattr(err, "errors", [])[1:] if len(getattr(err, "errors", [])) > 1 else []:
@@ -311,7 +366,7 @@ def run_daemon() -> None:
     configure_logging(str(settings.get("log_level") or "info"))
     paths = Paths.from_env()
     try:
-        anyio.run(Daemon(paths, layer).run, backend="asyncio")
+        anyio.run(Daemon(paths, layer, hooks).run, backend="asyncio")
     except (JobsupError, StoreError, OSError) as err:
         # One clear line, then exit 1 (never a traceback, never a hang). The
         # log may be on the full disk: the CLI that autostarted us names it too.

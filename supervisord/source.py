@@ -27,6 +27,7 @@ __all__ = [
     "resolve_commit",
     "is_dirty",
     "untracked_files",
+    "submodule_paths",
     "read_file_at",
 ]
 
@@ -91,6 +92,18 @@ def untracked_files(repo: Path) -> list[str]:
     snapshot (``git ls-files --others --exclude-standard``)."""
     out = _git(repo, "ls-files", "--others", "--exclude-standard", "-z").stdout
     return [p.decode("utf-8", "replace") for p in out.split(b"\0") if p]
+
+
+def submodule_paths(repo: Path, commit: str) -> list[str]:
+    """The paths of the submodules (gitlinks) in ``commit``: ``git archive``
+    leaves them as empty folders in the snapshot."""
+    out = _git(repo, "ls-tree", "-r", "-z", "--full-tree", commit).stdout
+    paths: list[str] = []
+    for entry in out.split(b"\0"):
+        meta, _, path = entry.partition(b"\t")
+        if meta.split(b" ")[1:2] == [b"commit"]:
+            paths.append(path.decode("utf-8", "replace"))
+    return paths
 
 
 def read_file_at(repo: Path, commit: str, path: str) -> bytes | None:

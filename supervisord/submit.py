@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
 import anyio
 
 from supervisord import config as cfg
-from supervisord.exceptions import TaskError
+from supervisord.envcheck import check_env
+from supervisord.exceptions import ConfigError, TaskError
 from supervisord.scheduler.options import parse_scheduling
-from supervisord.source import SnapshotStore, is_dirty, repo_root, resolve_commit, untracked_files
+from supervisord.source import SnapshotStore, is_dirty, repo_root, resolve_commit, submodule_paths, untracked_files
 from supervisord.supervisor import env_digest
 from supervisord.task import BACKENDS, DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S
 
@@ -37,7 +40,9 @@ class SubmitRequest:
     CLI resolved them from the task file and flags. ``layers``: the client's
     config layers (user, project, task, cli) in wire form. ``cwd``: the
     folder the CLI ran in (the repository is the one holding the task file,
-    else this folder). ``rev``: the revision to snapshot.
+    else this folder). ``rev``: the revision to snapshot. ``request_id``:
+    the client's random id for this submit, recorded in Submitted.
+    ``umask``: the client's umask (octal text), recorded in Submitted.
     """
 
     task: Mapping[str, Any]
@@ -46,6 +51,8 @@ class SubmitRequest:
     rev: str = "HEAD"
     force: bool = False
     hold: bool = False
+    request_id: str | None = None
+    umask: str | None = None
 
     @classmethod
     def from_json(cls, body: Any) -> "SubmitRequest":
@@ -61,9 +68,15 @@ class SubmitRequest:
         cwd = body.get("cwd")
         if not isinstance(cwd, str) or not cwd:
             raise TaskError("submit: `cwd` must be the client's working directory")
+        request_id = body.get("request_id")
+        if request_id is not None and (not isinstance(request_id, str) or not 0 < len(request_id) <= 64):
+            raise TaskError("submit: `request_id` must be a string of 1 to 64 characters")
+        umask = body.get("umask")
+        if umask is not None and (not isinstance(umask, str) or not re.fullmatch(r"0?[0-7]{1,3}", umask)):
+            raise TaskError("submit: `umask` must be an octal mode such as \"0022\"")
         return cls(
             task=task, layers=layers, cwd=cwd, rev=str(body.get("rev") or "HEAD"), force=bool(body.get("force")),
-            hold=bool(body.get("hold")),
+            hold=bool(body.get("hold")), request_id=request_id, umask=umask,
         )
 
 
@@ -104,6 +117,13 @@ class Planner:
         env = task.get("env") or {}
         if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise TaskError("env must map names to string values")
+        on_done = task.get("on_done")
+        if on_done is not None and (
+            not isinstance(on_done, list)
+            or not on_done
+            or not all(isinstance(w, str) and w and "\0" not in w for w in on_done)
+        ):
+            raise TaskError("--on-done: the command must be a non-empty list of non-empty words")
 
         client_layers = cfg.layers_from_wire(req.layers)
         # The kubeconfig's current context decides which context_configs
@@ -119,7 +139,10 @@ class Planner:
             raise TaskError(f"--gpus: only local runs get GPUs from jobsup; {SHAPE_FLAGS_GPUS_HINT}")
         context = (data.get("kubernetes") or {}).get("context") if backend == "kubernetes" else None
         cfg.check_allowed(effective, backend, context)
+        if backend == "local":
+            _check_local_shell(effective)
         merged_env = {**{str(k): str(v) for k, v in (data.get("env") or {}).items()}, **env}
+        check_env(merged_env, command=command)
 
         where = Path(str(task.get("path") or req.cwd))
         repo = await anyio.to_thread.run_sync(repo_root, where, limiter=self._git)
@@ -132,6 +155,9 @@ class Planner:
         if untracked:
             shown = ", ".join(untracked[:3]) + (f" and {len(untracked) - 3} more" if len(untracked) > 3 else "")
             warnings.append(f"{len(untracked)} untracked file(s) are not in the snapshot: {shown} (git add and commit them to run them)")
+        warnings.extend(
+            await anyio.to_thread.run_sync(_snapshot_caveats, repo, commit, task.get("path"), command, limiter=self._git)
+        )
         snapshot = await anyio.to_thread.run_sync(self.snapshots.create, repo, commit, limiter=self._git)
         project = str(data.get("project") or repo.name)
         name = str(task.get("name") or _default_name(command))
@@ -156,7 +182,55 @@ class Planner:
             "submitted_by_uid": os.getuid(),
             "scheduling": scheduling,
         }
+        if req.umask is not None:
+            # The submitting shell's umask: a local run's files get it.
+            submitted["umask"] = f"{int(req.umask, 8):04o}"
+        if req.request_id:
+            # The client's id for this submit: after a connection lost
+            # mid-submit it finds out whether the run was recorded.
+            submitted["request_id"] = req.request_id
+        if on_done is not None:
+            # Run by the on-done hook when the run ends (supervisord.hooks).
+            submitted["on_done"] = list(on_done)
         return Plan(submitted=submitted, env=merged_env, config=data, force=req.force, warnings=warnings)
+
+
+def _snapshot_caveats(repo: Path, commit: str, task_path: object, command: str) -> list[str]:
+    """Warnings about what the run will not find where the user may expect
+    it: submodules (empty in a ``git archive``), and the working folder when
+    the task file sits in a subfolder the command does not mention (the
+    command runs at the top level)."""
+    warnings: list[str] = []
+    subs = submodule_paths(repo, commit)
+    if subs:
+        shown = ", ".join(subs[:3]) + (f" and {len(subs) - 3} more" if len(subs) > 3 else "")
+        warnings.append(
+            f"{len(subs)} submodule(s) will be empty folders in the snapshot: {shown} "
+            "(git archive does not include submodules)"
+        )
+    if isinstance(task_path, str) and task_path:
+        folder = Path(task_path).parent
+        try:
+            rel = folder.resolve().relative_to(repo.resolve())
+        except ValueError:
+            rel = None
+        if rel is not None and str(rel) != "." and str(rel) not in command:
+            warnings.append(
+                f"the task file is in {rel}/ but its command runs at the top of the repository, not there "
+                f"(start `run:` with `cd {rel} && ` if it expects its own folder)"
+            )
+    return warnings
+
+
+def _check_local_shell(effective: cfg.EffectiveConfig) -> None:
+    """``local.shell`` must be a program on the daemon's PATH: a bad value
+    is the user's config, so ConfigError (exit 2) naming the layer and file
+    it came from, before anything is recorded."""
+    shell = str((effective.data.get("local") or {}).get("shell") or "bash")
+    if shutil.which(shell) is None:
+        origin = effective.origins.get("local.shell")
+        where = f" (set in {cfg.describe_origin(origin)})" if origin is not None else ""
+        raise ConfigError(f"local.shell {shell!r} is not on the daemon's PATH{where}")
 
 
 def _default_name(command: str) -> str:

@@ -67,6 +67,14 @@ _CANCEL_DRAIN_S = 30.0
 MAX_LINES_PER_EVENT = 4000
 
 
+def _env_digests(submitted: Mapping[str, Any]) -> dict[str, str | None]:
+    """NAME -> the digest a Submitted event recorded for it (None when it has none)."""
+    recorded = submitted.get("env")
+    if not isinstance(recorded, Mapping):
+        return {}
+    return {str(k): (str(v) if v is not None else None) for k, v in recorded.items()}
+
+
 def env_digest(env: Mapping[str, str], key: bytes) -> dict[str, str]:
     """NAME -> ``hmac-sha256:<hex>`` of the value, keyed with the daemon's
     secret ``key``: what events record instead of values. Equal values give
@@ -379,9 +387,13 @@ class Supervisor:
 
     # -- cancel --------------------------------------------------------------
 
-    async def cancel(self, run_id: str) -> RunStatus:
+    async def cancel(self, run_id: str, *, requested_by: Mapping[str, int] | None = None) -> RunStatus:
         """Cancel a run: record CancelRequested, stop it through its backend,
         let supervision drain the last logs, then record CANCELED.
+
+        ``requested_by``: who asked, ``{"uid", "pid"}`` of the API peer
+        (SO_PEERCRED); recorded as CancelRequested's data
+        ``{"requested_by_uid", "requested_by_pid"}``.
 
         Idempotent: a terminal run is returned unchanged. Raises
         RunNotFoundError, BackendError (the backend could not stop it).
@@ -403,10 +415,11 @@ class Supervisor:
             first = not state.cancel_requested
             state.cancel_requested = True
             if first:
+                who = {f"requested_by_{k}": v for k, v in (requested_by or {}).items()}
                 try:
                     # A cancel that cannot be recorded is refused (nothing done)
                     # rather than left hanging on a locked or full store.
-                    await reporter._append_locked([NewEvent(CANCEL_REQUESTED, {})], wait_for_storage=False)
+                    await reporter._append_locked([NewEvent(CANCEL_REQUESTED, who)], wait_for_storage=False)
                 except BaseException:
                     state.cancel_requested = False
                     raise
@@ -512,6 +525,8 @@ class Supervisor:
             repo=str(source.get("repo") or ""),
             run_dir=self.paths.runs_dir / run_id,
             submitted=dict(submitted),
+            manifest=str(submitted["manifest"]) if submitted.get("manifest") else None,
+            env_digests=_env_digests(submitted),
         )
 
     # -- scheduling (driven by supervisord.scheduler) ------------------------------

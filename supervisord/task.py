@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from supervisord.config.sources import load_yaml
+from supervisord.config.sources import ConfigLoader, load_yaml
 from supervisord.exceptions import ConfigError, TaskError
 
 __all__ = [
@@ -142,10 +142,15 @@ def parse_env_pairs(pairs: Sequence[str], *, what: str = "--env") -> dict[str, s
     the name is not a valid environment variable name. Never echoes a value.
     """
     env: dict[str, str] = {}
-    for pair in pairs:
+    for i, pair in enumerate(pairs, 1):
         name, sep, value = pair.partition("=")
         if not sep:
-            raise TaskError(f"{what}: expected NAME=VALUE, got a pair without '=' (name {name!r})")
+            # Not even the name is shown: without '=', the argument may be
+            # the secret itself (`--env "$TOKEN"`).
+            raise TaskError(
+                f"{what}: argument {i} of {len(pairs)} is not NAME=VALUE (it has no '='; "
+                "its text is not shown, as it may be a secret)"
+            )
         _check_env_name(name, what)
         env[name] = value
     return env
@@ -180,7 +185,7 @@ def load_task(path: str | Path) -> Task:
         raise TaskError(f"{p}: task file is empty; it needs at least `run:`")
     if not isinstance(doc, dict):
         raise TaskError(f"{p}: the top level must be a mapping of task keys, got {type(doc).__name__}")
-    return _task_from_mapping(doc, p)
+    return _task_from_mapping(doc, p, env_as_written=_env_as_written(text))
 
 
 def check_name(name: str, *, what: str = "--name") -> str:
@@ -195,7 +200,33 @@ def check_name(name: str, *, what: str = "--name") -> str:
     return name
 
 
-def _task_from_mapping(doc: Mapping[Any, Any], p: Path) -> Task:
+def _env_as_written(text: str) -> dict[str, str]:
+    """The scalars of the top-level ``env:`` mapping exactly as the file
+    writes them: YAML would read an unquoted ``1.10`` as 1.1, ``02134`` as
+    1116, ``off`` as false and ``12:30`` as 750, but an environment value is
+    text. Empty (null) values are left out. The text was already parsed once
+    (so it is valid YAML)."""
+    root = yaml.compose(text, Loader=ConfigLoader)
+    if not isinstance(root, yaml.MappingNode):
+        return {}
+    for key, value in root.value:
+        if isinstance(key, yaml.ScalarNode) and key.value == "env" and isinstance(value, yaml.MappingNode):
+            return {
+                str(k.value): str(v.value)
+                for k, v in value.value
+                if isinstance(k, yaml.ScalarNode) and isinstance(v, yaml.ScalarNode)
+                and v.tag != "tag:yaml.org,2002:null"
+            }
+    return {}
+
+
+def _task_from_mapping(doc: Mapping[Any, Any], p: Path, *, env_as_written: Mapping[str, str] | None = None) -> Task:
+    if "hooks" in doc or "on_done" in doc:
+        key = "hooks" if "hooks" in doc else "on_done"
+        raise TaskError(
+            f"{p}: {key}: a task file may not add hooks (a cloned repository must not run commands on this "
+            "machine); hooks come from the daemon and user config, or `submit --on-done CMD` for one run"
+        )
     unknown = sorted(str(k) for k in doc if k not in _TASK_KEYS)
     if unknown:
         raise TaskError(
@@ -224,7 +255,12 @@ def _task_from_mapping(doc: Mapping[Any, Any], p: Path) -> Task:
         _check_env_name(str(name), f"{p}: `env`")
         if isinstance(value, (dict, list)) or value is None:
             raise TaskError(f"{p}: `env.{name}` must be a scalar value")
-        env[str(name)] = value if isinstance(value, str) else yaml.safe_dump(value).strip().removesuffix("...").strip()
+        if isinstance(value, str):
+            env[str(name)] = value
+        elif env_as_written is not None and str(name) in env_as_written:
+            env[str(name)] = env_as_written[str(name)]
+        else:
+            raise TaskError(f"{p}: `env.{name}` is not text (YAML read a {type(value).__name__}); quote it")
     config = doc.get("config")
     if config is None:
         config = {}

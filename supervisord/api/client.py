@@ -13,12 +13,15 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+import httpcore
 import httpx
 
 from supervisord.api.wire import API_PREFIX, decode_error
 from supervisord.exceptions import DaemonUnreachableError
+from supervisord.ownership import UnsafePathError, check_private_dir, peer_cred
 from supervisord.paths import Paths
 
 __all__ = ["Client"]
@@ -26,6 +29,9 @@ __all__ = ["Client"]
 _CALL_TIMEOUT = httpx.Timeout(60.0, connect=5.0)
 _STREAM_TIMEOUT = httpx.Timeout(connect=5.0, read=20.0, write=10.0, pool=5.0)
 _AUTOSTART_WAIT_S = 30.0
+#: How long to keep trying a daemon whose process lives but does not answer
+#: (it is stopping, or not ready yet).
+_STOPPING_WAIT_S = 10.0
 
 
 class Client:
@@ -34,7 +40,7 @@ class Client:
     def __init__(self, paths: Paths | None = None) -> None:
         self.paths = paths or Paths.from_env()
         self._http = httpx.Client(
-            transport=httpx.HTTPTransport(uds=str(self.paths.socket)),
+            transport=_checked_transport(self.paths.socket),
             base_url="http://jobsup" + API_PREFIX,
             timeout=_CALL_TIMEOUT,
         )
@@ -70,6 +76,8 @@ class Client:
         log when a started daemon failed).
         """
         info = self.health()
+        if info is None:
+            info = self._wait_for_live_daemon()
         if info is not None:
             return info
         if autostart is None:
@@ -81,9 +89,50 @@ class Client:
             )
         return self._start_daemon()
 
+    def live_daemon_pid(self) -> int | None:
+        """The pid of a live daemon on this state dir (the pid it wrote in
+        ``daemon.lock``, if that process exists), else None."""
+        try:
+            pid = int(self.paths.state_dir.joinpath("daemon.lock").read_text().strip() or 0)
+        except (OSError, ValueError):
+            return None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return None
+        # The pid may have been reused since that daemon exited.
+        return pid if b"daemon" in cmdline else None
+
+    def _wait_for_live_daemon(self) -> dict[str, Any] | None:
+        """Nothing answers, but a daemon may be stopping (or still starting):
+        while its process lives, try again for up to :data:`_STOPPING_WAIT_S`.
+        Returns its health once it answers, None once no daemon process is
+        left (the caller may start one). Raises DaemonUnreachableError when
+        the daemon process lives on without its socket file."""
+        deadline = time.monotonic() + _STOPPING_WAIT_S
+        while True:
+            pid = self.live_daemon_pid()
+            if pid is None:
+                return None
+            info = self.health()
+            if info is not None:
+                return info
+            if time.monotonic() > deadline:
+                if not self.paths.socket.exists():
+                    raise DaemonUnreachableError(
+                        f"daemon pid {pid} lost its socket {self.paths.socket} (was the file deleted?); "
+                        f"restart it: `kill {pid}` (runs keep going), then any jobsup command starts a new one"
+                    )
+                return None
+            time.sleep(0.1)
+
     def _start_daemon(self) -> dict[str, Any]:
         self.paths.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        logf = self.paths.daemon_log.open("ab")
+        # The daemon's log may hold paths and errors of private runs: 0600,
+        # also when an older jobsup left it readable by others.
+        fd = os.open(self.paths.daemon_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        os.fchmod(fd, 0o600)
+        logf = os.fdopen(fd, "ab")
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "supervisord", "daemon"],
@@ -232,6 +281,46 @@ class Client:
     def doctor(self) -> list[dict[str, Any]]:
         """``GET /doctor``: the daemon's checks."""
         return list(self._call("GET", "/doctor", timeout=httpx.Timeout(120.0, connect=5.0))["checks"])
+
+    def hooks(self) -> list[dict[str, Any]]:
+        """``GET /hooks``: every hook with its checkpoint, lag and last outcome."""
+        return list(self._call("GET", "/hooks")["hooks"])
+
+
+class _CheckedUnixBackend(httpcore.SyncBackend):
+    """httpcore's network backend, refusing a Unix socket jobsup must not
+    trust before a byte is sent: its folder must belong to this user and be
+    writable by nobody else (so no other user can have put the socket
+    there), and the process listening on it must run as this user
+    (``SO_PEERCRED``). Raises UnsafePathError naming the socket."""
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Any = None
+    ) -> httpcore.NetworkStream:
+        folder = Path(path).parent
+        try:
+            check_private_dir(folder, what="socket folder", fix=f"refusing to send anything to {path}")
+        except FileNotFoundError:
+            raise httpcore.ConnectError(f"no socket folder {folder}") from None
+        stream = super().connect_unix_socket(path, timeout, socket_options)
+        sock = stream.get_extra_info("socket")
+        cred = peer_cred(sock)
+        if cred.uid != os.getuid():
+            stream.close()
+            raise UnsafePathError(
+                f"the process answering on {path} (pid {cred.pid}) runs as uid {cred.uid}, not as you "
+                f"(uid {os.getuid()}); refusing to send anything to it"
+            )
+        return stream
+
+
+def _checked_transport(socket_path: Path) -> httpx.HTTPTransport:
+    """httpx's transport over ``socket_path`` whose connections go through
+    :class:`_CheckedUnixBackend` (httpx has no parameter for a network
+    backend: its connection pool is built again with one)."""
+    transport = httpx.HTTPTransport(uds=str(socket_path))
+    transport._pool = httpcore.ConnectionPool(uds=str(socket_path), network_backend=_CheckedUnixBackend())
+    return transport
 
 
 def _ndjson(resp: httpx.Response) -> Iterator[dict[str, Any]]:

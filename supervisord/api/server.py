@@ -37,6 +37,8 @@ __all__ = ["create_app", "PeerCredProtocol"]
 log = structlog.get_logger("jobsup.api")
 
 _HEARTBEAT_S = 5.0
+#: The hook outcome events `show` lists (supervisord.hooks.delivery).
+_HOOK_OUTCOMES = ("HookDelivered", "HookFailed")
 _NDJSON = "application/x-ndjson"
 
 
@@ -56,7 +58,27 @@ class PeerCredProtocol(H11Protocol):
                 super().connection_made(transport)
                 transport.close()
                 return
+            # Who is asking, for the requests of this connection to record.
+            self.app = _with_peer(self.app, {"uid": uid, "pid": _pid})
         super().connection_made(transport)
+
+
+#: The ASGI scope key holding the peer's ``{"uid", "pid"}`` (SO_PEERCRED).
+PEER_SCOPE_KEY = "jobsup.peer"
+
+
+def _with_peer(app: Any, peer: dict[str, int]) -> Any:
+    """``app`` with ``scope["jobsup.peer"] = peer`` on every request."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        await app({**scope, PEER_SCOPE_KEY: peer}, receive, send)
+
+    return wrapped
+
+
+def _peer(request: Request) -> dict[str, int]:
+    """The requesting process's ``{"uid", "pid"}`` ({} when not over the Unix socket)."""
+    return dict(request.scope.get(PEER_SCOPE_KEY) or {})
 
 
 def _dumps(obj: Any) -> bytes:
@@ -74,14 +96,26 @@ def _flag(request: Request, name: str) -> bool:
     return request.query_params.get(name, "").lower() in ("1", "true", "yes")
 
 
-def _int(request: Request, name: str, default: int | None = None) -> int | None:
+#: The largest value an integer query parameter may have: SQLite's INTEGER
+#: (a signed 64-bit number).
+_INT_MAX = 2**63 - 1
+
+
+def _int(request: Request, name: str, default: int | None = None, *, minimum: int = 0) -> int | None:
+    """Query parameter ``name`` as a whole number in ``minimum..2^63-1``
+    (every integer parameter is a count, a cursor or a limit), or
+    ``default`` when absent. Raises UsageError (HTTP 400) naming it, before
+    any response starts."""
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
-        raise UsageError(f"query parameter {name}={raw!r} must be an integer") from None
+        raise UsageError(f"query parameter {name}={raw[:40]!r} must be an integer") from None
+    if not minimum <= value <= _INT_MAX:
+        raise UsageError(f"query parameter {name}={raw[:40]!r} must be in {minimum}..{_INT_MAX}")
+    return value
 
 
 def _float(request: Request, name: str) -> float | None:
@@ -91,9 +125,9 @@ def _float(request: Request, name: str) -> float | None:
     try:
         value = float(raw)
     except ValueError:
-        raise UsageError(f"query parameter {name}={raw!r} must be a number") from None
-    if value < 0:
-        raise UsageError(f"query parameter {name} must not be negative")
+        raise UsageError(f"query parameter {name}={raw[:40]!r} must be a number") from None
+    if not 0 <= value < float("inf"):
+        raise UsageError(f"query parameter {name}={raw[:40]!r} must be a finite number, not negative")
     return value
 
 
@@ -124,9 +158,11 @@ def create_app(
     doctor: Callable[[], Awaitable[list[dict[str, Any]]]],
     scheduler: Scheduler | None = None,
     ui: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None,
+    hooks: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
 ) -> Starlette:
     """Build the API application over a running supervisor and store (and
-    the scheduler, whose routes it adds when given)."""
+    the scheduler, whose routes it adds when given). ``hooks`` lists the
+    hooks with their checkpoints (``GET /v1/hooks``)."""
 
     async def health(request: Request) -> Response:
         return JSONResponse(
@@ -140,7 +176,9 @@ def create_app(
             raise UsageError("submit: the request body is not JSON") from None
         req = SubmitRequest.from_json(body)
         plan = await planner.plan(req)
-        submitted = await scheduler.prepare(plan.submitted) if scheduler is not None else plan.submitted
+        peer = _peer(request)
+        submitted = {**plan.submitted, **{f"submitted_by_{k}": v for k, v in peer.items()}}
+        submitted = await scheduler.prepare(submitted) if scheduler is not None else submitted
         run = await supervisor.submit(submitted, env=plan.env, config=plan.config, force=plan.force)
         return JSONResponse({"run": run.to_json(), "warnings": plan.warnings}, status_code=201)
 
@@ -161,11 +199,14 @@ def create_app(
         run_id = await supervisor.resolve(request.path_params["ref"])
         run = await supervisor.get(run_id)
         first = await store.read_all(0, limit=1, run_id=run_id)  # Submitted, not the whole stream
-        return JSONResponse({"run": run.to_json(), "submitted": first[0].data if first else {}})
+        hooks = await store.read_all(0, limit=1000, run_id=run_id, types=_HOOK_OUTCOMES)
+        return JSONResponse(
+            {"run": run.to_json(), "submitted": first[0].data if first else {}, "hooks": [e.to_json() for e in hooks]}
+        )
 
     async def cancel(request: Request) -> Response:
         run_id = await supervisor.resolve(request.path_params["ref"])
-        run = await supervisor.cancel(run_id)
+        run = await supervisor.cancel(run_id, requested_by=_peer(request))
         return JSONResponse({"run": run.to_json()})
 
     async def logs(request: Request) -> Response:
@@ -215,7 +256,7 @@ def create_app(
         run_id = await supervisor.resolve(ref) if ref else None
         after = _int(request, "after", 0) or 0
         follow = _flag(request, "follow")
-        limit = _int(request, "limit", 1000) or 1000
+        limit = _int(request, "limit", 1000, minimum=1) or 1000
 
         async def stream() -> AsyncIterator[bytes]:
             cursor = after
@@ -237,6 +278,9 @@ def create_app(
 
     async def doctor_route(request: Request) -> Response:
         return JSONResponse({"checks": await doctor()})
+
+    async def hooks_route(request: Request) -> Response:
+        return JSONResponse({"hooks": await hooks() if hooks is not None else []})
 
     async def ui_route(request: Request) -> Response:
         if ui is None:
@@ -261,6 +305,7 @@ def create_app(
         Route(f"{p}/wait", _errors(wait), methods=["GET"]),
         Route(f"{p}/events", _errors(events), methods=["GET"]),
         Route(f"{p}/doctor", _errors(doctor_route), methods=["GET"]),
+        Route(f"{p}/hooks", _errors(hooks_route), methods=["GET"]),
     ]
     if scheduler is not None:
         routes += scheduler_routes(supervisor=supervisor, scheduler=scheduler, digest_key=planner.digest_key)

@@ -11,7 +11,7 @@ Endpoints::
     GET  /v1/health                       {"ok": true, "pid", "version", "uid", "state_dir", "socket"}
     POST /v1/runs                         SubmitRequest -> {"run": Run, "warnings": [str]}
     GET  /v1/runs?all=&project=&phase=    {"runs": [Run]}
-    GET  /v1/runs/{ref}                   {"run": Run, "submitted": {...}}
+    GET  /v1/runs/{ref}                   {"run": Run, "submitted": {...}, "hooks": [HookDelivered/HookFailed events]}
     POST /v1/runs/{ref}/cancel            {"run": Run}
     GET  /v1/runs/{ref}/logs?after_line=&tail=&limit=&follow=&format=text|ndjson|blocks
                                           plain text by default; see supervisord.api.logs_route
@@ -23,6 +23,8 @@ Endpoints::
     POST /v1/runs/{ref}/hold              {"run": Run}
     POST /v1/runs/{ref}/release           {"run": Run}
     POST /v1/runs/{ref}/rerun             {"env", "hold", "force"} -> {"run": Run, "rerun_of", "missing_env"}
+    GET  /v1/hooks                        {"hooks": [{"name", "kind", "when", "match", "target", "source",
+                                            "checkpoint", "position", "lag", "delivering", "last_outcome"}]}
 
 A ``Run`` is :meth:`store.RunStatus.to_json` (id, project, name, backend,
 phase, reason, message, exit_code, created_at, updated_at, last_seq, ...).

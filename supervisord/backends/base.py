@@ -58,6 +58,11 @@ class RunSpec:
     repo: str
     run_dir: Path
     submitted: Mapping[str, Any]
+    manifest: str | None = None
+    """The task's Kubernetes manifest path (``--manifest``/``manifest:``), if it set one."""
+    env_digests: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
+    """NAME -> the keyed digest the Submitted event recorded for each env value
+    (never a value), for backends that record which env a run got."""
 
 
 @runtime_checkable

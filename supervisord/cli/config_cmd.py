@@ -24,6 +24,7 @@ from supervisord.config import (
     redact,
 )
 from supervisord.exceptions import ConfigError, TaskError
+from supervisord.hooks.config import hooks_from_layers
 from supervisord.task import Task, load_task
 
 __all__ = ["config_group"]
@@ -115,6 +116,10 @@ def validate(task_file: str | None, cli_config: tuple[str, ...]) -> None:
             check_allowed(eff, backend)
         except ConfigError as exc:
             errors.extend(exc.errors)
+    # Hooks come from the daemon and user layers (the user's environment
+    # stands in for the daemon's when checking webhook.secret_env).
+    _, hook_errors = hooks_from_layers([layer for layer in (daemon, *client) if layer is not None])
+    errors.extend(hook_errors)
     if errors:
         raise ConfigError(_summary(errors), errors)
     assert daemon is not None

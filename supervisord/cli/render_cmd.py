@@ -14,20 +14,22 @@ import secrets
 import shlex
 import sys
 from pathlib import Path
+from typing import Callable
 
 import click
 
 from supervisord.backends.kubernetes import (
     DEFAULT_MANIFEST_PATH,
     DEFAULT_STAGING_TIMEOUT_S,
+    RenderedRun,
     load_manifest_at_commit,
     manifest_path_for,
     objects_to_json,
     objects_to_yaml,
     render_run,
 )
-from supervisord.backends.kubernetes.inject import env_secret_name
-from supervisord.backends.kubernetes.manifest import check_run_id
+from supervisord.backends.kubernetes.manifest.inject import env_secret_name
+from supervisord.backends.kubernetes.manifest.load import check_run_id
 from supervisord.cli.main import cli
 from supervisord.cli.shape import reject_shape_flags, shape_flag_options
 from supervisord.cli.output import output_option, warn
@@ -37,7 +39,7 @@ from supervisord.exceptions import ManifestError, TaskError, UsageError
 from supervisord.source import repo_root, resolve_commit
 from supervisord.task import DEFAULT_TIMEOUT_S, Task, check_name, load_task, parse_duration
 
-__all__ = ["render_command"]
+__all__ = ["render_command", "render_task"]
 
 def _is_task_file(arg: str) -> bool:
     return arg.endswith((".yaml", ".yml"))
@@ -85,7 +87,43 @@ def render_command(
     """
     reject_shape_flags({"image": image, "gpus": gpus, "cpus": cpus, "memory": memory})
     task_file = args[0] if args and _is_task_file(args[0]) else None
-    words = args[1:] if task_file else args
+    words = list(args[1:] if task_file else args)
+    try:
+        rendered = render_task(
+            task_file, words, manifest=manifest, rev=rev, timeout=timeout, run_id=run_id, name=name,
+            config_items=list(config_items), cwd=Path.cwd(), warn=warn,
+        )
+    except ManifestError as exc:
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(1)
+    for note in rendered.notes:
+        warn(note)
+    text = objects_to_json(rendered.objects) if output == "json" else objects_to_yaml(rendered.objects)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def render_task(
+    task_file: str | None,
+    words: list[str],
+    *,
+    manifest: str | None,
+    rev: str,
+    timeout: str | None,
+    run_id: str | None,
+    name: str | None,
+    config_items: list[str],
+    cwd: Path,
+    warn: Callable[[str], None],
+) -> RenderedRun:
+    """The objects `submit --backend kubernetes` would create for the task in
+    ``task_file`` and/or the command ``words`` (``jobsup render`` and the MCP
+    ``render`` tool). Config warnings go to ``warn``; the result's ``notes``
+    are the caller's to show.
+
+    Raises TaskError/UsageError/ConfigError naming the bad input, SourceError
+    for the repository or revision, ManifestError with every contract violation.
+    """
     task = load_task(task_file) if task_file else Task()
     if words:
         # Joined exactly as submit joins them.
@@ -106,7 +144,6 @@ def render_command(
             raise UsageError(f"--run-id: {exc}") from None
     the_run_id = run_id or secrets.token_hex(6)
 
-    cwd = Path.cwd()
     repo = repo_root(task.path.parent if task.path else cwd)
     commit = resolve_commit(repo, rev)
     # The layers a submit would send, merged as the daemon merges them (render
@@ -121,25 +158,16 @@ def render_command(
     if not isinstance(kube, dict):
         raise UsageError("config: `kubernetes` must be a mapping")
     manifest_path = manifest_path_for(task.manifest, kube)
-    try:
-        rendered = render_run(
-            load_manifest_at_commit(repo, commit, manifest_path),
-            run_id=the_run_id,
-            project=str(data.get("project") or repo.name),
-            name=task.default_name(),
-            command=command,
-            namespace=str(kube.get("namespace") or "default"),
-            timeout_s=task.timeout_s or DEFAULT_TIMEOUT_S,
-            staging_timeout_s=DEFAULT_STAGING_TIMEOUT_S,
-            kube_config=kube,
-            manifest_path=manifest_path,
-            env_secret=env_secret_name(the_run_id),
-        )
-    except ManifestError as exc:
-        click.echo(f"error: {exc}", err=True)
-        ctx.exit(1)
-    for note in rendered.notes:
-        warn(note)
-    text = objects_to_json(rendered.objects) if output == "json" else objects_to_yaml(rendered.objects)
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    return render_run(
+        load_manifest_at_commit(repo, commit, manifest_path),
+        run_id=the_run_id,
+        project=str(data.get("project") or repo.name),
+        name=task.default_name(),
+        command=command,
+        namespace=str(kube.get("namespace") or "default"),
+        timeout_s=task.timeout_s or DEFAULT_TIMEOUT_S,
+        staging_timeout_s=DEFAULT_STAGING_TIMEOUT_S,
+        kube_config=kube,
+        manifest_path=manifest_path,
+        env_secret=env_secret_name(the_run_id),
+    )

@@ -6,6 +6,7 @@ They talk to the daemon only through :class:`supervisord.api.client.Client`.
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -15,12 +16,13 @@ import click
 
 from supervisord import config as cfg
 from supervisord.api.client import Client
-from supervisord.api.wire import EXIT_UNREACHABLE, EXIT_WAIT_TIMEOUT, PHASES, exit_code_for_phase
+from supervisord.api.wire import EXIT_UNREACHABLE, EXIT_WAIT_TIMEOUT, PHASES, WAIT_EXIT_CODES, exit_code_for_phase
 from supervisord.cli.main import cli
 from supervisord.cli.output import emit, info, output_option, warn
 from supervisord.cli.queue_cmd import scheduling_options, take_scheduling
 from supervisord.cli.shape import reject_shape_flags, shape_flag_options_without
-from supervisord.exceptions import DaemonUnreachableError, TaskError
+from supervisord.exceptions import AmbiguousRunError, DaemonUnreachableError, RunNotFoundError, TaskError, UsageError
+from supervisord.hooks.config import parse_on_done
 from supervisord.task import BACKENDS, Task, check_name, load_task, parse_duration, parse_env_pairs
 
 __all__ = ["submit", "runs", "show", "logs", "wait", "cancel", "events", "doctor"]
@@ -132,6 +134,13 @@ def task_wire(task: Task) -> dict[str, Any]:
 @click.option("--config", "config_args", multiple=True, metavar="KEY.PATH=VALUE|FILE", help="Config override (repeatable) or one config file.")
 @click.option("--force", is_flag=True, help="Submit even if the same project+name has a run in flight.")
 @click.option("--follow", "-f", is_flag=True, help="Stream the logs, then exit like `jobsup wait`.")
+@click.option(
+    "--on-done",
+    "on_done",
+    metavar="CMD",
+    help="Run CMD (split into words, no shell) when this run ends, like a command hook "
+    "(JOBSUP_* variables, last log lines on stdin), from this folder.",
+)
 @scheduling_options
 @shape_flag_options_without("gpus")
 @click.pass_context
@@ -148,11 +157,13 @@ def submit(
     config_args: tuple[str, ...],
     force: bool,
     follow: bool,
+    on_done: str | None,
     **shape: Any,
 ) -> None:
     """Queue a run of TASK.yaml and/or `-- CMD...`; print its id on stdout."""
     sched, hold = take_scheduling(shape)
     reject_shape_flags(shape)
+    on_done_argv = parse_on_done(on_done) if on_done is not None else None
     command = ctx.meta.get("jobsup.command")
     task = build_task(
         task_file, command, name=name, backend=backend, timeout=timeout, manifest=manifest, env_pairs=env_pairs,
@@ -162,15 +173,23 @@ def submit(
         raise TaskError("no command: give `run:` in the task file or `-- CMD...` after the options")
     layers = cfg.load_client_layers(task=task, cli_config=list(config_args), cwd=Path.cwd())
     client = _client()
+    wire = task_wire(task)
+    if on_done_argv is not None:
+        wire["on_done"] = on_done_argv
     body = {
-        "task": task_wire(task),
+        "task": wire,
         "layers": cfg.layers_to_wire(layers),
         "cwd": os.getcwd(),
         "rev": rev,
         "force": force,
         "hold": hold,
+        "request_id": secrets.token_hex(8),
+        "umask": f"{_current_umask():04o}",
     }
-    result = client.submit(body)
+    try:
+        result = client.submit(body)
+    except DaemonUnreachableError as err:
+        result = {"run": _find_submitted(client, str(body["request_id"]), err), "warnings": []}
     for line in result.get("warnings") or []:
         warn(line)
     run_id = result["run"]["id"]
@@ -180,6 +199,45 @@ def submit(
     info(f"submitted run {run_id}")
     run = _follow_logs(client, run_id)
     ctx.exit(exit_code_for_phase(run["phase"]))
+
+
+_LOST_SUBMIT_WAIT_S = 30.0
+
+
+def _current_umask() -> int:
+    """This process's umask (that of the shell that ran jobsup): a local run
+    creates its files with it, not with the daemon's private 077."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def _find_submitted(client: Client, request_id: str, err: DaemonUnreachableError) -> dict[str, Any]:
+    """The daemon went away while a submit was in flight: reconnect (for up
+    to :data:`_LOST_SUBMIT_WAIT_S`) and look for the run recorded with this
+    submit's ``request_id``. Returns it (the run was recorded and will be
+    supervised), or raises DaemonUnreachableError saying it was not
+    recorded, or that this cannot be known without a daemon."""
+    info(f"the daemon went away during the submit ({err}); checking whether the run was recorded")
+    deadline = time.monotonic() + _LOST_SUBMIT_WAIT_S
+    while True:
+        try:
+            client.connect()
+            recent = client.runs(all=False)
+            break
+        except DaemonUnreachableError:
+            if time.monotonic() > deadline:
+                raise DaemonUnreachableError(
+                    f"{err}; no daemon answers since, so whether the run was recorded is unknown: "
+                    "see `jobsup runs` once a daemon is back"
+                ) from None
+            time.sleep(0.5)
+    for run in recent:
+        doc = client.show(run["id"])
+        if (doc.get("submitted") or {}).get("request_id") == request_id:
+            warn(f"the run was recorded (as {run['id']}) before the daemon went away; it will run")
+            return dict(doc["run"])
+    raise DaemonUnreachableError(f"{err}; the run was NOT recorded (nothing will run): submit it again")
 
 
 def _print_line(obj: dict[str, Any], *, flush: bool = False) -> None:
@@ -192,15 +250,16 @@ def _print_line(obj: dict[str, Any], *, flush: bool = False) -> None:
 
 def _follow_logs(client: Client, ref: str, *, tail: int | None = None, output: str = "text") -> dict[str, Any]:
     end: dict[str, Any] = {}
-    cursor: dict[str, Any] = {"after": 0, "tail": tail}
+    # The cursor is a line number from the start, also with --tail: the
+    # tail's first line is found once (lines are numbered 1..log_lines), so
+    # a reconnect resumes from the line reached, never re-applies the tail
+    # (which would skip every line written while the daemon was away).
+    cursor: dict[str, Any] = {"after": _tail_start(client, ref, tail)}
 
     fmt = "ndjson" if output == "json" else "blocks"
 
     def open_stream() -> Iterator[dict[str, Any]]:
-        if cursor["after"]:
-            stream = client.logs(ref, follow=True, after_line=cursor["after"], format=fmt)
-        else:
-            stream = client.logs(ref, follow=True, tail=cursor["tail"], format=fmt)
+        stream = client.logs(ref, follow=True, after_line=cursor["after"], format=fmt)
         for obj in stream:
             yield obj
             if "end" in obj:
@@ -223,6 +282,15 @@ def _follow_logs(client: Client, ref: str, *, tail: int | None = None, output: s
     if end:
         info(f"run {end['id']}: {end['phase']}" + (f" ({end['reason']}: {end['message']})" if end.get("reason") else ""))
     return end
+
+
+def _tail_start(client: Client, ref: str, tail: int | None) -> int:
+    """The line number after which the last ``tail`` lines of run ``ref``
+    start (0: from the first line)."""
+    if tail is None:
+        return 0
+    recorded = int(client.show(ref)["run"].get("log_lines") or 0)
+    return max(0, recorded - tail)
 
 
 def emit_json_line(obj: dict[str, Any]) -> None:
@@ -262,6 +330,11 @@ def show(run: str, output: str) -> None:
     sub = doc.get("submitted") or {}
     full = {**r, "command": sub.get("command"), "timeout_s": sub.get("timeout_s"), "source": sub.get("source"),
             "env": sub.get("env"), "config": sub.get("config")}
+    if sub.get("on_done"):
+        full["on_done"] = sub["on_done"]
+    if doc.get("hooks"):
+        # Each attempt of a hook at this run: HookDelivered / HookFailed data.
+        full["hooks"] = [{"type": e["type"], "seq": e["seq"], "at": e["at"], **e["data"]} for e in doc["hooks"]]
     if output != "table":
         emit(full, output)
         return
@@ -270,6 +343,9 @@ def show(run: str, output: str) -> None:
     for key in ("id", "project", "name", "backend", "phase", "reason", "message", "exit_code",
                 "created_at", "updated_at", "last_seq", "log_lines", "log_ingest", "command", "timeout_s"):
         click.echo(f"{key + ':':<12} {'-' if full.get(key) is None else full.get(key)}")
+    for h in full.get("hooks") or []:
+        result = h.get("error") or f"{'exit code' if h.get('kind') == 'command' else 'HTTP'} {h.get('exit_code', h.get('status'))}"
+        click.echo(f"{'hook:':<12} {h.get('hook')} {h['type']} for seq {h.get('event_seq')} (attempt {h.get('attempt')}): {result}")
     for key in ("source", "handle", "env", "config"):
         value = full.get(key)
         click.echo(f"{key}:" + (" -" if not value else ""))
@@ -300,13 +376,25 @@ def logs(run: str, follow: bool, tail: int | None, output: str) -> None:
     out.flush()
 
 
+#: ``wait --for PHASE`` with a terminal PHASE: the run ended COMPLETED instead.
+EXIT_OTHER_PHASE = 5
+
+
 def _wait_exit_code(cond: str, runs: list[dict[str, Any]]) -> int:
+    """The exit code of ``wait --for cond`` once the daemon says it is over:
+    0 only when every run reached what was asked (for a terminal PHASE,
+    exactly that phase); else the code of the first run, in argument order,
+    that did not: its own phase's code (1 ERROR, 3 CANCELED, 4 DELETED), or
+    :data:`EXIT_OTHER_PHASE` when it ended COMPLETED but another terminal
+    phase was asked for."""
     if cond == "change":
         return 0
     target = cond.upper()
     for r in runs:
         if cond == "terminal" or r["phase"] != target:
             code = exit_code_for_phase(r["phase"])
+            if code == 0 and cond != "terminal" and target in WAIT_EXIT_CODES and r["phase"] in WAIT_EXIT_CODES:
+                code = EXIT_OTHER_PHASE
             if code != 0:
                 return code
     return 0
@@ -359,14 +447,38 @@ def wait(ctx: click.Context, runs_: tuple[str, ...], for_: str, timeout: str | N
 @click.argument("runs_", metavar="RUN...", nargs=-1, required=True)
 @output_option()
 def cancel(runs_: tuple[str, ...], output: str) -> None:
-    """Cancel runs; returns once each is stopped."""
+    """Cancel runs; returns once each is stopped.
+
+    Every id is resolved first: one that names no run (or several) exits 2
+    naming it, and nothing is cancelled."""
     client = _client()
-    done = [client.cancel(ref) for ref in runs_]
+    run_ids = resolve_run_ids(client, runs_)
+    done = [client.cancel(run_id) for run_id in run_ids]
     if output != "table":
         emit(done, output)
         return
     for r in done:
         info(f"run {r['id']}: {r['phase']}")
+
+
+def resolve_run_ids(client: Client, refs: tuple[str, ...] | list[str]) -> list[str]:
+    """The full run id of each of ``refs`` (ids or unique prefixes), in
+    order and without duplicates, or UsageError naming every ref that
+    matches no run or several (so a command on several runs does all or
+    nothing, as kubectl does)."""
+    ids: list[str] = []
+    bad: list[str] = []
+    for ref in refs:
+        try:
+            run_id = str(client.show(ref)["run"]["id"])
+        except (RunNotFoundError, AmbiguousRunError, UsageError) as err:
+            bad.append(str(err))
+            continue
+        if run_id not in ids:
+            ids.append(run_id)
+    if bad:
+        raise UsageError("; ".join(bad) + ("" if len(refs) == 1 else "; nothing was done"))
+    return ids
 
 
 def _events(client: Client, run: str | None, after: int, follow: bool) -> Iterator[dict[str, Any]]:

@@ -69,6 +69,7 @@ from supervisord.config.sources import (
     layers_to_wire,
     load_client_layers,
     load_daemon_layer,
+    load_user_layer,
     read_client_layers,
     read_config_file,
 )
@@ -108,6 +109,7 @@ __all__ = [
     "layers_to_wire",
     "load_client_layers",
     "load_daemon_layer",
+    "load_user_layer",
     "merge",
     "merge_layers",
     "merge_pod_spec",

@@ -118,13 +118,39 @@ class EffectiveConfig:
     context: str | None = None
 
 
+#: The layers whose ``hooks`` key holds hooks (read by supervisord.hooks,
+#: never merged into a run's config); in any other layer it is an error.
+HOOK_LAYERS: tuple[str, ...] = ("daemon", "user")
+
+
+def _hooks_error(layer: Layer) -> list[str]:
+    """The error for ``hooks`` in a layer that may not add hooks, naming
+    its file (a cloned repository must not run commands on this machine)."""
+    if "hooks" not in layer.data or layer.name in HOOK_LAYERS:
+        return []
+    kind = "option" if layer.name == "cli" else "file"
+    return [
+        f"{_where(layer)}: hooks: hooks come only from the daemon config and the user config; a {layer.name} "
+        f"{kind} may not add them (a cloned repository must not run commands on this machine)"
+    ]
+
+
+def _without_hooks(layer: Layer) -> Layer:
+    """``layer`` without its ``hooks`` key (validated by supervisord.hooks)."""
+    if "hooks" not in layer.data:
+        return layer
+    return Layer(layer.name, layer.file, {k: v for k, v in layer.data.items() if k != "hooks"})
+
+
 def layer_errors(layer: Layer) -> list[str]:
     """Validate one layer on its own (schema and sandbox checks; a ``null``
     is always allowed, it clears a lower layer's value). Returns lines
-    ``"<file> (<layer> config): <key path>: <reason>"``."""
-    document = _without_nulls(layer.data)
+    ``"<file> (<layer> config): <key path>: <reason>"``. ``hooks`` is left
+    to :mod:`supervisord.hooks.config` in the daemon and user layers and is
+    an error in any other."""
+    document = _without_nulls(_without_hooks(layer).data)
     where = _where(layer)
-    return [f"{where}: {e}" for e in validate_document(document)]
+    return _hooks_error(layer) + [f"{where}: {e}" for e in validate_document(document)]
 
 
 def validate_daemon_config(layer: Layer, env: Mapping[str, str] = os.environ) -> None:
@@ -164,11 +190,12 @@ def effective_config(
     """
     warnings: list[str] = []
     errors: list[str] = []
-    layers: list[Layer] = [daemon]
+    layers: list[Layer] = [_without_hooks(daemon)]
     for layer in client:
         if layer.name in ("default", "daemon"):
             raise ConfigError(f"the {layer.name} layer cannot be a client layer")
-        data, ignored = _drop_daemon_only(layer.data)
+        errors.extend(_hooks_error(layer))
+        data, ignored = _drop_daemon_only(_without_hooks(layer).data)
         for path in ignored:
             warnings.append(
                 f"{format_path(path)} is a daemon-only key: the value from {layer.describe()} is ignored "
@@ -344,7 +371,7 @@ def _task_key_errors(layer: Layer) -> list[str]:
     allowed = ", ".join(format_path(p) for p in TASK_KEYS)
     where = _where(layer)
     for key, value in layer.data.items():
-        if (key,) in TASK_KEYS:
+        if (key,) in TASK_KEYS or key == "hooks":  # hooks: see _hooks_error
             continue
         if key == "kubernetes" and isinstance(value, Mapping):
             for sub in value:

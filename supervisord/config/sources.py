@@ -45,6 +45,7 @@ __all__ = [
     "read_config_file",
     "load_yaml",
     "load_daemon_layer",
+    "load_user_layer",
     "load_client_layers",
     "read_client_layers",
     "layers_to_wire",
@@ -81,7 +82,8 @@ def _construct_mapping(loader: ConfigLoader, node: yaml.nodes.MappingNode) -> di
             raise yaml.constructor.ConstructorError(
                 None,
                 None,
-                f"the key {key!r} is not a string (a {type(key).__name__}); quote it",
+                f"the key {key!r} is not a string (a {type(key).__name__}); quote it"
+                + (" (YAML reads on/off/yes/no as booleans; a hook's phases go under `when:`)" if isinstance(key, bool) else ""),
                 key_node.start_mark,
             )
         if key in seen:
@@ -93,12 +95,67 @@ def _construct_mapping(loader: ConfigLoader, node: yaml.nodes.MappingNode) -> di
 
 ConfigLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
+#: The largest YAML document read as config or a task file (bytes of text).
+MAX_YAML_BYTES = 4 * 1024 * 1024
+#: The most nodes a document may have once its aliases are expanded: a few
+#: aliases of aliases ("billion laughs") otherwise make a tiny file expand
+#: to gigabytes in whatever walks the data next.
+MAX_YAML_NODES = 200_000
+
+
+def _expanded_nodes(root: yaml.nodes.Node) -> None:
+    """Raise ConstructorError when ``root``, with every alias expanded, has
+    more than :data:`MAX_YAML_NODES` nodes or an alias refers to a node
+    that contains it (counted once per distinct node: linear time)."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.nodes.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_nodes:
+            raise yaml.constructor.ConstructorError(
+                None, None, "an alias refers to a node that contains it (recursive alias)", node.start_mark
+            )
+        open_nodes.add(key)
+        total = 1
+        if isinstance(node, yaml.nodes.SequenceNode):
+            total += sum(size(child) for child in node.value)
+        elif isinstance(node, yaml.nodes.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        open_nodes.discard(key)
+        if total > MAX_YAML_NODES:
+            raise yaml.constructor.ConstructorError(
+                None, None,
+                f"the document expands to more than {MAX_YAML_NODES} values (aliases of aliases?); refusing it",
+                node.start_mark,
+            )
+        sizes[key] = total
+        return total
+
+    size(root)
+
+
+def _construct_checked_document(loader: ConfigLoader, node: yaml.nodes.Node) -> Any:
+    _expanded_nodes(node)
+    return yaml.SafeLoader.construct_document(loader, node)
+
+
+ConfigLoader.construct_document = _construct_checked_document  # type: ignore[method-assign,assignment]
+
 
 def load_yaml(text: str, *, source: str) -> Any:
     """Parse ``text`` with :class:`ConfigLoader`. Raises ConfigError
-    ``"<source>: line N: not valid YAML: <problem>"``."""
+    ``"<source>: line N: not valid YAML: <problem>"``, also for a document
+    over :data:`MAX_YAML_BYTES`, one that expands to more than
+    :data:`MAX_YAML_NODES` values, or one nested too deeply to parse."""
+    if len(text) > MAX_YAML_BYTES:
+        raise ConfigError(f"{source}: {len(text)} characters is over the limit of {MAX_YAML_BYTES} for a YAML document")
     try:
         return yaml.load(text, Loader=ConfigLoader)  # noqa: S506 - ConfigLoader is a SafeLoader
+    except RecursionError:
+        raise ConfigError(f"{source}: not valid YAML: nested too deeply") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark is not None else ""
@@ -180,6 +237,14 @@ def load_daemon_layer(env: Mapping[str, str] = os.environ) -> Layer:
     ``$XDG_CONFIG_HOME/jobsup/daemon.yaml``). A missing default file gives an
     empty layer with ``file=None``. Raises ConfigError (see module doc)."""
     return _load_file_layer("daemon", cwd=None, env=env)
+
+
+def load_user_layer(env: Mapping[str, str] = os.environ) -> Layer:
+    """Read the user config (``JOBSUP_CONFIG`` or
+    ``$XDG_CONFIG_HOME/jobsup/config.yaml``) as the daemon does for its
+    ``hooks``. A missing default file gives an empty layer with
+    ``file=None``. Raises ConfigError (see module doc)."""
+    return _load_file_layer("user", cwd=None, env=env)
 
 
 def load_client_layers(

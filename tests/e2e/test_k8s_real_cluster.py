@@ -161,6 +161,7 @@ async def test_preflight_refuses_a_missing_secret(tmp_path: Path) -> None:
         repo=str(repo),
         run_dir=tmp_path / "run",
         submitted={"manifest": MANIFEST_PATH},
+        manifest=MANIFEST_PATH,
     )
     backend = make_backend()
     try:

@@ -179,6 +179,8 @@ class SimCluster:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread_id = 0
         self._server: uvicorn.Server | None = None
+        self._hung: socket.socket | None = None
+        """The listening socket that never accepts, while :meth:`hang` is in effect."""
         self._serve_task: asyncio.Task[None] | None = None
         self._port = 0
         self._tokens = {
@@ -380,13 +382,49 @@ class SimCluster:
         the apiserver is down)."""
         self._call(self._astop_server)
 
-    def restart(self) -> None:
-        """Start the API server again on the same port with the same state (a
-        stop first if it is running)."""
+    def hang(self, *, backlog: int = 8) -> None:
+        """Make the API server unreachable the way a dead or firewalled host
+        is, not the way a stopped process is: the server is killed (open
+        watches, log streams and exec sessions are aborted) and its port is
+        held by a socket that listens but never accepts. The kernel completes
+        up to ``backlog`` TCP handshakes, after which nothing answers: TLS
+        handshakes and requests hang until the client's own timeout; once the
+        backlog is full, new connects hang in SYN. No connection is refused,
+        so every call's timeout is exercised. :meth:`restart` ends it."""
 
         async def go() -> None:
             if self._server is not None:
                 await self._astop_server()
+            self._release_hang()
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", self._port))
+            sock.listen(backlog)
+            self._hung = sock
+
+        self._call(go)
+
+    def _release_hang(self) -> None:
+        if self._hung is not None:
+            self._hung.close()
+            self._hung = None
+
+    def restart(self, *, drop_watch_history: bool = False) -> None:
+        """Start the API server again on the same port with the same state (a
+        stop first if it is running). With ``drop_watch_history`` the new
+        server starts with an empty watch cache, as a real apiserver does
+        (its cache is filled from etcd at the current revision): a watch or
+        continue token from any resourceVersion before the restart gets 410
+        Expired, so a client that resumes instead of relisting misses what
+        changed while the server was down."""
+
+        async def go() -> None:
+            if self._server is not None:
+                await self._astop_server()
+            self._release_hang()
+            if drop_watch_history:
+                assert self._state is not None
+                self._state.store.compact()
             await self._aserve()
 
         self._call(go)
@@ -401,6 +439,7 @@ class SimCluster:
         async def go() -> None:
             assert self._state is not None
             await self._astop_server()
+            self._release_hang()
             await self._state.kubelet.close()
             await self._state.controller.close()
 
@@ -460,13 +499,21 @@ class SimCluster:
         bookmark_interval_s: float | None = None,
         watch_window: int | None = None,
         exec_protocols: tuple[str, ...] | None = None,
+        log_runtime: str | None = None,
+        log_utc_offset_s: int | None = None,
     ) -> None:
         """Tune timings: the Job controller's first pod-replacement back-off,
         the kubelet's first CrashLoopBackOff and ErrImagePull->ImagePullBackOff
         delays, the watch BOOKMARK interval, how many events watches can
         resume from, and which exec subprotocols the server accepts (e.g.
-        ``("v4.channel.k8s.io",)`` to force v4)."""
+        ``("v4.channel.k8s.io",)`` to force v4). ``log_runtime``:
+        ``"containerd"`` (default: each log line stamped on its own, UTC) or
+        ``"cri-o"`` (every line of one read buffer gets the same timestamp, in
+        the node's zone ``log_utc_offset_s`` seconds east of UTC, e.g. 3600
+        for ``+01:00``); applies to containers started afterwards too."""
         state = self._require_state()
+        if log_runtime not in (None, "containerd", "cri-o"):
+            raise SimError(f"log_runtime must be 'containerd' or 'cri-o', got {log_runtime!r}")
 
         def apply() -> None:
             if job_backoff_s is not None:
@@ -481,6 +528,10 @@ class SimCluster:
                 state.store.window = watch_window
             if exec_protocols is not None:
                 state.exec_protocols = exec_protocols
+            if log_runtime is not None:
+                state.kubelet.log_runtime = log_runtime
+            if log_utc_offset_s is not None:
+                state.kubelet.log_utc_offset_s = log_utc_offset_s
 
         self._sync(apply)
 

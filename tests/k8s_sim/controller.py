@@ -26,7 +26,10 @@ The TTL controller deletes a finished Job ``ttlSecondsAfterFinished`` after its
 terminal condition (foreground propagation, like
 pkg/controller/ttlafterfinished). The garbage collector handles the
 ``orphan`` and ``foregroundDeletion`` finalizers and deletes the dependents of
-objects removed with Background propagation.
+objects removed with Background propagation, for owners and dependents of
+every kind (a Job's pods, and a Secret, ConfigMap or Service whose
+ownerReference names the Job), as kube-controller-manager's garbage
+collector does.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import time
 import structlog
 
 from .kubelet import record_event
-from .store import JOBS, PODS, ObjectStore, WatchEvent
+from .store import JOBS, PODS, ObjectStore, ResourceType, WatchEvent
 from .util import JSON, ApiError, clone, parse_rfc3339_ns, rfc3339
 
 log = structlog.get_logger("tests.k8s_sim.controller")
@@ -143,9 +146,14 @@ class JobController:
             else:
                 self._job_keys[md["uid"]] = (md["namespace"], md["name"])
                 self._enqueue(("job", md["namespace"], md["name"]))
-            if md.get("deletionTimestamp") or ev.type == "DELETED":
-                self._enqueue(("gc", JOBS.plural, md["uid"]))
-        elif ev.resource is PODS:
+        if md.get("deletionTimestamp") or ev.type == "DELETED":
+            # Any kind can own objects (a Job its pods, but also a Secret or
+            # ConfigMap it owns): the garbage collector follows every kind.
+            self._enqueue(("gc", ev.resource.plural, md["uid"]))
+        if ev.type == "DELETED" and ev.resource is not PODS:
+            for ref in md.get("ownerReferences") or []:
+                self._enqueue(("gc-dependent", md.get("namespace", ""), str(ref.get("uid"))))
+        if ev.resource is PODS:
             key = (md["namespace"], md["name"])
             owner = _controller_uid(ev.obj)
             prev_owner = _controller_uid(ev.prev) if ev.prev is not None else None
@@ -503,16 +511,14 @@ class JobController:
     def _gc(self, owner_uid: str) -> None:
         """Finish orphan / foreground deletions of ``owner_uid`` and delete the
         dependents of an owner that is gone (Background)."""
-        key = self._job_keys.get(owner_uid)
-        owner = self.store.find(JOBS, *key) if key is not None else None
-        if owner is not None and owner["metadata"]["uid"] != owner_uid:
-            owner = None
+        found = self.store.find_by_uid(owner_uid)
+        owner_res, owner = found if found is not None else (JOBS, None)
         dependents = self.store.dependents(owner_uid)
         if owner is None:
             for res, dep in dependents:
                 if not dep["metadata"].get("deletionTimestamp"):
                     try:
-                        self.store.delete(res, dep["metadata"]["namespace"], dep["metadata"]["name"], propagation="Background")
+                        self.store.delete(res, dep["metadata"].get("namespace", ""), dep["metadata"]["name"], propagation="Background")
                     except ApiError:
                         pass
             return
@@ -529,8 +535,8 @@ class JobController:
                     else:
                         o["metadata"].pop("ownerReferences", None)
 
-                self.store.mutate(res, dep["metadata"]["namespace"], dep["metadata"]["name"], unown)
-            self._remove_finalizer(owner, "orphan")
+                self.store.mutate(res, dep["metadata"].get("namespace", ""), dep["metadata"]["name"], unown)
+            self._remove_finalizer(owner_res, owner, "orphan")
         elif "foregroundDeletion" in fins:
             blocking = [d for _r, d in dependents if any(
                 r.get("uid") == owner_uid and r.get("blockOwnerDeletion") for r in d["metadata"].get("ownerReferences") or []
@@ -538,13 +544,13 @@ class JobController:
             for res, dep in dependents:
                 if not dep["metadata"].get("deletionTimestamp"):
                     try:
-                        self.store.delete(res, dep["metadata"]["namespace"], dep["metadata"]["name"], propagation="Background")
+                        self.store.delete(res, dep["metadata"].get("namespace", ""), dep["metadata"]["name"], propagation="Background")
                     except ApiError:
                         pass
             if not blocking:
-                self._remove_finalizer(owner, "foregroundDeletion")
+                self._remove_finalizer(owner_res, owner, "foregroundDeletion")
 
-    def _remove_finalizer(self, obj: JSON, name: str) -> None:
+    def _remove_finalizer(self, res: ResourceType, obj: JSON, name: str) -> None:
         def apply(o: JSON) -> None:
             fins = [f for f in o["metadata"].get("finalizers") or [] if f != name]
             if fins:
@@ -552,7 +558,7 @@ class JobController:
             else:
                 o["metadata"].pop("finalizers", None)
 
-        self.store.mutate(JOBS, obj["metadata"]["namespace"], obj["metadata"]["name"], apply)
+        self.store.mutate(res, obj["metadata"].get("namespace", ""), obj["metadata"]["name"], apply)
 
 
 def _pod_ready(pod: JSON) -> bool:

@@ -35,12 +35,14 @@ class RequestFailure:
 
 @dataclass
 class LogStreamFault:
-    """Stall (``mode="stall"``: the stream stays open and sends nothing more) or
-    cut (``mode="cut"``: the connection is aborted mid-body) a pods/log stream
+    """Stall (``mode="stall"``: the stream stays open and sends nothing more),
+    cut (``mode="cut"``: the connection is aborted mid-body) or end
+    (``mode="end"``: the body ends cleanly, as an idle or server timeout ends
+    a follow while the container still runs) a pods/log stream
     after ``after_lines`` lines, for the next ``remaining`` matching requests
     (None: every one until cleared). ``pod`` limits it to one pod name."""
 
-    mode: Literal["stall", "cut"]
+    mode: Literal["stall", "cut", "end"]
     after_lines: int
     pod: str | None
     remaining: int | None
@@ -146,12 +148,19 @@ class Faults:
         (connection closed mid-body) after ``after_lines`` lines."""
         self._add_log_fault("cut", after_lines, pod, count)
 
+    def end_logs(self, after_lines: int, *, pod: str | None = None, count: int | None = 1) -> None:
+        """The next ``count`` pods/log streams (of ``pod`` when given) end
+        cleanly (a complete chunked body, no error) after ``after_lines``
+        lines although the container still runs: what the kubelet's or a
+        proxy's idle/stream timeout does to a ``follow=true`` request."""
+        self._add_log_fault("end", after_lines, pod, count)
+
     def clear_log_faults(self) -> None:
         """Log streams behave again."""
         with self._lock:
             self.log_faults.clear()
 
-    def _add_log_fault(self, mode: Literal["stall", "cut"], after_lines: int, pod: str | None, count: int | None) -> None:
+    def _add_log_fault(self, mode: Literal["stall", "cut", "end"], after_lines: int, pod: str | None, count: int | None) -> None:
         if after_lines < 0:
             raise SimError(f"{mode}_logs: after_lines must be >= 0, not {after_lines}")
         with self._lock:

@@ -39,6 +39,7 @@ import base64
 import contextlib
 import hashlib
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -52,7 +53,7 @@ import structlog
 
 from .faults import Faults
 from .store import CONFIGMAPS, EVENTS, PODS, RESOURCES, SECRETS, ObjectStore, WatchEvent
-from .util import JSON, ApiError, err_bad_request, err_not_found, expand, rfc3339, rfc3339_nano
+from .util import JSON, ApiError, err_bad_request, err_not_found, expand, rfc3339, rfc3339_nano, rfc3339_nano_go
 
 log = structlog.get_logger("tests.k8s_sim.kubelet")
 
@@ -130,7 +131,7 @@ class ContainerRuntime:
         """Kill the exec sessions' processes: they die with the container."""
         for p in list(self.exec_procs):
             if p.returncode is None:
-                _killpg(p, signal.SIGKILL)
+                _kill_container(p)
         self.exec_procs.clear()
 
     def changed_token(self) -> asyncio.Event:
@@ -203,6 +204,13 @@ class Kubelet:
         self.crash_backoff_s = 1.0
         """First CrashLoopBackOff delay for restartPolicy OnFailure (the kubelet
         uses 10 s, doubling up to 5 min; shortened here, doubling likewise)."""
+        self.log_runtime = "containerd"
+        """How container log records are stamped: ``"containerd"`` (each line
+        stamped as it is split off, UTC, RFC3339Nano) or ``"cri-o"`` (CRI-O's
+        log writer stamps every line of one read buffer with the same
+        ``time.Now()``, in the node's local zone: ``log_utc_offset_s``)."""
+        self.log_utc_offset_s = 0
+        """The node's local UTC offset in seconds, for ``log_runtime="cri-o"``."""
         self._faults_changed = asyncio.Event()
         self._closing = False
         store.listeners.append(self._on_event)
@@ -522,12 +530,12 @@ class Kubelet:
         for c in procs:
             c.killed_by_kubelet = True
             self._record_event(rt, "Normal", "Killing", f"Stopping container {c.name}", f"spec.containers{{{c.name}}}")
-            _killpg(c.proc, signal.SIGTERM)
+            _signal_main(c.proc, signal.SIGTERM)
         waits = [asyncio.ensure_future(c.proc.wait()) for c in procs if c.proc is not None]
         _done, pending = await asyncio.wait(waits, timeout=max(grace, 0) or 0.01)
         for c in procs:
-            if c.proc is not None and c.proc.returncode is None:
-                _killpg(c.proc, signal.SIGKILL)
+            if c.proc is not None:
+                _kill_container(c.proc)
         if pending:
             await asyncio.wait(pending, timeout=10)
 
@@ -539,23 +547,38 @@ class Kubelet:
         ref = f"spec.{'initContainers' if c.init else 'containers'}{{{c.name}}}"
         image = str(c.spec.get("image", ""))
         # Image "pull".
-        if image.startswith(MISSING_REGISTRY):
-            self._record_event(rt, "Normal", "Pulling", f'Pulling image "{image}"', ref)
-            c.waiting_reason = "ErrImagePull"
-            c.waiting_message = (
-                f'rpc error: code = NotFound desc = failed to pull and unpack image "{image}": '
-                f'failed to resolve reference "{image}": {image}: not found'
-            )
-            self._record_event(rt, "Warning", "Failed", f'Failed to pull image "{image}": {c.waiting_message}', ref)
-            self._write_status(rt)
-            if await self._wait_or_stop(rt, self.image_pull_backoff_s):
-                return False
-            c.waiting_reason = "ImagePullBackOff"
-            c.waiting_message = f'Back-off pulling image "{image}"'
-            self._record_event(rt, "Normal", "BackOff", c.waiting_message, ref)
+        if not valid_image_reference(image):
+            # The kubelet refuses a reference it cannot parse before any pull,
+            # and never retries it (kuberuntime EnsureImageExists).
+            c.waiting_reason = "InvalidImageName"
+            c.waiting_message = f'Failed to apply default image tag "{image}": couldn\'t parse image reference "{image}": invalid reference format'
+            self._record_event(rt, "Warning", "InspectFailed", c.waiting_message, ref)
             self._write_status(rt)
             await self._wait_or_stop(rt, None)
             return False
+        if image.startswith(MISSING_REGISTRY):
+            # ErrImagePull at each attempt, ImagePullBackOff while the image
+            # back-off runs (doubling up to 300 s), then a new attempt: the two
+            # reasons alternate for as long as the pod exists.
+            backoff = self.image_pull_backoff_s
+            while True:
+                self._record_event(rt, "Normal", "Pulling", f'Pulling image "{image}"', ref)
+                c.waiting_reason = "ErrImagePull"
+                c.waiting_message = (
+                    f'rpc error: code = NotFound desc = failed to pull and unpack image "{image}": '
+                    f'failed to resolve reference "{image}": {image}: not found'
+                )
+                self._record_event(rt, "Warning", "Failed", f'Failed to pull image "{image}": {c.waiting_message}', ref)
+                self._write_status(rt)
+                if await self._wait_or_stop(rt, self.image_pull_backoff_s):
+                    return False
+                c.waiting_reason = "ImagePullBackOff"
+                c.waiting_message = f'Back-off pulling image "{image}"'
+                self._record_event(rt, "Normal", "BackOff", c.waiting_message, ref)
+                self._write_status(rt)
+                if await self._wait_or_stop(rt, backoff):
+                    return False
+                backoff = min(backoff * 2, 300.0)
         backoff = self.crash_backoff_s
         while True:
             # Environment; CreateContainerConfigError is retried.
@@ -753,24 +776,31 @@ class Kubelet:
             asyncio.ensure_future(self._pump(c, proc.stderr, b"stderr")),
         ]
         wait_task = asyncio.ensure_future(proc.wait())
+        # The container ends when its main process does: the kernel kills the
+        # rest of a PID namespace once its init exits (a background child that
+        # keeps stdout open must not keep the container running).
+        reaper = asyncio.ensure_future(_kill_when_main_exits(proc))
         stop_task = asyncio.ensure_future(rt.stop_event.wait())
         try:
             await asyncio.wait({wait_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
             if not wait_task.done():
-                # Deleted, evicted or past activeDeadlineSeconds: SIGTERM, then
-                # SIGKILL after the grace period (kuberuntime killContainer).
+                # Deleted, evicted or past activeDeadlineSeconds: SIGTERM to the
+                # container's main process only, then SIGKILL after the grace
+                # period (kuberuntime killContainer; the runtime signals the
+                # init process of the container's PID namespace).
                 c.killed_by_kubelet = True
                 self._record_event(rt, "Normal", "Killing", f"Stopping container {c.name}", ref)
-                _killpg(proc, signal.SIGTERM)
+                _signal_main(proc, signal.SIGTERM)
                 done, _ = await asyncio.wait({wait_task}, timeout=max(rt.stop_grace, 0) or 0.01)
                 if not done:
-                    _killpg(proc, signal.SIGKILL)
+                    _kill_container(proc)
             rc = await wait_task
         finally:
             stop_task.cancel()
-        # Like the runtime killing the container's cgroup: nothing survives it,
-        # exec sessions included.
-        _killpg(proc, signal.SIGKILL)
+            reaper.cancel()
+        # Like the kernel tearing down the container's PID namespace once its
+        # init exits: nothing survives it, exec sessions included.
+        _kill_container(proc)
         c.kill_execs()
         await asyncio.wait(pumps, timeout=5)
         for p in pumps:
@@ -809,7 +839,9 @@ class Kubelet:
 
     async def _pump(self, c: ContainerRuntime, stream: asyncio.StreamReader, name: bytes) -> None:
         """Copy a process pipe into the CRI log, one record per line, stamped at
-        the moment it is read (like the runtime's log writer)."""
+        the moment it is read (like the runtime's log writer): containerd
+        stamps each line, CRI-O every line of one read buffer alike and in the
+        node's local zone (:attr:`log_runtime`)."""
         pending = b""
         while True:
             chunk = await stream.read(65536)
@@ -817,22 +849,30 @@ class Kubelet:
                 break
             pending += chunk
             records: list[bytes] = []
+            stamp = self._stamp if self.log_runtime == "containerd" else _fixed(self._stamp())
             while True:
                 nl = pending.find(b"\n")
                 if nl == -1:
                     break
                 line, pending = pending[:nl], pending[nl + 1 :]
                 while len(line) > PARTIAL_LINE_BYTES:
-                    records.append(_cri(name, b"P", line[:PARTIAL_LINE_BYTES]))
+                    records.append(_cri(stamp(), name, b"P", line[:PARTIAL_LINE_BYTES]))
                     line = line[PARTIAL_LINE_BYTES:]
-                records.append(_cri(name, b"F", line))
+                records.append(_cri(stamp(), name, b"F", line))
             while len(pending) > PARTIAL_LINE_BYTES:
-                records.append(_cri(name, b"P", pending[:PARTIAL_LINE_BYTES]))
+                records.append(_cri(stamp(), name, b"P", pending[:PARTIAL_LINE_BYTES]))
                 pending = pending[PARTIAL_LINE_BYTES:]
             if records:
                 self._append_log(c, b"".join(records))
         if pending:
-            self._append_log(c, _cri(name, b"F", pending))
+            self._append_log(c, _cri(self._stamp(), name, b"F", pending))
+
+    def _stamp(self) -> bytes:
+        """Now, as the runtime writes it in a CRI log record: Go's
+        ``time.RFC3339Nano`` (trailing zeros of the fraction dropped), UTC
+        for containerd, the node's zone for CRI-O."""
+        offset = self.log_utc_offset_s if self.log_runtime == "cri-o" else 0
+        return rfc3339_nano_go(time.time_ns(), offset).encode()
 
     def _append_log(self, c: ContainerRuntime, data: bytes) -> None:
         if c.log_fh is None:
@@ -920,7 +960,7 @@ class Kubelet:
         _pod, c, cname = self.container(namespace, pod_name, container)
         if c is None or c.proc is None or c.proc.returncode is not None:
             raise err_bad_request(f'container "{cname}" in pod "{pod_name}" is not running')
-        _killpg(c.proc, signal.SIGKILL)
+        _kill_container(c.proc)
 
     async def exec_process(
         self, namespace: str, pod_name: str, container: str | None, command: list[str], stdin: bool
@@ -1019,7 +1059,10 @@ async def stream_log(
                         continue
                     if only_stream is not None and stream_name != only_stream:
                         continue
-                    prefix = rfc3339_nano(ts_ns).encode() + b" " if timestamps and new_line else b""
+                    # The kubelet parses the record's time and formats it with
+                    # RFC3339NanoFixed in the zone it was written in.
+                    zone = _zone_offset_s(rec)
+                    prefix = rfc3339_nano(ts_ns, zone).encode() + b" " if timestamps and new_line else b""
                     piece = prefix + content + (b"" if partial else b"\n")
                     new_line = not partial
                     if limit_bytes is not None and sent + len(piece) > limit_bytes:
@@ -1072,8 +1115,21 @@ def parse_cri(rec: bytes) -> tuple[int, bytes, bool, bytes] | None:
     return ts, parts[1], parts[2] == b"P", content
 
 
-def _cri(stream: bytes, tag: bytes, content: bytes) -> bytes:
-    return rfc3339_nano(time.time_ns()).encode() + b" " + stream + b" " + tag + b" " + content + b"\n"
+def _cri(stamp: bytes, stream: bytes, tag: bytes, content: bytes) -> bytes:
+    return stamp + b" " + stream + b" " + tag + b" " + content + b"\n"
+
+
+def _fixed(stamp: bytes) -> Callable[[], bytes]:
+    return lambda: stamp
+
+
+def _zone_offset_s(rec: bytes) -> int:
+    """The UTC offset (seconds) of a CRI record's timestamp: 0 for ``Z``."""
+    ts = rec.split(b" ", 1)[0]
+    if ts.endswith((b"Z", b"z")) or len(ts) < 6 or ts[-6:-5] not in (b"+", b"-"):
+        return 0
+    sign = 1 if ts[-6:-5] == b"+" else -1
+    return sign * (int(ts[-5:-3]) * 3600 + int(ts[-2:]) * 60)
 
 
 def _log_tail_text(path: Path | None, lines: int, max_bytes: int) -> str | None:
@@ -1091,6 +1147,100 @@ def _killpg(proc: asyncio.subprocess.Process | None, sig: int) -> None:
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)
+
+
+_IMAGE_DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?/)"
+_IMAGE_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_REFERENCE = re.compile(
+    rf"^{_IMAGE_DOMAIN}?{_IMAGE_COMPONENT}(?:/{_IMAGE_COMPONENT})*"
+    r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
+)
+
+
+def valid_image_reference(image: str) -> bool:
+    """Whether ``image`` parses as a container image reference (the grammar
+    of github.com/distribution/reference: optional registry host[:port]/,
+    lower-case path components, optional :tag and @digest)."""
+    return len(image) <= 255 and bool(_IMAGE_REFERENCE.match(image))
+
+
+def _catches(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` has a handler for ``sig`` (its SigCgt mask in
+    /proc/<pid>/status); False when it is gone or cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except OSError:
+        return False
+    return False
+
+
+def _signal_main(proc: asyncio.subprocess.Process | None, sig: int) -> None:
+    """Signal the container's main process only, as the runtime does (the
+    kubelet's StopContainer: SIGTERM to the container's init, not to its
+    children). The main process is PID 1 of the container's PID namespace,
+    and the kernel drops a signal sent to a namespace's init from outside
+    unless the init has a handler for it (pid_namespaces(7)): a bare shell or
+    program without a SIGTERM handler does not hear it and is SIGKILLed after
+    the grace period. The simulator runs no PID namespace, so it checks the
+    handler itself."""
+    if proc is None or proc.returncode is not None:
+        return
+    if sig != signal.SIGKILL and not _catches(proc.pid, sig):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(proc.pid, sig)
+
+
+def _session_members(sid: int) -> list[int]:
+    """Pids of the processes in session ``sid`` (every process of a
+    container: it is started as a session leader, and a job's own process
+    group stays in the session)."""
+    out: list[int] = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 3 and int(fields[3]) == sid:
+            out.append(int(entry))
+    return out
+
+
+def _main_exited(pid: int) -> bool:
+    """Whether process ``pid`` has exited (gone, or a zombie not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return True
+    return stat[stat.rfind(b")") + 2 :][:1] in (b"Z", b"X")
+
+
+async def _kill_when_main_exits(proc: asyncio.subprocess.Process) -> None:
+    """Poll (every 0.1 s) until the container's main process has exited,
+    then kill what is left of the container."""
+    while proc.returncode is None and not _main_exited(proc.pid):
+        await asyncio.sleep(0.1)
+    _kill_container(proc)
+
+
+def _kill_container(proc: asyncio.subprocess.Process | None) -> None:
+    """SIGKILL every process of the container (its session), as the kernel
+    does to a PID namespace whose init died or the runtime does to a
+    container after the grace period."""
+    if proc is None:
+        return
+    _killpg(proc, signal.SIGKILL)
+    for pid in _session_members(proc.pid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _rewrite_tmp(text: str, host_tmp: str) -> str:

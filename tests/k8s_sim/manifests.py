@@ -6,6 +6,17 @@ from typing import Any
 
 from .util import JSON
 
+#: terminationGracePeriodSeconds of the builders' pods. As in a cluster, the
+#: kubelet's SIGTERM reaches only the container's main process and only when
+#: it handles SIGTERM (``bash -c 'sleep 60'`` does not), so a stop waits out
+#: the grace period before SIGKILL: short here, so tests about other things
+#: do not wait the API default of 30 s.
+GRACE_S = 2
+
+
+def _grace(grace_s: int | None) -> JSON:
+    return {} if grace_s is None else {"terminationGracePeriodSeconds": grace_s}
+
 
 def job(
     name: str,
@@ -18,11 +29,13 @@ def job(
     restart_policy: str = "Never",
     labels: dict[str, str] | None = None,
     container: str = "main",
+    grace_s: int | None = GRACE_S,
     **spec: Any,
 ) -> JSON:
     """A batch/v1 Job running ``bash -c script`` in one container ``container``.
     Extra keyword arguments are Job spec fields (activeDeadlineSeconds,
-    ttlSecondsAfterFinished, podFailurePolicy...)."""
+    ttlSecondsAfterFinished, podFailurePolicy...). ``grace_s``: the pod's
+    terminationGracePeriodSeconds (None: the API default, 30)."""
     c: JSON = {"name": container, "image": image, "command": ["bash", "-c", script]}
     if env:
         c["env"] = env
@@ -36,7 +49,7 @@ def job(
             "backoffLimit": backoff_limit,
             "template": {
                 "metadata": {"labels": dict(labels or {})},
-                "spec": {"restartPolicy": restart_policy, "containers": [c]},
+                "spec": {"restartPolicy": restart_policy, "containers": [c], **_grace(grace_s)},
             },
             **spec,
         },
@@ -44,8 +57,17 @@ def job(
     return body
 
 
-def pod(name: str, script: str, *, image: str = "docker.io/library/busybox:1.36", container: str = "main", **spec: Any) -> JSON:
-    """A bare v1 Pod running ``bash -c script`` (restartPolicy Never)."""
+def pod(
+    name: str,
+    script: str,
+    *,
+    image: str = "docker.io/library/busybox:1.36",
+    container: str = "main",
+    grace_s: int | None = GRACE_S,
+    **spec: Any,
+) -> JSON:
+    """A bare v1 Pod running ``bash -c script`` (restartPolicy Never);
+    ``grace_s`` as for :func:`job`."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -53,6 +75,7 @@ def pod(name: str, script: str, *, image: str = "docker.io/library/busybox:1.36"
         "spec": {
             "restartPolicy": "Never",
             "containers": [{"name": container, "image": image, "command": ["bash", "-c", script]}],
+            **_grace(grace_s),
             **spec,
         },
     }

@@ -891,6 +891,8 @@ class SimApp:
                     if lines >= fault.after_lines:
                         if fault.mode == "cut":
                             raise ServerKilled("log stream cut by the simulator")
+                        if fault.mode == "end":
+                            return
                         await killed.wait()
                         raise ServerKilled("the API server was stopped")
 

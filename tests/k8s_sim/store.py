@@ -205,16 +205,25 @@ class ObjectStore:
                 yield obj
 
     def dependents(self, owner_uid: str) -> list[tuple[ResourceType, JSON]]:
-        """Objects whose ownerReferences name ``owner_uid`` (the garbage collector's
-        dependency graph)."""
+        """Objects of every kind whose ownerReferences name ``owner_uid`` (the
+        garbage collector's dependency graph: pods of a Job, but also a Secret,
+        ConfigMap or Service a Job owns)."""
         out: list[tuple[ResourceType, JSON]] = []
-        for res in (PODS,):
+        for res in RESOURCES.values():
             for obj in self.objects[res].values():
                 for ref in obj["metadata"].get("ownerReferences") or []:
                     if ref.get("uid") == owner_uid:
                         out.append((res, obj))
                         break
         return out
+
+    def find_by_uid(self, uid: str) -> tuple[ResourceType, JSON] | None:
+        """The stored object with metadata.uid ``uid`` and its resource, or None."""
+        for res in RESOURCES.values():
+            for obj in self.objects[res].values():
+                if obj["metadata"].get("uid") == uid:
+                    return res, obj
+        return None
 
     # ------------------------------------------------------------------ writing
 

@@ -61,12 +61,33 @@ def rfc3339_micro(ts: float | None = None) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def rfc3339_nano(ts_ns: int) -> str:
+def _zone(offset_s: int) -> str:
+    if offset_s == 0:
+        return "Z"
+    sign = "+" if offset_s > 0 else "-"
+    hours, minutes = divmod(abs(offset_s) // 60, 60)
+    return f"{sign}{hours:02d}:{minutes:02d}"
+
+
+def rfc3339_nano(ts_ns: int, offset_s: int = 0) -> str:
     """The kubelet's log timestamp: ``RFC3339NanoFixed``
     (``2006-01-02T15:04:05.000000000Z07:00``, always nine fractional digits),
-    as written by pkg/kubelet/kuberuntime/logs for ``timestamps=true``."""
+    as written by pkg/kubelet/kuberuntime/logs for ``timestamps=true``; in the
+    zone ``offset_s`` seconds east of UTC (the kubelet keeps the zone the
+    runtime wrote the record in: ``Z`` for UTC, else ``+01:00``...)."""
     secs, nanos = divmod(ts_ns, 1_000_000_000)
-    return datetime.fromtimestamp(secs, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{nanos:09d}Z"
+    local = datetime.fromtimestamp(secs + offset_s, UTC)
+    return local.strftime("%Y-%m-%dT%H:%M:%S") + f".{nanos:09d}" + _zone(offset_s)
+
+
+def rfc3339_nano_go(ts_ns: int, offset_s: int = 0) -> str:
+    """Go's ``time.RFC3339Nano`` (trailing zeros of the fraction dropped, no
+    fraction when it is zero), as the runtimes write CRI log records; in the
+    zone ``offset_s`` seconds east of UTC."""
+    secs, nanos = divmod(ts_ns, 1_000_000_000)
+    local = datetime.fromtimestamp(secs + offset_s, UTC)
+    frac = f"{nanos:09d}".rstrip("0")
+    return local.strftime("%Y-%m-%dT%H:%M:%S") + (f".{frac}" if frac else "") + _zone(offset_s)
 
 
 _RFC3339_RE = re.compile(

@@ -52,6 +52,6 @@ async def test_a_v2_database_migrates_and_replays_identically(tmp_path: Path) ->
         assert stdout[-2:] == ["\ufffd bad", "next"]
 
     conn = sqlite3.connect(db)
-    assert conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0] == SCHEMA_VERSION == 3
+    assert conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0] == SCHEMA_VERSION == 4
     assert conn.execute("SELECT * FROM events ORDER BY seq").fetchall()[: len(events_before)] == events_before
     conn.close()

@@ -8,27 +8,39 @@ lives in a manifest committed to the repository; jobsup reads it from the
 recorded commit (:func:`load_manifest_at_commit`), lints and injects the run
 contract, applies the config's pod patch and sandbox options, and gets the
 exact objects to create from :func:`render_run`.
+
+Layout:
+
+- ``manifest/`` — the contract, pure (no cluster client, store or HTTP; an
+  import-linter contract holds it): ``load``, ``lint``, ``inject``,
+  ``sandbox``, ``script``, ``render``;
+- ``client/`` — the cluster: ``access`` (kubeconfig, clients, retries),
+  ``errors`` (API errors by status, KubeconfigError), ``resources``
+  (objects and their paths), ``watches`` (the shared Job/Pod watches);
+- runtime: ``phase`` (Job/pod -> phase and reason, pure), ``preflight``,
+  ``staging``, ``logs``, and ``backend`` (the Backend protocol; it still
+  holds launch/rollback, cancel and the per-run supervision loop).
 """
 
 from __future__ import annotations
 
 from supervisord.backends.kubernetes.backend import KubernetesBackend
-from supervisord.backends.kubernetes.inject import ENV_SECRET, LABEL_NAME, LABEL_PROJECT, LABEL_RUN
-from supervisord.backends.kubernetes.lint import PRIMARY_LABEL, SCRIPT_ENV
-from supervisord.backends.kubernetes.manifest import (
+from supervisord.backends.kubernetes.manifest.inject import ENV_SECRET, LABEL_NAME, LABEL_PROJECT, LABEL_RUN
+from supervisord.backends.kubernetes.manifest.lint import PRIMARY_LABEL, SCRIPT_ENV
+from supervisord.backends.kubernetes.manifest.load import (
     DEFAULT_MANIFEST_PATH,
     RUN_TOKEN,
     load_manifest_at_commit,
     manifest_path_for,
 )
-from supervisord.backends.kubernetes.render import (
+from supervisord.backends.kubernetes.manifest.render import (
     DEFAULT_STAGING_TIMEOUT_S,
     RenderedRun,
     objects_to_json,
     objects_to_yaml,
     render_run,
 )
-from supervisord.backends.kubernetes.script import (
+from supervisord.backends.kubernetes.manifest.script import (
     READY_MARKER,
     SOURCE_TAR,
     STAGING_DIR,

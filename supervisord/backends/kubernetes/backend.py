@@ -50,17 +50,19 @@ import anyio.abc
 import structlog
 
 from supervisord.backends.base import RunReporter, RunSpec
-from supervisord.backends.kubernetes.access import Cluster, ClusterAccess
-from supervisord.backends.kubernetes.inject import env_secret_name, run_labels
+from supervisord.backends.kubernetes.client.access import Cluster, ClusterAccess
+from supervisord.backends.kubernetes.client.errors import KubeconfigError
+from supervisord.backends.kubernetes.manifest.inject import env_secret_name, run_labels
 from supervisord.backends.kubernetes.logs import ContainerState, LogFollower
-from supervisord.backends.kubernetes.manifest import load_manifest_at_commit, manifest_path_for
-from supervisord.backends.kubernetes.objects import (
+from supervisord.backends.kubernetes.manifest.load import load_manifest_at_commit, manifest_path_for
+from supervisord.backends.kubernetes.client.resources import (
     ObjectRef,
     ResourceResolver,
     env_secret,
     owner_reference,
 )
 from supervisord.backends.kubernetes.phase import (
+    PERMANENT_WAITING_REASONS,
     Observation,
     container_status,
     current_pod,
@@ -70,6 +72,7 @@ from supervisord.backends.kubernetes.phase import (
     pod_is_terminal,
     pod_progress,
     terminated_state,
+    waiting_failure_reason,
 )
 from supervisord.backends.kubernetes.preflight import (
     REQUIRED_ACCESS,
@@ -79,9 +82,9 @@ from supervisord.backends.kubernetes.preflight import (
     check_references,
     references,
 )
-from supervisord.backends.kubernetes.render import DEFAULT_STAGING_TIMEOUT_S, RenderedRun, render_run
+from supervisord.backends.kubernetes.manifest.render import DEFAULT_STAGING_TIMEOUT_S, RenderedRun, render_run
 from supervisord.backends.kubernetes.staging import StagingError, stage_source, upload_timeout_s
-from supervisord.backends.kubernetes.watch import NamespaceWatch, RunView, job_pods
+from supervisord.backends.kubernetes.client.watches import NamespaceWatch, RunView, job_pods
 from supervisord.exceptions import BackendError, ConfigError, JobsupError, KubernetesApiError, PreflightError
 
 __all__ = ["KubernetesBackend"]
@@ -94,9 +97,8 @@ _DEFAULT_POD_READY_TIMEOUT_S = 90
 def _env_digest(spec: RunSpec) -> dict[str, str | None]:
     """NAME -> the digest the Submitted event recorded for it (the daemon's
     keyed hash; None when it has none): never a value."""
-    recorded = spec.submitted.get("env")
-    digests = recorded if isinstance(recorded, Mapping) else {}
-    return {name: (str(digests[name]) if name in digests else None) for name in sorted(spec.env)}
+    digests = spec.env_digests
+    return {name: (str(digests[name]) if digests.get(name) is not None else None) for name in sorted(spec.env)}
 
 
 def _wall_to_monotonic(rfc3339: str | None, plus_s: float) -> float:
@@ -130,7 +132,7 @@ class _Settings:
         timeout = kube.get("pod_ready_timeout_s") or _DEFAULT_POD_READY_TIMEOUT_S
         if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0:
             raise ConfigError(f"kubernetes.pod_ready_timeout_s must be a positive whole number of seconds, got {timeout!r}")
-        task_manifest = spec.submitted.get("manifest")
+        task_manifest = spec.manifest
         return cls(
             context=str(kube["context"]) if kube.get("context") else None,
             namespace=str(kube.get("namespace") or "default"),
@@ -208,7 +210,6 @@ class KubernetesBackend:
         self._files = anyio.CapacityLimiter(4)
         self._watches: dict[tuple[str, str], NamespaceWatch] = {}
         self._resolvers: dict[str, ResourceResolver] = {}
-        self._rendered: dict[str, RenderedRun] = {}
         self._runs: dict[str, _RunState] = {}
         self._access_ok: dict[tuple[str, str, frozenset[AccessCheck]], float] = {}
         self._refs_ok: dict[tuple[str, str, str, str], float] = {}
@@ -232,7 +233,7 @@ class KubernetesBackend:
     async def _cluster(self, context: str | None) -> Cluster:
         try:
             return await self.access.cluster(context)
-        except KubernetesApiError as err:
+        except (KubeconfigError, KubernetesApiError) as err:
             raise BackendError(str(err)) from None
 
     async def _watch(self, cluster: Cluster, namespace: str) -> NamespaceWatch:
@@ -344,15 +345,12 @@ class KubernetesBackend:
         rendered = await self._render(spec, settings)
         try:
             cluster = await self.access.cluster(settings.context)
-        except KubernetesApiError as err:
+        except KubeconfigError as err:
             raise PreflightError(f"Kubernetes preflight failed: {err}", [str(err)]) from None
         problems, warnings = await self._check_cluster(cluster, settings.namespace, rendered)
         if problems:
             head = f"Kubernetes preflight failed (context {cluster.context}, namespace {settings.namespace}):"
             raise PreflightError(head + "\n" + "\n".join(f"  - {p}" for p in problems), problems)
-        if len(self._rendered) > 1000:  # runs that never started (their submit failed later)
-            self._rendered.pop(next(iter(self._rendered)))
-        self._rendered[spec.run_id] = rendered
         return warnings + list(rendered.notes)
 
     async def doctor(self) -> list[dict[str, Any]]:
@@ -376,7 +374,7 @@ class KubernetesBackend:
         namespace = str(kube.get("namespace") or "default")
         try:
             cluster = await self.access.cluster(str(kube["context"]) if kube.get("context") else None)
-        except KubernetesApiError as err:
+        except KubeconfigError as err:
             return [{"name": "kubeconfig", "ok": False, "detail": str(err)}]
         items.append(
             {"name": "kubeconfig", "ok": True, "detail": f"{self.access.kubeconfig_paths()}: context {cluster.context}"}
@@ -409,7 +407,9 @@ class KubernetesBackend:
         and again as objects and staging complete). Raises BackendError
         after deleting what it created."""
         settings = _Settings.of(spec)
-        rendered = self._rendered.pop(spec.run_id, None) or await self._render(spec, settings)
+        # Rendered again from the recorded commit: what start needs comes
+        # from the RunSpec, never from a cache filled by preflight.
+        rendered = await self._render(spec, settings)
         cluster = await self._cluster(settings.context)
         resolver = self._resolver(cluster)
         state = self._state(spec.run_id)
@@ -606,6 +606,11 @@ class KubernetesBackend:
                     obs = pod_progress(live, container, staged=False)
                     if obs.phase == "SCHEDULING":
                         await reporter.phase("SCHEDULING", reason=obs.reason, message=obs.message)
+                        if obs.reason in PERMANENT_WAITING_REASONS:
+                            # The kubelet never retries its way out of these.
+                            raise StagingError(
+                                f"the pod cannot start: {describe_pod(pod, container)}", str(obs.reason)
+                            )
             left = deadline - time.monotonic()
             if left <= 0:
                 obs = pod_progress([last_pod] if last_pod else [], container, staged=False)
@@ -613,7 +618,7 @@ class KubernetesBackend:
                     f"the pod was not ready for the source within kubernetes.pod_ready_timeout_s={timeout_s}s "
                     f"(counted from the Job's creation): {describe_pod(last_pod, container)}"
                     + (f"; last staging error: {last_error}" if last_error else ""),
-                    obs.reason if obs.phase == "SCHEDULING" and obs.reason else "PodReadyTimeout",
+                    (waiting_failure_reason(obs.reason) if obs.phase == "SCHEDULING" else None) or "PodReadyTimeout",
                 )
             await view.wait(min(left, 5.0), token)
 
@@ -713,18 +718,31 @@ class KubernetesBackend:
         refs = [ObjectRef.from_json(o) for o in handle.get("objects") or []]
         known = {(r.kind, r.name) for r in refs}
         refs += [r for r in state.created if (r.kind, r.name) not in known]
-        found = await self._find_run_objects(resolver, ns, spec.run_id, refs)
-        await self._delete_refs(resolver, ns, list(reversed(found)), None)
-        deadline = time.monotonic() + self.cancel_timeout_s
         pods: list[dict[str, Any]] = []
-        while time.monotonic() < deadline:
-            pods = await resolver.list_run("v1", "Pod", ns, spec.run_id)
-            if not pods:
-                log.info("canceled", run=spec.run_id)
-                return
-            await anyio.sleep(0.5)
-        names = ", ".join(str(p["metadata"]["name"]) for p in pods)
-        raise BackendError(f"the run's pods are still terminating after {self.cancel_timeout_s:g}s: {names}")
+        step = "find the run's objects"
+        # One budget for the whole cancel: an API server that hangs (accepts
+        # connections, never answers) must not hold it in retries for minutes.
+        try:
+            with anyio.fail_after(self.cancel_timeout_s):
+                found = await self._find_run_objects(resolver, ns, spec.run_id, refs)
+                step = "delete the run's objects"
+                await self._delete_refs(resolver, ns, list(reversed(found)), None)
+                step = "wait for the run's pods to go"
+                while True:
+                    pods = await resolver.list_run("v1", "Pod", ns, spec.run_id)
+                    if not pods:
+                        log.info("canceled", run=spec.run_id)
+                        return
+                    await anyio.sleep(0.5)
+        except TimeoutError:
+            pass
+        if pods:
+            names = ", ".join(str(p["metadata"]["name"]) for p in pods)
+            raise BackendError(f"the run's pods are still terminating after {self.cancel_timeout_s:g}s: {names}")
+        raise BackendError(
+            f"could not {step} within {self.cancel_timeout_s:g}s: the Kubernetes API server at {cluster.host} "
+            "does not answer in time"
+        )
 
 
 class _Supervision:
@@ -807,12 +825,32 @@ class _Supervision:
                 return
             outcome = job_outcome(job, pods, self.container)
             if outcome is not None:
+                settled = await self._settled_pods(job, pods)
+                if settled is not pods:
+                    outcome = job_outcome(job, settled, self.container) or outcome
                 await self._finish(outcome)
                 return
             self._ensure_staging(tg, job, pods)
             obs = pod_progress(pods, self.container, staged=bool(self.staged))
             await self.reporter.phase(obs.phase, reason=obs.reason, message=obs.message)
             await self.view.wait(30.0, token)
+
+    async def _settled_pods(self, job: Mapping[str, Any], pods: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """``pods``, or the pods as the API server has them now when the
+        cached current pod has not terminated although the Job has finished:
+        the Job and Pod watches are separate streams (one may lag, e.g.
+        relisting after a 410), and the failure's cause is in the pod's
+        terminated state. ``pods`` itself when the list fails."""
+        pod = current_pod(pods)
+        if pod is None or pod_is_terminal(pod):
+            return pods
+        try:
+            listed = await self.b._resolver(self.cluster).list_run("v1", "Pod", self.ns, self.spec.run_id)
+        except KubernetesApiError as err:
+            log.warning("cannot list the run's pods; using the cached ones", run=self.spec.run_id, error=str(err))
+            return pods
+        fresh = job_pods(job, {str(p["metadata"]["name"]): p for p in listed})
+        return fresh or pods
 
     async def _confirm_job(self) -> dict[str, Any] | None:
         """The Job is not in the watch cache: ask the API server (the cache

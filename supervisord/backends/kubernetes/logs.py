@@ -38,8 +38,8 @@ import structlog
 
 from store import split_text
 from supervisord.backends.base import RunReporter
-from supervisord.backends.kubernetes.access import Cluster, is_transient
-from supervisord.exceptions import KubernetesApiError
+from supervisord.backends.kubernetes.client.access import Cluster, is_transient
+from supervisord.backends.kubernetes.client.errors import BadRequestError, KubernetesApiError, NotFoundError
 
 __all__ = ["ContainerState", "LogCursor", "LogDecoder", "LogFollower", "parse_timestamp"]
 
@@ -259,11 +259,11 @@ class LogFollower:
                     continue
                 try:
                     got, how = await self._follow(self.stall_s)
+                except NotFoundError:
+                    log.info("pod gone; log follow ends", source=self.source)
+                    return
                 except KubernetesApiError as err:
-                    if err.status == 404:
-                        log.info("pod gone; log follow ends", source=self.source)
-                        return
-                    if err.status == 400 or is_transient(err):
+                    if isinstance(err, BadRequestError) or is_transient(err):
                         log.debug("log not readable yet; retrying", source=self.source, error=str(err))
                     else:
                         log.warning("log follow failed; retrying", source=self.source, error=str(err))
@@ -386,9 +386,9 @@ class LogFollower:
                     await self._emit(lines)
                     self.cursor = decoder.position()
                 return
+            except NotFoundError:
+                return
             except KubernetesApiError as err:
-                if err.status == 404:
-                    return
                 log.info("final log read failed", source=self.source, error=str(err), attempt=attempt)
             except TimeoutError:
                 log.warning("final log read took too long; stopping", source=self.source, limit_s=self.final_read_s)

@@ -7,12 +7,22 @@ https://kubernetes.io/docs/concepts/workloads/controllers/job/#termination-of-jo
 - a Job condition ``Complete`` or ``SuccessCriteriaMet`` with status
   ``"True"`` -> COMPLETED (the exit code of the script container, if it
   terminated);
-- ``Failed`` or ``FailureTarget`` with status ``"True"`` -> ERROR, reason the
-  condition's reason (BackoffLimitExceeded, DeadlineExceeded,
-  PodFailurePolicy...), message ``"<reason>: <message>"``; when the script
-  container exited non-zero or was OOMKilled the message starts with that
-  (``NonZeroExit: container "main" exited with code 3 (Error)``) and the
-  run's exit code is recorded, while the reason stays the Job's;
+- ``Failed`` or ``FailureTarget`` with status ``"True"`` -> ERROR with the
+  most specific cause a script can act on (the manifest contract in
+  DESIGN.md): the script container's terminated reason (``OOMKilled``;
+  ``Error`` or any other non-zero exit -> ``NonZeroExit``; a start failure
+  such as ``StartError``/``ContainerCannotRun`` -> ``StartFailed``), else
+  the pod's (``Evicted``, ``DeadlineExceeded`` from the pod's
+  activeDeadlineSeconds), else the Job condition's (``DeadlineExceeded``,
+  ``BackoffLimitExceeded``, ``PodFailurePolicy``...). A container killed
+  *because* the pod was evicted or ran past a deadline (the pod's reason
+  is Evicted/DeadlineExceeded, or the Job's condition is DeadlineExceeded)
+  exits non-zero as a consequence, so there the deadline or eviction is the
+  cause and the exit is detail. The message keeps the detail first and the
+  Job condition's ``reason: message`` after it (``NonZeroExit: container
+  "main" exited with code 3 (Error). BackoffLimitExceeded: Job has reached
+  the specified backoff limit``); the script container's exit code is
+  recorded whenever it terminated;
 - a condition with status ``"False"`` or ``"Unknown"`` is never terminal;
 - otherwise the current pod decides: its script container running ->
   RUNNING (STAGING until jobsup staged the source), else SCHEDULING with the
@@ -31,16 +41,23 @@ from typing import Any, Mapping, Sequence
 __all__ = [
     "COMPLETION_INDEX",
     "Observation",
+    "PERMANENT_WAITING_REASONS",
+    "POD_KILL_REASONS",
+    "START_FAILURES",
     "condition",
+    "container_cause",
     "container_status",
     "current_pod",
     "describe_pod",
+    "failure_cause",
     "job_outcome",
     "leader_pod",
     "observe",
+    "pod_cause",
     "pod_is_terminal",
     "pod_progress",
     "terminated_state",
+    "waiting_failure_reason",
 ]
 
 #: The annotation (and label) Indexed Jobs put on each pod (batch/v1).
@@ -48,8 +65,6 @@ COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 _SUCCESS = ("Complete", "SuccessCriteriaMet")
 _FAILURE = ("Failed", "FailureTarget")
-#: Job condition reasons that say nothing about why the pod failed.
-_GENERIC_REASONS = frozenset({"BackoffLimitExceeded", "MaxFailedIndexesExceeded", "FailedIndexes", "Failed"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,14 +161,81 @@ def _exit_code(term: Mapping[str, Any] | None) -> int | None:
     return code if isinstance(code, int) and not isinstance(code, bool) else None
 
 
-def _exit_detail(term: Mapping[str, Any], container: str) -> str | None:
+#: Terminated reasons of a container that never started its command: the
+#: kubelet's (containerd/CRI-O ``StartError``, dockershim ``ContainerCannotRun``)
+#: and the runtime errors reported on the way (``CreateContainerError``,
+#: ``RunContainerError``).
+START_FAILURES = frozenset({"StartError", "ContainerCannotRun", "CreateContainerError", "RunContainerError"})
+#: Pod status reasons (core/v1 PodStatus.reason) that end a pod from outside
+#: its containers: node-pressure eviction and the pod's activeDeadlineSeconds.
+POD_KILL_REASONS = frozenset({"Evicted", "DeadlineExceeded"})
+
+
+#: Waiting reasons the kubelet never gets out of by retrying: an image
+#: reference that does not parse, and a missing image with imagePullPolicy
+#: Never. A run waiting on one of these fails at once instead of waiting out
+#: kubernetes.pod_ready_timeout_s.
+PERMANENT_WAITING_REASONS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
+
+
+def waiting_failure_reason(reason: str | None) -> str | None:
+    """The run's reason when it fails while its pod waits with ``reason``:
+    the kubelet alternates ``ErrImagePull`` (an attempt failed) and
+    ``ImagePullBackOff`` (waiting for the next attempt), so both are
+    ``ImagePullBackOff`` and the outcome does not depend on which half of
+    the cycle the deadline fell in; any other reason is kept."""
+    return "ImagePullBackOff" if reason == "ErrImagePull" else reason
+
+
+def container_cause(term: Mapping[str, Any] | None, container: str) -> tuple[str, str] | None:
+    """(reason, detail) of a terminated container that failed, or None when
+    it did not terminate or exited 0: ``OOMKilled``, ``StartFailed`` (a
+    :data:`START_FAILURES` reason), ``NonZeroExit`` (``Error`` or any other
+    non-zero exit code). ``detail`` is one human sentence starting with the
+    reason, e.g. ``NonZeroExit: container "main" exited with code 3 (Error)``."""
+    if term is None:
+        return None
     code = _exit_code(term)
     why = str(term.get("reason") or "")
     if why == "OOMKilled":
-        return f'OOMKilled: container "{container}" was killed for using too much memory (exit code {code})'
-    if code:
-        return f'NonZeroExit: container "{container}" exited with code {code}' + (f" ({why})" if why else "")
+        return "OOMKilled", f'OOMKilled: container "{container}" was killed for using too much memory (exit code {code})'
+    if why in START_FAILURES:
+        said = str(term.get("message") or "").strip()
+        return "StartFailed", f'StartFailed: container "{container}" could not start ({why}' + (f": {said})" if said else ")")
+    if code or why == "Error":
+        return "NonZeroExit", f'NonZeroExit: container "{container}" exited with code {code}' + (f" ({why})" if why else "")
     return None
+
+
+def pod_cause(pod: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """(reason, detail) when the pod itself was ended from outside its
+    containers (:data:`POD_KILL_REASONS`), else None."""
+    if pod is None:
+        return None
+    status = pod.get("status") or {}
+    reason = status.get("reason")
+    if reason not in POD_KILL_REASONS:
+        return None
+    said = str(status.get("message") or "").strip() or ("the pod was evicted" if reason == "Evicted" else "the pod ran past its deadline")
+    return str(reason), f"{reason}: {said}"
+
+
+def failure_cause(
+    job_reason: str, pod: Mapping[str, Any] | None, term: Mapping[str, Any] | None, container: str
+) -> tuple[str, list[str]]:
+    """The run's reason for a failed Job and the details that go before the
+    Job condition in the message (most specific first); see the module
+    docstring for the order."""
+    by_container = container_cause(term, container)
+    by_pod = pod_cause(pod)
+    consequence = by_container is not None and by_container[0] == "NonZeroExit" and (
+        by_pod is not None or job_reason == "DeadlineExceeded"
+    )
+    if by_container is not None and not consequence:
+        return by_container[0], [by_container[1]]
+    if by_pod is not None:
+        return by_pod[0], [by_pod[1]] + ([by_container[1]] if by_container else [])
+    return job_reason, [by_container[1]] if by_container else []
 
 
 def job_outcome(
@@ -173,15 +255,14 @@ def job_outcome(
     failure = next((c for t in _FAILURE if (c := condition(job, t)) is not None), None)
     if failure is None:
         return None
-    reason = str(failure.get("reason") or "Failed")
-    text = f"{reason}: {failure.get('message') or 'the Job failed'}"
-    detail = _exit_detail(term, script_container) if term is not None else None
-    if detail is None and pod is not None:
-        status = pod.get("status") or {}
-        if status.get("reason") == "Evicted":
-            detail = f"Evicted: {status.get('message') or 'the pod was evicted'}".strip()
-    if detail is not None:
-        text = f"{detail}. {text}" if reason in _GENERIC_REASONS or reason == "PodFailurePolicy" else f"{text} ({detail})"
+    job_reason = str(failure.get("reason") or "Failed")
+    job_text = f"{job_reason}: {failure.get('message') or 'the Job failed'}"
+    reason, details = failure_cause(job_reason, pod, term, script_container)
+    if reason == job_reason and details:
+        # The Job's own cause (a deadline) leads; what it did to the container follows.
+        text = f"{job_text} ({'; '.join(details)})"
+    else:
+        text = ". ".join([*details, job_text])
     return Observation("ERROR", reason, text, _exit_code(term))
 
 

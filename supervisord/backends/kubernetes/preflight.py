@@ -21,9 +21,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterable, Mapping
 
-from supervisord.backends.kubernetes.access import Cluster
-from supervisord.backends.kubernetes.objects import ResourceResolver
-from supervisord.exceptions import KubernetesApiError
+import anyio
+
+from supervisord.backends.kubernetes.client.access import Cluster
+from supervisord.backends.kubernetes.client.resources import ResourceResolver
+from supervisord.backends.kubernetes.client.errors import ForbiddenError, KubernetesApiError, UnauthorizedError, UnreachableError
 
 __all__ = [
     "AccessCheck",
@@ -72,13 +74,31 @@ REQUIRED_ACCESS: tuple[AccessCheck, ...] = (
 )
 
 
-async def check_api(cluster: Cluster) -> tuple[str | None, str]:
+#: Seconds ``check_api`` may take in all, retries included: a server that
+#: accepts connections and never answers must not make a submit look frozen.
+API_CHECK_BUDGET_S = 15.0
+
+
+async def check_api(cluster: Cluster, *, budget_s: float = API_CHECK_BUDGET_S) -> tuple[str | None, str]:
     """``GET /version``: (problem or None, detail such as ``Kubernetes
-    v1.33.0``)."""
+    v1.33.0``). Transient failures are retried for at most ``budget_s``
+    seconds in all."""
     try:
-        version = await cluster.request("GET", "/version", what="GET /version", timeout=(5.0, 10.0))
+        with anyio.fail_after(budget_s):
+            version = await cluster.request("GET", "/version", what="GET /version", timeout=(5.0, 10.0))
+    except TimeoutError:
+        err = UnreachableError(
+            f"GET /version: no answer within {budget_s:g}s (connections are not refused, nothing answers)",
+            status=0,
+            reason="Unreachable",
+        )
+        return (
+            f"the API server of context {cluster.context} ({cluster.host}) does not answer: {err}; "
+            "check the network/VPN and that `kubectl version` works with this context",
+            str(err),
+        )
     except KubernetesApiError as err:
-        if err.status in (401, 403):
+        if isinstance(err, (UnauthorizedError, ForbiddenError)):
             # It answered: the credentials are what is wrong.
             return (
                 f"the API server of context {cluster.context} ({cluster.host}) refused the credentials "
@@ -242,13 +262,13 @@ async def check_references(
     for name, where in sorted(refs.runtime_classes.items()):
         try:
             rc = await resolver.get("node.k8s.io/v1", "RuntimeClass", name, "")
+        except ForbiddenError:
+            warnings.append(
+                f"cannot check RuntimeClass {name} (used by {where}): reading RuntimeClasses is forbidden "
+                "to you; the pod fails to start if it does not exist"
+            )
+            continue
         except KubernetesApiError as err:
-            if err.status == 403:
-                warnings.append(
-                    f"cannot check RuntimeClass {name} (used by {where}): reading RuntimeClasses is forbidden "
-                    "to you; the pod fails to start if it does not exist"
-                )
-                continue
             problems.append(f"cannot read RuntimeClass {name} (used by {where}): {err}")
             continue
         if rc is None:

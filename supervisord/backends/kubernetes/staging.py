@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from supervisord.backends.kubernetes.access import Cluster
-from supervisord.backends.kubernetes.script import READY_MARKER, SOURCE_TAR, STAGING_DIR
+from supervisord.backends.kubernetes.client.access import Cluster
+from supervisord.backends.kubernetes.manifest.script import READY_MARKER, SOURCE_TAR, STAGING_DIR
 from supervisord.exceptions import BackendError
 
 __all__ = ["ExecResult", "StagingError", "exec_command", "stage_source", "upload_timeout_s", "UPLOAD_SCRIPT", "COMMIT_SCRIPT"]

@@ -99,6 +99,8 @@ class LocalBackend:
                 "snapshot": str(spec.snapshot),
                 "status_path": str(status_path),
                 "status_key": _run_key(spec.run_dir).hex(),
+                "snapshot_sha256": spec.snapshot_sha256,
+                "umask": spec.submitted.get("umask"),
             }
         ).encode()
 

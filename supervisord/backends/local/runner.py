@@ -88,6 +88,8 @@ __all__ = [
     "decode_status",
     "encode_status",
     "extract_snapshot",
+    "job_umask",
+    "open_verified_snapshot",
     "group_alive",
     "main",
     "proc_start_time",
@@ -144,6 +146,44 @@ def extract_snapshot(tar: tarfile.TarFile, dest: Path) -> None:
         if member.name.startswith("/") or not target.is_relative_to(root):
             raise tarfile.TarError(f"{member.name}: would be extracted outside the source folder")
         tar.extract(member, root, set_attrs=not member.issym())
+
+
+def open_verified_snapshot(path: str, sha256: str | None) -> Any:
+    """Open the snapshot archive at ``path`` (the spec's ``snapshot``) and
+    check its bytes against ``sha256`` (the spec's ``snapshot_sha256``, hex,
+    recorded at submit), reading through the descriptor that is then
+    extracted (so the file cannot be swapped between the check and the
+    extraction). Returns the binary file, positioned at its start. Runs in
+    the short-lived staging child (hashlib loads there, not in the runner).
+
+    Raises tarfile.TarError naming both digests on a mismatch (the run ends
+    ``StagingFailed``), OSError when it cannot be read. With no recorded
+    digest (a run submitted by an older jobsup) nothing is checked.
+    """
+    import hashlib
+    import tarfile
+
+    f = open(path, "rb")  # noqa: SIM115 - returned to the caller
+    if sha256:
+        digest = hashlib.sha256()
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+        if digest.hexdigest() != sha256:
+            f.close()
+            raise tarfile.TarError(
+                f"the snapshot {path} has sha256 {digest.hexdigest()}, not the recorded {sha256}: "
+                "it was changed after submit; refusing to run it"
+            )
+        f.seek(0)
+    return f
+
+
+def job_umask(spec: dict[str, Any]) -> int:
+    """The umask the job runs with: the submitting shell's (the spec's
+    ``umask``, octal text recorded at submit), else -1 (keep the runner's,
+    which is the daemon's private 077)."""
+    raw = spec.get("umask")
+    return int(raw, 8) if isinstance(raw, str) and raw else -1
 
 
 # -- the status record -------------------------------------------------------
@@ -474,7 +514,8 @@ class _Runner:
                 import pathlib
                 import tarfile
 
-                with tarfile.open(self.spec["snapshot"], "r:") as tar:
+                with open_verified_snapshot(self.spec["snapshot"], self.spec.get("snapshot_sha256")) as f, \
+                        tarfile.open(fileobj=f, mode="r:") as tar:  # fmt: skip
                     extract_snapshot(tar, pathlib.Path(repo))
             except BaseException as err:  # noqa: BLE001 -- a forked child: report anything, then _exit
                 _child_error(wfd, "cannot extract the source snapshot", err)
@@ -529,6 +570,9 @@ class _Runner:
                     signal.set_wakeup_fd(-1)
                     signal.pthread_sigmask(signal.SIG_SETMASK, [])
                     os.setpgid(0, 0)
+                    mask = job_umask(self.spec)
+                    if mask >= 0:
+                        os.umask(mask)
                     devnull = os.open(os.devnull, os.O_RDONLY)
                     os.dup2(devnull, 0)
                     os.dup2(out, 1)

@@ -145,18 +145,63 @@ async def test_failing_command_is_error_with_exit_code(tmp_path: Path, sim: SimC
         run_id = await env.submit("echo about to fail; exit 7", manifest=M, files={M: job_manifest()})
         run = await env.terminal(run_id)
         assert run.phase == "ERROR" and run.exit_code == 7, run
-        assert run.reason == "BackoffLimitExceeded"
+        # The most specific cause, not the Job's BackoffLimitExceeded (backoffLimit is always 0);
+        # the Job condition's "reason: message" is kept in the message.
+        assert run.reason == "NonZeroExit"
         assert run.message is not None and run.message.startswith('NonZeroExit: container "main" exited with code 7')
+        assert "BackoffLimitExceeded: " in run.message
         assert await env.lines(run_id) == ["about to fail"]
+
+
+async def test_oom_killed_container_is_error_oom_killed(tmp_path: Path, sim: SimCluster) -> None:
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit("echo started; sleep 60", manifest=M, files={M: job_manifest()})
+        await env.wait_until(run_id, lambda r: r.phase == "RUNNING" and r.log_lines >= 1)
+        sim.oom_kill(pod_name(sim, run_id))
+        run = await env.terminal(run_id)
+        assert (run.phase, run.reason, run.exit_code) == ("ERROR", "OOMKilled", 137), run
+        assert run.message is not None and "BackoffLimitExceeded: " in run.message
+
+
+async def test_evicted_pod_is_error_evicted(tmp_path: Path, sim: SimCluster) -> None:
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit("echo started; sleep 60", manifest=M, files={M: job_manifest()})
+        await env.wait_until(run_id, lambda r: r.phase == "RUNNING" and r.log_lines >= 1)
+        sim.evict_pod(pod_name(sim, run_id))
+        run = await env.terminal(run_id)
+        assert (run.phase, run.reason) == ("ERROR", "Evicted"), run
+        assert run.message is not None and run.message.startswith("Evicted: ") and "BackoffLimitExceeded: " in run.message
 
 
 async def test_active_deadline_is_error_deadline_exceeded(tmp_path: Path, sim: SimCluster) -> None:
     async with k8s_env(tmp_path, sim) as env:
-        run_id = await env.submit("echo started; sleep 60", manifest=M, files={M: job_manifest()}, timeout_s=3)
+        # The deadline counts from the Job's start: leave room for staging under load.
+        run_id = await env.submit("echo started; sleep 60", manifest=M, files={M: job_manifest()}, timeout_s=8)
         run = await env.terminal(run_id)
         assert run.phase == "ERROR" and run.reason == "DeadlineExceeded", run
         assert "started" in await env.lines(run_id)
         await no_pods_left(sim, run_id)
+
+
+async def test_deadline_sigterm_reaches_the_command_not_only_pid_1(tmp_path: Path, sim: SimCluster) -> None:
+    # The kubelet signals only the container's PID 1 (bash running the
+    # script), and a PID 1 without a handler never hears it: the script
+    # forwards SIGTERM to the command, which can clean up at once instead of
+    # being SIGKILLed after the 30 s grace period.
+    command = (
+        "python3 -c 'import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (print(\"cleaning up\", flush=True), sys.exit(5)))\n"
+        "print(\"started\", flush=True)\n"
+        "time.sleep(60)'"
+    )
+    async with k8s_env(tmp_path, sim) as env:
+        started = anyio.current_time()
+        run_id = await env.submit(command, manifest=M, files={M: job_manifest()}, timeout_s=3)
+        run = await env.terminal(run_id)
+        assert run.phase == "ERROR" and run.reason == "DeadlineExceeded", run
+        await env.wait_until(run_id, lambda r: r.log_lines >= 2)
+        assert await env.lines(run_id) == ["started", "cleaning up"]
+        assert anyio.current_time() - started < 25, "the command did not get SIGTERM (SIGKILL after the grace period)"
 
 
 async def test_cancel_deletes_everything_and_is_canceled(tmp_path: Path, sim: SimCluster) -> None:
@@ -189,12 +234,49 @@ async def test_missing_image_is_scheduling_then_error_and_rolled_back(tmp_path: 
         run = await env.terminal(run_id, timeout_s=30)
         assert run.phase == "ERROR" and run.reason == "ImagePullBackOff", run
         assert run.message is not None
-        assert "pod_ready_timeout_s=3s" in run.message and "Back-off pulling image" in run.message
+        # ErrImagePull and ImagePullBackOff alternate: whichever the deadline
+        # meets, the run's reason is ImagePullBackOff and the message has the pod's words.
+        assert "pod_ready_timeout_s=3s" in run.message and f"{MISSING_REGISTRY}nope:1" in run.message
         assert "jobsup deleted" in run.message
         reasons = [r for p, r in await env.phases(run_id) if p == "SCHEDULING"]
-        assert "ImagePullBackOff" in reasons or "ErrImagePull" in reasons, reasons
+        assert "ImagePullBackOff" in reasons and "ErrImagePull" in reasons, reasons
         assert "RUNNING" not in [p for p, _ in await env.phases(run_id)]
         assert not run_objects(sim, run_id, "jobs.batch") and not run_objects(sim, run_id, "secrets")
+        await no_pods_left(sim, run_id)
+
+
+@pytest.mark.parametrize("timeout_s", [2, 3, 4])
+async def test_image_pull_failure_reason_does_not_depend_on_the_cycle(
+    tmp_path: Path, sim: SimCluster, timeout_s: int
+) -> None:
+    # Deadlines landing in either half of the ErrImagePull/ImagePullBackOff cycle.
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit(
+            "echo never",
+            manifest=M,
+            files={M: job_manifest(image=MISSING_REGISTRY + "nope:1")},
+            kube={"pod_ready_timeout_s": timeout_s},
+        )
+        run = await env.terminal(run_id, timeout_s=30)
+        assert (run.phase, run.reason) == ("ERROR", "ImagePullBackOff"), run
+
+
+async def test_invalid_image_name_fails_at_once(tmp_path: Path, sim: SimCluster) -> None:
+    # InvalidImageName is never retried by the kubelet: no point in waiting
+    # out the pod-ready budget (here 300 s).
+    async with k8s_env(tmp_path, sim) as env:
+        started = anyio.current_time()
+        run_id = await env.submit(
+            "echo never",
+            manifest=M,
+            files={M: job_manifest(image="Registry.Example/My_Image:1")},
+            kube={"pod_ready_timeout_s": 300},
+        )
+        run = await env.terminal(run_id, timeout_s=60)
+        assert (run.phase, run.reason) == ("ERROR", "InvalidImageName"), run
+        assert run.message is not None and "invalid reference format" in run.message and "jobsup deleted" in run.message
+        assert anyio.current_time() - started < 45
+        assert not run_objects(sim, run_id, "jobs.batch")
         await no_pods_left(sim, run_id)
 
 
@@ -377,6 +459,42 @@ async def test_log_stream_faults_keep_every_line_exactly_once(tmp_path: Path, si
         assert stats["log_follows"] >= 2, stats
 
 
+async def test_crio_logs_same_timestamp_per_read_and_utc_offset_exactly_once(tmp_path: Path, sim: SimCluster) -> None:
+    # CRI-O stamps every line of one read buffer with one time, in the node's
+    # zone (+01:00): positions count lines per timestamp, so streams cut
+    # mid-burst resume without losing or doubling a line.
+    bursts = "; ".join(
+        f"python3 -c 'print(\"\\n\".join(\"line-%d\" % i for i in range({b * 30 + 1}, {b * 30 + 31})))'; sleep 0.2"
+        for b in range(5)
+    )
+    sim.configure(log_runtime="cri-o", log_utc_offset_s=3600)
+    try:
+        async with k8s_env(tmp_path, sim) as env:
+            sim.faults.cut_logs(7, count=4)
+            run_id = await env.submit(bursts, manifest=M, files={M: job_manifest()})
+            run = await env.terminal(run_id)
+            assert run.phase == "COMPLETED", run
+            assert await env.lines(run_id) == expected(150)
+            assert env.backend.stats.get("log_cuts", 0) >= 3, env.backend.stats
+            positions = [line.pos for line in await env.store.log_lines(run_id, 0, 1_000_000)]
+            assert all("+01:00#" in p for p in positions), positions[:3]
+            assert len({p.partition("#")[0] for p in positions}) < len(positions) / 5, "bursts share timestamps"
+    finally:
+        sim.configure(log_runtime="containerd", log_utc_offset_s=0)
+
+
+async def test_follow_stream_ending_while_running_is_followed_again(tmp_path: Path, sim: SimCluster) -> None:
+    # An idle or server timeout ends the follow cleanly while the container
+    # runs: jobsup follows again from its cursor, every line exactly once.
+    async with k8s_env(tmp_path, sim) as env:
+        sim.faults.end_logs(5, count=3)
+        run_id = await env.submit(ticker(60, 0.03), manifest=M, files={M: job_manifest()})
+        run = await env.terminal(run_id)
+        assert run.phase == "COMPLETED", run
+        assert await env.lines(run_id) == expected(60)
+        assert env.backend.stats["log_follows"] >= 3, env.backend.stats
+
+
 async def test_quiet_container_keeps_its_log_stream(tmp_path: Path, sim: SimCluster) -> None:
     # No output for a while is not a stall: a small check read finds nothing
     # new and the same stream goes on (the check's wait doubles).
@@ -402,6 +520,25 @@ async def test_api_server_restart_mid_run(tmp_path: Path, sim: SimCluster) -> No
         assert await env.lines(run_id) == expected(100)
 
 
+async def test_api_server_restart_that_drops_watch_history_relists(tmp_path: Path, sim: SimCluster) -> None:
+    # The Job finishes while the API server is down, and the restarted server
+    # has no watch history: resuming from the old resourceVersion is 410, and
+    # jobsup must relist to learn the outcome (and read the rest of the log).
+    async with k8s_env(tmp_path, sim, resync_s=600.0) as env:
+        run_id = await env.submit(ticker(40, 0.03) + "; exit 3", manifest=M, files={M: job_manifest()})
+        await env.wait_until(run_id, lambda r: r.log_lines >= 5)
+        await anyio.to_thread.run_sync(sim.stop)
+        await anyio.to_thread.run_sync(lambda: sim.wait_for(
+            lambda: (j := sim.get_object("jobs.batch", f"t-{run_id}")) is not None
+            and any(c["type"] == "Failed" for c in j["status"].get("conditions") or []),
+            what="the Job failed while the API server is down",
+        ))
+        await anyio.to_thread.run_sync(lambda: sim.restart(drop_watch_history=True))
+        run = await env.terminal(run_id)
+        assert (run.phase, run.reason, run.exit_code) == ("ERROR", "NonZeroExit", 3), run
+        assert await env.lines(run_id) == expected(40)
+
+
 async def test_cancel_while_the_api_server_is_down_is_recorded_as_failed(tmp_path: Path, sim: SimCluster) -> None:
     async with k8s_env(tmp_path, sim, cancel_timeout_s=3.0) as env:
         run_id = await env.submit("echo s; sleep 120", manifest=M, files={M: job_manifest()})
@@ -418,6 +555,41 @@ async def test_cancel_while_the_api_server_is_down_is_recorded_as_failed(tmp_pat
         run = await env.supervisor.cancel(run_id)
         assert run.phase == "CANCELED", run
         await no_pods_left(sim, run_id)
+
+
+async def test_cancel_while_the_api_server_hangs_is_recorded_as_failed_in_time(tmp_path: Path, sim: SimCluster) -> None:
+    # A hung server (connections accepted by the kernel, never answered)
+    # must not hold a cancel past its budget: every call times out.
+    async with k8s_env(tmp_path, sim, cancel_timeout_s=8.0) as env:
+        run_id = await env.submit("echo s; sleep 120", manifest=M, files={M: job_manifest()})
+        await env.wait_until(run_id, lambda r: r.phase == "RUNNING")
+        await anyio.to_thread.run_sync(sim.hang)
+        try:
+            started = anyio.current_time()
+            with pytest.raises(BackendError):
+                await env.supervisor.cancel(run_id)
+            assert anyio.current_time() - started < 30, "cancel outlived its budget"
+            failed = await env.events(run_id, "CancelFailed")
+            assert len(failed) == 1 and failed[0].data["message"]
+        finally:
+            await anyio.to_thread.run_sync(sim.restart)
+        run = await env.supervisor.cancel(run_id)
+        assert run.phase == "CANCELED", run
+        await no_pods_left(sim, run_id)
+
+
+async def test_api_server_hanging_mid_run_then_back(tmp_path: Path, sim: SimCluster) -> None:
+    # Watches, log follows and their reconnects all meet a server that
+    # answers nothing; once it is back the run completes, each line once.
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit(ticker(80, 0.05), manifest=M, files={M: job_manifest()})
+        await env.wait_until(run_id, lambda r: r.log_lines >= 10)
+        await anyio.to_thread.run_sync(sim.hang)
+        await anyio.sleep(8.0)
+        await anyio.to_thread.run_sync(sim.restart)
+        run = await env.terminal(run_id, timeout_s=90)
+        assert run.phase == "COMPLETED", run
+        assert await env.lines(run_id) == expected(80)
 
 
 async def test_a_line_longer_than_64k_is_recorded_in_pieces(tmp_path: Path, sim: SimCluster) -> None:
@@ -460,6 +632,8 @@ async def test_completed_job_then_ttl_deleted_stays_completed(tmp_path: Path, si
         run = await env.terminal(run_id)
         assert run.phase == "COMPLETED"
         sim.wait_for(lambda: sim.get_object("jobs.batch", f"t-{run_id}") is None, what="the TTL deletion")
+        # The env Secret is owned by the Job: the garbage collector takes it with the Job.
+        sim.wait_for(lambda: not run_objects(sim, run_id, "secrets"), what="the env Secret collected")
         after = await env.store.get_run(run_id)
         assert after is not None and after.phase == "COMPLETED" and after.version == run.version
 
@@ -557,8 +731,8 @@ async def test_cancel_racing_completion_ends_in_one_terminal_phase(tmp_path: Pat
 async def test_reattach_mid_submit_rolls_back(tmp_path: Path, sim: SimCluster) -> None:
     # Simulate a daemon that died after recording the handle and creating the
     # Secret, before the Job: supervise finds the objects by label.
-    from supervisord.backends.kubernetes.inject import run_labels
-    from supervisord.backends.kubernetes.objects import env_secret
+    from supervisord.backends.kubernetes.manifest.inject import run_labels
+    from supervisord.backends.kubernetes.client.resources import env_secret
 
     async with k8s_env(tmp_path, sim) as env:
         commit = await anyio.to_thread.run_sync(env.commit, {M: job_manifest()})

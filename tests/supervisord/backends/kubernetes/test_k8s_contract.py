@@ -8,7 +8,7 @@ import pytest
 import yaml
 from k8s_fixtures import RUN_ID, container, docs_text, env_of, job, render, service
 
-from supervisord.backends.kubernetes.inject import label_value
+from supervisord.backends.kubernetes.manifest.inject import label_value
 from supervisord.exceptions import ManifestError
 
 
@@ -39,7 +39,7 @@ def test_single_job_gets_namespace_labels_deadline_ttl_backoff_script_and_secret
     c = container(j)
     env = env_of(c)
     assert env["JOBSUP_SCRIPT"].startswith("set -euo pipefail\n")
-    assert env["JOBSUP_SCRIPT"].endswith("cd repo\npython train.py\n")
+    assert "cd repo\n(\npython train.py\n) &\n" in env["JOBSUP_SCRIPT"]
     assert env["PYTHONUNBUFFERED"] == "1"
     assert env["PYTHONIOENCODING"] == "utf-8"
     assert c["envFrom"] == [{"secretRef": {"name": "jobsup-env", "optional": True}}]

@@ -74,6 +74,7 @@ def spec(tmp_path: Path, sim: SimCluster, manifest: str, **kube: Any) -> RunSpec
         repo=str(repo),
         run_dir=tmp_path / "run",
         submitted={"manifest": MANIFEST_PATH, "config": config},
+        manifest=MANIFEST_PATH,
     )
 
 
@@ -183,4 +184,22 @@ async def test_runtime_class_forbidden_is_a_warning_and_pending_pvc_too(
     warnings = await backend.preflight(s)
     assert any("RuntimeClass gvisor" in w and "forbidden" in w for w in warnings), warnings
     assert any("pending-claim" in w and "Pending" in w for w in warnings), warnings
+    assert nothing_created(sim)
+
+
+async def test_a_hung_api_server_fails_preflight_in_bounded_time(tmp_path: Path, sim: SimCluster) -> None:
+    # Not refused, never answered: preflight gives up with the one line
+    # that says so, well before a user would think submit froze.
+    b = make_backend(sim)
+    await anyio.to_thread.run_sync(sim.hang)
+    try:
+        started = anyio.current_time()
+        with pytest.raises(PreflightError) as err:
+            await b.preflight(spec(tmp_path, sim, job_manifest()))
+        took = anyio.current_time() - started
+        assert "does not answer" in str(err.value), err.value
+        assert took < 25, f"preflight took {took:.1f}s against a hung API server"
+    finally:
+        await anyio.to_thread.run_sync(sim.restart)
+        await b.aclose()
     assert nothing_created(sim)

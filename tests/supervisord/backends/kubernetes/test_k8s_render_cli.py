@@ -254,7 +254,7 @@ def test_task_manifest_key_and_command_after_dashes(tmp_path: Path) -> None:
     assert job["metadata"]["labels"]["jobsup.io/name"] == "python"
     env = job["spec"]["template"]["spec"]["containers"][0]["env"]
     script = next(e["value"] for e in env if e["name"] == "JOBSUP_SCRIPT")
-    assert script.endswith("\ncd repo\npython eval.py\n")
+    assert "\ncd repo\n(\npython eval.py\n) &\n" in script
     out, _ = render_ok(repo, "--manifest", "infra/run.yaml", "--run-id", RUN_ID, "--", "bash", "go.sh")
     assert list(yaml.safe_load_all(out))[0]["spec"]["activeDeadlineSeconds"] == 4 * 3600
 

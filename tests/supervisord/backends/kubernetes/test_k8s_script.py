@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisord.backends.kubernetes.script import STAGING_TIMEOUT_EXIT_CODE, gated_script
+from supervisord.backends.kubernetes.manifest.script import STAGING_TIMEOUT_EXIT_CODE, gated_script
 
 
 def _tar(path: Path, files: dict[str, str]) -> None:
@@ -155,3 +155,54 @@ def test_default_staging_dir_is_the_designed_one() -> None:
     assert "${JOBSUP_STAGING_DIR:-/tmp/jobsup-source}" in script
     assert script.startswith("set -euo pipefail\n")
     assert "SECONDS + 90" in script
+
+
+def test_sigterm_to_the_main_process_reaches_the_whole_command(tmp_path: Path) -> None:
+    # The kubelet signals only the container's PID 1 (the bash running the
+    # script): the script forwards SIGTERM to the command's process group,
+    # children included, waits, and exits with the command's status.
+    import signal
+    import time
+
+    staging, work = tmp_path / "staging", tmp_path / "work"
+    staging.mkdir()
+    work.mkdir()
+    _tar(staging / "source.tar", {"x": ""})
+    (staging / "source.tar.ready").touch()
+    command = "trap 'echo child got TERM; exit 9' TERM\necho started\nsleep 60 & wait"
+    script = gated_script(command, staging_timeout_s=60)
+    env = {**os.environ, "JOBSUP_SCRIPT": script, "JOBSUP_STAGING_DIR": str(staging)}
+    proc = subprocess.Popen(
+        ["bash", "-c", 'eval "$JOBSUP_SCRIPT"'], cwd=work, env=env, stdout=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "started\n"
+        time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGTERM)  # the main process only, as the kubelet does
+        rest, _ = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert rest == "child got TERM\n"
+    assert proc.returncode == 9
+
+
+def test_sigterm_while_waiting_for_the_source_ends_the_script(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    staging, work = tmp_path / "staging", tmp_path / "work"
+    staging.mkdir()
+    work.mkdir()
+    script = gated_script("echo never", staging_timeout_s=60)
+    env = {**os.environ, "JOBSUP_SCRIPT": script, "JOBSUP_STAGING_DIR": str(staging)}
+    proc = subprocess.Popen(["bash", "-c", 'eval "$JOBSUP_SCRIPT"'], cwd=work, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+    assert out == "" and proc.returncode == 143

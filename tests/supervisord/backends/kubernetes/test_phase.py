@@ -122,26 +122,26 @@ CASES: list[tuple[str, dict[str, Any], list[dict[str, Any]], bool, Observation]]
         Observation("COMPLETED", None, 'container "main" reported OOMKilled, but the Job completed', 0),
     ),
     (
-        "failed with a non-zero exit: the detail leads, the reason stays",
+        "failed with a non-zero exit: NonZeroExit, the Job's reason: message in the message",
         job(cond("Failed", reason="BackoffLimitExceeded", message="Job has reached the specified backoff limit")),
         [pod(phase="Failed", state=terminated(3, "Error"))],
         True,
         Observation(
             "ERROR",
-            "BackoffLimitExceeded",
+            "NonZeroExit",
             'NonZeroExit: container "main" exited with code 3 (Error). '
             "BackoffLimitExceeded: Job has reached the specified backoff limit",
             3,
         ),
     ),
     (
-        "failure target is terminal too",
+        "failure target is terminal too; OOMKilled is the reason",
         job(cond("FailureTarget", reason="BackoffLimitExceeded", message="limit")),
         [pod(phase="Failed", state=terminated(137, "OOMKilled"))],
         True,
         Observation(
             "ERROR",
-            "BackoffLimitExceeded",
+            "OOMKilled",
             'OOMKilled: container "main" was killed for using too much memory (exit code 137). BackoffLimitExceeded: limit',
             137,
         ),
@@ -163,7 +163,107 @@ CASES: list[tuple[str, dict[str, Any], list[dict[str, Any]], bool, Observation]]
         job(cond("Failed", reason="BackoffLimitExceeded", message="limit")),
         [pod(phase="Failed", reason="Evicted", state=waiting("ContainerCreating"))],
         True,
-        Observation("ERROR", "BackoffLimitExceeded", "Evicted: the pod was evicted. BackoffLimitExceeded: limit", None),
+        Observation("ERROR", "Evicted", "Evicted: the pod was evicted. BackoffLimitExceeded: limit", None),
+    ),
+    (
+        "an evicted pod's killed container: Evicted is the cause, the exit is detail",
+        job(cond("Failed", reason="BackoffLimitExceeded", message="limit")),
+        [
+            pod(
+                phase="Failed",
+                reason="Evicted",
+                state=terminated(137, "Error"),
+            )
+        ],
+        True,
+        Observation(
+            "ERROR",
+            "Evicted",
+            'Evicted: the pod was evicted. NonZeroExit: container "main" exited with code 137 (Error). '
+            "BackoffLimitExceeded: limit",
+            137,
+        ),
+    ),
+    (
+        "an OOMKilled container on an evicted pod is OOMKilled",
+        job(cond("Failed", reason="BackoffLimitExceeded", message="limit")),
+        [pod(phase="Failed", reason="Evicted", state=terminated(137, "OOMKilled"))],
+        True,
+        Observation(
+            "ERROR",
+            "OOMKilled",
+            'OOMKilled: container "main" was killed for using too much memory (exit code 137). BackoffLimitExceeded: limit',
+            137,
+        ),
+    ),
+    (
+        "a start failure is StartFailed with the runtime's message",
+        job(cond("Failed", reason="BackoffLimitExceeded", message="limit")),
+        [
+            pod(
+                phase="Failed",
+                state={"terminated": {"exitCode": 128, "reason": "StartError", "message": 'exec: "nope": not found'}},
+            )
+        ],
+        True,
+        Observation(
+            "ERROR",
+            "StartFailed",
+            'StartFailed: container "main" could not start (StartError: exec: "nope": not found). BackoffLimitExceeded: limit',
+            128,
+        ),
+    ),
+    (
+        "ContainerCannotRun (dockershim) is a start failure too",
+        job(cond("Failed", reason="BackoffLimitExceeded", message="limit")),
+        [pod(phase="Failed", state=terminated(127, "ContainerCannotRun"))],
+        True,
+        Observation(
+            "ERROR",
+            "StartFailed",
+            'StartFailed: container "main" could not start (ContainerCannotRun). BackoffLimitExceeded: limit',
+            127,
+        ),
+    ),
+    (
+        "the pod's own deadline (activeDeadlineSeconds on the pod)",
+        job(cond("Failed", reason="BackoffLimitExceeded", message="limit")),
+        [pod(phase="Failed", reason="DeadlineExceeded", state=terminated(143, "Error"))],
+        True,
+        Observation(
+            "ERROR",
+            "DeadlineExceeded",
+            "DeadlineExceeded: the pod ran past its deadline. "
+            'NonZeroExit: container "main" exited with code 143 (Error). BackoffLimitExceeded: limit',
+            143,
+        ),
+    ),
+    (
+        "a pod failure policy on the exit code: NonZeroExit",
+        job(cond("Failed", reason="PodFailurePolicy", message="Container main for pod t-1-aaaaa failed with exit code 42")),
+        [pod(phase="Failed", state=terminated(42, "Error"))],
+        True,
+        Observation(
+            "ERROR",
+            "NonZeroExit",
+            'NonZeroExit: container "main" exited with code 42 (Error). '
+            "PodFailurePolicy: Container main for pod t-1-aaaaa failed with exit code 42",
+            42,
+        ),
+    ),
+    (
+        "no pod left to tell: the Job condition's reason",
+        job(cond("Failed", reason="BackoffLimitExceeded", message="limit")),
+        [],
+        True,
+        Observation("ERROR", "BackoffLimitExceeded", "BackoffLimitExceeded: limit", None),
+    ),
+    (
+        "a deadline after the container exited 0 is the deadline",
+        job(cond("Failed", reason="DeadlineExceeded", message="deadline")),
+        [pod(phase="Succeeded", state=terminated(0, "Completed"))],
+        True,
+        Observation("ERROR", "DeadlineExceeded", "DeadlineExceeded: deadline", 0),
     ),
     ("a False condition is not terminal", job(cond("Failed", "False"), cond("Complete", "False")), [pod(state=RUNNING)], True, Observation("RUNNING")),
     ("an Unknown condition is not terminal", job(cond("Complete", "Unknown")), [pod(state=RUNNING)], True, Observation("RUNNING")),

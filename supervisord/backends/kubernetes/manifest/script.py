@@ -12,7 +12,21 @@ The script, run by the manifest's ``bash -c 'eval "$JOBSUP_SCRIPT"'``:
 3. extracts ``source.tar`` into ``repo/`` under the container's working
    directory (the image ``WORKDIR`` or the container's ``workingDir``);
 4. ``cd repo`` and runs the task's command, which is the user's own shell
-   text, appended as written.
+   text, appended as written, in a background subshell, and waits for it
+   (a background command's stdin is ``/dev/null``, as a container's is);
+5. on SIGTERM, ignores further SIGTERMs itself and sends SIGTERM to its
+   whole process group (the command and everything it started; ``kill 0``),
+   keeps waiting, then exits with the command's exit status.
+
+Step 5 exists because the kubelet stops a container by sending SIGTERM to
+its main process only (PID 1 of the container), and the kernel delivers a
+signal to a PID namespace's init only when it has a handler for it: a bare
+``bash -c`` as PID 1 ignores SIGTERM, the command never hears of a cancel
+or deadline, and the container is SIGKILLed after the grace period
+(terminationGracePeriodSeconds, default 30 s). With the trap the command
+gets SIGTERM at once, as local runs do. Before the command starts, SIGTERM
+ends the script (exit 143). Job control (``set -m``) is not used for this:
+bash then prints job notices ("[1]+ Done") into the log.
 
 The image needs ``bash`` and ``tar``. The staging folder may be overridden
 with ``JOBSUP_STAGING_DIR`` (meant for tests of the script itself).
@@ -64,6 +78,7 @@ def gated_script(command: str, *, staging_timeout_s: int, staging_dir: str = STA
     )
     lines = [
         "set -euo pipefail",
+        "trap 'exit 143' TERM",
         f"jobsup_staging=${{JOBSUP_STAGING_DIR:-{staging_dir}}}",
         f"jobsup_deadline=$((SECONDS + {staging_timeout_s}))",
         f'until [ -e "$jobsup_staging/{READY_MARKER}" ]; do',
@@ -76,6 +91,14 @@ def gated_script(command: str, *, staging_timeout_s: int, staging_dir: str = STA
         "mkdir -p repo",
         f'tar -xf "$jobsup_staging/{SOURCE_TAR}" -C repo',
         "cd repo",
+        "(",
         command.rstrip("\n"),
+        ") &",
+        "jobsup_child=$!",
+        """trap 'trap "" TERM; kill -TERM 0 2>/dev/null || true' TERM""",
+        "set +e",
+        'while kill -0 "$jobsup_child" 2>/dev/null; do wait "$jobsup_child"; done',
+        'wait "$jobsup_child"',
+        "exit $?",
     ]
     return "\n".join(lines) + "\n"

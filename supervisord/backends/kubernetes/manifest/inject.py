@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, MutableMapping
 
-from supervisord.backends.kubernetes.lint import SCRIPT_ENV, LintResult, describe
+from supervisord.backends.kubernetes.manifest.lint import SCRIPT_ENV, LintResult, describe
 
 __all__ = [
     "env_secret_name",
@@ -111,7 +111,7 @@ def inject_contract(
     env_secret: str = ENV_SECRET,
 ) -> list[str]:
     """Inject the contract into ``objects`` in place (they must have passed
-    :func:`~supervisord.backends.kubernetes.lint.lint_manifest`, which gave
+    :func:`~supervisord.backends.kubernetes.manifest.lint.lint_manifest`, which gave
     ``lint``). ``timeout_s`` (seconds, > 0) becomes the primary Job's
     ``activeDeadlineSeconds`` unless set; ``script`` is the ``JOBSUP_SCRIPT``
     value; ``env_secret`` names the env Secret every container reads through

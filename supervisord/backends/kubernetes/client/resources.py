@@ -15,9 +15,9 @@ from typing import Any, Iterable, Mapping
 
 import structlog
 
-from supervisord.backends.kubernetes.access import Cluster
-from supervisord.backends.kubernetes.inject import LABEL_RUN, env_secret_name
-from supervisord.exceptions import KubernetesApiError
+from supervisord.backends.kubernetes.client.access import Cluster
+from supervisord.backends.kubernetes.manifest.inject import LABEL_RUN, env_secret_name
+from supervisord.backends.kubernetes.client.errors import ConflictError, KubernetesApiError, NotFoundError
 
 __all__ = [
     "MANAGED_BY_LABEL",
@@ -149,23 +149,19 @@ class ResourceResolver:
         path = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
         try:
             body = await self.cluster.request("GET", path, what=f"discover {api_version}")
-        except KubernetesApiError as err:
-            if err.status == 404:
-                raise KubernetesApiError(
-                    f"the cluster does not serve apiVersion {api_version} (needed for kind {kind})",
-                    status=404,
-                    reason="NotFound",
-                ) from None
-            raise
+        except NotFoundError:
+            raise NotFoundError(
+                f"the cluster does not serve apiVersion {api_version} (needed for kind {kind})",
+                status=404,
+                reason="NotFound",
+            ) from None
         for res in body.get("resources") or []:
             name = str(res.get("name") or "")
             if res.get("kind") == kind and "/" not in name:
                 info = ResourceInfo(api_version, kind, name, bool(res.get("namespaced")))
                 self._cache[key] = info
                 return info
-        raise KubernetesApiError(
-            f"the cluster serves {api_version} but no kind {kind} in it", status=404, reason="NotFound"
-        )
+        raise NotFoundError(f"the cluster serves {api_version} but no kind {kind} in it", status=404, reason="NotFound")
 
     async def info_of(self, obj: Mapping[str, Any]) -> ResourceInfo:
         """The resource of an object dict (its apiVersion and kind)."""
@@ -199,14 +195,12 @@ class ResourceResolver:
                 what=f"create {ref}",
             )
             return created
-        except KubernetesApiError as err:
-            if err.status != 409:
-                raise
+        except ConflictError as err:
             existing = await self.get(ref.api_version, ref.kind, ref.name, namespace)
             if existing is not None and ((existing.get("metadata") or {}).get("labels") or {}).get(LABEL_RUN) == run_id:
                 log.info("object already created by this run", object=str(ref), run=run_id)
                 return existing
-            raise KubernetesApiError(
+            raise ConflictError(
                 f"{err}. Another object named {ref.name} exists; put {{{{JOBSUP_RUN}}}} in metadata.name so each run gets its own",
                 status=409,
                 reason="AlreadyExists",
@@ -232,10 +226,8 @@ class ResourceResolver:
                 "GET", info.object_path(namespace, name), what=f"get {kind}/{name}"
             )
             return found
-        except KubernetesApiError as err:
-            if err.status == 404:
-                return None
-            raise
+        except NotFoundError:
+            return None
 
     async def delete(self, ref: ObjectRef, namespace: str) -> bool:
         """Delete one object with ``propagationPolicy: Background`` (its
@@ -251,10 +243,10 @@ class ResourceResolver:
             await self.cluster.request(
                 "DELETE", info.object_path(namespace, ref.name), body=body, what=f"delete {ref}"
             )
-        except KubernetesApiError as err:
-            if err.status == 404:
-                return False
-            if err.status == 409 and ref.uid:
+        except NotFoundError:
+            return False
+        except ConflictError:
+            if ref.uid:
                 # Precondition failed: the name now belongs to another object; ours is gone.
                 return False
             raise

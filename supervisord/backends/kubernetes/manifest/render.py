@@ -29,11 +29,11 @@ from typing import Any, Mapping
 
 import yaml
 
-from supervisord.backends.kubernetes.inject import ENV_SECRET, inject_contract, run_labels
-from supervisord.backends.kubernetes.lint import LintResult, describe, lint_manifest, lint_primary_job
-from supervisord.backends.kubernetes.manifest import check_run_id, parse_manifest, substitute_run_token
-from supervisord.backends.kubernetes.sandbox import apply_sandbox_options
-from supervisord.backends.kubernetes.script import gated_script
+from supervisord.backends.kubernetes.manifest.inject import ENV_SECRET, inject_contract, run_labels
+from supervisord.backends.kubernetes.manifest.lint import LintResult, describe, lint_manifest, lint_primary_job
+from supervisord.backends.kubernetes.manifest.load import check_run_id, parse_manifest, substitute_run_token
+from supervisord.backends.kubernetes.manifest.sandbox import apply_sandbox_options
+from supervisord.backends.kubernetes.manifest.script import gated_script
 from supervisord.config.merge import merge_pod_spec
 from supervisord.exceptions import ConfigError, ManifestError
 

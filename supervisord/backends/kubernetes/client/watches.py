@@ -34,9 +34,9 @@ from typing import Any, Mapping
 import anyio
 import structlog
 
-from supervisord.backends.kubernetes.access import Cluster
-from supervisord.backends.kubernetes.inject import LABEL_RUN
-from supervisord.exceptions import KubernetesApiError
+from supervisord.backends.kubernetes.client.access import Cluster
+from supervisord.backends.kubernetes.manifest.inject import LABEL_RUN
+from supervisord.backends.kubernetes.client.errors import GoneError, KubernetesApiError, UnreachableError, api_error
 
 __all__ = ["NamespaceWatch", "RunView", "job_pods"]
 
@@ -185,7 +185,7 @@ class NamespaceWatch:
                 wait = self.cluster.retry.delay(min(failures, 8), err.retry_after_s)
                 log.warning("watch failed; retrying", namespace=self.namespace, resource=resource,
                             error=str(err), wait_s=round(wait, 2))
-                if err.status == 410:
+                if isinstance(err, GoneError):
                     rv = None
                 await anyio.sleep(wait)
 
@@ -230,7 +230,7 @@ class NamespaceWatch:
                     except StopAsyncIteration:
                         return rv
                     except Exception as exc:  # the connection broke mid-stream
-                        raise KubernetesApiError(
+                        raise UnreachableError(
                             f"watch {resource}: the stream broke ({type(exc).__name__}: {exc})", status=0, reason="Unreachable"
                         ) from None
                 if line is None:
@@ -245,7 +245,7 @@ class NamespaceWatch:
                     code = obj.get("code")
                     if code == 410:
                         raise _Expired()
-                    raise KubernetesApiError(
+                    raise api_error(
                         f"watch {resource}: {obj.get('message') or obj}", status=int(code or 500), reason=str(obj.get("reason") or "Unknown")
                     )
                 new_rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)

@@ -40,7 +40,7 @@ import httpx
 import structlog
 import urllib3
 
-from supervisord.exceptions import KubernetesApiError
+from supervisord.backends.kubernetes.client.errors import KubeconfigError, KubernetesApiError, UnreachableError, api_error
 
 __all__ = [
     "IN_CLUSTER_CONTEXT",
@@ -87,7 +87,7 @@ class RetryPolicy:
 def is_transient(err: BaseException) -> bool:
     """Whether a failed call is worth retrying: a :class:`KubernetesApiError`
     with status 0 (no answer), 429 or 5xx."""
-    return isinstance(err, KubernetesApiError) and (err.status == 0 or err.status in _TRANSIENT_STATUS)
+    return isinstance(err, UnreachableError) or (isinstance(err, KubernetesApiError) and err.status in _TRANSIENT_STATUS)
 
 
 def api_error_from_body(status: int, body: bytes, what: str, *, retry_after: str | None = None) -> KubernetesApiError:
@@ -113,7 +113,7 @@ def api_error_from_body(status: int, body: bytes, what: str, *, retry_after: str
             wait = float(retry_after)
         except ValueError:
             wait = None
-    return KubernetesApiError(f"{what}: {message}", status=status, reason=reason, body=parsed, retry_after_s=wait)
+    return api_error(f"{what}: {message}", status=status, reason=reason, body=parsed, retry_after_s=wait)
 
 
 def _reason_for(status: int) -> str:
@@ -274,8 +274,9 @@ class Cluster:
                     return json.loads(data)
                 except ValueError:
                     return data.decode("utf-8", "replace")
+            err: KubernetesApiError
             if status == 0:
-                err = KubernetesApiError(
+                err = UnreachableError(
                     f"{label}: the Kubernetes API server at {self.host} did not answer ({data.decode('utf-8', 'replace')})",
                     status=0,
                     reason="Unreachable",
@@ -308,7 +309,7 @@ class Cluster:
         try:
             response = await self._http.send(request, stream=True)
         except (httpx.HTTPError, OSError, ssl.SSLError) as exc:
-            raise KubernetesApiError(
+            raise UnreachableError(
                 f"{what}: the Kubernetes API server at {self.host} did not answer ({type(exc).__name__}: {exc})",
                 status=0,
                 reason="Unreachable",
@@ -380,31 +381,23 @@ class ClusterAccess:
     def current_context(self) -> str:
         """The kubeconfig's current context (blocking: reads the files), or
         :data:`IN_CLUSTER_CONTEXT` inside a pod without a kubeconfig.
-        Raises KubernetesApiError (reason ``KubeconfigError``)."""
+        Raises KubeconfigError."""
         k8s_config, ConfigException = _config_module()
 
         paths = self.kubeconfig_paths()
         if not self._kubeconfig_exists():
             if os.environ.get("KUBERNETES_SERVICE_HOST"):
                 return IN_CLUSTER_CONTEXT
-            raise KubernetesApiError(
-                f"no kubeconfig at {paths}: set KUBECONFIG or create ~/.kube/config "
-                "(`kubectl config view` should show your cluster)",
-                status=0,
-                reason="KubeconfigError",
-            )
+            raise KubeconfigError(f"no kubeconfig at {paths}: set KUBECONFIG or create ~/.kube/config "
+                "(`kubectl config view` should show your cluster)")
         try:
             _contexts, active = k8s_config.list_kube_config_contexts(config_file=paths)
         except (ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
-            raise KubernetesApiError(f"kubeconfig {paths}: {exc}", status=0, reason="KubeconfigError") from None
+            raise KubeconfigError(f"kubeconfig {paths}: {exc}") from None
         name = (active or {}).get("name")
         if not name:
-            raise KubernetesApiError(
-                f"kubeconfig {paths} has no current-context: set one (kubectl config use-context NAME) "
-                "or set kubernetes.context",
-                status=0,
-                reason="KubeconfigError",
-            )
+            raise KubeconfigError(f"kubeconfig {paths} has no current-context: set one (kubectl config use-context NAME) "
+                "or set kubernetes.context")
         return str(name)
 
     def _load(self, context: str) -> Cluster:
@@ -418,14 +411,12 @@ class ClusterAccess:
             try:
                 k8s_config.load_incluster_config(client_configuration=configuration)
             except ConfigException as exc:
-                raise KubernetesApiError(f"in-cluster config: {exc}", status=0, reason="KubeconfigError") from None
+                raise KubeconfigError(f"in-cluster config: {exc}") from None
             ns_file = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
             ns = ns_file.read_text().strip() if ns_file.is_file() else None
             return self._make(IN_CLUSTER_CONTEXT, configuration, ns)
         if not self._kubeconfig_exists():
-            raise KubernetesApiError(
-                f"no kubeconfig at {paths}: set KUBECONFIG or create ~/.kube/config", status=0, reason="KubeconfigError"
-            )
+            raise KubeconfigError(f"no kubeconfig at {paths}: set KUBECONFIG or create ~/.kube/config")
         try:
             contexts, _active = k8s_config.list_kube_config_contexts(config_file=paths)
             entry = next((c for c in contexts or [] if c.get("name") == context), None)
@@ -436,13 +427,9 @@ class ClusterAccess:
                 config_file=paths, context=context, client_configuration=configuration, persist_config=False
             )
         except ConfigException as exc:
-            raise KubernetesApiError(f"kubeconfig {paths}: {exc}", status=0, reason="KubeconfigError") from None
+            raise KubeconfigError(f"kubeconfig {paths}: {exc}") from None
         except (OSError, ValueError, TypeError, KeyError) as exc:
-            raise KubernetesApiError(
-                f"kubeconfig {paths}: cannot load context {context}: {type(exc).__name__}: {exc}",
-                status=0,
-                reason="KubeconfigError",
-            ) from None
+            raise KubeconfigError(f"kubeconfig {paths}: cannot load context {context}: {type(exc).__name__}: {exc}") from None
         ns = (entry.get("context") or {}).get("namespace")
         return self._make(context, configuration, ns)
 
@@ -459,7 +446,7 @@ class ClusterAccess:
     async def cluster(self, context: str | None) -> Cluster:
         """The :class:`Cluster` for ``context`` (None: the kubeconfig's
         current context, read again on every call), loaded on first use.
-        Raises KubernetesApiError (reason ``KubeconfigError``) naming the
+        Raises KubeconfigError naming the
         kubeconfig when it cannot be loaded."""
         name: str = context if context else await anyio.to_thread.run_sync(self.current_context, limiter=self._load_limiter)
         async with self._lock:

@@ -1,0 +1,199 @@
+"""Bench: hook delivery (jobsup issue 16).
+
+1. Latency, from a run's terminal event to the webhook's arrival at a local
+   HTTP server, with 100 runs ending at once: an event store on a real
+   SQLite file (``synchronous=FULL``), the daemon's own :class:`HookService`
+   with one webhook hook, and 100 terminal ``PhaseChanged`` appends issued
+   concurrently. Each latency runs from the moment its append returned
+   (its COMMIT was durable) to the moment the server had read the request.
+   Peer, measured in the same round: a bare store subscriber
+   (``wait_for_events``) on the same events, i.e. the floor any subscriber
+   pays before doing anything; the ratio is hooks / bare subscription.
+   (aim: p99 under 100 ms)
+2. Idle CPU: the real daemon with 10 hooks configured (5 command hooks, 5
+   webhooks) and nothing happening, against the same daemon with no hooks,
+   each measured over ``--idle-s`` seconds after start-up settled (aim:
+   nothing measurable over idle: hooks wake on commits, they do not poll).
+
+    python bench/hooks_delivery.py                 # 100 runs, 30 s idle
+    python bench/hooks_delivery.py --runs 20 --idle-s 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import http.server
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._harness import (
+    BenchEnv,
+    Figure,
+    cpu_seconds,
+    load_average,
+    percentile,
+    report,
+)
+from store import EventStore, NewEvent
+from supervisord.hooks.config import HookSpec, WebhookTarget
+from supervisord.hooks.delivery import HookService
+
+
+class Receiver:
+    """A threaded local HTTP server noting when each X-Jobsup-Event arrived."""
+
+    def __init__(self) -> None:
+        self.arrived: dict[int, int] = {}  # seq -> time.monotonic_ns()
+        self.cond = threading.Condition()
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                now = time.monotonic_ns()
+                with receiver.cond:
+                    receiver.arrived.setdefault(int(self.headers["X-Jobsup-Event"]), now)
+                    receiver.cond.notify_all()
+                self.send_response(204)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/hook"
+
+    def wait(self, n: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        with self.cond:
+            while len(self.arrived) < n:
+                if not self.cond.wait(max(0.0, deadline - time.monotonic())):
+                    raise RuntimeError(f"only {len(self.arrived)} of {n} webhooks arrived")
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+async def latency(runs: int) -> tuple[list[float], list[float]]:
+    """(hook arrival latencies, bare-subscriber latencies), ms."""
+    receiver = Receiver()
+    folder = Path(tempfile.mkdtemp(prefix="jobsup-bench-hooks-"))
+    try:
+        async with await EventStore.open(folder / "jobsup.db", synchronous="FULL") as store:
+            ids = [f"{i:012x}" for i in range(runs)]
+            for run_id in ids:
+                await store.append(run_id, 0, [NewEvent("Submitted", {"project": "bench", "name": "n", "backend": "local"})])
+            hook = HookSpec(name="bench", when=frozenset({"COMPLETED"}), webhook=WebhookTarget(receiver.url))
+            service = HookService(store, [hook], env={})
+            seen: dict[int, int] = {}
+            start_seq = await store.last_seq()
+
+            async def subscriber() -> None:
+                cursor = start_seq
+                while len(seen) < runs:
+                    for e in await store.wait_for_events(cursor, types=["PhaseChanged"]):
+                        seen.setdefault(e.seq, time.monotonic_ns())
+                        cursor = e.seq
+
+            async def finish(run_id: str) -> None:
+                await store.append(run_id, 1, [NewEvent("PhaseChanged", {"phase": "COMPLETED", "exit_code": 0})])
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(service.run)
+                with anyio.fail_after(30):
+                    while "hook:bench" not in await store.checkpoints():
+                        await anyio.sleep(0.01)
+                tg.start_soon(subscriber)
+                await anyio.sleep(0.2)
+                async with anyio.create_task_group() as ends:
+                    for run_id in ids:
+                        ends.start_soon(finish, run_id)
+                await anyio.to_thread.run_sync(receiver.wait, runs, 120.0)
+                tg.cancel_scope.cancel()
+            # When each terminal event's COMMIT returned: the writer notes
+            # (last seq of the batch, time.monotonic_ns()) of every commit.
+            commits = sorted(store._writer.commit_times)
+            ends = [seq for seq, _ in commits]
+
+            def committed(seq: int) -> int:
+                return commits[bisect.bisect_left(ends, seq)][1]
+
+            hooks = [(ns - committed(seq)) / 1e6 for seq, ns in receiver.arrived.items()]
+            bare = [(ns - committed(seq)) / 1e6 for seq, ns in seen.items()]
+            return hooks, bare
+    finally:
+        receiver.close()
+
+
+def idle_cpu(hooks: int, idle_s: float, url: str) -> float:
+    """CPU seconds the daemon used over ``idle_s`` with ``hooks`` hooks."""
+    with BenchEnv("hooks-idle") as env:
+        folder = env.root / "home" / ".config" / "jobsup"
+        folder.mkdir(parents=True)
+        items = []
+        for i in range(hooks):
+            if i % 2:
+                items.append({"name": f"w{i}", "webhook": {"url": url}})
+            else:
+                items.append({"name": f"c{i}", "command": ["true"]})
+        (folder / "config.yaml").write_text(json.dumps({"hooks": items}))
+        pid = env.start_daemon()
+        time.sleep(3.0)  # start-up settles (imports, first checkpoints)
+        before = cpu_seconds(pid)
+        time.sleep(idle_s)
+        return cpu_seconds(pid) - before
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--idle-s", type=float, default=30.0)
+    args = parser.parse_args()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
+    load_before = load_average()
+    hooks_ms, bare_ms = anyio.run(latency, args.runs, backend="asyncio")
+    receiver = Receiver()
+    try:
+        idle_hooks = idle_cpu(10, args.idle_s, receiver.url)
+        idle_none = idle_cpu(0, args.idle_s, receiver.url)
+    finally:
+        receiver.close()
+    p50, p99 = statistics.median(hooks_ms), percentile(hooks_ms, 99)
+    bare50, bare99 = statistics.median(bare_ms), percentile(bare_ms, 99)
+    report(
+        "hooks_delivery",
+        [
+            Figure("webhook_p50_ms", p50, "ms"),
+            Figure("webhook_p99_ms", p99, "ms", "< 100 ms", p99 < 100),
+            Figure("webhook_max_ms", max(hooks_ms), "ms"),
+            Figure("bare_subscriber_p50_ms", bare50, "ms"),
+            Figure("bare_subscriber_p99_ms", bare99, "ms"),
+            Figure("p99_ratio_vs_bare_subscriber", p99 / bare99 if bare99 else float("inf"), "x"),
+            Figure("idle_cpu_10_hooks_s", idle_hooks, "s"),
+            Figure("idle_cpu_no_hooks_s", idle_none, "s"),
+            Figure("idle_cpu_extra_pct", (idle_hooks - idle_none) / args.idle_s * 100, "% of a core", "~0", None),
+        ],
+        {"runs": args.runs, "idle_s": args.idle_s, "loadavg_before": load_before, "loadavg_after": load_average()},
+    )
+
+
+if __name__ == "__main__":
+    main()

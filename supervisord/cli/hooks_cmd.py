@@ -1,0 +1,48 @@
+"""``jobsup hooks``: the daemon's hooks with their checkpoints, lag and last outcome."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from supervisord.cli.main import cli
+from supervisord.cli.output import emit, info, output_option
+from supervisord.cli.runs_cmd import _client
+
+__all__ = ["hooks"]
+
+_COLUMNS = ("name", "kind", "when", "target", "checkpoint", "lag", "last")
+
+
+def _last(outcome: dict[str, Any] | None) -> str | None:
+    """``HookDelivered seq 41 (attempt 1)`` / ``HookFailed seq 41: HTTP 500 (attempt 2, will retry)``."""
+    if not outcome:
+        return None
+    text = f"{outcome.get('type')} seq {outcome.get('event_seq')}"
+    if outcome.get("error"):
+        text += f": {outcome['error']}"
+    text += f" (attempt {outcome.get('attempt')}{'' if outcome.get('final', True) else ', will retry'})"
+    return text
+
+
+@cli.command("hooks")
+@output_option()
+def hooks(output: str) -> None:
+    """List the daemon's hooks: checkpoint (last event seq finished with),
+    lag (events after it) and the last outcome this daemon recorded."""
+    rows = _client().hooks()
+    if output != "table":
+        emit(rows, output)
+        return
+    if not rows:
+        info("no hooks")
+        return
+    table = [
+        {
+            **r,
+            "when": ",".join(r.get("when") or []),
+            "target": " ".join(r["target"]) if isinstance(r.get("target"), list) else r.get("target"),
+            "last": _last(r.get("last_outcome")),
+        }
+        for r in rows
+    ]
+    emit(table, "table", columns=_COLUMNS)

@@ -1,0 +1,712 @@
+"""``jobsup mcp``: jobsup's tools for agents, as a Model Context Protocol
+server on stdio (the official ``mcp`` SDK's low-level :class:`mcp.server.Server`).
+
+It is a client like the CLI: every tool talks to the daemon through
+:class:`supervisord.api.client.Client` (started in the background when none
+answers, unless ``JOBSUP_NO_AUTOSTART=1``), and returns the same JSON objects
+as ``-o json``. Each tool declares a JSON Schema (draft 2020-12) for its
+input and for its structured output, built from :mod:`supervisord.schemas`.
+
+Errors come back as tool errors (``isError: true``) whose text is jobsup's
+one-line message, prefixed by the argument at fault (``run: no run matches
+'zzzz'``, ``timeout_s: -1 is less than the minimum of 0``). Bad input is
+refused before anything is sent to the daemon, so nothing is recorded.
+
+Blocking client calls run in worker threads with their own limiter. ``wait``
+asks the daemon in slices of at most :data:`WAIT_SLICE_S` seconds, each in a
+thread the handler abandons when the MCP client cancels the call, so a
+cancelled wait returns at once and its thread ends within one slice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import time
+from collections.abc import Callable, Generator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import jsonschema
+import mcp_types as types
+import structlog
+from mcp.server import Server, ServerRequestContext
+from mcp.server.stdio import stdio_server
+
+from supervisord import config as cfg
+from supervisord import schemas
+from supervisord.api.client import Client
+from supervisord.api.wire import EXIT_WAIT_TIMEOUT, PHASES, exit_code_for_phase
+from supervisord.exceptions import (
+    AmbiguousRunError,
+    DaemonUnreachableError,
+    JobsupError,
+    RunNotFoundError,
+    TaskError,
+)
+from supervisord.task import BACKENDS, Task
+
+__all__ = ["TOOLS", "Handlers", "JobsupTools", "Tool", "ToolError", "build_server", "serve", "triage_suggestion"]
+
+log = structlog.get_logger("jobsup.mcp")
+
+#: Longest single ``GET /wait`` the ``wait`` tool makes (seconds).
+WAIT_SLICE_S = 1.0
+#: Longest ``timeout_s`` a ``wait`` call accepts (seconds).
+MAX_WAIT_S = 3600
+#: ``logs``: default and largest byte cap of the returned text.
+LOGS_DEFAULT_BYTES = 16 * 1024
+LOGS_MAX_BYTES = 1024 * 1024
+#: ``triage``: how many of the newest log lines are searched for errors, and
+#: how many error-looking lines are returned.
+TRIAGE_SCAN_LINES = 2000
+TRIAGE_ERROR_LINES = 20
+
+_SCHEDULING_FIELDS = ("queue", "priority", "gpus", "after", "after_any", "hold")
+
+
+class ToolError(Exception):
+    """A tool call failed: ``str(err)`` is the one line the agent sees."""
+
+
+# -- schemas -------------------------------------------------------------------
+
+_STR = {"type": "string", "minLength": 1}
+_RUN_REF = {"type": "string", "minLength": 4, "description": "a run id or a unique prefix of 4+ characters"}
+_TASK_PROPS: dict[str, Any] = {
+    "task_file": {"type": "string", "description": "path of a task YAML file (relative to cwd)"},
+    "command": {
+        "anyOf": [{"type": "string", "minLength": 1}, {"type": "array", "items": {"type": "string"}, "minItems": 1}],
+        "description": "the command: a shell string, or argv words (joined as `jobsup submit -- CMD...` joins them); "
+        "overrides the task file's `run:`",
+    },
+    "name": {**_STR, "description": "the run's name (default: first word of the command)"},
+    "timeout": {"type": "string", "description": "wall-clock limit: 90s, 30m, 4h or 1d (default 4h)"},
+    "manifest": {**_STR, "description": "Kubernetes manifest path in the repository (default .jobsup/k8s.yaml)"},
+    "rev": {**_STR, "description": "the commit to snapshot and run (default HEAD)"},
+    "config": {"type": "array", "items": {"type": "string"}, "description": "KEY.PATH=VALUE overrides, or one config file"},
+    "cwd": {"type": "string", "description": "the folder to submit from (its git repository is snapshotted); default: the server's"},
+}
+_SUBMIT_PROPS: dict[str, Any] = {
+    **_TASK_PROPS,
+    "backend": {"enum": list(BACKENDS)},
+    "env": {"type": "object", "additionalProperties": {"type": "string"}, "description": "environment for the run (values are never recorded)"},
+    "force": {"type": "boolean", "description": "submit even if the same project+name has a run in flight"},
+    "queue": {**_STR, "description": "the queue (default `default`)"},
+    "priority": {"type": "integer", "minimum": -1000, "maximum": 1000, "description": "higher starts first, then oldest"},
+    "gpus": {"type": "integer", "minimum": 0, "description": "local runs: GPUs of this machine"},
+    "after": {"type": "array", "items": _RUN_REF, "description": "start after these runs COMPLETED"},
+    "after_any": {"type": "array", "items": _RUN_REF, "description": "start after these runs end, whatever the outcome"},
+    "hold": {"type": "boolean", "description": "queue it held (released with `jobsup release`)"},
+}
+
+
+def _obj(props: dict[str, Any], required: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    return {"type": "object", "properties": props, "required": list(required), "additionalProperties": False}
+
+
+def _bundle_into(defs: dict[str, Any], name: str) -> dict[str, Any]:
+    """Put schema ``name`` under ``defs[name]`` (its own ``$defs`` re-homed
+    there) and return a reference to it."""
+    if name not in defs:
+        doc = schemas.load(name)
+        doc.pop("$schema", None)
+        # The bundle's references are document-absolute: re-home them.
+        defs[name] = json.loads(json.dumps(doc).replace('"#/$defs/', f'"#/$defs/{name}/$defs/'))
+    return {"$ref": f"#/$defs/{name}"}
+
+
+def _wrap(props: dict[str, str | dict[str, Any]], required: list[str], *, defs: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A self-contained object schema whose properties are schema names
+    (bundled into ``$defs``) or inline schemas; ``defs`` names more schemas
+    to bundle for inline ``{"$ref": "#/$defs/NAME"}`` references."""
+    bundled: dict[str, Any] = {}
+    out = {key: _bundle_into(bundled, spec) if isinstance(spec, str) else spec for key, spec in props.items()}
+    for name in defs:
+        _bundle_into(bundled, name)
+    schema: dict[str, Any] = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": out,
+        "required": required,
+        "additionalProperties": False,
+    }
+    if bundled:
+        schema["$defs"] = bundled
+    return schema
+
+
+def _top(name: str) -> dict[str, Any]:
+    """Schema ``name`` as a tool output schema (an object at the root)."""
+    doc = schemas.load(name)
+    doc.setdefault("type", "object")
+    return doc
+
+
+_LINES = {"type": "array", "items": {"$ref": "#/$defs/log-line"}}
+
+
+@dataclasses.dataclass(frozen=True)
+class Tool:
+    """One MCP tool: its name, description, input and output schemas, and
+    the :class:`JobsupTools` method that runs it."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any]
+
+    def to_mcp(self) -> types.Tool:
+        """The ``tools/list`` entry."""
+        return types.Tool(
+            name=self.name, description=self.description, input_schema=self.input_schema, output_schema=self.output_schema
+        )
+
+
+def _tools() -> list[Tool]:
+    nint = {"type": ["integer", "null"]}
+    return [
+        Tool(
+            "submit",
+            "Submit a run of a task (a task file and/or a command, from a git repository) and return the run. "
+            "Scheduling options: queue, priority, gpus, after, after_any, hold.",
+            _obj(_SUBMIT_PROPS),
+            _wrap({"run": "run", "warnings": {"type": "array", "items": {"type": "string"}}}, ["run", "warnings"]),
+        ),
+        Tool(
+            "render",
+            "The Kubernetes objects a submit with --backend kubernetes would create (a preview: nothing is created).",
+            _obj({k: v for k, v in _TASK_PROPS.items()} | {"run_id": {"type": "string", "pattern": "^[0-9a-f]{12}$"}}),
+            _wrap(
+                {"objects": {"type": "array", "items": {"type": "object"}}, "notes": {"type": "array", "items": {"type": "string"}},
+                 "warnings": {"type": "array", "items": {"type": "string"}}},
+                ["objects", "notes", "warnings"],
+            ),
+        ),
+        Tool(
+            "runs",
+            "List runs, newest first: in flight and the 20 newest (all=true: every run).",
+            _obj({"all": {"type": "boolean"}, "project": _STR, "phase": {"enum": list(PHASES)}}),
+            _wrap({"runs": "runs"}, ["runs"]),
+        ),
+        Tool("show", "One run: phase, reason, times, handle, command, source, effective config.",
+             _obj({"run": _RUN_REF}, ["run"]), _top("run-detail")),
+        Tool(
+            "logs",
+            "A run's stored log lines: the last `tail` lines, or lines from_line..to_line; at most max_bytes of text, "
+            "counting a newline per line (`truncated` says when the cap cut the answer, `next_line` where to continue; "
+            "a single line longer than the cap comes back cut to it).",
+            _obj({
+                "run": _RUN_REF,
+                "tail": {"type": "integer", "minimum": 1, "maximum": 100000},
+                "from_line": {"type": "integer", "minimum": 1},
+                "to_line": {"type": "integer", "minimum": 1},
+                "max_bytes": {"type": "integer", "minimum": 1, "maximum": LOGS_MAX_BYTES, "default": LOGS_DEFAULT_BYTES},
+            }, ["run"]),
+            _wrap({
+                "run_id": {"type": "string"}, "lines": _LINES, "total_lines": {"type": "integer", "minimum": 0},
+                "truncated": {"type": "boolean"}, "next_line": nint,
+            }, ["run_id", "lines", "total_lines", "truncated", "next_line"], defs=("log-line",)),
+        ),
+        Tool(
+            "wait",
+            "Wait until the runs reach a condition (terminal, change, or a phase), at most timeout_s seconds. "
+            "Pass after_seq (the cursor a previous wait or a run's last_seq gave) so no change is missed; "
+            "returns the outcome, the runs and the new cursor.",
+            _obj({
+                "runs": {"type": "array", "items": _RUN_REF, "minItems": 1},
+                "for": {"enum": ["terminal", "change", *PHASES, *(p.lower() for p in PHASES)], "default": "terminal"},
+                "timeout_s": {"type": "number", "minimum": 0, "maximum": MAX_WAIT_S, "default": 60},
+                "after_seq": {"type": "integer", "minimum": 0},
+            }, ["runs"]),
+            _top("wait"),
+        ),
+        Tool("cancel", "Cancel runs; returns each run once it is stopped.",
+             _obj({"runs": {"type": "array", "items": _RUN_REF, "minItems": 1}}, ["runs"]), _wrap({"runs": "runs"}, ["runs"])),
+        Tool(
+            "events",
+            "The audit trail, oldest first: events with seq > after_seq (of one run, or all), at most `limit`; "
+            "`last_seq` is the cursor for the next page.",
+            _obj({"run": _RUN_REF, "after_seq": {"type": "integer", "minimum": 0},
+                  "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}}),
+            _wrap({"events": {"type": "array", "items": {"$ref": "#/$defs/event"}}, "last_seq": {"type": "integer"},
+                   "more": {"type": "boolean"}}, ["events", "last_seq", "more"], defs=("event",)),
+        ),
+        Tool("queue", "The waiting runs in start order with the reason each waits, and the GPUs with who holds them.",
+             _obj({}), _top("queue")),
+        Tool("doctor", "Check the daemon, the store and (when configured) Kubernetes access.",
+             _obj({}), _wrap({"checks": "doctor", "ok": {"type": "boolean"}}, ["checks", "ok"])),
+        Tool(
+            "triage",
+            "Why a run is where it is: phase, reason, message, exit code, the last error-looking log lines, the pending "
+            "reason when queued, and a one-line suggested next step.",
+            _obj({"run": _RUN_REF}, ["run"]),
+            _wrap({
+                "run": "run",
+                "phase": {"enum": list(PHASES)}, "reason": {"type": ["string", "null"]}, "message": {"type": ["string", "null"]},
+                "exit_code": nint, "error_lines": _LINES, "last_lines": _LINES,
+                "pending_reason": {"type": ["string", "null"]}, "suggestion": {"type": "string"},
+            }, ["run", "phase", "reason", "message", "exit_code", "error_lines", "last_lines", "pending_reason", "suggestion"],
+                defs=("log-line",)),
+        ),
+    ]
+
+
+TOOLS: list[Tool] = _tools()
+_BY_NAME = {t.name: t for t in TOOLS}
+_INPUT_VALIDATORS = {t.name: jsonschema.Draft202012Validator(t.input_schema) for t in TOOLS}
+
+
+def _input_problem(tool: str, args: dict[str, Any]) -> str | None:
+    """The first way ``args`` breaks the tool's input schema, as
+    ``<argument>: <message>``; None when they conform."""
+    errors = sorted(_INPUT_VALIDATORS[tool].iter_errors(args), key=lambda e: list(map(str, e.path)))
+    if not errors:
+        return None
+    err = errors[0]
+    if err.validator == "additionalProperties":
+        extra = sorted(set(args) - set(_BY_NAME[tool].input_schema["properties"]))
+        return f"{', '.join(extra)}: no such argument of {tool} (use {', '.join(_BY_NAME[tool].input_schema['properties'])})"
+    if err.validator == "required":
+        missing = str(err.message).split("'")[1] if "'" in err.message else "arguments"
+        return f"{missing}: required"
+    where = ".".join(str(p) for p in err.path) or "arguments"
+    if err.path and err.path[0] == "env":
+        # Never echo an env value: it may be a secret.
+        return f"{where}: env must map names to string values (the value is not shown)"
+    return f"{where}: {err.message}"
+
+
+# -- triage --------------------------------------------------------------------
+
+_SUGGESTIONS: dict[str, str] = {
+    "NonZeroExit": "the command exited non-zero: read error_lines (or `logs`) for its error and fix the code or its inputs",
+    "OOMKilled": "the container ran out of memory: raise resources.limits.memory in .jobsup/k8s.yaml or use less memory",
+    "ImagePullBackOff": "the image could not be pulled: check the image name and registry access in .jobsup/k8s.yaml",
+    "ErrImagePull": "the image could not be pulled: check the image name and registry access in .jobsup/k8s.yaml",
+    "InvalidImageName": "the image name is invalid: fix it in .jobsup/k8s.yaml",
+    "DeadlineExceeded": "the run hit its timeout: submit again with a longer timeout (--timeout) or make it faster",
+    "Evicted": "the pod was evicted (node pressure): submit again, or ask for less ephemeral storage/memory",
+    "StartFailed": "the container could not start: check the command and image entrypoint in .jobsup/k8s.yaml",
+    "CreateContainerConfigError": "the container config is invalid (a missing Secret or ConfigMap?): check .jobsup/k8s.yaml",
+    "Unschedulable": "no node can take the pod: check resource requests, node selectors and tolerations",
+    "BackoffLimitExceeded": "the Job failed: read message and error_lines for the cause",
+    "StagingFailed": "copying the source into the pod failed: check the pod can start and the daemon log",
+    "Canceled": "the run was canceled on request; submit again if it should run",
+    "CancelFailed": "stopping the run failed: check `jobsup doctor` and the daemon log, then cancel again",
+    "Lost": "the run's process vanished (machine reboot or killed runner): submit it again",
+    "JobDeleted": "the Kubernetes Job was deleted outside jobsup: submit again",
+    "InternalError": "jobsup itself failed supervising this run: see the daemon log and report it",
+    "BackendError": "the backend failed: run `doctor` for the cause",
+    "BackendUnavailable": "the backend is unavailable: run `doctor` (kubeconfig, API reach, RBAC)",
+    "KubeconfigError": "the kubeconfig is missing or broken: run `doctor` and fix KUBECONFIG or ~/.kube/config",
+    "SubmitInterrupted": "the daemon stopped while submitting: submit again",
+    "RunnerFailed": "the local runner failed to start the command: check the command and the run dir",
+    "DependencyFailed": "a run this one waited for did not complete: fix that run, then resubmit this one",
+    "Held": "the run is held: `jobsup release RUN` lets it start",
+    "WaitingForDependency": "the run waits for the runs in `after`/`after_any`: wait for them",
+    "WaitingForSlot": "the queue is at its max_parallel: it starts when a run of the queue ends",
+    "WaitingForGPUs": "not enough free GPUs: it starts when a GPU holder ends (see `queue`)",
+}
+_PENDING_REASONS = frozenset({"Held", "WaitingForDependency", "WaitingForSlot", "WaitingForGPUs"})
+_ERRORISH = re.compile(
+    r"(?i)(error|\berr!|exception|traceback|\bfatal\b|\bfailed\b|\bfailure\b|\bpanic\b|killed|denied|"
+    r"not found|no such file|segmentation fault|out of memory|\boom\b|\bassert)"
+)
+
+
+def triage_suggestion(run: dict[str, Any]) -> str:
+    """A one-line next step for ``run`` (a run object), from its phase and reason."""
+    phase, reason = run.get("phase"), run.get("reason")
+    if reason and reason in _SUGGESTIONS:
+        return _SUGGESTIONS[reason]
+    if phase == "COMPLETED":
+        return "the run completed: read its logs for results"
+    if phase in ("QUEUED", "SCHEDULING", "STAGING", "RUNNING"):
+        return f"the run is {phase}: `wait` for it (after_seq={run.get('last_seq')})"
+    if phase == "CANCELED":
+        return "the run was canceled; submit again if it should run"
+    if reason:
+        return f"the run ended {phase} ({reason}): read message and error_lines for the cause"
+    return f"the run ended {phase}: read message and error_lines for the cause"
+
+
+# -- the tools -----------------------------------------------------------------
+
+
+def _ref_error(field: str, err: JobsupError) -> ToolError:
+    return ToolError(f"{field}: {err}")
+
+
+class JobsupTools:
+    """The tools' implementations over one :class:`Client` (blocking calls;
+    the server runs them in worker threads)."""
+
+    def __init__(self, client: Client, *, cwd: Path | None = None) -> None:
+        self.client = client
+        self.cwd = cwd or Path.cwd()
+
+    # helpers
+    def _path(self, raw: str | None) -> Path:
+        p = Path(raw).expanduser() if raw else self.cwd
+        return p if p.is_absolute() else self.cwd / p
+
+    def _run(self, field: str, ref: str) -> dict[str, Any]:
+        try:
+            return dict(self.client.show(ref))
+        except (RunNotFoundError, AmbiguousRunError) as err:
+            raise _ref_error(field, err) from None
+
+    def _task(self, args: dict[str, Any], cwd: Path) -> Task:
+        from supervisord.task import check_name, load_task, parse_duration
+
+        task_file = args.get("task_file")
+        task = load_task(cwd / task_file) if task_file else Task()
+        command = args.get("command")
+        run = None
+        if isinstance(command, list):
+            import shlex
+
+            run = command[0] if len(command) == 1 else shlex.join(command)
+        elif isinstance(command, str):
+            run = command
+        return task.with_overrides(
+            name=check_name(args["name"], what="name") if args.get("name") is not None else None,
+            run=run,
+            backend=args.get("backend"),
+            timeout_s=parse_duration(args["timeout"], what="timeout") if args.get("timeout") is not None else None,
+            env=dict(args.get("env") or {}),
+            manifest=args.get("manifest"),
+        )
+
+    def submit(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Submit a run (the CLI's submit path); scheduling options go
+        through only when this jobsup's Task knows them."""
+        from supervisord.cli.runs_cmd import task_wire
+
+        cwd = self._path(args.get("cwd"))
+        if not cwd.is_dir():
+            raise ToolError(f"cwd: {cwd} is not a folder")
+        task = self._task(args, cwd)
+        known = {f.name for f in dataclasses.fields(Task)}
+        sched = {k: args[k] for k in _SCHEDULING_FIELDS if k in args}
+        for key in sched:
+            if key not in known:
+                raise ToolError(f"{key}: this jobsup does not support the scheduling option {key!r} yet")
+        if sched:
+            task = dataclasses.replace(task, **sched)
+        if not task.run:
+            raise TaskError("command: no command: give `command` or a task file with `run:`")
+        layers = cfg.load_client_layers(task=task, cli_config=list(args.get("config") or []), cwd=cwd)
+        body = {
+            "task": task_wire(task),
+            "layers": cfg.layers_to_wire(layers),
+            "cwd": str(cwd),
+            "rev": args.get("rev") or "HEAD",
+            "force": bool(args.get("force")),
+        }
+        result = self.client.submit(body)
+        return {"run": result["run"], "warnings": list(result.get("warnings") or [])}
+
+    def render(self, args: dict[str, Any]) -> dict[str, Any]:
+        """What ``jobsup render -o json`` prints, with its notes and warnings."""
+        from supervisord.cli.render_cmd import render_task
+
+        cwd = self._path(args.get("cwd"))
+        command = args.get("command")
+        words = [command] if isinstance(command, str) else list(command or [])
+        task_file = args.get("task_file")
+        warnings: list[str] = []
+        rendered = render_task(
+            str(cwd / task_file) if task_file else None, words,
+            manifest=args.get("manifest"), rev=args.get("rev") or "HEAD", timeout=args.get("timeout"),
+            run_id=args.get("run_id"), name=args.get("name"), config_items=list(args.get("config") or []),
+            cwd=cwd, warn=warnings.append,
+        )
+        return {"objects": json.loads(json.dumps(rendered.objects)), "notes": list(rendered.notes), "warnings": warnings}
+
+    def runs(self, args: dict[str, Any]) -> dict[str, Any]:
+        """``jobsup runs -o json`` as ``{"runs": [...]}``."""
+        return {"runs": self.client.runs(all=bool(args.get("all")), project=args.get("project"), phase=args.get("phase"))}
+
+    def show(self, args: dict[str, Any]) -> dict[str, Any]:
+        """``jobsup show RUN -o json``."""
+        doc = self._run("run", args["run"])
+        sub = doc.get("submitted") or {}
+        return {**doc["run"], "command": sub.get("command"), "timeout_s": sub.get("timeout_s"), "source": sub.get("source"),
+                "env": sub.get("env"), "config": sub.get("config")}
+
+    def _lines(self, ref: str, *, tail: int | None = None, after_line: int = 0) -> Generator[dict[str, Any], None, None]:
+        try:
+            for obj in self.client.logs(ref, follow=False, tail=tail, after_line=after_line):
+                if "line_no" in obj:
+                    yield obj
+        except (RunNotFoundError, AmbiguousRunError) as err:
+            raise _ref_error("run", err) from None
+
+    def logs(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Stored lines, capped at ``max_bytes`` of text (UTF-8)."""
+        run = self._run("run", args["run"])["run"]
+        tail, first, last = args.get("tail"), args.get("from_line"), args.get("to_line")
+        if tail is not None and (first is not None or last is not None):
+            raise ToolError("tail: give either tail or from_line/to_line, not both")
+        if first is not None and last is not None and last < first:
+            raise ToolError(f"to_line: {last} is before from_line {first}")
+        cap = int(args.get("max_bytes") or LOGS_DEFAULT_BYTES)
+        lines: list[dict[str, Any]] = []
+        used, truncated, next_line = 0, False, None
+        stream = self._lines(run["id"], tail=tail, after_line=(first - 1) if first else 0)
+        try:
+            for obj in stream:
+                if last is not None and obj["line_no"] > last:
+                    break
+                text = obj["text"]
+                size = len(text.encode()) + 1
+                if used + size > cap:
+                    truncated = True
+                    if lines:
+                        next_line = obj["line_no"]
+                        break
+                    # One line longer than the cap: its head, so the reader
+                    # always moves forward.
+                    text = text.encode()[: cap - 1].decode("utf-8", "ignore")
+                    next_line = obj["line_no"] + 1
+                    size = cap
+                used += size
+                lines.append({"line_no": obj["line_no"], "stream": obj["stream"], "text": text})
+                if next_line is not None:
+                    break
+        finally:
+            stream.close()
+        return {"run_id": run["id"], "lines": lines, "total_lines": run["log_lines"], "truncated": truncated,
+                "next_line": next_line}
+
+    def wait_slice(self, refs: list[str], cond: str, after: int | None, timeout_s: float) -> tuple[int | None, dict[str, Any]]:
+        """One ``GET /wait`` of at most ``timeout_s``: ``(cursor, result)``."""
+        cursor: int | None = after
+        result: dict[str, Any] = {}
+        try:
+            for obj in self.client.wait(refs, for_=cond, after=after, timeout=timeout_s):
+                if "after" in obj and cursor is None:
+                    cursor = int(obj["after"])
+                if "result" in obj:
+                    result = obj["result"]
+                    break
+        except (RunNotFoundError, AmbiguousRunError) as err:
+            raise _ref_error("runs", err) from None
+        if not result:
+            raise DaemonUnreachableError("the daemon closed the wait stream before answering")
+        return cursor, result
+
+    def cancel(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Cancel each run (all refs resolved first, so a bad one cancels none)."""
+        ids = []
+        for i, ref in enumerate(args["runs"]):
+            ids.append(self._run(f"runs[{i}]", ref)["run"]["id"])
+        return {"runs": [self.client.cancel(rid) for rid in ids]}
+
+    def events(self, args: dict[str, Any]) -> dict[str, Any]:
+        """A page of at most ``limit`` events after ``after_seq``."""
+        ref = args.get("run")
+        run_id = self._run("run", ref)["run"]["id"] if ref else None
+        after, limit = int(args.get("after_seq") or 0), int(args.get("limit") or 100)
+        out: list[dict[str, Any]] = []
+        more = False
+        stream = self.client.events(run=run_id, after=after, follow=False)
+        try:
+            for ev in stream:
+                if "seq" not in ev:
+                    continue
+                if len(out) == limit:
+                    more = True
+                    break
+                out.append(ev)
+        finally:
+            getattr(stream, "close", lambda: None)()
+        return {"events": out, "last_seq": out[-1]["seq"] if out else after, "more": more}
+
+    def queue(self, args: dict[str, Any]) -> dict[str, Any]:
+        """``jobsup queue -o json`` (needs a daemon with the scheduler)."""
+        fn: Callable[[], dict[str, Any]] | None = getattr(self.client, "queue", None)
+        if fn is None:
+            raise ToolError("queue: this jobsup has no scheduler queue yet")
+        return dict(fn())
+
+    def doctor(self, args: dict[str, Any]) -> dict[str, Any]:
+        """The daemon's checks (a failing check is data, not a tool error)."""
+        try:
+            checks = self.client.doctor()
+        except DaemonUnreachableError as err:
+            checks = [{"name": "daemon", "ok": False, "detail": str(err)}]
+        return {"checks": checks, "ok": all(c.get("ok") for c in checks)}
+
+    def triage(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Phase, reason, message, exit code, error-looking lines, pending
+        reason, suggestion."""
+        run = self._run("run", args["run"])["run"]
+        scanned = list(self._lines(run["id"], tail=TRIAGE_SCAN_LINES)) if run["log_lines"] else []
+        trimmed = [{"line_no": o["line_no"], "stream": o["stream"], "text": o["text"][:2000]} for o in scanned]
+        errors = [o for o in trimmed if _ERRORISH.search(o["text"])]
+        if not errors and run["phase"] == "ERROR":
+            errors = [o for o in trimmed if o["stream"] == "stderr"]
+        pending = run["reason"] if run["phase"] == "QUEUED" and run["reason"] in _PENDING_REASONS else None
+        if run["phase"] == "QUEUED" and pending is None and run.get("reason"):
+            pending = run["reason"]
+        return {
+            "run": run,
+            "phase": run["phase"],
+            "reason": run["reason"],
+            "message": run["message"],
+            "exit_code": run["exit_code"],
+            "error_lines": errors[-TRIAGE_ERROR_LINES:],
+            "last_lines": trimmed[-5:],
+            "pending_reason": pending,
+            "suggestion": triage_suggestion(run),
+        }
+
+
+# -- the server ----------------------------------------------------------------
+
+
+def _text_result(structured: dict[str, Any]) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(text=json.dumps(structured, ensure_ascii=False))], structured_content=structured
+    )
+
+
+def _error_result(message: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=message)], is_error=True)
+
+
+class Handlers:
+    """The server's request handlers over one :class:`JobsupTools`.
+
+    ``waits`` is the limiter of ``wait`` slices: its borrowed tokens are the
+    wait slices still running (an abandoned slice keeps its token until it ends).
+    """
+
+    def __init__(self, tools: JobsupTools) -> None:
+        self.tools = tools
+        self.calls = anyio.CapacityLimiter(4)
+        # Abandoned wait slices keep their token until they end (one slice).
+        self.waits = anyio.CapacityLimiter(32)
+
+    async def list_tools(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[t.to_mcp() for t in TOOLS])
+
+    async def call_tool(self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+        name, args = params.name, dict(params.arguments or {})
+        if name not in _BY_NAME:
+            return _error_result(f"tool: no tool {name!r}; use one of {', '.join(_BY_NAME)}")
+        problem = _input_problem(name, args)
+        if problem is not None:
+            return _error_result(problem)
+        try:
+            try:
+                out = await self._call(name, args)
+            except DaemonUnreachableError:
+                if name == "submit":
+                    raise  # not retried: the first attempt may have been recorded
+                # The daemon went away (a restart): reconnect, starting one
+                # when allowed, and try once more.
+                await anyio.to_thread.run_sync(self.tools.client.connect, limiter=self.calls)
+                out = await self._call(name, args)
+        except ToolError as err:
+            return _error_result(str(err))
+        except JobsupError as err:
+            return _error_result(str(err))
+        except Exception as err:  # a defect: still one line for the agent, and logged
+            log.exception("tool failed", tool=name)
+            return _error_result(f"{name}: jobsup failed: {err!r}")
+        return _text_result(out)
+
+    async def _call(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        if name == "wait":
+            return await self._wait(args)
+        method: Callable[[dict[str, Any]], dict[str, Any]] = getattr(self.tools, name)
+        return await anyio.to_thread.run_sync(method, args, limiter=self.calls)
+
+    async def _wait(self, args: dict[str, Any]) -> dict[str, Any]:
+        refs = list(args["runs"])
+        cond = str(args.get("for") or "terminal")
+        timeout_s = float(args.get("timeout_s", 60))
+        after: int | None = args.get("after_seq")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = max(0.0, deadline - time.monotonic())
+            step = min(WAIT_SLICE_S, remaining)
+            cursor, result = await anyio.to_thread.run_sync(
+                self.tools.wait_slice, refs, cond, after, step, limiter=self.waits, abandon_on_cancel=True
+            )
+            after = cursor if after is None else after
+            runs = list(result.get("runs") or [])
+            met = bool(result.get("met"))
+            if met or time.monotonic() >= deadline:
+                seen = max([int(r.get("last_seq") or 0) for r in runs] + [after or 0])
+                if met:
+                    code = 0 if cond == "change" else _wait_exit_code(cond, runs)
+                else:
+                    code = EXIT_WAIT_TIMEOUT
+                return {"outcome": "met" if met else "timeout", "for": cond, "runs": runs, "after_seq": seen,
+                        "exit_code": code}
+
+
+def _wait_exit_code(cond: str, runs: list[dict[str, Any]]) -> int:
+    target = cond.upper()
+    for r in runs:
+        if cond == "terminal" or r["phase"] != target:
+            code = exit_code_for_phase(r["phase"])
+            if code != 0:
+                return code
+    return 0
+
+
+def build_server(handlers: Handlers) -> Server[Any]:
+    """The MCP server (low-level SDK API) serving ``handlers``' tools."""
+    from importlib.metadata import version
+
+    server: Server[Any] = Server(
+        "jobsup",
+        version=version("jobsup"),
+        instructions=(
+            "jobsup runs jobs (local processes or Kubernetes Jobs) from git repositories and records every event. "
+            "Submit, then `wait` with after_seq (the run's last_seq) for race-free waits; `triage` explains a failure."
+        ),
+        on_list_tools=handlers.list_tools,
+        on_call_tool=handlers.call_tool,
+    )
+    # The SDK wraps every request in an OpenTelemetry span by default (a
+    # no-op without an exporter, but not free); the SDK documents dropping it.
+    server.middleware = [m for m in server.middleware if type(m).__name__ != "OpenTelemetryMiddleware"]
+    return server
+
+
+def serve() -> None:
+    """Connect to (or start) the daemon, then serve MCP on stdin/stdout
+    until the client closes stdin. Raises DaemonUnreachableError when no
+    daemon answers and none may be started."""
+    from supervisord.logging import configure_logging
+
+    configure_logging("warning")  # stderr: stdout carries the protocol
+    client = Client()
+    try:
+        client.connect()
+    except DaemonUnreachableError as err:
+        # Serve anyway: each tool call says why it cannot reach the daemon
+        # (and tries again), and `doctor` reports it.
+        log.warning("no jobsup daemon yet", error=str(err))
+    tools = JobsupTools(client, cwd=Path(os.getcwd()))
+    server = build_server(Handlers(tools))
+
+    async def main() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    try:
+        anyio.run(main)
+    finally:
+        client.close()
+

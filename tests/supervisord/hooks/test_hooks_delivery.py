@@ -1,0 +1,303 @@
+"""Hook delivery against a real event store (SQLite file) and a real local
+HTTP server: webhook body, headers and HMAC; retries (500 then 200, 429
+with Retry-After), permanent failures (400); command hooks; checkpoints;
+new hooks starting at the end of the log; 200 runs x 3 hooks exactly once."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from store import EventStore, NewEvent, RecordedEvent
+from supervisord.hooks.config import HookSpec, WebhookTarget
+from supervisord.hooks.delivery import HOOK_DELIVERED, HOOK_FAILED, HookService
+from tests.supervisord.hooks.webhook_server import Reply, WebhookServer
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+TERMINAL = frozenset({"COMPLETED", "ERROR", "CANCELED", "DELETED"})
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[EventStore]:
+    s = await EventStore.open(tmp_path / "jobsup.db", synchronous="NORMAL")
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+async def _run(store: EventStore, run_id: str, phases: Sequence[str] = ("RUNNING", "COMPLETED"), **fields: Any) -> list[RecordedEvent]:
+    """Record a run: Submitted, some log lines, then ``phases``."""
+    submitted = {"project": "proj", "name": "train", "backend": "local", "command": "python train.py", **fields}
+    events = [NewEvent("Submitted", submitted)]
+    events.append(NewEvent("LogLines", {"stream": "stdout", "source": "stdout", "lines": [[str(i), f"line {i}"] for i in range(60)]}))
+    for p in phases:
+        data: dict[str, Any] = {"phase": p, "reason": None, "message": None}
+        if p == "COMPLETED":
+            data["exit_code"] = 0
+        if p == "ERROR":
+            data.update(reason="NonZeroExit", exit_code=3)
+        events.append(NewEvent("PhaseChanged", data))
+    return await store.append(run_id, 0, events)
+
+
+async def _outcomes(store: EventStore, n: int, timeout: float = 30.0) -> list[RecordedEvent]:
+    """Wait until ``n`` hook outcome events are recorded; return them all."""
+    with anyio.fail_after(timeout):
+        while True:
+            found = await store.read_all(0, limit=100_000, types=[HOOK_DELIVERED, HOOK_FAILED])
+            if len(found) >= n:
+                return found
+            await store.wait_for_events(found[-1].seq if found else 0, types=[HOOK_DELIVERED, HOOK_FAILED], timeout_s=1)
+
+
+def _webhook(name: str, url: str, **kw: Any) -> HookSpec:
+    target = WebhookTarget(url, secret_env=kw.pop("secret_env", None), timeout_s=kw.pop("timeout_s", 5), retry_for_s=kw.pop("retry_for_s", 3600))
+    return HookSpec(name=name, when=kw.pop("when", TERMINAL), webhook=target, **kw)
+
+
+class Running:
+    """A HookService running in a task group for the test's body."""
+
+    def __init__(self, store: EventStore, hooks: Sequence[HookSpec], env: dict[str, str] | None = None) -> None:
+        self.service = HookService(store, hooks, env=env or {"PATH": "/usr/bin:/bin"})
+
+    async def __aenter__(self) -> HookService:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(self.service.run)
+        # Every hook has its checkpoint before the test records anything.
+        with anyio.fail_after(10):
+            while not {r.spec.checkpoint_name for r in self.service.runners} <= set(await self.service.store.checkpoints()):
+                await anyio.sleep(0.01)
+        return self.service
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._tg.cancel_scope.cancel()
+        await self._tg.__aexit__(None, None, None)
+
+
+async def test_webhook_posts_event_and_run_with_idempotency_key_and_hmac(store: EventStore) -> None:
+    with WebhookServer() as srv:
+        hook = _webhook("chat", srv.url, secret_env="HOOK_SECRET")
+        async with Running(store, [hook], env={"HOOK_SECRET": "k3y"}):
+            recorded = await _run(store, "aaaa00000001", ("RUNNING", "ERROR"))
+            [outcome] = await _outcomes(store, 1)
+        [got] = srv.received
+    terminal = recorded[-1]
+    assert got.path == "/hook/s3cr3t-path"
+    assert got.headers["content-type"] == "application/json"
+    assert got.headers["x-jobsup-event"] == str(terminal.seq)
+    expected = "sha256=" + hmac.new(b"k3y", got.body, hashlib.sha256).hexdigest()
+    assert got.headers["x-jobsup-signature"] == expected
+    body = got.json
+    assert body["event"] == terminal.to_json()
+    run = body["run"]
+    assert (run["id"], run["phase"], run["reason"], run["exit_code"], run["project"]) == (
+        "aaaa00000001", "ERROR", "NonZeroExit", 3, "proj"
+    )
+    assert run["command"] == "python train.py"
+    # The outcome is an event of the run; the checkpoint moved with it.
+    assert outcome.type == HOOK_DELIVERED and outcome.run_id == "aaaa00000001"
+    assert outcome.data["hook"] == "chat" and outcome.data["event_seq"] == terminal.seq
+    assert outcome.data["status"] == 200 and outcome.data["attempt"] == 1 and outcome.data["output"] == "ok"
+    assert await store.get_checkpoint("hook:chat") == terminal.seq
+    assert "s3cr3t-path" not in json.dumps(outcome.data)  # the URL is never recorded
+
+
+async def test_no_signature_without_a_secret_and_only_wanted_phases(store: EventStore) -> None:
+    with WebhookServer() as srv:
+        hook = _webhook("running", srv.url, when=frozenset({"RUNNING"}))
+        async with Running(store, [hook]):
+            recorded = await _run(store, "aaaa00000001", ("STAGING", "RUNNING", "COMPLETED"))
+            await _outcomes(store, 1)
+            await anyio.sleep(0.3)
+        [got] = srv.received
+    assert "x-jobsup-signature" not in got.headers
+    assert got.json["event"]["data"]["phase"] == "RUNNING"
+    assert got.headers["x-jobsup-event"] == str(recorded[-2].seq)
+
+
+async def test_match_filters_runs(store: EventStore) -> None:
+    with WebhookServer() as srv:
+        hook = _webhook("ml", srv.url, match={"project": ("ml-*",), "reason": ("NonZero*", "OOMKilled")})
+        async with Running(store, [hook]):
+            await _run(store, "aaaa00000001", ("ERROR",), project="ml-a")  # wanted
+            await _run(store, "aaaa00000002", ("COMPLETED",), project="ml-a")  # reason None
+            await _run(store, "aaaa00000003", ("ERROR",), project="web")  # project
+            await _outcomes(store, 1)
+            await anyio.sleep(0.5)
+    assert [r.json["run"]["id"] for r in srv.received] == ["aaaa00000001"]
+
+
+async def test_500_is_retried_until_200_with_the_same_event_key(store: EventStore) -> None:
+    with WebhookServer() as srv:
+        srv.replies = [Reply(500, body=b"boom"), Reply(503)]
+        async with Running(store, [_webhook("chat", srv.url)]):
+            recorded = await _run(store, "aaaa00000001")
+            outcomes = await _outcomes(store, 3)
+        got = srv.received
+    assert [o.type for o in outcomes] == [HOOK_FAILED, HOOK_FAILED, HOOK_DELIVERED]
+    assert [o.data["attempt"] for o in outcomes] == [1, 2, 3]
+    assert [o.data["status"] for o in outcomes] == [500, 503, 200]
+    assert outcomes[0].data["final"] is False and outcomes[0].data["retry_in_s"] == 1.0
+    assert outcomes[0].data["error"] == "HTTP 500" and outcomes[0].data["output"] == "boom"
+    assert outcomes[1].data["retry_in_s"] == 2.0
+    assert {r.headers["x-jobsup-event"] for r in got} == {str(recorded[-1].seq)}
+    assert len({r.body for r in got}) == 1
+    assert got[1].at - got[0].at >= 0.9 and got[2].at - got[1].at >= 1.9  # the back-off was waited
+    assert await store.get_checkpoint("hook:chat") == recorded[-1].seq
+
+
+async def test_400_is_a_permanent_failure_and_the_hook_goes_on(store: EventStore) -> None:
+    with WebhookServer() as srv:
+        srv.replies = [Reply(400, body=b"bad payload")]
+        async with Running(store, [_webhook("chat", srv.url)]):
+            first = await _run(store, "aaaa00000001")
+            second = await _run(store, "aaaa00000002")
+            outcomes = await _outcomes(store, 2)
+    assert [(o.type, o.run_id, o.data.get("final")) for o in outcomes] == [
+        (HOOK_FAILED, "aaaa00000001", True),
+        (HOOK_DELIVERED, "aaaa00000002", None),
+    ]
+    assert outcomes[0].data["status"] == 400 and outcomes[0].data["error"] == "HTTP 400"
+    assert len(srv.received) == 2
+    assert await store.get_checkpoint("hook:chat") == second[-1].seq > first[-1].seq
+
+
+async def test_429_retry_after_is_honoured(store: EventStore) -> None:
+    with WebhookServer() as srv:
+        srv.replies = [Reply(429, headers={"Retry-After": "3"})]
+        async with Running(store, [_webhook("chat", srv.url)]):
+            await _run(store, "aaaa00000001")
+            outcomes = await _outcomes(store, 2)
+        got = srv.received
+    assert [o.type for o in outcomes] == [HOOK_FAILED, HOOK_DELIVERED]
+    assert outcomes[0].data["retry_in_s"] == 3.0  # not the 1 s back-off
+    assert got[1].at - got[0].at >= 2.9
+
+
+async def test_retrying_stops_after_retry_for_s(store: EventStore) -> None:
+    with WebhookServer(default=Reply(502)) as srv:
+        async with Running(store, [_webhook("chat", srv.url, retry_for_s=2.5)]):
+            recorded = await _run(store, "aaaa00000001")
+            outcomes = await _outcomes(store, 2)
+            await anyio.sleep(0.3)
+    # attempt 1 (+1 s), attempt 2 (+2 s would pass 2.5 s): gives up.
+    assert [(o.data["attempt"], o.data["final"]) for o in outcomes] == [(1, False), (2, True)]
+    assert "gave up" in outcomes[1].data["error"]
+    assert len(srv.received) == 2
+    assert await store.get_checkpoint("hook:chat") == recorded[-1].seq
+
+
+async def test_connection_refused_is_retried(store: EventStore) -> None:
+    with WebhookServer() as srv:
+        url = srv.url
+    # The server is gone: nothing listens on that port any more.
+    async with Running(store, [_webhook("chat", url, retry_for_s=1.5)]):
+        await _run(store, "aaaa00000001")
+        outcomes = await _outcomes(store, 2)
+    assert [o.data["final"] for o in outcomes] == [False, True]
+    assert outcomes[0].data["status"] is None and "Connect" in outcomes[0].data["error"]
+    assert "s3cr3t-path" not in outcomes[0].data["error"]
+
+
+async def test_command_hook_gets_fields_env_and_last_50_lines(store: EventStore, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    script = (
+        'printf "%s|%s|%s|%s|%s|%s|%s|%s\\n" "$JOBSUP_RUN_ID" "$JOBSUP_PHASE" "$JOBSUP_REASON" "$JOBSUP_EXIT_CODE"'
+        ' "$JOBSUP_NAME" "$JOBSUP_PROJECT" "$JOBSUP_EVENT_SEQ" "${DAEMON_VAR:-}" > "$0"; cat >> "$0"; echo said-this; exit 3'
+    )
+    hook = HookSpec(name="cmd", when=TERMINAL, command=("sh", "-c", script, str(out)))
+    async with Running(store, [hook], env={"PATH": "/usr/bin:/bin", "DAEMON_VAR": "from-daemon"}):
+        recorded = await _run(store, "aaaa00000001", ("ERROR",))
+        [outcome] = await _outcomes(store, 1)
+    head, *stdin = out.read_text().splitlines()
+    assert head == f"aaaa00000001|ERROR|NonZeroExit|3|train|proj|{recorded[-1].seq}|from-daemon"
+    assert stdin == [f"line {i}" for i in range(10, 60)]  # the last 50 lines
+    assert outcome.type == HOOK_FAILED
+    assert (outcome.data["exit_code"], outcome.data["error"], outcome.data["final"]) == (3, "exit code 3", True)
+    assert outcome.data["output"] == "said-this\n"
+    assert await store.get_checkpoint("hook:cmd") == recorded[-1].seq
+
+
+async def test_a_slow_hook_does_not_delay_another(store: EventStore, tmp_path: Path) -> None:
+    release = threading.Event()
+    with WebhookServer() as fast, WebhookServer(default=Reply(hold=release)) as slow:
+        hooks = [_webhook("slow", slow.url, timeout_s=60), _webhook("fast", fast.url)]
+        try:
+            async with Running(store, hooks):
+                for i in range(3):
+                    await _run(store, f"aaaa0000000{i}")
+                started = time.monotonic()
+                await anyio.to_thread.run_sync(fast.wait_for, 3)
+                assert time.monotonic() - started < 30  # not behind the held request
+                assert len(slow.received) == 1  # in order per hook: still on the first event
+                release.set()
+                outcomes = await _outcomes(store, 6)
+        finally:
+            release.set()
+    assert Counter(o.data["hook"] for o in outcomes) == {"slow": 3, "fast": 3}
+
+
+async def test_a_new_hook_starts_at_the_end_of_the_log_unless_backfill(store: EventStore) -> None:
+    old = [await _run(store, f"aaaa0000000{i}") for i in range(2)]
+    with WebhookServer() as srv:
+        hooks = [_webhook("new", srv.url + "/new"), _webhook("back", srv.url + "/back", backfill=True)]
+        async with Running(store, hooks):
+            newer = await _run(store, "bbbb00000001")
+            await _outcomes(store, 4)
+            await anyio.sleep(0.3)
+    by_path = Counter(r.path.rsplit("/", 1)[1] for r in srv.received)
+    assert by_path == {"new": 1, "back": 3}
+    assert [r.json["run"]["id"] for r in srv.received if r.path.endswith("/new")] == ["bbbb00000001"]
+    assert old and newer
+
+
+async def test_restart_resumes_from_the_checkpoint(store: EventStore) -> None:
+    with WebhookServer() as srv:
+        async with Running(store, [_webhook("chat", srv.url)]):
+            await _run(store, "aaaa00000001")
+            await _outcomes(store, 1)
+        # Stopped: events recorded meanwhile are delivered after a restart.
+        await _run(store, "aaaa00000002")
+        await _run(store, "aaaa00000003")
+        async with Running(store, [_webhook("chat", srv.url)]):
+            await _outcomes(store, 3)
+    assert [r.json["run"]["id"] for r in srv.received] == ["aaaa00000001", "aaaa00000002", "aaaa00000003"]
+
+
+@pytest.mark.slow
+async def test_200_runs_ending_at_once_with_3_hooks_each_deliver_exactly_once(store: EventStore) -> None:
+    n = 200
+    with WebhookServer() as srv:
+        hooks = [_webhook(f"h{i}", f"{srv.url}/h{i}") for i in range(3)]
+        async with Running(store, hooks) as service:
+            async with anyio.create_task_group() as tg:
+                for i in range(n):
+                    tg.start_soon(_run, store, f"{i:012x}")
+            await _outcomes(store, 3 * n, timeout=90)
+            # Then the checkpoints catch up with the end of the log.
+            last = await store.last_seq()
+            with anyio.fail_after(30):
+                while set((await store.checkpoints()).values()) != {await store.last_seq()}:
+                    await anyio.sleep(0.2)
+            status = await service.status()
+    keys = Counter((r.path, r.headers["x-jobsup-event"]) for r in srv.received)
+    assert len(keys) == 3 * n and set(keys.values()) == {1}  # every delivery exactly once
+    for i in range(3):  # in order per hook
+        seqs = [int(r.headers["x-jobsup-event"]) for r in srv.received if r.path.endswith(f"/h{i}")]
+        assert seqs == sorted(seqs) and len(seqs) == n
+    assert last == await store.last_seq()  # nothing appended after the outcomes
+    assert all(h["lag"] == 0 for h in status)
