@@ -88,7 +88,10 @@ def run_jobsup(env: BenchEnv, repo: Path, n: int, profile: Path | None) -> dict[
     if run["log_lines"] != n:
         raise RuntimeError(f"run {run_id} recorded {run['log_lines']} lines, not {n}")
     env.kill_daemon(signal.SIGTERM)
+    db = env.root / "state" / "jobsup.db"
+    db_bytes = sum(p.stat().st_size for p in (db, db.with_name(db.name + "-wal")) if p.exists())
     return {
+        "db_bytes": db_bytes,
         "job_s": end - start,
         "bytes": size,
         "visible_after_exit_s": visible_at - end,
@@ -225,6 +228,7 @@ def main() -> None:
         Figure("jobsup_daemon_cpu_s_per_million_lines", js["cpu_visible_s"] * per_m, "s"),
         Figure("jobsup_daemon_cpu_s_incl_completion", js["cpu_terminal_s"], "s"),
         Figure("jobsup_daemon_peak_rss_mb", js["peak_rss"] / 2**20, "MB"),
+        Figure("db_bytes_per_log_byte", js["db_bytes"] / js["bytes"], "x", "<= 1.3", js["db_bytes"] / js["bytes"] <= 1.3),
         Figure("supervisor_job_s", sup["job_s"], "s"),
         Figure("supervisor_log_complete_after_exit_s", sup["complete_after_exit_s"], "s"),
         Figure("supervisord_cpu_s", sup["cpu_s"], "s"),

@@ -19,11 +19,14 @@ from store.errors import (
     StoreLockedError,
     StoreOpenError,
 )
-from store.logsplit import MAX_LINE_BYTES, split_lines, split_text
+from store.logblocks import LogBlock
+from store.logsplit import MAX_LINE_BYTES, split_block, split_lines, split_text
 from store.types import (
     CANCEL_REQUESTED,
     HANDLE_RECORDED,
     INITIAL_PHASE,
+    LOG_INGEST_DONE,
+    LOG_INGEST_PENDING,
     LOG_LINES,
     PHASE_CHANGED,
     PHASE_RANK,
@@ -45,6 +48,7 @@ __all__ = [
     "RecordedEvent",
     "RunStatus",
     "LogLine",
+    "LogBlock",
     "Checkpoint",
     "PHASES",
     "INITIAL_PHASE",
@@ -55,9 +59,12 @@ __all__ = [
     "PHASE_CHANGED",
     "HANDLE_RECORDED",
     "LOG_LINES",
+    "LOG_INGEST_PENDING",
+    "LOG_INGEST_DONE",
     "CANCEL_REQUESTED",
     "STAGING_STEP",
     "split_lines",
+    "split_block",
     "split_text",
     "MAX_LINE_BYTES",
     "SCHEMA_VERSION",

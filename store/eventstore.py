@@ -16,8 +16,9 @@ import aiosqlite
 import anyio
 import structlog
 
-from store.errors import StoreClosedError
-from store.projections import RUN_COLUMNS, Projector, log_lines_from_blocks, run_status_from_row, validate_event
+from store.errors import StoreClosedError, StoreError
+from store.logblocks import LogBlock, block_lines, skip_lines
+from store.projections import RUN_COLUMNS, Projector, run_status_from_row, validate_event
 from store.schema import Synchronous, open_connection, translate_error
 from store.subscriptions import Subscriptions
 from store.types import LOG_LINES, TERMINAL_PHASES, Checkpoint, LogLine, NewEvent, RecordedEvent, RunStatus
@@ -256,9 +257,34 @@ class EventStore:
                 data_json.encode()  # a lone surrogate cannot be stored as UTF-8
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"run {run_id}: {event.type} data is not JSON-serialisable: {exc}") from exc
-            rows = 1 + (len(event.data["lines"]) if event.type == LOG_LINES else 0)
-            prepared.append(PreparedEvent(event.type, data_json, json.loads(data_json), rows))
+            if event.type == LOG_LINES:
+                block = LogBlock.from_pairs(event.data["stream"], event.data["source"], event.data["lines"])
+                prepared.append(PreparedEvent(event.type, "", {}, 1 + len(event.data["lines"]), block))
+                continue
+            prepared.append(PreparedEvent(event.type, data_json, json.loads(data_json), 1))
         return await self._writer.append(run_id, expected_version, prepared, checkpoint, wait_for_storage=wait_for_storage)
+
+    async def append_log(
+        self, run_id: str, expected_version: int, blocks: Sequence[LogBlock], *, wait_for_storage: bool = False
+    ) -> list[RecordedEvent]:
+        """Append one ``LogLines`` event per block of ``blocks`` to the
+        stream of ``run_id`` (at ``expected_version``), in one transaction:
+        each records only its lines past the newest recorded position of its
+        source (:mod:`store.logblocks`). Returns the recorded events (their
+        data is the audit record of :data:`store.types.LOG_LINES`; a block
+        of nothing new still records an event with ``line_count`` 0).
+
+        ``wait_for_storage`` as for :meth:`append`. Raises what
+        :meth:`append` raises; ValueError for a malformed block.
+        """
+        self._check_open()
+        if not blocks:
+            raise ValueError(f"run {run_id}: append_log needs at least one block")
+        prepared = []
+        for block in blocks:
+            block.validate(run_id)
+            prepared.append(PreparedEvent(LOG_LINES, "", {}, 1 + len(block.text) // 128, block))
+        return await self._writer.append(run_id, expected_version, prepared, wait_for_storage=wait_for_storage)
 
     def storage_problem(self) -> dict[str, Any] | None:
         """What keeps the store from writing right now, or None while writes
@@ -358,8 +384,10 @@ class EventStore:
         phases: Collection[str] | None = None,
         non_terminal_only: bool = False,
         name: str | None = None,
+        log_ingest: str | None = None,
     ) -> list[RunStatus]:
-        """Runs matching every given filter, newest (latest Submitted) first."""
+        """Runs matching every given filter, newest (latest Submitted) first
+        (``log_ingest``: only runs whose ``log_ingest`` is that value)."""
         where: list[str] = []
         params: list[Any] = []
         if project is not None:
@@ -368,6 +396,9 @@ class EventStore:
         if name is not None:
             where.append("name = ?")
             params.append(name)
+        if log_ingest is not None:
+            where.append("log_ingest = ?")
+            params.append(log_ingest)
         wanted = _frozen(phases, "phases")
         if wanted is not None:
             if not wanted:
@@ -441,13 +472,50 @@ class EventStore:
         # The blocks holding lines after_line+1 .. after_line+limit: from the one
         # that holds after_line+1 to the last one starting in that range.
         rows = await self._read(
-            "SELECT b.first_line, b.picks, b.seq, e.data FROM log_blocks AS b JOIN events AS e ON e.seq = b.seq"
-            " WHERE b.run_id = ?1 AND b.first_line <= ?2 + ?3 AND b.first_line >= COALESCE(("
+            "SELECT first_line, seq, stream, source, first_pos, start, positions, text FROM log_blocks"
+            " WHERE run_id = ?1 AND first_line <= ?2 + ?3 AND first_line + lines > ?2 + 1 AND first_line >= COALESCE(("
             "SELECT first_line FROM log_blocks WHERE run_id = ?1 AND first_line <= ?2 + 1"
-            " ORDER BY first_line DESC LIMIT 1), 1) ORDER BY b.first_line",
+            " ORDER BY first_line DESC LIMIT 1), 1) ORDER BY first_line",
             (run_id, after_line, limit),
         )
-        return log_lines_from_blocks(run_id, rows, after_line, limit)
+        return block_lines(run_id, rows, after_line, limit)
+
+    async def log_text(self, run_id: str, after_line: int = 0, max_blocks: int = 8) -> tuple[int, bytes]:
+        """The text of the lines of ``run_id`` numbered after ``after_line``,
+        from at most ``max_blocks`` blocks, as one UTF-8 bytes object (every
+        line ends with ``\n``), and the number of the last line it holds
+        (``after_line`` when there is none yet). Page on with that number.
+        For plain-text replay: no Python object per line."""
+        rows = await self._read(
+            "SELECT first_line, lines, text FROM log_blocks WHERE run_id = ?1 AND first_line + lines > ?2 + 1"
+            " AND first_line >= COALESCE(("
+            "SELECT first_line FROM log_blocks WHERE run_id = ?1 AND first_line <= ?2 + 1"
+            " ORDER BY first_line DESC LIMIT 1), 1) ORDER BY first_line LIMIT ?3",
+            (run_id, after_line, max_blocks),
+        )
+        pieces: list[bytes] = []
+        last = after_line
+        for first_line, lines, text in rows:
+            if first_line + lines - 1 <= after_line:
+                continue
+            if text is None:
+                raise StoreError(f"{self.path}: run {run_id}: the text of lines {first_line}.. is not in the database")
+            raw = bytes(text)
+            if first_line <= after_line:
+                raw = skip_lines(raw, after_line + 1 - first_line)
+            pieces.append(raw)
+            last = first_line + lines - 1
+        return last, b"".join(pieces)
+
+    async def event_times(self, seqs: Collection[int]) -> dict[int, str]:
+        """``{seq: at}`` of the events ``seqs`` (those that exist)."""
+        if not seqs:
+            return {}
+        rows = await self._read(
+            "SELECT e.seq, e.at FROM json_each(?) AS j JOIN events AS e ON e.seq = j.value",
+            (json.dumps(sorted(seqs)),),
+        )
+        return {int(r[0]): str(r[1]) for r in rows}
 
     async def tail_line_no(self, run_id: str, n: int) -> int:
         """The ``after_line`` for :meth:`log_lines` that yields the last

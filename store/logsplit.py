@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["MAX_LINE_BYTES", "split_lines", "split_text"]
+from store.logblocks import LogBlock
+
+__all__ = ["MAX_LINE_BYTES", "split_block", "split_lines", "split_text"]
 
 #: A line longer than this many bytes is recorded as several pieces.
 MAX_LINE_BYTES: Final = 65536
@@ -102,3 +104,48 @@ def split_lines(buf: bytes, base_offset: int, final: bool) -> tuple[list[tuple[s
         lines.append((str(base_offset + newline + 1), _decode(buf[start:stop])))
         start = newline + 1
     return lines, start
+
+
+#: Window for the overlong-line check in :func:`split_block`: a line over
+#: MAX_LINE_BYTES holds a whole aligned window of half that without a newline.
+_WINDOW: Final = MAX_LINE_BYTES // 2
+
+
+def _clean(raw: bytes) -> bool:
+    """Whether the complete lines ``raw`` are stored as they are by
+    :func:`split_lines`: valid UTF-8, no ``\r\n``, no line that may be
+    over :data:`MAX_LINE_BYTES` (conservatively: none with a window of
+    32 KiB without a newline). Every check runs in C."""
+    # A lone b"\r" is found with memchr; the two-byte search only runs if there is one.
+    if raw.find(b"\r") >= 0 and b"\r\n" in raw:
+        return False
+    for k in range(0, len(raw) - _WINDOW + 1, _WINDOW):
+        if raw.find(b"\n", k, k + _WINDOW) < 0:
+            return False
+    if not raw.isascii():
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+    return True
+
+
+def split_block(buf: bytes, base_offset: int, final: bool, stream: str, source: str) -> tuple[LogBlock | None, int]:
+    """The lines of ``buf`` (read from a file at byte ``base_offset``) as one
+    :class:`~store.logblocks.LogBlock`, exactly as :func:`split_lines`
+    splits them, and how many bytes of ``buf`` it covers (``(None, 0)``
+    when no line is complete yet).
+
+    The common case -- complete lines of valid UTF-8 without ``\r\n`` or
+    overlong lines -- is cut at the last newline and recorded as the bytes
+    themselves with implicit byte-offset positions: no Python object per
+    line. Anything else goes through :func:`split_lines` into a block with
+    explicit positions.
+    """
+    cut = buf.rfind(b"\n") + 1
+    if cut and _clean(buf[:cut]) and not (final and cut < len(buf)):
+        return LogBlock(stream, source, buf[:cut], start=base_offset), cut
+    lines, consumed = split_lines(buf, base_offset, final)
+    if not lines:
+        return None, consumed
+    return LogBlock.from_pairs(stream, source, lines), consumed

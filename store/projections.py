@@ -1,7 +1,7 @@
 """Projections: run status and log lines, derived from events.
 
 :class:`Projector` folds a batch of just-recorded events into the projection
-tables (``runs``, ``log_blocks``, ``log_positions``, ``log_sources``) inside
+tables (``runs``, ``log_sources``) inside
 the writer's transaction, so a projection row is never ahead of or behind
 the events it derives from. ``rebuild`` drops those tables and replays the
 whole log through the very same fold, so the rebuilt rows equal the
@@ -14,11 +14,14 @@ The rules (see :mod:`store.types` for the ``data`` shapes):
   and backend). Events of a run without a ``Submitted`` create no row.
 * ``PhaseChanged`` sets phase, reason, message and exit_code (absent keys
   become NULL). ``HandleRecorded`` sets ``handle``.
-* ``LogLines`` numbers each ``[pos, text]`` whose ``(run, source, pos)`` is
-  not recorded yet as the run's next line (1, 2, 3...); a recorded position
-  adds nothing (exactly-once replays). The lines' text stays in the event:
-  ``log_blocks`` maps line numbers to (event, index in its ``lines``).
-  ``log_sources`` keeps the newest recorded line of each source.
+* ``LogLines`` records a block of lines (its text is in ``log_blocks``,
+  written with the event by :class:`store.logblocks.BlockResolver`, which
+  numbers the lines and drops replays); the projection keeps the newest
+  recorded line of each source in ``log_sources`` (``last_pos``, and the
+  block's last line number). A schema-2 ``LogLines`` event (lines inside
+  it) takes these from the block the migration made of it.
+* ``LogIngestPending`` sets ``log_ingest`` to ``"pending"``,
+  ``LogIngestDone`` to ``"done"``.
 * Every event of a run sets its ``updated_at``, ``last_seq`` and ``version``;
   ``log_lines`` is the run's number of recorded lines.
 """
@@ -26,7 +29,6 @@ The rules (see :mod:`store.types` for the ``data`` shapes):
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
@@ -37,17 +39,18 @@ from store.schema import PROJECTION_DDL, PROJECTION_TABLES
 from store.types import (
     HANDLE_RECORDED,
     INITIAL_PHASE,
+    LOG_INGEST_DONE,
+    LOG_INGEST_PENDING,
     LOG_LINES,
     PHASE_CHANGED,
     PHASES,
     SUBMITTED,
-    LogLine,
     NewEvent,
     RecordedEvent,
     RunStatus,
 )
 
-__all__ = ["Projector", "validate_event", "run_status_from_row", "log_lines_from_blocks", "RUN_COLUMNS"]
+__all__ = ["Projector", "validate_event", "run_status_from_row", "RUN_COLUMNS"]
 
 _STREAMS: Final = frozenset({"stdout", "stderr"})
 _PHASES: Final = frozenset(PHASES)
@@ -56,7 +59,7 @@ _IN_CHUNK: Final = 500
 
 RUN_COLUMNS: Final = (
     "id, project, name, backend, phase, reason, message, exit_code, created_at,"
-    " updated_at, last_seq, version, handle, log_lines"
+    " updated_at, last_seq, version, handle, log_lines, log_ingest"
 )
 
 
@@ -146,6 +149,7 @@ class _RunRow:
     version: int
     handle: str
     log_lines: int
+    log_ingest: str | None
 
     def params(self) -> tuple[Any, ...]:
         return dataclasses.astuple(self)
@@ -156,15 +160,6 @@ _UPSERT_RUN: Final = (
     f"INSERT INTO runs ({', '.join(_RUN_ROW_COLUMNS)}) VALUES ({', '.join('?' * len(_RUN_ROW_COLUMNS))})"
     f" ON CONFLICT (id) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in _RUN_ROW_COLUMNS[1:])}"
 )
-# Fast path: the positions of every line of the events [[seq, run_id, source], ...],
-# read by SQLite out of the stored events (one statement for the whole batch).
-_INSERT_EVENT_POSITIONS: Final = (
-    "INSERT OR IGNORE INTO log_positions (run_id, source, pos)"
-    " SELECT b.value ->> 1, b.value ->> 2, l.value ->> 0"
-    " FROM json_each(?) AS b, events AS e, json_each(e.data, '$.lines') AS l WHERE e.seq = b.value ->> 0"
-)
-_INSERT_POSITION: Final = "INSERT INTO log_positions (run_id, source, pos) VALUES (?, ?, ?)"
-_INSERT_BLOCK: Final = "INSERT INTO log_blocks (run_id, first_line, lines, seq, picks) VALUES (?, ?, ?, ?, ?)"
 _UPSERT_SOURCE: Final = (
     "INSERT INTO log_sources (run_id, source, pos, line_no) VALUES (?, ?, ?, ?)"
     " ON CONFLICT (run_id, source) DO UPDATE SET pos = excluded.pos, line_no = excluded.line_no"
@@ -174,12 +169,11 @@ _LAST_LINE_NOS: Final = (
     "SELECT j.value, (SELECT first_line + lines - 1 FROM log_blocks WHERE run_id = j.value"
     " ORDER BY first_line DESC LIMIT 1) FROM json_each(?) AS j"
 )
-_EXISTING_POSITIONS: Final = (
-    "SELECT p.run_id, p.source, p.pos FROM json_each(?) AS j, log_positions AS p"
-    " WHERE p.run_id = j.value ->> 0 AND p.source = j.value ->> 1 AND p.pos = j.value ->> 2"
+# A schema-2 LogLines event (its lines inside it): its last block, made by the migration.
+_LEGACY_LAST: Final = (
+    "SELECT last_pos, first_line + lines - 1 FROM log_blocks WHERE seq = ? ORDER BY first_line DESC LIMIT 1"
 )
 
-_Block = tuple[str, int, int, int, str | None]
 _Newest = dict[tuple[str, str], tuple[str, str, str, int]]
 
 
@@ -203,10 +197,17 @@ class Projector:
             conn, {e.run_id for e in events if e.type in (LOG_LINES, SUBMITTED)}
         )
         newest: _Newest = {}
-        log_events = [(e, text) for e, text in zip(events, data_json) if e.type == LOG_LINES]
-        # SQLite's JSON functions end a string at an escaped NUL: events with one go line by line.
-        for fast, group in itertools.groupby(log_events, key=lambda pair: "\\u0000" not in pair[1]):
-            await self._record_lines(conn, [e for e, _ in group], counts, newest, fast=fast)
+        for e in events:
+            if e.type != LOG_LINES:
+                continue
+            data = e.data
+            if isinstance(data.get("lines"), list):  # schema 2: the lines were inside the event
+                rows = list(await conn.execute_fetchall(_LEGACY_LAST, (e.seq,)))
+                if rows:
+                    newest[(e.run_id, data["source"])] = (e.run_id, data["source"], str(rows[0][0]), int(rows[0][1]))
+            elif data.get("line_count"):
+                last = int(data["first_line"]) + int(data["line_count"]) - 1
+                newest[(e.run_id, data["source"])] = (e.run_id, data["source"], str(data["last_pos"]), last)
         if newest:
             await conn.executemany(_UPSERT_SOURCE, list(newest.values()))
         await self._apply_runs(conn, events, counts)
@@ -245,89 +246,6 @@ class Projector:
         return {str(r[0]): int(r[1]) for r in rows if r[1] is not None}
 
     @staticmethod
-    def _blocks(
-        events: Sequence[RecordedEvent], counts: dict[str, int], seen: set[tuple[str, str, str]], newest: _Newest
-    ) -> tuple[list[_Block], list[tuple[str, str, str]]]:
-        """The slow path: the ``log_blocks`` and ``log_positions`` rows for
-        ``events``, skipping the positions in ``seen`` (and repeats within
-        the batch), numbering on from ``counts``; updates ``counts``,
-        ``seen`` and ``newest`` in place."""
-        blocks: list[_Block] = []
-        positions: list[tuple[str, str, str]] = []
-        for e in events:
-            run_id, source, lines = e.run_id, e.data["source"], e.data["lines"]
-            picks = []
-            for i, (pos, _text) in enumerate(lines):
-                key = (run_id, source, pos)
-                if key not in seen:
-                    seen.add(key)
-                    positions.append(key)
-                    picks.append(i)
-            if picks:
-                first = counts.get(run_id, 0) + 1
-                counts[run_id] = first + len(picks) - 1
-                every = len(picks) == len(lines)
-                blocks.append((run_id, first, len(picks), e.seq, None if every else json.dumps(picks)))
-                newest[(run_id, source)] = (run_id, source, lines[picks[-1]][0], counts[run_id])
-        return blocks, positions
-
-    async def _record_lines(
-        self,
-        conn: aiosqlite.Connection,
-        events: Sequence[RecordedEvent],
-        counts: dict[str, int],
-        newest: _Newest,
-        *,
-        fast: bool,
-    ) -> None:
-        """Record the new lines of ``events`` (``LogLines``, seq order),
-        numbering on from ``counts``; updates ``counts`` and ``newest`` (the
-        ``log_sources`` rows).
-
-        Fast path (``fast``), for the common case where every position is
-        new: one ``INSERT ... SELECT`` lets SQLite read the positions out of
-        the events' stored JSON -- no per-line Python work, and the GIL is
-        released once for the whole batch rather than once per line -- and
-        one block per event holds all its lines. If the unique
-        (run, source, pos) key ignored any position (a replay), that insert
-        is rolled back and redone line by line knowing which positions exist.
-        """
-        if not any(e.data["lines"] for e in events):
-            return
-        await conn.execute("SAVEPOINT log_lines")
-        if fast:
-            running = dict(counts)
-            blocks: list[_Block] = []
-            fast_newest: _Newest = {}
-            batch: list[tuple[int, str, str]] = []
-            for e in events:
-                run_id, source, lines = e.run_id, e.data["source"], e.data["lines"]
-                if lines:
-                    first = running.get(run_id, 0) + 1
-                    running[run_id] = first + len(lines) - 1
-                    blocks.append((run_id, first, len(lines), e.seq, None))
-                    batch.append((e.seq, run_id, source))
-                    fast_newest[(run_id, source)] = (run_id, source, lines[-1][0], running[run_id])
-            cursor = await conn.execute(_INSERT_EVENT_POSITIONS, (json.dumps(batch),))
-            if cursor.rowcount == sum(block[2] for block in blocks):
-                await conn.executemany(_INSERT_BLOCK, blocks)
-                await conn.execute("RELEASE log_lines")
-                counts.update(running)
-                newest.update(fast_newest)
-                return
-            await conn.execute("ROLLBACK TO log_lines")
-        keys = [[e.run_id, e.data["source"], line[0]] for e in events for line in e.data["lines"]]
-        seen = {
-            (str(r[0]), str(r[1]), str(r[2]))
-            for r in await conn.execute_fetchall(_EXISTING_POSITIONS, (json.dumps(keys),))
-        }
-        blocks, positions = self._blocks(events, counts, seen, newest)
-        if blocks:
-            await conn.executemany(_INSERT_POSITION, positions)
-            await conn.executemany(_INSERT_BLOCK, blocks)
-        await conn.execute("RELEASE log_lines")
-
-    @staticmethod
     async def _apply_runs(
         conn: aiosqlite.Connection, events: Sequence[RecordedEvent], counts: dict[str, int]
     ) -> None:
@@ -349,7 +267,7 @@ class Projector:
                         id=e.run_id, project=data["project"], name=data["name"], backend=data["backend"],
                         phase=INITIAL_PHASE, reason=None, message=None, exit_code=None,
                         created_at=e.at, created_seq=e.seq, updated_at=e.at, last_seq=e.seq,
-                        version=e.version, handle="{}", log_lines=0,
+                        version=e.version, handle="{}", log_lines=0, log_ingest=None,
                     )  # fmt: skip
                     rows[e.run_id] = row
                 else:
@@ -363,6 +281,10 @@ class Projector:
                 row.exit_code = data.get("exit_code")
             elif e.type == HANDLE_RECORDED:
                 row.handle = json.dumps(data["handle"], separators=(",", ":"), ensure_ascii=False)
+            elif e.type == LOG_INGEST_PENDING:
+                row.log_ingest = "pending"
+            elif e.type == LOG_INGEST_DONE:
+                row.log_ingest = "done"
             row.updated_at, row.last_seq, row.version = e.at, e.seq, e.version
             row.log_lines = counts.get(e.run_id, row.log_lines)
             changed[e.run_id] = row
@@ -375,25 +297,5 @@ def run_status_from_row(row: Sequence[Any]) -> RunStatus:
     return RunStatus(
         id=row[0], project=row[1], name=row[2], backend=row[3], phase=row[4], reason=row[5],
         message=row[6], exit_code=row[7], created_at=row[8], updated_at=row[9], last_seq=row[10],
-        version=row[11], handle=json.loads(row[12]), log_lines=row[13],
+        version=row[11], handle=json.loads(row[12]), log_lines=row[13], log_ingest=row[14],
     )  # fmt: skip
-
-
-def log_lines_from_blocks(
-    run_id: str, rows: Iterable[Sequence[Any]], after_line: int, limit: int
-) -> list[LogLine]:
-    """The :class:`LogLine` list for ``log_blocks`` rows joined with their
-    event, selected as ``first_line, picks, seq, data`` in ``first_line``
-    order: the lines numbered after ``after_line``, at most ``limit``."""
-    out: list[LogLine] = []
-    for first_line, picks, seq, data_json in rows:
-        data = json.loads(data_json)
-        stream, source, lines = data["stream"], data["source"], data["lines"]
-        indexes: Sequence[int] = range(len(lines)) if picks is None else json.loads(picks)
-        skip = max(0, after_line + 1 - first_line)
-        for line_no, i in enumerate(indexes[skip:], first_line + skip):
-            if len(out) >= limit:
-                return out
-            pos, text = lines[i]
-            out.append(LogLine(run_id, line_no, stream, source, pos, text, seq))
-    return out

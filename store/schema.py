@@ -25,6 +25,7 @@ from typing import Final, Literal
 import aiosqlite
 import structlog
 
+from store.logblocks import migrate_v3
 from store.errors import (
     NotADatabaseError,
     SchemaTooNewError,
@@ -115,48 +116,35 @@ _LOG_SOURCES_DDL: Final = """CREATE TABLE log_sources (
         PRIMARY KEY (run_id, source)
     ) WITHOUT ROWID"""
 
-#: The projection tables at :data:`SCHEMA_VERSION`, dropped and recreated by ``rebuild()``.
-PROJECTION_TABLES: Final[tuple[str, ...]] = ("runs", "log_blocks", "log_positions", "log_sources")
+#: The projection tables at :data:`SCHEMA_VERSION`, dropped and recreated by
+#: ``rebuild()``. (``log_blocks``, the log text, is data beside the events,
+#: not a projection: see :mod:`store.logblocks`.)
+PROJECTION_TABLES: Final[tuple[str, ...]] = ("runs", "log_sources")
 
 #: DDL of the projection tables at :data:`SCHEMA_VERSION`. A migration that
 #: changes a projection table changes this and sets ``rebuild_projections``.
 PROJECTION_DDL: Final[tuple[str, ...]] = (
-    *_RUNS_DDL,
-    # Log lines, numbered 1, 2, 3... per run, in blocks: the block at
-    # (run_id, first_line) holds line numbers first_line .. first_line+lines-1,
-    # whose stream, source, pos and text are lines of the LogLines event
-    # `seq` -- all of its "lines" in order when `picks` is NULL, else those at
-    # the indexes in the JSON list `picks` (the others were replays). The
-    # text is stored once, in the event.
-    """CREATE TABLE log_blocks (
-        run_id     TEXT    NOT NULL,
-        first_line INTEGER NOT NULL,
-        lines      INTEGER NOT NULL,
-        seq        INTEGER NOT NULL,
-        picks      TEXT,
-        PRIMARY KEY (run_id, first_line)
-    ) WITHOUT ROWID""",
-    # Every recorded (run, source, pos): a position recorded again adds no line.
-    """CREATE TABLE log_positions (
-        run_id TEXT NOT NULL,
-        source TEXT NOT NULL,
-        pos    TEXT NOT NULL,
-        PRIMARY KEY (run_id, source, pos)
-    ) WITHOUT ROWID""",
+    # Schema 3 adds log_ingest: "pending" while a terminal run's output
+    # backlog is still being recorded, "done" once it is, NULL before either.
+    _RUNS_DDL[0].replace("log_lines   INTEGER NOT NULL", "log_lines   INTEGER NOT NULL,\n        log_ingest  TEXT"),
+    *_RUNS_DDL[1:],
     _LOG_SOURCES_DDL,
 )
 
 
 @dataclasses.dataclass(frozen=True)
 class Migration:
-    """One forward step of the schema: ``statements`` run in one
-    transaction; with ``rebuild_projections`` the projection tables are then
+    """One forward step of the schema: ``statements`` run, then ``run``
+    (if any: a function of the connection, for steps SQL alone cannot
+    express); with ``rebuild_projections`` the projection tables are
     dropped, recreated from :data:`PROJECTION_DDL` and replayed from the
-    event log in that same transaction."""
+    event log once every pending step is applied. All pending steps and
+    the rebuild share one transaction."""
 
     title: str
     statements: tuple[str, ...]
     rebuild_projections: bool = False
+    run: Callable[[aiosqlite.Connection], Awaitable[None]] | None = None
 
 
 #: Where each named subscriber of the log (a hook) has got to: ``seq`` is the
@@ -205,6 +193,12 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         rebuild_projections=True,
     ),
     MIGRATION_CHECKPOINTS,
+    Migration(
+        "log text in blocks beside the events (log_blocks); LogLines events record ranges and digests",
+        (),
+        rebuild_projections=True,
+        run=migrate_v3,
+    ),
 )
 
 #: The schema version this jobsup writes.
@@ -267,39 +261,40 @@ async def _schema_version(conn: aiosqlite.Connection, path: Path) -> int:
 
 
 async def _migrate(conn: aiosqlite.Connection, path: Path, rebuild: RebuildProjections) -> None:
-    """Apply the missing migrations, each in its own IMMEDIATE transaction
-    (so two processes opening a fresh file at once migrate it once)."""
-    while True:
-        await conn.execute("BEGIN IMMEDIATE")
-        try:
-            version = await _schema_version(conn, path)
-            if version > SCHEMA_VERSION:
-                raise SchemaTooNewError(
-                    f"{path}: written by a newer jobsup (schema version {version}, this jobsup"
-                    f" knows up to {SCHEMA_VERSION}); the file was left untouched"
-                )
-            if version == SCHEMA_VERSION:
-                await conn.execute("COMMIT")
-                return
-            if version == 0:
-                await conn.execute(
-                    "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
-                )
-            migration = MIGRATIONS[version]
+    """Apply the missing migrations, all in one IMMEDIATE transaction (so
+    two processes opening a fresh file at once migrate it once, and a crash
+    leaves the old version whole), then rebuild the projections once if
+    any of them asks for it."""
+    await conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = await _schema_version(conn, path)
+        if version > SCHEMA_VERSION:
+            raise SchemaTooNewError(
+                f"{path}: written by a newer jobsup (schema version {version}, this jobsup"
+                f" knows up to {SCHEMA_VERSION}); the file was left untouched"
+            )
+        if version == 0:
+            await conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)")
+        applied = []
+        for step in range(version, SCHEMA_VERSION):
+            migration = MIGRATIONS[step]
             for statement in migration.statements:
                 await conn.execute(statement)
-            if migration.rebuild_projections:
-                await rebuild(conn)
+            if migration.run is not None:
+                await migration.run(conn)
             await conn.execute(
-                "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
-                (version + 1, utc_now()),
+                "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)", (step + 1, utc_now())
             )
-            await conn.execute("COMMIT")
-            log.info("store.migrated", path=str(path), schema_version=version + 1, migration=migration.title)
-        except BaseException:
-            if conn.in_transaction:
-                await conn.execute("ROLLBACK")
-            raise
+            applied.append(migration)
+        if any(m.rebuild_projections for m in applied):
+            await rebuild(conn)
+        await conn.execute("COMMIT")
+        for step, migration in enumerate(applied, version + 1):
+            log.info("store.migrated", path=str(path), schema_version=step, migration=migration.title)
+    except BaseException:
+        if conn.in_transaction:
+            await conn.execute("ROLLBACK")
+        raise
 
 
 async def open_connection(
@@ -346,6 +341,9 @@ async def open_connection(
             rows = list(await conn.execute_fetchall("PRAGMA journal_mode = WAL"))
             if str(rows[0][0]).lower() != "wal":
                 raise StoreOpenError(f"{path}: cannot switch the database to WAL mode (got {rows[0][0]})")
+            # Checkpoint every ~32 MiB of WAL rather than SQLite's 4 MiB: a log
+            # block is up to 4 MiB, and each checkpoint costs a sync of the database.
+            await conn.execute("PRAGMA wal_autocheckpoint = 8192")
             if version < SCHEMA_VERSION:
                 if rebuild is None:
                     raise ValueError("the writer connection needs a rebuild function for migrations")

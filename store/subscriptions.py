@@ -25,7 +25,7 @@ import asyncio
 import collections
 import dataclasses
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 from store.types import LOG_LINES, RecordedEvent
 
@@ -131,7 +131,7 @@ class Subscriptions:
         if gap:
             self._recent.clear()
             self._recent_events = self._recent_lines = 0
-        lines = sum(len(e.data["lines"]) for e in events if e.type == LOG_LINES)
+        lines = sum(_line_weight(e.data) for e in events if e.type == LOG_LINES)
         self._recent.append(_Batch(events, by_run, lines))
         self._recent_events += len(events)
         self._recent_lines += lines
@@ -226,3 +226,9 @@ class Subscriptions:
         for waiter in [*self._any_run, *(w for ws in self._by_run.values() for w in ws)]:
             waiter.closed = True
             self._wake(waiter)
+
+
+def _line_weight(data: dict[str, Any]) -> int:
+    """How many lines a LogLines event accounts for (schema 3: a count; schema 2: its pairs)."""
+    lines = data.get("lines")
+    return len(lines) if isinstance(lines, list) else int(data.get("line_count") or 0)

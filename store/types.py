@@ -25,13 +25,30 @@ Event types and their ``data`` (all keys optional unless marked *required*):
     (local: pid and process start time; kubernetes: namespace and object
     names). The projection stores it as the run's ``handle``.
 ``LogLines``
-    ``stream`` *required* ``"stdout"`` | ``"stderr"``; ``source`` *required*
-    str naming where positions are measured (``"stdout"`` file, or
-    ``"pod/container"``); ``lines`` *required* list of ``[pos, text]`` pairs
-    where ``pos`` is a str unique within (run, source) — a byte offset for
-    files, a ``"<timestamp>#<n>"`` cursor for Kubernetes. Recording a
-    (run, source, pos) that is already recorded adds no log line: this is what
-    makes replays after a reconnect or restart exactly-once.
+    Appended as ``stream`` *required* ``"stdout"`` | ``"stderr"``; ``source``
+    *required* str naming where positions are measured (``"stdout"`` file,
+    or ``"pod/container"``); ``lines`` *required* list of ``[pos, text]``
+    pairs -- or as a :class:`store.logblocks.LogBlock` through
+    ``EventStore.append_log``. Only lines past the source's newest recorded
+    position are recorded (see :mod:`store.logblocks`): this is what makes
+    replays after a reconnect or restart exactly-once. The text goes to
+    ``log_blocks``; the *recorded* event (schema 3) is the audit record::
+
+        {"stream", "source", "first_line": int, "line_count": int,
+         "first_pos": str, "last_pos": str, "bytes": int,
+         "sha256": "sha256:<hex of the block's text>", "replayed": int}
+
+    (``first_pos`` .. ``sha256`` only when ``line_count`` > 0; ``replayed``
+    counts the offered lines dropped as already recorded, when any.)
+    Events recorded by schema 2 keep their ``lines`` pairs.
+``LogIngestPending``
+    The run's process has ended but its output is not all recorded yet:
+    the terminal phase is recorded first, the backlog after it.
+    ``bytes`` int: the backlog's size when this was recorded. The
+    projection sets the run's ``log_ingest`` to ``"pending"``.
+``LogIngestDone``
+    The backlog announced by ``LogIngestPending`` is recorded (no data).
+    The projection sets ``log_ingest`` to ``"done"``.
 Any other type (jobsup's are cataloged in ``supervisord.events``)
     Recorded in the log and bump the run's ``updated_at``/``last_seq``/
     ``version``, but change no other projected column.
@@ -58,6 +75,8 @@ __all__ = [
     "PHASE_CHANGED",
     "HANDLE_RECORDED",
     "LOG_LINES",
+    "LOG_INGEST_PENDING",
+    "LOG_INGEST_DONE",
     "CANCEL_REQUESTED",
     "STAGING_STEP",
 ]
@@ -86,12 +105,14 @@ SUBMITTED: Final = "Submitted"
 PHASE_CHANGED: Final = "PhaseChanged"
 HANDLE_RECORDED: Final = "HandleRecorded"
 LOG_LINES: Final = "LogLines"
+LOG_INGEST_PENDING: Final = "LogIngestPending"
+LOG_INGEST_DONE: Final = "LogIngestDone"
 CANCEL_REQUESTED: Final = "CancelRequested"
 STAGING_STEP: Final = "StagingStep"
 
 #: Event types that change projected columns beyond the bookkeeping ones.
 PROJECTED_TYPES: Final[frozenset[str]] = frozenset(
-    {SUBMITTED, PHASE_CHANGED, HANDLE_RECORDED, LOG_LINES}
+    {SUBMITTED, PHASE_CHANGED, HANDLE_RECORDED, LOG_LINES, LOG_INGEST_PENDING, LOG_INGEST_DONE}
 )
 
 
@@ -161,6 +182,9 @@ class RunStatus:
     version: int
     handle: dict[str, Any]
     log_lines: int
+    #: ``"pending"`` while a terminal run's output backlog is still being
+    #: recorded, ``"done"`` once it is, None when no backlog was announced.
+    log_ingest: str | None = None
 
     @property
     def terminal(self) -> bool:

@@ -46,6 +46,7 @@ from store.errors import (
     StoreError,
     StoreLockedError,
 )
+from store.logblocks import BlockResolver, LogBlock
 from store.projections import Projector
 from store.schema import translate_error, utc_now
 from store.subscriptions import Subscriptions
@@ -115,12 +116,15 @@ def _problem_kind(exc: sqlite3.Error, err: StoreError, path: Path) -> str | None
 @dataclasses.dataclass(frozen=True, slots=True)
 class PreparedEvent:
     """An event ready to insert: its ``type``, its ``data`` as JSON text, and
-    ``data`` decoded back from that text (what readers will see)."""
+    ``data`` decoded back from that text (what readers will see). A
+    ``LogLines`` event carries its ``block`` instead: its data is made in
+    the write transaction (:class:`store.logblocks.BlockResolver`)."""
 
     type: str
     data_json: str
     data: dict[str, Any]
     rows: int  # weight in the batch: 1 + its log lines
+    block: LogBlock | None = None
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -396,6 +400,7 @@ class Writer:
                 seq = int(rows[0][0])
                 at = utc_now()
                 inserts: list[tuple[int, str, int, str, str, str]] = []
+                resolver = BlockResolver(conn)
                 checkpoints: list[tuple[str, int, str]] = []
                 for job in batch:
                     if job.checkpoint is not None:
@@ -416,14 +421,19 @@ class Writer:
                     for event in job.events:
                         seq += 1
                         version += 1
-                        inserts.append((seq, job.run_id, version, event.type, at, event.data_json))
-                        result.append(RecordedEvent(seq, job.run_id, version, event.type, at, event.data))
+                        data, data_json = event.data, event.data_json
+                        if event.block is not None:
+                            data = await resolver.resolve(job.run_id, seq, event.block)
+                            data_json = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+                        inserts.append((seq, job.run_id, version, event.type, at, data_json))
+                        result.append(RecordedEvent(seq, job.run_id, version, event.type, at, data))
                     versions[job.run_id] = version
                     job.result = result
                     accepted.append(job)
                     recorded.extend(result)
                 if inserts:
                     await conn.executemany(_INSERT_EVENT, inserts)
+                    await resolver.flush()
                     await self._projector.apply(conn, recorded, [row[5] for row in inserts])
                 if checkpoints:
                     await conn.executemany(_UPSERT_CHECKPOINT, checkpoints)

@@ -24,11 +24,14 @@ import structlog
 from store import (
     CANCEL_REQUESTED,
     HANDLE_RECORDED,
+    LOG_INGEST_DONE,
+    LOG_INGEST_PENDING,
     LOG_LINES,
     PHASE_CHANGED,
     SUBMITTED,
     ConcurrencyError,
     EventStore,
+    LogBlock,
     NewEvent,
     RunStatus,
     TERMINAL_PHASES,
@@ -84,6 +87,10 @@ class _RunState:
         self.cancel_requested = False
         self.scope: anyio.CancelScope | None = None
         self.done = anyio.Event()
+        # Set once supervision offers a terminal phase (recorded or not): the
+        # process has ended; what follows is only its output backlog.
+        self.outcome_seen = anyio.Event()
+        self.ingest_pending = status.log_ingest == "pending"
         # Scheduling: set when the run may start (admitted) or ended while
         # queued; ``extra_env`` is what admission adds (the GPUs' variables).
         self.unqueued = anyio.Event()
@@ -104,6 +111,8 @@ class _RunState:
         self.unqueued = anyio.Event()
         self.admitted = False
         self.extra_env = {}
+        self.outcome_seen = anyio.Event()
+        self.ingest_pending = False
         return self
 
 
@@ -142,6 +151,8 @@ class _Reporter:
         _cancel: bool = False,
     ) -> bool:
         st = self._state
+        if phase in TERMINAL_PHASES and not _cancel:
+            st.outcome_seen.set()
         async with st.lock:
             now = RunPhase(st.phase, st.reason, st.message, st.cancel_requested)
             if not decide(now, phase, reason=reason, message=message, by_cancel=_cancel).record:
@@ -162,6 +173,8 @@ class _Reporter:
     async def record(self, type: str, data: Mapping[str, Any]) -> None:
         async with self._state.lock:
             await self._append_locked([NewEvent(type, dict(data))])
+            if type in (LOG_INGEST_PENDING, LOG_INGEST_DONE):
+                self._state.ingest_pending = type == LOG_INGEST_PENDING
 
     async def log_lines(self, stream: str, source: str, lines: Sequence[tuple[str, str]]) -> None:
         """Record ``lines`` as LogLines events of at most
@@ -176,6 +189,17 @@ class _Reporter:
         ]
         async with self._state.lock:
             await self._append_locked(events)
+
+    async def log_block(self, block: LogBlock) -> None:
+        """Record ``block`` as one LogLines event (its text in ``log_blocks``)."""
+        st = self._state
+        async with st.lock:
+            try:
+                recorded = await self._store.append_log(st.spec.run_id, st.version, [block], wait_for_storage=True)
+            except ConcurrencyError as err:
+                st.version = err.actual
+                recorded = await self._store.append_log(st.spec.run_id, st.version, [block], wait_for_storage=True)
+            st.version = recorded[-1].version
 
     async def log_position(self, source: str) -> str | None:
         return await self._store.last_log_position(self._state.spec.run_id, source)
@@ -315,6 +339,8 @@ class Supervisor:
                         # The env values were for the start only: keep none in memory.
                         spec = state.spec = dataclasses.replace(spec, env={})
                     await backend.supervise(spec, handle, reporter)
+                    if state.ingest_pending:  # resumed after a restart, and the backlog is now recorded
+                        await reporter.record(LOG_INGEST_DONE, {})
                 except BackendError as err:
                     log.warning("backend error", run=spec.run_id, error=str(err))
                     await reporter.phase("ERROR", reason=err.run_reason, message=str(err))
@@ -383,9 +409,18 @@ class Supervisor:
         except BaseException:
             state.cancel_requested = False
             raise
+        # Wait for supervision to see the process end. Its output backlog is
+        # recorded after that, however long it takes: never cut it short.
         with anyio.move_on_after(_CANCEL_DRAIN_S):
-            await state.done.wait()
-        if not state.done.is_set() and state.scope is not None:
+            async with anyio.create_task_group() as tg:
+
+                async def until(event: anyio.Event) -> None:
+                    await event.wait()
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(until, state.done)
+                tg.start_soon(until, state.outcome_seen)
+        if not state.done.is_set() and not state.outcome_seen.is_set() and state.scope is not None:
             state.scope.cancel()
         await reporter.phase("CANCELED", reason="Canceled", message="canceled by request", _cancel=True)
         return await self.get(run_id)
@@ -396,6 +431,8 @@ class Supervisor:
         """Resume supervising every non-terminal run recorded in the store
         (after a daemon restart). Returns how many runs were reattached."""
         runs = await self.store.list_runs(non_terminal_only=True)
+        # Terminal runs whose output backlog was still being recorded.
+        runs += [r for r in await self.store.list_runs(log_ingest="pending") if r.terminal]
         for status in runs:
             events = await self.store.read_all(0, limit=1, run_id=status.id)  # Submitted, not the whole stream
             submitted = events[0].data if events else {}

@@ -292,12 +292,42 @@ class Client:
         """``POST /runs/{ref}/cancel``: the run after cancel."""
         return dict(self._call("POST", f"/runs/{ref}/cancel", timeout=120.0)["run"])
 
-    def logs(self, ref: str, *, follow: bool = False, tail: int | None = None, after_line: int = 0) -> Iterator[dict[str, Any]]:
-        """Stream ``GET /runs/{ref}/logs``: line objects, heartbeats, and ``{"end": Run}``."""
-        params: dict[str, Any] = {"follow": "1" if follow else "0", "after_line": after_line}
+    def logs(
+        self, ref: str, *, follow: bool = False, tail: int | None = None, after_line: int = 0, format: str = "ndjson"
+    ) -> Iterator[dict[str, Any]]:
+        """Stream ``GET /runs/{ref}/logs`` as ``format`` ``ndjson`` (line
+        objects) or ``blocks`` (``{"first_line", "last_line", "text"}``),
+        with heartbeats and ``{"end": Run}`` when following."""
+        params: dict[str, Any] = {"follow": "1" if follow else "0", "after_line": after_line, "format": format}
         if tail is not None:
             params["tail"] = tail
         return self._stream(f"/runs/{ref}/logs", params)
+
+    def logs_text(
+        self, ref: str, *, tail: int | None = None, after_line: int = 0, limit: int | None = None
+    ) -> Iterator[bytes]:
+        """``GET /runs/{ref}/logs`` as plain text: the stored lines (UTF-8,
+        each ending with a newline) in chunks as they arrive."""
+        params: dict[str, Any] = {"after_line": after_line, "format": "text"}
+        if tail is not None:
+            params["tail"] = tail
+        if limit is not None:
+            params["limit"] = limit
+        query = list(params.items())
+        try:
+            conn, resp = self._open("GET", f"/runs/{ref}/logs", query=query, timeout=_STREAM_TIMEOUT_S)
+            try:
+                if resp.status >= 400:
+                    raise from_wire(resp.status, _json(resp.read()))
+                while True:
+                    chunk = resp.read1(1 << 20)
+                    if not chunk:
+                        break
+                    yield chunk
+            finally:
+                conn.close()
+        except _TRANSPORT_ERRORS as err:
+            raise DaemonUnreachableError(f"lost the jobsup daemon on {self.paths.socket}: {err}") from None
 
     def wait(self, refs: list[str], *, for_: str = "terminal", after: int | None = None, timeout: float | None = None) -> Iterator[dict[str, Any]]:
         """Stream ``GET /wait``: heartbeats, then ``{"result": ...}``."""

@@ -23,6 +23,7 @@ from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from store import EventStore, LogLine
+from supervisord.api.logs_route import logs_response
 from supervisord.api.scheduler_routes import scheduler_routes
 from supervisord.api.wire import API_PREFIX, to_wire
 from supervisord.exceptions import JobsupError, StorageError, UsageError, map_store_errors
@@ -218,41 +219,7 @@ def create_app(
         return JSONResponse({"run": run.to_json()})
 
     async def logs(request: Request) -> Response:
-        run_id = await supervisor.resolve(request.path_params["ref"])
-        follow = _flag(request, "follow")
-        after = _int(request, "after_line", 0) or 0
-        tail = _int(request, "tail")
-        if tail is not None:
-            after = max(after, await store.tail_line_no(run_id, tail))
-
-        async def stream() -> AsyncIterator[bytes]:
-            cursor = after
-            seq = 0
-            sent_at = anyio.current_time()
-            while True:
-                run = await supervisor.get(run_id)
-                seq = run.last_seq
-                while True:
-                    lines = await store.log_lines(run_id, cursor, 5000)
-                    if not lines:
-                        break
-                    cursor = lines[-1].line_no
-                    yield "".join(map(_log_line_json, lines)).encode()
-                    sent_at = anyio.current_time()
-                if not follow:
-                    return
-                if run.terminal:
-                    yield _dumps({"end": run.to_json()})
-                    return
-                got = await store.wait_for_events(seq, run_ids=[run_id], limit=1, timeout_s=HEARTBEAT_S)
-                # A heartbeat also when the run's events bring no line past
-                # the cursor for a while (following from a line still to
-                # come): the client takes a silent stream for a dead daemon.
-                if not got or anyio.current_time() - sent_at >= HEARTBEAT_S:
-                    yield _dumps({"heartbeat": seq})
-                    sent_at = anyio.current_time()
-
-        return StreamingResponse(stream(), media_type=_NDJSON)
+        return await logs_response(request, supervisor, store)
 
     async def wait(request: Request) -> Response:
         stream = await reads.open_wait(

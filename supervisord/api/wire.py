@@ -14,7 +14,8 @@ Endpoints::
     GET  /v1/runs?all=&project=&phase=    {"runs": [Run]}
     GET  /v1/runs/{ref}                   {"run": Run, "submitted": {...}, "hooks": [HookDelivered/HookFailed events]}
     POST /v1/runs/{ref}/cancel            {"run": Run}
-    GET  /v1/runs/{ref}/logs?after_line=&tail=&follow=    ndjson LogLine..., then {"end": Run} when following
+    GET  /v1/runs/{ref}/logs?after_line=&tail=&limit=&follow=&format=text|ndjson|blocks
+                                          plain text by default; see supervisord.api.logs_route
     GET  /v1/wait?run=&for=&after=&timeout=               ndjson {"heartbeat": seq}..., then {"result": WaitResult}
     GET  /v1/events?run=&after=&follow=&limit=            ndjson RecordedEvent...
     POST /v1/ui        {"port"?: int, "stop"?: bool}   {"url", "port"} | {}

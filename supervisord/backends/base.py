@@ -33,6 +33,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
+from store import LogBlock
+
 __all__ = ["RunSpec", "RunReporter", "Backend"]
 
 
@@ -100,8 +102,15 @@ class RunReporter(Protocol):
         ...
 
     async def log_lines(self, stream: str, source: str, lines: Sequence[tuple[str, str]]) -> None:
-        """Record ``(pos, text)`` lines read from ``source``; positions
-        already recorded add nothing."""
+        """Record ``(pos, text)`` lines read from ``source``; lines at or
+        before the newest recorded position add nothing (see
+        :mod:`store.logblocks`). The per-line form (Kubernetes)."""
+        ...
+
+    async def log_block(self, block: LogBlock) -> None:
+        """Record a block of lines (:class:`store.LogBlock`); lines at or
+        before the newest recorded position of its source add nothing. The
+        bulk form (local files): one event and one transaction per block."""
         ...
 
     async def log_position(self, source: str) -> str | None:

@@ -256,8 +256,10 @@ def _follow_logs(client: Client, ref: str, *, tail: int | None = None, output: s
     # (which would skip every line written while the daemon was away).
     cursor: dict[str, Any] = {"after": _tail_start(client, ref, tail)}
 
+    fmt = "ndjson" if output == "json" else "blocks"
+
     def open_stream() -> Iterator[dict[str, Any]]:
-        stream = client.logs(ref, follow=True, after_line=cursor["after"])
+        stream = client.logs(ref, follow=True, after_line=cursor["after"], format=fmt)
         for obj in stream:
             yield obj
             if "end" in obj:
@@ -265,7 +267,11 @@ def _follow_logs(client: Client, ref: str, *, tail: int | None = None, output: s
         raise DaemonUnreachableError("the daemon closed the log stream before the run ended")
 
     for obj in _reconnecting(client, open_stream):
-        if "line_no" in obj:
+        if "last_line" in obj:
+            cursor["after"] = obj["last_line"]
+            sys.stdout.write(obj["text"])
+            sys.stdout.flush()
+        elif "line_no" in obj:
             cursor["after"] = obj["line_no"]
             if output == "json":
                 emit_json_line(obj)
@@ -335,7 +341,7 @@ def show(run: str, output: str) -> None:
     import yaml
 
     for key in ("id", "project", "name", "backend", "phase", "reason", "message", "exit_code",
-                "created_at", "updated_at", "last_seq", "log_lines", "command", "timeout_s"):
+                "created_at", "updated_at", "last_seq", "log_lines", "log_ingest", "command", "timeout_s"):
         click.echo(f"{key + ':':<12} {'-' if full.get(key) is None else full.get(key)}")
     for h in full.get("hooks") or []:
         result = h.get("error") or f"{'exit code' if h.get('kind') == 'command' else 'HTTP'} {h.get('exit_code', h.get('status'))}"
@@ -358,9 +364,16 @@ def logs(run: str, follow: bool, tail: int | None, output: str) -> None:
     if follow:
         _follow_logs(client, run, tail=tail, output=output)
         return
-    for obj in client.logs(run, follow=False, tail=tail):
-        if "line_no" in obj:
-            emit_json_line(obj) if output == "json" else _print_line(obj)
+    if output == "json":
+        for obj in client.logs(run, follow=False, tail=tail):
+            if "line_no" in obj:
+                emit_json_line(obj)
+        return
+    # Plain text: the daemon's bytes go to stdout as they come.
+    out = sys.stdout.buffer
+    for chunk in client.logs_text(run, tail=tail):
+        out.write(chunk)
+    out.flush()
 
 
 #: ``wait --for PHASE`` with a terminal PHASE: the run ended COMPLETED instead.

@@ -11,7 +11,10 @@ Keys::
     project: str                        grouping of runs
     backend: local | kubernetes         default backend
     env: {NAME: str}                    env for every run (secret values)
-    local: {kill_grace_s: int > 0, shell: str}
+    local: {kill_grace_s: int > 0, shell: str,
+            max_log_bytes: int > 0      stop recording a run's output past this many bytes (LogsTruncated)
+            keep_log_files: bool        keep stdout.log/stderr.log whole (default: their recorded
+                                        ranges are freed, hole-punched, once committed)}
     kubernetes:
       context: str                      unset = the kubeconfig's current context
       namespace: DNS-1123 label
@@ -128,7 +131,12 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "local": {
             "type": "object",
             "additionalProperties": False,
-            "properties": {"kill_grace_s": _POS_INT, "shell": _STR},
+            "properties": {
+                "kill_grace_s": _POS_INT,
+                "shell": _STR,
+                "max_log_bytes": _POS_INT,
+                "keep_log_files": {"type": "boolean"},
+            },
         },
         "kubernetes": {
             "type": "object",

@@ -39,7 +39,6 @@ def snapshot(path: Path) -> dict[str, list[tuple[Any, ...]]]:
         return {
             "runs": conn.execute("SELECT * FROM runs ORDER BY id").fetchall(),
             "log_blocks": conn.execute("SELECT * FROM log_blocks ORDER BY run_id, first_line").fetchall(),
-            "log_positions": conn.execute("SELECT * FROM log_positions ORDER BY run_id, source, pos").fetchall(),
             "log_sources": conn.execute("SELECT * FROM log_sources ORDER BY run_id, source").fetchall(),
         }
     finally:

@@ -79,18 +79,16 @@ async def test_checkpoints_survive_reopen_and_rebuild(db_path: Path) -> None:
 async def test_migration_adds_the_checkpoints_table_to_an_older_database(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import store.schema
+    import shutil
 
-    step = MIGRATIONS.index(MIGRATION_CHECKPOINTS)
-    # A database as the jobsup before this step left it.
-    with monkeypatch.context() as m:
-        m.setattr(store.schema, "MIGRATIONS", MIGRATIONS[:step])
-        m.setattr(store.schema, "SCHEMA_VERSION", step)
-        async with await EventStore.open(db_path) as old:
-            await old.append("r1", 0, [submitted()])
+    # A database as the jobsup before this step left it (schema 2, written by
+    # that jobsup's own code: tests/store/fixtures/v2.db).
+    assert MIGRATIONS.index(MIGRATION_CHECKPOINTS) == 2
+    db_path.parent.mkdir(parents=True)
+    shutil.copy(Path(__file__).parent / "fixtures" / "v2.db", db_path)
     conn = sqlite3.connect(db_path)
     assert "checkpoints" not in {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
     conn.close()
     async with await EventStore.open(db_path) as new:
-        await new.append("r1", None, [NewEvent("X")], checkpoint=Checkpoint("a", 1))
+        await new.append("aaaa00000001", None, [NewEvent("X")], checkpoint=Checkpoint("a", 1))
         assert await new.checkpoints() == {"a": 1}

@@ -50,11 +50,18 @@ def test_replay_keeps_every_line_whole(js: JobsupEnv, tmp_path: Path) -> None:
     run_id = js.submit(repo, "--", "cat out.txt")
     js.cli("wait", run_id, "--timeout", "60s")
     with httpx.Client(transport=httpx.HTTPTransport(uds=str(js.socket)), base_url="http://jobsup/v1") as http:
-        body = http.get(f"/runs/{run_id}/logs").content.decode()
+        body = http.get(f"/runs/{run_id}/logs", params={"format": "ndjson"}).content.decode()
+        plain = http.get(f"/runs/{run_id}/logs")
     framed = body.split("\n")
     assert framed[-1] == ""
+    objs = [json.loads(line) for line in framed[:-1]]
+    at = objs[0]["at"]
+    assert at.endswith("Z")
     assert framed[:-1] == [
-        json.dumps({"line_no": i, "stream": "stdout", "text": t}, ensure_ascii=False, separators=(",", ":"))
+        json.dumps({"line_no": i, "stream": "stdout", "at": at, "text": t}, ensure_ascii=False, separators=(",", ":"))
         for i, t in enumerate(texts, 1)
     ]
+    # the default is plain text: the lines as they were written
+    assert plain.headers["content-type"].startswith("text/plain")
+    assert plain.content.decode() == "".join(t + "\n" for t in texts)
     assert js.cli("logs", run_id).stdout == "".join(t + "\n" for t in texts)

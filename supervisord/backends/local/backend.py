@@ -3,6 +3,7 @@ its own detached runner (:mod:`supervisord.backends.local.runner`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -18,6 +19,7 @@ from typing import Any, Mapping
 import anyio
 import structlog
 
+from store import LOG_INGEST_DONE, LOG_INGEST_PENDING
 from supervisord.backends.base import RunReporter, RunSpec
 from supervisord.backends.local import runner as _runner_module
 from supervisord.backends.local.runner import (
@@ -33,10 +35,12 @@ __all__ = ["LocalBackend", "run_processes"]
 log = structlog.get_logger("jobsup.local")
 
 _STREAMS = ("stdout", "stderr")
-# One drain step reads at most this much of a file and hands at most this
-# many lines to the reporter (one append: one transaction and fsync).
-_READ_BYTES = 1 << 20
-_MAX_LINES_PER_CALL = 16000
+# One drain step reads at most this much of a file and records it as one
+# block (one append: one transaction and fsync).
+_READ_BYTES = 4 << 20
+# After the process ends, its outcome waits at most this long for the
+# output backlog to be recorded (then: LogIngestPending, see _finish).
+_EXIT_DRAIN_S = 2.0
 _POLL_MIN_S = 0.02
 _POLL_MAX_S = 1.0
 
@@ -166,6 +170,11 @@ class LocalBackend:
         for stream in _STREAMS:
             pos = await reporter.log_position(stream)
             tailers[stream] = FileTailer(run_dir / f"{stream}.log", int(pos) if pos else 0)
+        local = spec.config.get("local") or {}
+        tailers = _Outputs(tailers)
+        tailers.cap = _LogCap(
+            max_bytes=int(local.get("max_log_bytes") or 0) or None, keep_files=bool(local.get("keep_log_files"))
+        )
         delay = _POLL_MIN_S
         status_file = _StatusFile(run_dir, signed)
         try:
@@ -188,8 +197,7 @@ class LocalBackend:
                 if state == "running" or status.get("started_at"):
                     await reporter.phase("RUNNING")
                 if state == "exited":
-                    await self._drain(tailers, reporter, final=True)
-                    await self._report_outcome(status, reporter)
+                    await self._finish(tailers, status, reporter)
                     return
                 got = await self._drain(tailers, reporter, final=False) if state == "running" else 0
                 delay = _POLL_MIN_S if got else min(delay * 2, _POLL_MAX_S)
@@ -207,16 +215,70 @@ class LocalBackend:
 
     @staticmethod
     async def _drain(tailers: Mapping[str, FileTailer], reporter: RunReporter, *, final: bool) -> int:
+        """Record what each output file holds past its tailer's offset, one
+        block (one append: a transaction and fsync) per read of up to
+        ``_READ_BYTES``; reading waits for each commit, so a flood is read
+        no faster than it is recorded (and memory holds one block). Past
+        ``local.max_log_bytes`` nothing more is recorded (see
+        :class:`_LogCap`); committed ranges are freed from the files unless
+        ``local.keep_log_files``. Returns the bytes recorded."""
+        cap = tailers.cap if isinstance(tailers, _Outputs) else _LogCap(max_bytes=None, keep_files=True)
         total = 0
         for stream, tailer in tailers.items():
             while True:
-                lines = tailer.read(final=final, max_bytes=_READ_BYTES)
-                if not lines:
+                if cap.truncated:
+                    cap.dropped += tailer.skip_to_end()
                     break
-                total += len(lines)
-                for i in range(0, len(lines), _MAX_LINES_PER_CALL):
-                    await reporter.log_lines(stream, stream, lines[i : i + _MAX_LINES_PER_CALL])
+                before = tailer.offset
+                block = tailer.read_block(stream, final=final, max_bytes=_READ_BYTES)
+                if block is None:
+                    break
+                if not cap.allows(len(block.text), tailers):
+                    cap.truncated = True
+                    cap.dropped += len(block.text)
+                    continue
+                try:
+                    await reporter.log_block(block)
+                except BaseException:
+                    tailer.rewind(before)
+                    raise
+                total += len(block.text)
+                if not cap.keep_files:
+                    tailer.release()
+            if cap.truncated and not cap.reported:
+                cap.reported = True
+                await reporter.record(LOGS_TRUNCATED, cap.event_data(tailers))
         return total
+
+    async def _finish(self, tailers: Mapping[str, FileTailer], status: Mapping[str, Any], reporter: RunReporter) -> None:
+        """The process has ended: record the rest of its output and its outcome.
+
+        A small backlog is recorded before the outcome (so once ``wait``
+        returns, ``logs`` shows everything). If it takes longer than
+        ``_EXIT_DRAIN_S``, the outcome does not wait for it: a
+        ``LogIngestPending`` event, the terminal phase, the rest of the
+        backlog, then ``LogIngestDone`` (after a daemon restart the
+        supervisor resumes runs whose ingest is pending)."""
+        drained = False
+        with anyio.move_on_after(_EXIT_DRAIN_S):
+            await self._drain(tailers, reporter, final=True)
+            drained = True
+        if drained:
+            await self._report_truncation(tailers, reporter)
+            await self._report_outcome(status, reporter)
+            return
+        backlog = sum(max(0, _file_size(t.path) - t.offset) for t in tailers.values())
+        await reporter.record(LOG_INGEST_PENDING, {"bytes": backlog})
+        await self._report_outcome(status, reporter)
+        await self._drain(tailers, reporter, final=True)
+        await self._report_truncation(tailers, reporter)
+        await reporter.record(LOG_INGEST_DONE, {})
+
+    @staticmethod
+    async def _report_truncation(tailers: Mapping[str, FileTailer], reporter: RunReporter) -> None:
+        """At the end of a truncated run: a last ``LogsTruncated`` with the totals (``"final": true``)."""
+        if isinstance(tailers, _Outputs) and tailers.cap.truncated:
+            await reporter.record(LOGS_TRUNCATED, {**tailers.cap.event_data(tailers), "final": True})
 
     @staticmethod
     async def _report_outcome(status: Mapping[str, Any], reporter: RunReporter) -> None:
@@ -272,6 +334,55 @@ class LocalBackend:
 
     async def aclose(self) -> None:
         """Nothing to release: runners are detached and keep running."""
+
+
+LOGS_TRUNCATED = "LogsTruncated"
+
+
+@dataclasses.dataclass
+class _LogCap:
+    """A run's ``local.max_log_bytes`` (None: no cap) and ``keep_log_files``.
+
+    The bytes recorded are the tailers' committed offsets (byte offsets of
+    the files: what a restart resumes from), so the cap holds across
+    restarts. Once a block would pass the cap, nothing more is recorded:
+    the run goes on, and one ``LogsTruncated`` event says so::
+
+        {"max_log_bytes": int, "recorded_bytes": int, "dropped_bytes": int}
+
+    (``dropped_bytes``: what was not recorded when the event was written;
+    the job may write more after it.)
+    """
+
+    max_bytes: int | None
+    keep_files: bool
+    truncated: bool = False
+    reported: bool = False
+    dropped: int = 0
+
+    def allows(self, size: int, tailers: Mapping[str, FileTailer]) -> bool:
+        if self.max_bytes is None:
+            return True
+        # The committed offsets: each tailer's offset before this block was read.
+        recorded = sum(t.offset for t in tailers.values()) - size
+        return recorded + size <= self.max_bytes
+
+    def event_data(self, tailers: Mapping[str, FileTailer]) -> dict[str, Any]:
+        recorded = sum(t.offset for t in tailers.values()) - self.dropped
+        return {"max_log_bytes": self.max_bytes, "recorded_bytes": recorded, "dropped_bytes": self.dropped}
+
+
+class _Outputs(dict[str, FileTailer]):
+    """A run's tailers by stream, with its :class:`_LogCap`."""
+
+    cap: _LogCap
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
 
 
 _KEY_FILE = "key"

@@ -7,14 +7,47 @@ after a reconnect or a daemon restart (see :func:`store.logsplit.split_lines`).
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 from pathlib import Path
 
-from store import split_lines
+from store import LogBlock, split_block, split_lines
 
-__all__ = ["FileTailer"]
+__all__ = ["FileTailer", "punch_hole"]
 
 _READ_CHUNK = 1 << 20
+
+# fallocate(2) modes (linux/falloc.h).
+_FALLOC_FL_KEEP_SIZE = 0x01
+_FALLOC_FL_PUNCH_HOLE = 0x02
+_libc = ctypes.CDLL(None, use_errno=True)
+_fallocate = _libc.fallocate
+_fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+_fallocate.restype = ctypes.c_int
+
+
+def punch_hole(path: Path, start: int, end: int) -> bool:
+    """Free the disk blocks of bytes ``start .. end`` of ``path`` without
+    changing its size or any offset (``fallocate(2)`` with
+    ``FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE``: the range then reads as
+    zeros). Returns False where the filesystem cannot (EOPNOTSUPP) or the
+    file is gone; raises OSError otherwise."""
+    if end <= start:
+        return True
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        if _fallocate(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, start, end - start) != 0:
+            err = ctypes.get_errno()
+            if err in (errno.EOPNOTSUPP, errno.ENOSYS):
+                return False
+            raise OSError(err, f"fallocate(PUNCH_HOLE) of {path}: {os.strerror(err)}")
+    finally:
+        os.close(fd)
+    return True
 
 
 class FileTailer:
@@ -28,6 +61,7 @@ class FileTailer:
     def __init__(self, path: Path, offset: int = 0) -> None:
         self.path = path
         self.offset = offset
+        self._released = 0
         self._fd: int | None = None
 
     def _open(self) -> int | None:
@@ -57,6 +91,46 @@ class FileTailer:
             if consumed == 0 or at_eof:
                 break
         return out
+
+    def read_block(self, stream: str, *, final: bool = False, max_bytes: int = 4 * _READ_CHUNK) -> LogBlock | None:
+        """The complete lines appended since the last call, at most about
+        ``max_bytes`` of them, as one block (None when there are none):
+        one ``pread`` and one cut at the last newline
+        (:func:`store.split_block`), no Python object per line. The offset
+        moves past them; call :meth:`rewind` if recording them fails."""
+        fd = self._open()
+        if fd is None:
+            return None
+        while True:
+            buf = os.pread(fd, max_bytes, self.offset)
+            if not buf:
+                return None
+            at_eof = len(buf) < max_bytes
+            block, consumed = split_block(buf, self.offset, final and at_eof, stream, stream)
+            self.offset += consumed
+            if block is not None or consumed == 0:
+                return block
+
+    def release(self) -> None:
+        """Free the disk space of what was read so far (:func:`punch_hole`
+        up to :attr:`offset`): call once it is committed. The file keeps its
+        size and offsets; the text is then kept once, in the database."""
+        if self.offset > self._released and punch_hole(self.path, self._released, self.offset):
+            self._released = self.offset
+
+    def skip_to_end(self) -> int:
+        """Move the offset to the end of the file without reading; returns the bytes skipped."""
+        try:
+            size = os.stat(self.path).st_size
+        except FileNotFoundError:
+            return 0
+        skipped = max(0, size - self.offset)
+        self.offset += skipped
+        return skipped
+
+    def rewind(self, offset: int) -> None:
+        """Read again from byte ``offset`` (the newest recorded position)."""
+        self.offset = offset
 
     def close(self) -> None:
         """Close the file descriptor (idempotent)."""

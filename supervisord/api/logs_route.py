@@ -1,0 +1,161 @@
+"""``GET /v1/runs/{ref}/logs``: a run's log lines, as plain text by default.
+
+Query parameters:
+
+* ``after_line=N`` (default 0): start after line N (lines are numbered 1,
+  2, 3... per run and never renumbered, so ``after_line=999&limit=1001``
+  is "lines 1000-2000");
+* ``tail=N``: start with the last N lines (after ``after_line``);
+* ``limit=N``: at most N lines (not with ``follow``);
+* ``follow=1``: go on with new lines until the run is terminal and its
+  output backlog recorded (``log_ingest`` not ``"pending"``);
+* ``format``: ``text`` (default), ``ndjson`` or ``blocks``.
+
+``text`` (``text/plain; charset=utf-8``): the lines, each ending with
+``\\n``, copied from the stored blocks (no per-line work; replay runs at
+the speed of reading the database). Header ``X-Jobsup-First-Line`` is the
+number the first line sent will have, so a client that counts newlines
+knows its cursor. With ``follow`` the body ends when the run is terminal
+(no heartbeats: a client wanting them uses ``blocks``).
+
+``ndjson`` (``application/x-ndjson``): one object per line,
+``{"line_no": N, "stream": "stdout"|"stderr", "at": RFC 3339, "text": T}``
+(``at``: when the line was recorded); when following, ``{"heartbeat": seq}``
+while nothing comes and ``{"end": Run}`` last.
+
+``blocks`` (``application/x-ndjson``): one object per stored block part,
+``{"first_line": N, "last_line": M, "text": T}`` (``T``: the lines, each
+ending with ``\\n``), with the same heartbeats and ``{"end": Run}`` as
+``ndjson``: how ``jobsup logs -f`` follows at replay speed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from json.encoder import encode_basestring as _json_str
+from typing import Any
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from store import EventStore, LogLine
+from supervisord.exceptions import UsageError
+from supervisord.supervisor import Supervisor
+
+__all__ = ["FORMATS", "logs_response"]
+
+FORMATS = ("text", "ndjson", "blocks")
+_HEARTBEAT_S = 5.0
+_NDJSON = "application/x-ndjson"
+#: Blocks read per database query in a replay (each up to 4 MiB).
+_BLOCKS_PER_READ = 4
+_MAX_INT = 2**63 - 1
+
+
+def _dumps(obj: Any) -> bytes:
+    return (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+
+
+def _int_param(request: Request, name: str, default: int | None) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise UsageError(f"query parameter {name}={raw!r} must be an integer") from None
+    if not 0 <= value <= _MAX_INT:
+        raise UsageError(f"query parameter {name}={raw!r} must be within 0..{_MAX_INT}")
+    return value
+
+
+def _line_json(line: LogLine, at: str) -> str:
+    """One ``ndjson`` object and its newline, without a JSON encoder per line."""
+    return (
+        f'{{"line_no":{line.line_no:d},"stream":{_json_str(line.stream)},"at":{_json_str(at)},'
+        f'"text":{_json_str(line.text)}}}\n'
+    )
+
+
+def _first_lines(text: bytes, n: int) -> bytes:
+    """The first ``n`` newline-terminated lines of ``text``."""
+    at = 0
+    for _ in range(n):
+        nl = text.find(b"\n", at)
+        if nl < 0:
+            return text
+        at = nl + 1
+    return text[:at]
+
+
+async def logs_response(request: Request, supervisor: Supervisor, store: EventStore) -> Response:
+    """The response of ``GET /v1/runs/{ref}/logs`` (module docstring).
+    Raises UsageError (400) for a bad parameter, RunNotFoundError."""
+    run_id = await supervisor.resolve(request.path_params["ref"])
+    await supervisor.get(run_id)
+    follow = request.query_params.get("follow", "").lower() in ("1", "true", "yes")
+    fmt = request.query_params.get("format") or "text"
+    if fmt not in FORMATS:
+        raise UsageError(f"query parameter format={fmt!r}: use one of {', '.join(FORMATS)}")
+    after = _int_param(request, "after_line", 0) or 0
+    tail = _int_param(request, "tail", None)
+    limit = _int_param(request, "limit", None)
+    if limit is not None and follow:
+        raise UsageError("query parameter limit cannot be combined with follow")
+    if tail is not None:
+        after = max(after, await store.tail_line_no(run_id, tail))
+    stop = _MAX_INT if limit is None else after + limit
+
+    async def text_pages(cursor: int) -> AsyncIterator[tuple[int, int, bytes]]:
+        """``(first_line, last_line, text)`` of what is stored after ``cursor``, up to ``stop``."""
+        while cursor < stop:
+            last, text = await store.log_text(run_id, cursor, _BLOCKS_PER_READ)
+            if last == cursor:
+                return
+            if last > stop:
+                text, last = _first_lines(text, stop - cursor), stop
+            yield cursor + 1, last, text
+            cursor = last
+
+    async def line_pages(cursor: int) -> AsyncIterator[tuple[int, int, bytes]]:
+        while cursor < stop:
+            lines = await store.log_lines(run_id, cursor, min(5000, stop - cursor))
+            if not lines:
+                return
+            ats = await store.event_times({ln.seq for ln in lines})
+            yield cursor + 1, lines[-1].line_no, "".join(_line_json(ln, ats.get(ln.seq, "")) for ln in lines).encode()
+            cursor = lines[-1].line_no
+
+    pages = line_pages if fmt == "ndjson" else text_pages
+
+    async def stream() -> AsyncIterator[bytes]:
+        cursor = after
+        sent_at = anyio.current_time()
+        while True:
+            run = await supervisor.get(run_id)
+            seq = run.last_seq
+            async for _first, last, text in pages(cursor):
+                cursor = last
+                if fmt == "blocks":
+                    yield _dumps({"first_line": _first, "last_line": last, "text": text.decode("utf-8", "replace")})
+                else:
+                    yield text
+                sent_at = anyio.current_time()
+            if not follow:
+                return
+            if run.terminal and run.log_ingest != "pending":
+                if fmt != "text":
+                    yield _dumps({"end": run.to_json()})
+                return
+            got = await store.wait_for_events(seq, run_ids=[run_id], limit=1, timeout_s=_HEARTBEAT_S)
+            # A heartbeat also when the run's events bring no line past the
+            # cursor for a while (following from a line still to come): the
+            # client takes a silent stream for a dead daemon.
+            if fmt != "text" and (not got or anyio.current_time() - sent_at >= _HEARTBEAT_S):
+                yield _dumps({"heartbeat": seq})
+                sent_at = anyio.current_time()
+
+    media = "text/plain; charset=utf-8" if fmt == "text" else _NDJSON
+    return StreamingResponse(stream(), media_type=media, headers={"X-Jobsup-First-Line": str(after + 1)})

@@ -1,0 +1,124 @@
+"""Log blocks: the same output fed through reads of random sizes, replays
+from random earlier positions and both append forms is stored byte-identical
+to what :func:`store.split_lines` makes of the whole output at once."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from store_helpers import lines, submitted
+
+from store import MAX_LINE_BYTES, EventStore, LogBlock, split_block, split_lines
+
+pytestmark = pytest.mark.anyio
+
+
+def _random_output(rng: random.Random, n_lines: int) -> bytes:
+    parts = []
+    for _ in range(n_lines):
+        kind = rng.random()
+        if kind < 0.75:
+            parts.append(b"line %d %s\n" % (rng.randrange(10**6), b"x" * rng.randrange(0, 120)))
+        elif kind < 0.83:
+            parts.append("é€𝄞 ünïcode %d\n".format().encode() % rng.randrange(100))
+        elif kind < 0.88:
+            parts.append(b"crlf line\r\n")
+        elif kind < 0.92:
+            parts.append(b"bad \xff\xfe utf8 \xe2\x82\n")
+        elif kind < 0.95:
+            parts.append(b"\n")
+        elif kind < 0.97:
+            parts.append(b"L" * rng.randrange(MAX_LINE_BYTES - 5, 3 * MAX_LINE_BYTES) + b"\n")
+        else:
+            parts.append(("€" * rng.randrange(20000, 40000)).encode() + b"\n")  # long multi-byte lines
+    if rng.random() < 0.5:
+        parts.append(b"no newline at the end")
+    return b"".join(parts)
+
+
+def _expected(data: bytes) -> tuple[bytes, list[str]]:
+    ref, consumed = split_lines(data, 0, final=True)
+    assert consumed == len(data)
+    return "".join(t + "\n" for _, t in ref).encode(), [p for p, _ in ref]
+
+
+@pytest.mark.parametrize("seed", range(3))
+async def test_random_reads_and_replays_store_the_text_exactly_once(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    data = _random_output(rng, 3000)
+    expected_text, expected_positions = _expected(data)
+    async with await EventStore.open(tmp_path / "jobsup.db", synchronous="OFF") as store:
+        [sub] = await store.append("r1", 0, [submitted()])
+        version = sub.version
+        written = 0  # how much of the output the job has written so far
+        offset = 0  # the tailer's read offset
+        recorded: list[int] = [0]  # positions recorded so far (where a reconnect may resume)
+        while True:
+            written = min(len(data), written + rng.randrange(1, 300_000))
+            final = written == len(data)
+            while True:
+                buf = data[offset : min(written, offset + rng.randrange(1, 500_000))]
+                at_eof = offset + len(buf) == written
+                block, consumed = split_block(buf, offset, final and at_eof, "stdout", "stdout")
+                if block is None:
+                    break
+                if rng.random() < 0.3:  # the per-line form of the same lines (as Kubernetes sends them)
+                    pairs, consumed = split_lines(buf, offset, final and at_eof)
+                    [event] = await store.append("r1", version, [lines(pairs)])
+                else:
+                    [event] = await store.append_log("r1", version, [block])
+                version = event.version
+                offset += consumed
+                if event.data["line_count"]:
+                    recorded.append(int(event.data["last_pos"]))
+                if rng.random() < 0.15:  # a reconnect: read again from an earlier recorded position
+                    offset = rng.choice(recorded)
+                if at_eof:
+                    break
+            if final and offset == len(data):
+                break
+        last, text = await store.log_text("r1", 0, max_blocks=10**6)
+        assert text == expected_text
+        assert last == len(expected_positions)
+        got = await store.log_lines("r1", limit=10**6)
+        assert [ln.pos for ln in got] == expected_positions
+        assert [ln.line_no for ln in got] == list(range(1, len(expected_positions) + 1))
+        assert "".join(ln.text + "\n" for ln in got).encode() == expected_text
+        run = await store.get_run("r1")
+        assert run is not None and run.log_lines == len(expected_positions)
+        # paging from anywhere inside a block gives the same lines
+        for _ in range(20):
+            after = rng.randrange(0, len(expected_positions) + 1)
+            last, part = await store.log_text("r1", after, max_blocks=10**6)
+            assert part == "".join(ln.text + "\n" for ln in got[after:]).encode()
+
+
+async def test_a_replayed_block_is_trimmed_at_the_newest_position(store: EventStore) -> None:
+    await store.append("r1", 0, [submitted()])
+    data = b"aa\nbbb\ncccc\n"
+    [e1] = await store.append_log("r1", 1, [LogBlock("stdout", "stdout", data[:7], start=0)])
+    assert (e1.data["first_line"], e1.data["line_count"], e1.data["first_pos"], e1.data["last_pos"]) == (1, 2, "3", "7")
+    # the whole range again: only "cccc" is new
+    [e2] = await store.append_log("r1", 2, [LogBlock("stdout", "stdout", data, start=0)])
+    assert (e2.data["first_line"], e2.data["line_count"], e2.data["replayed"], e2.data["first_pos"]) == (3, 1, 2, "12")
+    # nothing new at all: an audit record of the replay, no line
+    [e3] = await store.append_log("r1", 3, [LogBlock("stdout", "stdout", data[3:], start=3)])
+    assert (e3.data["line_count"], e3.data["replayed"]) == (0, 2)
+    assert [ln.text for ln in await store.log_lines("r1")] == ["aa", "bbb", "cccc"]
+    assert await store.last_log_position("r1", "stdout") == "12"
+    assert e2.data["sha256"].startswith("sha256:") and e2.data["bytes"] == 5
+
+
+async def test_malformed_blocks_are_refused(store: EventStore) -> None:
+    await store.append("r1", 0, [submitted()])
+    with pytest.raises(ValueError, match="ending with a newline"):
+        await store.append_log("r1", 1, [LogBlock("stdout", "stdout", b"no newline", start=0)])
+    with pytest.raises(ValueError, match="exactly one of start and positions"):
+        await store.append_log("r1", 1, [LogBlock("stdout", "stdout", b"a\n")])
+    with pytest.raises(ValueError, match="2 lines but 1 positions"):
+        await store.append_log("r1", 1, [LogBlock("stdout", "stdout", b"a\nb\n", positions=("1",))])
+    with pytest.raises(ValueError, match="must not hold a newline"):
+        await store.append("r1", 1, [lines([("1", "two\nlines")])])
+    assert (await store.get_run("r1")).version == 1  # type: ignore[union-attr]
