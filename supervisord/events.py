@@ -45,6 +45,11 @@ __all__ = [
     "HELD",
     "HOLD_RELEASED",
     "RESOURCES_FREED",
+    "HOOK_DELIVERED",
+    "HOOK_FAILED",
+    "LOG_INGEST_PENDING",
+    "LOG_INGEST_DONE",
+    "LOGS_TRUNCATED",
 ]
 
 
@@ -90,7 +95,14 @@ define(
         "task_file": "str | None: the task file's path",
         "manifest": "str | None: the Kubernetes manifest path given at submit",
         "cwd": "str: the client's working directory",
-        "submitted_by_uid": "int",
+        "submitted_by_uid": "int: the daemon's uid (the API peer's when over the Unix socket)",
+        "submitted_by_pid": "int: the API peer's pid (over the Unix socket)",
+        "umask": "str: the submitting shell's umask, 4 octal digits; a local run's files get it",
+        "request_id": "str: the client's random id for this submit (1-64 chars), to find it after a lost connection",
+        "on_done": "[str]: `submit --on-done` argv, run by the on-done hook when the run ends",
+        "scheduling": "{gpus: int, queue: str, priority: int -1000..1000, after: [run id], after_any: [run id], hold: bool}"
+        " (supervisord.scheduler.options)",
+        "rerun_of": "str: the run id this run reruns (`jobsup rerun`, the UI)",
     },
 )
 define(
@@ -117,7 +129,14 @@ define(
         "lines": "*required* [[pos: str, text: str], ...]: pos unique within (run, source)",
     },
 )
-define(CANCEL_REQUESTED, writer="supervisor, when a cancel starts", data={})
+define(
+    CANCEL_REQUESTED,
+    writer="supervisor, when a cancel starts",
+    data={
+        "requested_by_uid": "int: the API peer's uid (over the Unix socket)",
+        "requested_by_pid": "int: the API peer's pid (over the Unix socket)",
+    },
+)
 CANCEL_FAILED: Final = define(
     "CancelFailed",
     writer="supervisor, when the backend could not stop the run (the run goes on; cancel again)",
@@ -165,12 +184,72 @@ CLEANUP_FAILED: Final = define(
 ADMITTED: Final = define(
     "Admitted",
     writer="scheduler, when a queued run is admitted (with its move to SCHEDULING)",
-    data={"queue": "str", "slot": "the admission slot", "gpus": "[str]: the GPUs it holds", "waited_s": "time waited"},
+    data={
+        "queue": "str",
+        "in_queue": "int: runs started in the queue, this one included",
+        "max_parallel": "int | None: the queue's cap",
+        "gpus": "[{index, uuid, name, memory}]: the GPUs it holds",
+        "waited_s": "float: seconds since submit",
+    },
 )
 HELD: Final = define("Held", writer="scheduler, on `jobsup hold`", data={})
 HOLD_RELEASED: Final = define("HoldReleased", writer="scheduler, on `jobsup release`", data={})
 RESOURCES_FREED: Final = define(
     "ResourcesFreed",
     writer="scheduler, when an admitted run ends",
-    data={"queue": "str", "gpus": "[str]: the GPUs it held"},
+    data={"queue": "str", "gpus": "[str]: the UUIDs of the GPUs it held"},
+)
+
+# -- hooks -------------------------------------------------------------------------
+# (the constants live in supervisord.hooks.delivery; shapes as its docstring says)
+
+_HOOK_DATA = {
+    "hook": "*required* str: the hook's name (on-done for `submit --on-done`)",
+    "kind": "*required* command | webhook",
+    "event_seq": "*required* int: the PhaseChanged it ran for",
+    "phase": "str: that event's phase",
+    "attempt": "int: 1, 2, ...",
+    "duration_s": "float",
+    "exit_code": "int: command hooks (None in HookFailed when there was none)",
+    "status": "int: webhooks, the HTTP status (None in HookFailed when there was none)",
+    "output": "str: the first 4 KiB of the output or response body; absent when empty",
+}
+HOOK_DELIVERED: Final = define(
+    "HookDelivered",
+    writer="hooks, when a hook ran for one of the run's phase changes and succeeded",
+    data=_HOOK_DATA,
+)
+HOOK_FAILED: Final = define(
+    "HookFailed",
+    writer="hooks, after each failed attempt of a hook",
+    data={
+        **_HOOK_DATA,
+        "error": "*required* str: a short reason",
+        "final": "*required* bool: no further attempt for this event",
+        "retry_in_s": "float: when not final",
+    },
+)
+
+# -- log ingestion (written once the `logs` branch is merged; defined ahead so
+# the catalog and the schemas are ready) --------------------------------------------
+
+LOG_INGEST_PENDING: Final = define(
+    "LogIngestPending",
+    writer="local backend, when the run's process ended with output not all recorded (before its terminal phase)",
+    data={"bytes": "int: the backlog's size when recorded"},
+)
+LOG_INGEST_DONE: Final = define(
+    "LogIngestDone",
+    writer="local backend, when the backlog announced by LogIngestPending is recorded",
+    data={},
+)
+LOGS_TRUNCATED: Final = define(
+    "LogsTruncated",
+    writer="local backend, when local.max_log_bytes stops recording a run's output (the run goes on)",
+    data={
+        "max_log_bytes": "int",
+        "recorded_bytes": "int",
+        "dropped_bytes": "int: not recorded when the event was written",
+        "final": "bool: the last one, at the run's end, with the totals",
+    },
 )

@@ -47,6 +47,7 @@ from supervisord.exceptions import (
     RunNotFoundError,
     TaskError,
 )
+from supervisord.lifecycle import ACTIVE_PHASES
 from supervisord.task import BACKENDS, Task
 
 __all__ = ["TOOLS", "Handlers", "JobsupTools", "Tool", "ToolError", "build_server", "serve", "triage_suggestion"]
@@ -325,7 +326,7 @@ def triage_suggestion(run: dict[str, Any]) -> str:
         return _SUGGESTIONS[reason]
     if phase == "COMPLETED":
         return "the run completed: read its logs for results"
-    if phase in ("QUEUED", "SCHEDULING", "STAGING", "RUNNING"):
+    if phase in ACTIVE_PHASES:
         return f"the run is {phase}: `wait` for it (after_seq={run.get('last_seq')})"
     if phase == "CANCELED":
         return "the run was canceled; submit again if it should run"
@@ -383,21 +384,20 @@ class JobsupTools:
         )
 
     def submit(self, args: dict[str, Any]) -> dict[str, Any]:
-        """Submit a run (the CLI's submit path); scheduling options go
-        through only when this jobsup's Task knows them."""
-        from supervisord.cli.runs_cmd import task_wire
+        """Submit a run: the same request as ``jobsup submit`` (scheduling
+        options in the task, ``hold`` in the body, a ``request_id`` and the
+        server's umask)."""
+        import secrets
+
+        from supervisord.cli.runs_cmd import _current_umask, task_wire
 
         cwd = self._path(args.get("cwd"))
         if not cwd.is_dir():
             raise ToolError(f"cwd: {cwd} is not a folder")
         task = self._task(args, cwd)
-        known = {f.name for f in dataclasses.fields(Task)}
-        sched = {k: args[k] for k in _SCHEDULING_FIELDS if k in args}
-        for key in sched:
-            if key not in known:
-                raise ToolError(f"{key}: this jobsup does not support the scheduling option {key!r} yet")
+        sched = {k: args[k] for k in _SCHEDULING_FIELDS if k != "hold" and args.get(k) not in (None, [])}
         if sched:
-            task = dataclasses.replace(task, **sched)
+            task = task.with_overrides(scheduling=sched)
         if not task.run:
             raise TaskError("command: no command: give `command` or a task file with `run:`")
         layers = cfg.load_client_layers(task=task, cli_config=list(args.get("config") or []), cwd=cwd)
@@ -407,6 +407,9 @@ class JobsupTools:
             "cwd": str(cwd),
             "rev": args.get("rev") or "HEAD",
             "force": bool(args.get("force")),
+            "hold": bool(args.get("hold")),
+            "request_id": secrets.token_hex(8),
+            "umask": f"{_current_umask():04o}",
         }
         result = self.client.submit(body)
         return {"run": result["run"], "warnings": list(result.get("warnings") or [])}
@@ -436,8 +439,13 @@ class JobsupTools:
         """``jobsup show RUN -o json``."""
         doc = self._run("run", args["run"])
         sub = doc.get("submitted") or {}
-        return {**doc["run"], "command": sub.get("command"), "timeout_s": sub.get("timeout_s"), "source": sub.get("source"),
+        full = {**doc["run"], "command": sub.get("command"), "timeout_s": sub.get("timeout_s"), "source": sub.get("source"),
                 "env": sub.get("env"), "config": sub.get("config")}
+        if sub.get("on_done"):
+            full["on_done"] = sub["on_done"]
+        if doc.get("hooks"):
+            full["hooks"] = [{"type": e["type"], "seq": e["seq"], "at": e["at"], **e["data"]} for e in doc["hooks"]]
+        return full
 
     def _lines(self, ref: str, *, tail: int | None = None, after_line: int = 0) -> Generator[dict[str, Any], None, None]:
         try:
@@ -529,11 +537,8 @@ class JobsupTools:
         return {"events": out, "last_seq": out[-1]["seq"] if out else after, "more": more}
 
     def queue(self, args: dict[str, Any]) -> dict[str, Any]:
-        """``jobsup queue -o json`` (needs a daemon with the scheduler)."""
-        fn: Callable[[], dict[str, Any]] | None = getattr(self.client, "queue", None)
-        if fn is None:
-            raise ToolError("queue: this jobsup has no scheduler queue yet")
-        return dict(fn())
+        """``jobsup queue -o json``: ``{"waiting", "gpus", "queues"}``."""
+        return dict(self.client.queue())
 
     def doctor(self, args: dict[str, Any]) -> dict[str, Any]:
         """The daemon's checks (a failing check is data, not a tool error)."""

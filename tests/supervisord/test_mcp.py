@@ -251,12 +251,11 @@ async def test_bad_input_is_a_tool_error_naming_the_field_and_records_nothing(js
 
 async def test_queue_and_render(js: JobsupEnv, repo: Path) -> None:
     async with mcp(js, repo) as s:
-        result = await s.call_tool("queue", {})
-        assert isinstance(result, types.CallToolResult)
-        if result.is_error:  # no scheduler in this jobsup yet
-            assert result.content[0].text.startswith("queue: ")  # type: ignore[union-attr]
-        else:
-            schemas.validate("queue", result.structured_content)
+        out = await call(s, "queue", {})
+        schemas.validate("queue", out)
+        cli = json.loads(js.cli("queue", "-o", "json").stdout)
+        schemas.validate("queue", cli)
+        assert set(out) == set(cli) == {"waiting", "gpus", "queues"}
         # No manifest in this repository: a tool error naming it.
         msg = await call_error(s, "render", {"command": "python train.py"})
         assert "k8s.yaml" in msg
@@ -273,24 +272,45 @@ async def test_queue_and_render(js: JobsupEnv, repo: Path) -> None:
         assert any(o["kind"] == "Job" for o in out["objects"])
 
 
-async def test_scheduling_options_pass_through_or_are_refused(js: JobsupEnv, repo: Path) -> None:
-    """Each scheduling option reaches the daemon when this jobsup's task
-    knows it; otherwise it is a tool error naming it, and nothing is recorded."""
-    import dataclasses
-
-    from supervisord.task import Task
-
-    known = {f.name for f in dataclasses.fields(Task)}
+async def test_scheduling_options_reach_the_scheduler(js: JobsupEnv, repo: Path) -> None:
+    """The scheduling options go through the CLI's submit request: `hold`
+    gives a QUEUED run with reason Held, the others are recorded in its
+    Submitted `scheduling`; the queue tool shows it; bad values are refused
+    with nothing recorded."""
     async with mcp(js, repo) as s:
-        for key, value in (("queue", "gpu"), ("priority", 5), ("gpus", 0), ("after", ["ffffffffffff"]), ("hold", True)):
-            if key in known:
-                continue
-            before = _events_count(js)
-            msg = await call_error(s, "submit", {"command": "true", key: value})
-            assert msg.startswith(f"{key}: "), msg
-            assert _events_count(js) == before
+        dep = await call(s, "submit", {"command": "sh ok.sh", "name": "sched-dep", "force": True})
+        dep_id = dep["run"]["id"]
+        out = await call(s, "submit", {
+            "command": "true", "name": "sched-held", "queue": "gpu", "priority": 5, "gpus": 0,
+            "after_any": [dep_id[:6]], "hold": True,
+        })
+        run_id = out["run"]["id"]
+        deadline = time.monotonic() + 30
+        while True:
+            run = await call(s, "show", {"run": run_id})
+            if run["reason"] == "Held" or time.monotonic() > deadline:
+                break
+            await anyio.sleep(0.2)
+        assert (run["phase"], run["reason"]) == ("QUEUED", "Held"), run
+        events = (await call(s, "events", {"run": run_id}))["events"]
+        submitted = events[0]["data"]
+        assert submitted["scheduling"] == {
+            "gpus": 0, "queue": "gpu", "priority": 5, "after": [], "after_any": [dep_id], "hold": True,
+        }
+        assert submitted["request_id"] and submitted["umask"]
+        queue = await call(s, "queue", {})
+        assert any(w["id"] == run_id and w["held"] and w["queue"] == "gpu" for w in queue["waiting"]), queue
+        schemas.validate("queue", queue)
+        js.cli("release", run_id)
+        await call(s, "wait", {"runs": [run_id], "timeout_s": 60})
+        assert (await call(s, "show", {"run": run_id}))["phase"] == "COMPLETED"
+
+        before = _events_count(js)
         msg = await call_error(s, "submit", {"command": "true", "priority": 5000})
         assert msg.startswith("priority: "), msg
+        msg = await call_error(s, "submit", {"command": "true", "after": ["ffffffffffff"]})
+        assert msg.startswith("--after ffffffffffff: "), msg
+        assert _events_count(js) == before
 
 
 async def test_no_daemon_and_no_autostart_is_a_tool_error(tmp_path: Path) -> None:

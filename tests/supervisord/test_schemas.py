@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,34 @@ def test_local_outputs_match_their_schemas(js: JobsupEnv) -> None:
 
     check("config", json.loads(js.cli("config", "show", "-o", "json", cwd=repo).stdout))
     check("config-origin", json.loads(js.cli("config", "show", "--origin", "-o", "json", cwd=repo).stdout))
+
+
+def test_scheduler_and_hook_outputs_match_their_schemas(js: JobsupEnv) -> None:
+    """Queued, held, released and hooked runs: `queue`, `hold`/`release`,
+    `show` (with its on_done and hooks) and the events they record."""
+    repo = make_repo(js.root / "sched", {"nap.sh": "sleep 3\necho ok\n", "ok.sh": "echo ok\n", "hook.sh": "echo hooked\nexit 3\n"})
+    first = js.submit(repo, "--name", "first", "--", "sh", "nap.sh")
+    held = js.submit(repo, "--name", "held", "--queue", "batch", "--priority", "7", "--after-any", first,
+                     "--on-done", "sh hook.sh", "--", "sh", "ok.sh")
+    check("runs", json.loads(js.cli("hold", held, "-o", "json").stdout))
+    queue = json.loads(js.cli("queue", "-o", "json").stdout)
+    check("queue", queue)
+    assert any(w["id"] == held and w["held"] and w["queue"] == "batch" for w in queue["waiting"]), queue
+    check("runs", json.loads(js.cli("release", held, "-o", "json").stdout))
+    assert js.cli("wait", held, "--timeout", "60s", check=False).returncode == 0
+    # The on-done hook (exit 3) is recorded after the terminal phase.
+    for _ in range(100):
+        detail = js.show(held)
+        if detail.get("hooks"):
+            break
+        time.sleep(0.2)
+    check("run-detail", detail)
+    assert detail["on_done"] == ["sh", "hook.sh"] and detail["hooks"][0]["type"] == "HookFailed", detail
+    check("queue", json.loads(js.cli("queue", "-o", "json").stdout))
+    events = ndjson(js.cli("events", held, "-o", "json").stdout)
+    assert {"Submitted", "Held", "HoldReleased", "Admitted", "HookFailed"} <= {e["type"] for e in events}, events
+    for ev in events:
+        check("event", ev)
 
 
 def test_kubernetes_outputs_match_their_schemas(tmp_path: Path) -> None:
