@@ -45,7 +45,10 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
-import aiosqlite
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: the CLI imports LogBlock, not the engine
+    import aiosqlite
 
 from store.types import LogLine
 

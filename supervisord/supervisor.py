@@ -495,6 +495,7 @@ class Supervisor:
             submitted=dict(submitted),
             manifest=str(submitted["manifest"]) if submitted.get("manifest") else None,
             env_digests=_env_digests(submitted),
+            umask=str(submitted["umask"]) if submitted.get("umask") else None,
         )
 
     # -- scheduling (driven by supervisord.scheduler) ------------------------------

@@ -74,6 +74,9 @@ class RunSpec:
     env_digests: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
     """NAME -> the keyed digest the Submitted event recorded for each env value
     (never a value), for backends that record which env a run got."""
+    umask: str | None = None
+    """The submitting shell's umask as octal text (``"0022"``), for backends
+    whose jobs create files on this machine; None: keep the daemon's."""
 
 
 @runtime_checkable

@@ -215,15 +215,17 @@ def test_runner_refuses_a_snapshot_changed_after_submit(tmp_path: Path) -> None:
     subprocess.run(["git", "-C", str(src), "archive", "--format=tar", "-o", str(tar), "HEAD"], check=True)
     run_dir = tmp_path / "run"
     run_dir.mkdir(mode=0o700)
+    status_path = tmp_path / "status"
     spec = {"command": "bash job.sh", "env": {}, "timeout_s": 60, "kill_grace_s": 1, "shell": "bash",
-            "snapshot": str(tar), "snapshot_sha256": "0" * 64}
+            "snapshot": str(tar), "snapshot_sha256": "0" * 64, "run_id": "0123456789ab",
+            "status_path": str(status_path), "status_key": "00" * 32}
     subprocess.run([sys.executable, "-m", "supervisord.backends.local.runner", str(run_dir)],
                    input=json.dumps(spec).encode(), check=True, timeout=30)
     deadline = time.monotonic() + 30
     status: dict[str, object] = {}
     while time.monotonic() < deadline:
         try:
-            status = json.loads((run_dir / "status.json").read_text())
+            status = json.loads(status_path.read_bytes().split(b"\n", 1)[0])
         except (FileNotFoundError, ValueError):
             status = {}
         if status.get("state") == "exited":

@@ -38,7 +38,8 @@ TABLE = [
     ("ERROR", False, "COMPLETED", False, FINAL),
     ("CANCELED", False, "RUNNING", False, FINAL),
     ("DELETED", False, "CANCELED", True, FINAL),  # not even a cancel reopens a terminal run
-    ("RUNNING", True, "COMPLETED", False, CANCEL),
+    # An exit 0 is never the cancel's doing: the run finished first and keeps it.
+    ("RUNNING", True, "COMPLETED", False, R),
     ("RUNNING", True, "ERROR", False, CANCEL),
     ("RUNNING", True, "CANCELED", True, R),
     ("STAGING", True, "RUNNING", False, R),  # a cancel only owns the terminal outcome

@@ -362,7 +362,11 @@ def test_task_and_name_validation(js: JobsupEnv, repo: Path) -> None:
     assert r.returncode == 2 and "--name" in r.stderr
     r = js.cli("submit", "--name", "x" * 64, "--", "true", cwd=repo, check=False)
     assert r.returncode == 2 and "63" in r.stderr
+    # Local runs get GPUs from the scheduler: more than the machine has is
+    # refused with the count; a Kubernetes run's GPUs stay in its manifest.
     r = js.cli("submit", "--gpus", "2", "--", "true", cwd=repo, check=False)
+    assert r.returncode == 2 and "--gpus" in r.stderr and "has 0" in r.stderr
+    r = js.cli("submit", "--backend", "kubernetes", "--gpus", "2", "--", "true", cwd=repo, check=False)
     assert r.returncode == 2 and "manifest" in r.stderr
     (repo / "listcfg.yaml").write_text("run: echo a\nconfig: []\n")
     r = js.cli("submit", "listcfg.yaml", cwd=repo, check=False)

@@ -108,7 +108,7 @@ class LocalBackend:
                 "status_path": str(status_path),
                 "status_key": _run_key(spec.run_dir).hex(),
                 "snapshot_sha256": spec.snapshot_sha256,
-                "umask": spec.submitted.get("umask"),
+                "umask": spec.umask,
             }
         ).encode()
 

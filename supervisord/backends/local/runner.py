@@ -661,7 +661,18 @@ def command() -> list[str]:
     return [sys.executable, "-I", "-S", "-c", code]
 
 
-_SPEC_FIELDS = ("run_id", "command", "shell", "snapshot", "status_path", "status_key", "timeout_s", "kill_grace_s")
+_SPEC_FIELDS = (
+    "run_id",
+    "command",
+    "shell",
+    "snapshot",
+    "status_path",
+    "status_key",
+    "timeout_s",
+    "kill_grace_s",
+    "snapshot_sha256",
+    "umask",
+)
 
 
 def _pack_spec(spec: dict[str, Any]) -> bytes:

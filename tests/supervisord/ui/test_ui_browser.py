@@ -58,6 +58,19 @@ def _stored_lines(js: JobsupEnv, run_id: str) -> list[tuple[int, str]]:
     return [(int(d["line_no"]), str(d["text"])) for d in map(json.loads, out.splitlines()) if "line_no" in d]
 
 
+def _wait_lines(page: Any, n: int, *, exact: bool = False, timeout_s: float = 60.0) -> None:
+    """Wait until the log shows ``n`` lines (at least ``n`` unless ``exact``),
+    polling from Python: the page's CSP forbids the eval that
+    ``wait_for_function`` with a string would need."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        count = page.locator("#log .ln").count()
+        if count == n or (not exact and count >= n):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the log shows {page.locator('#log .ln').count()} lines, not {n}, after {timeout_s}s")
+
+
 def _wait_for(pred: Any, what: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -80,7 +93,7 @@ def test_live_run_page_cancel_rerun_and_daemon_restart(js: JobsupEnv, repo: Path
     page.click(f"#run-{run_id} a")
     page.wait_for_url(re.compile(f"/runs/{run_id}$"))
     # Lines arrive live, in order, each once.
-    page.wait_for_function("document.querySelectorAll('#log .ln').length >= 20", timeout=60_000)
+    _wait_lines(page, 20, exact=False, timeout_s=60)
     lines = _dom_lines(page)
     assert [n for n, _ in lines] == list(range(1, len(lines) + 1))
     assert page.locator("#log .ln.stderr").count() > 0 and page.locator("#log .ln.stdout").count() > 0
@@ -92,7 +105,7 @@ def test_live_run_page_cancel_rerun_and_daemon_restart(js: JobsupEnv, repo: Path
     assert js.stop_daemon() == 0
     time.sleep(1.0)
     js.start_daemon()
-    page.wait_for_function(f"document.querySelectorAll('#log .ln').length >= {before + 40}", timeout=90_000)
+    _wait_lines(page, before + 40, exact=False, timeout_s=90)
     lines = _dom_lines(page)
     assert [n for n, _ in lines] == list(range(1, len(lines) + 1)), "a line is missing or doubled"
     stored = dict(_stored_lines(js, run_id))
@@ -113,7 +126,7 @@ def test_live_run_page_cancel_rerun_and_daemon_restart(js: JobsupEnv, repo: Path
     new_id = page.url.rsplit("/", 1)[1]
     shown = js.show(new_id)
     assert shown["name"] == js.show(run_id)["name"]
-    page.wait_for_function("document.querySelectorAll('#log .ln').length >= 5", timeout=60_000)
+    _wait_lines(page, 5, exact=False, timeout_s=60)
     page.once("dialog", lambda d: d.accept())
     page.click("#cancel")
     page.wait_for_selector("#phase.CANCELED", timeout=60_000)
@@ -140,9 +153,9 @@ def test_long_log_shows_the_tail_and_loads_earlier_lines(js: JobsupEnv, repo: Pa
     assert [n for n, _ in lines] == list(range(1501, 2501))
     assert lines[-1] == (2500, "line 2500")
     page.click("#earlier")
-    page.wait_for_function("document.querySelectorAll('#log .ln').length == 2000", timeout=30_000)
+    _wait_lines(page, 2000, exact=True, timeout_s=30)
     page.click("#earlier")
-    page.wait_for_function("document.querySelectorAll('#log .ln').length == 2500", timeout=30_000)
+    _wait_lines(page, 2500, exact=True, timeout_s=30)
     lines = _dom_lines(page)
     assert lines == [(n, f"line {n}") for n in range(1, 2501)]
     assert page.locator("#earlier").count() == 0

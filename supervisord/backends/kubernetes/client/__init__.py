@@ -5,3 +5,7 @@ errors by status (:mod:`.errors`), objects and their resource paths
 Knows nothing of runs, the event store or the manifest contract beyond the
 run label it selects on.
 """
+
+from supervisord.backends.kubernetes.client import access, errors, resources, watches
+
+__all__ = ["access", "errors", "resources", "watches"]

@@ -7,3 +7,7 @@ Imports nothing of the cluster client, the event store or httpx (an
 import-linter contract in pyproject.toml holds it to that): ``jobsup
 render`` and tests use it without a cluster.
 """
+
+from supervisord.backends.kubernetes.manifest import inject, lint, load, render, sandbox, script
+
+__all__ = ["inject", "lint", "load", "render", "sandbox", "script"]
