@@ -100,7 +100,9 @@ async def latency(runs: int) -> tuple[list[float], list[float]]:
         async with await EventStore.open(folder / "jobsup.db", synchronous="FULL") as store:
             ids = [f"{i:012x}" for i in range(runs)]
             for run_id in ids:
-                await store.append(run_id, 0, [NewEvent("Submitted", {"project": "bench", "name": "n", "backend": "local"})])
+                await store.append(
+                    run_id, 0, [NewEvent("Submitted", {"project": "bench", "name": "n", "backend": "local"})]
+                )
             hook = HookSpec(name="bench", when=frozenset({"COMPLETED"}), webhook=WebhookTarget(receiver.url))
             service = HookService(store, [hook], env={})
             seen: dict[int, int] = {}

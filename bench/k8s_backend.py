@@ -30,7 +30,6 @@ import os
 import resource
 import sqlite3
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -187,8 +186,20 @@ def _run(args: argparse.Namespace, env: BenchEnv, sim: SimCluster, fifo_dir: Pat
             Figure("all_running_s", all_running_s, "s"),
             Figure("idle_cpu_pct", 100 * idle_cpu, "% core", "< 5", 100 * idle_cpu < 5),
             Figure("idle_rss_mib", idle_rss / 2**20, "MiB"),
-            Figure("status_to_event_p50_ms", 1000 * percentile(latencies, 50), "ms", "< 1000", percentile(latencies, 50) < 1),
-            Figure("status_to_event_p99_ms", 1000 * percentile(latencies, 99), "ms", "< 1000", percentile(latencies, 99) < 1),
+            Figure(
+                "status_to_event_p50_ms",
+                1000 * percentile(latencies, 50),
+                "ms",
+                "< 1000",
+                percentile(latencies, 50) < 1,
+            ),
+            Figure(
+                "status_to_event_p99_ms",
+                1000 * percentile(latencies, 99),
+                "ms",
+                "< 1000",
+                percentile(latencies, 99) < 1,
+            ),
             Figure("status_to_event_max_ms", 1000 * max(latencies), "ms"),
             Figure("peak_rss_mib", peak_rss / 2**20, "MiB"),
         ],

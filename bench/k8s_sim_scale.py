@@ -105,10 +105,14 @@ def main() -> None:
     print(f"all Jobs Complete (s)        {t_complete:.1f}")
     print(f"watch events seen            {watch_events}")
     print(f"simulator loop CPU (s)       {cpu_loop:.1f}")
-    print(f"  of which while running     {steady_loop:.1f} over {steady_wall:.1f}s = {100 * steady_loop / max(steady_wall, 1e-9):.0f}% of a core")
+    print(
+        f"  of which while running     {steady_loop:.1f} over {steady_wall:.1f}s = {100 * steady_loop / max(steady_wall, 1e-9):.0f}% of a core"
+    )
     print(f"this process CPU (s)         {cpu_proc:.1f}  (simulator + kubernetes client + watch)")
     print(f"this process RSS (MiB)       {rss_mib:.0f}")
-    print(f"containers CPU (s)           {children.children_user + children.children_system:.1f}  (bash, sleep, unshare)")
+    print(
+        f"containers CPU (s)           {children.children_user + children.children_system:.1f}  (bash, sleep, unshare)"
+    )
 
 
 if __name__ == "__main__":

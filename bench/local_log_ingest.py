@@ -46,7 +46,6 @@ from typing import Any
 from _harness import EMIT_PY, BenchEnv, Figure, PeakRss, cpu_seconds, load_average, make_repo, report
 
 
-
 def _read_marker(path: Path, timeout_s: float) -> tuple[float, float, int]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -206,7 +205,9 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="100,000 lines instead of 1,000,000")
     parser.add_argument("-n", type=int, help="lines")
     parser.add_argument(
-        "--profile", type=Path, help="py-spy the daemon while it ingests, into this file (collapsed stacks, native frames)"
+        "--profile",
+        type=Path,
+        help="py-spy the daemon while it ingests, into this file (collapsed stacks, native frames)",
     )
     args = parser.parse_args()
     n = args.n or (100_000 if args.small else 1_000_000)
@@ -228,7 +229,9 @@ def main() -> None:
         Figure("jobsup_daemon_cpu_s_per_million_lines", js["cpu_visible_s"] * per_m, "s"),
         Figure("jobsup_daemon_cpu_s_incl_completion", js["cpu_terminal_s"], "s"),
         Figure("jobsup_daemon_peak_rss_mb", js["peak_rss"] / 2**20, "MB"),
-        Figure("db_bytes_per_log_byte", js["db_bytes"] / js["bytes"], "x", "<= 1.3", js["db_bytes"] / js["bytes"] <= 1.3),
+        Figure(
+            "db_bytes_per_log_byte", js["db_bytes"] / js["bytes"], "x", "<= 1.3", js["db_bytes"] / js["bytes"] <= 1.3
+        ),
         Figure("supervisor_job_s", sup["job_s"], "s"),
         Figure("supervisor_log_complete_after_exit_s", sup["complete_after_exit_s"], "s"),
         Figure("supervisord_cpu_s", sup["cpu_s"], "s"),

@@ -86,7 +86,9 @@ def main() -> None:
         pid = env.start_daemon()
         marker = env.root / "emit.done"
         with env.client() as client:
-            run_id = client.submit(env.submit_body(repo, f"{sys.executable} emit.py {n} {marker}", name="emit"))["run"]["id"]
+            run_id = client.submit(env.submit_body(repo, f"{sys.executable} emit.py {n} {marker}", name="emit"))["run"][
+                "id"
+            ]
             result: dict[str, Any] = {}
             for obj in client.wait([run_id], for_="terminal", timeout=1800):
                 result = obj.get("result") or result

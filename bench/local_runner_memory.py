@@ -42,7 +42,13 @@ def smaps_kb(pid: int) -> dict[str, int]:
 def peer_private_kb() -> tuple[int, int]:
     """(Private_Dirty, Rss) in kB of a bare isolated interpreter, idle."""
     proc = subprocess.Popen(
-        [sys.executable, "-I", "-S", "-c", "import sys, time; sys.stdout.write('ok\\n'); sys.stdout.flush(); time.sleep(60)"],
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            "-c",
+            "import sys, time; sys.stdout.write('ok\\n'); sys.stdout.flush(); time.sleep(60)",
+        ],
         stdout=subprocess.PIPE,
     )
     try:
@@ -88,7 +94,9 @@ def measure(n: int) -> None:
         peer_private, peer_rss = peer_private_kb()
         load = load_average()
         t = time.perf_counter()
-        cancel = subprocess.run(env.cli_argv("cancel", *ids), env=env.env, cwd=env.root, capture_output=True, text=True, check=False)
+        cancel = subprocess.run(
+            env.cli_argv("cancel", *ids), env=env.env, cwd=env.root, capture_output=True, text=True, check=False
+        )
         cancel_s = time.perf_counter() - t
         if cancel.returncode != 0:
             raise RuntimeError(f"jobsup cancel exited {cancel.returncode}: {cancel.stderr.strip()[-2000:]}")

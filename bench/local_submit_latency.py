@@ -28,7 +28,6 @@ import os
 import statistics
 import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 from _harness import BenchEnv, Figure, load_average, make_repo, parse_at, percentile, report

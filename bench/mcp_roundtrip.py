@@ -55,7 +55,9 @@ def _mcp_pid() -> int:
 
 
 async def _mcp_calls(env: BenchEnv, run_id: str, n: int, warmup: int, errlog: TextIO, cpu: list[float]) -> list[float]:
-    params = StdioServerParameters(command=sys.executable, args=["-m", "supervisord", "mcp"], env=env.env, cwd=str(env.root))
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "supervisord", "mcp"], env=env.env, cwd=str(env.root)
+    )
     lat: list[float] = []
     async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
         await session.initialize()

@@ -164,7 +164,9 @@ async def main(args: argparse.Namespace) -> None:
                 backend.finish(victim)
                 ended = await store.wait_for_events(after, run_ids=[victim], types=["PhaseChanged"], timeout_s=30)
                 while ended and ended[-1].data.get("phase") != "COMPLETED":
-                    ended = await store.wait_for_events(ended[-1].seq, run_ids=[victim], types=["PhaseChanged"], timeout_s=30)
+                    ended = await store.wait_for_events(
+                        ended[-1].seq, run_ids=[victim], types=["PhaseChanged"], timeout_s=30
+                    )
                 admitted = await store.wait_for_events(after, types=["Admitted"], timeout_s=30)
                 assert ended and admitted, "no admission after a release"
                 lat.append(parse_at(admitted[0].at) - parse_at(ended[-1].at))
@@ -187,8 +189,13 @@ async def main(args: argparse.Namespace) -> None:
             Figure("idle_passes", idle_passes, "passes"),
             Figure("submit_s", submit_s, "s"),
         ],
-        {"runs_waiting": args.runs, "gpus": args.gpus, "releases": args.releases, "load_avg": load_average(),
-         "cpus": os.cpu_count()},
+        {
+            "runs_waiting": args.runs,
+            "gpus": args.gpus,
+            "releases": args.releases,
+            "load_avg": load_average(),
+            "cpus": os.cpu_count(),
+        },
     )
 
 

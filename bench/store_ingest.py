@@ -17,7 +17,6 @@ RSS growth < 50 MB.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import sqlite3
 import sys
@@ -109,9 +108,7 @@ def raw_sqlite(path: Path, lines: int, producers: int, synchronous: str) -> floa
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute(f"PRAGMA synchronous = {synchronous}")
-    conn.execute(
-        "CREATE TABLE log_lines (run_id TEXT, line_no INTEGER, stream TEXT, source TEXT, pos TEXT, text TEXT)"
-    )
+    conn.execute("CREATE TABLE log_lines (run_id TEXT, line_no INTEGER, stream TEXT, source TEXT, pos TEXT, text TEXT)")
     per = lines // producers
 
     def rows() -> Iterator[tuple[str, int, str, str, str, str]]:
@@ -151,7 +148,9 @@ def main() -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         lines = args.lines // args.producers * args.producers
-        elapsed, transactions, rss_mb = anyio.run(ingest, Path(tmp, "store.db"), lines, args.producers, args.synchronous)
+        elapsed, transactions, rss_mb = anyio.run(
+            ingest, Path(tmp, "store.db"), lines, args.producers, args.synchronous
+        )
         size = sum(p.stat().st_size for p in Path(tmp).glob("store.db*"))
         raw = raw_sqlite(Path(tmp, "raw.db"), lines, args.producers, args.synchronous)
     rate, raw_rate = lines / elapsed, lines / raw

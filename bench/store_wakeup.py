@@ -89,7 +89,9 @@ async def latency(path: Path, waiters: int, runs: int, rounds: int, gc_freeze: b
                     for run_id in touched:
 
                         async def append(run_id: str = run_id) -> None:
-                            versions[run_id] = (await store.append(run_id, versions[run_id], [NewEvent("Tick")]))[-1].version
+                            versions[run_id] = (await store.append(run_id, versions[run_id], [NewEvent("Tick")]))[
+                                -1
+                            ].version
 
                         batch.start_soon(append)
                 await anyio.sleep(0.05 if phase == "all" else 0.01)  # the woken waiters wait again
@@ -166,7 +168,10 @@ def main() -> None:
         + (", gc.freeze() after setup" if args.gc_freeze else "")
     )
     print("  COMMIT returned -> waiter resumed (aim p99 < 20 ms):")
-    for phase, title in (("few", f"{rounds} commits to 1..10 runs"), ("all", f"{max(1, rounds // 10)} commits to every run")):
+    for phase, title in (
+        ("few", f"{rounds} commits to 1..10 runs"),
+        ("all", f"{max(1, rounds // 10)} commits to every run"),
+    ):
         lat = latencies[phase]
         print(
             f"    {title}: {len(lat):,} wake-ups, p50 {statistics.median(lat):.2f} ms,"

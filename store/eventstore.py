@@ -262,7 +262,9 @@ class EventStore:
                 prepared.append(PreparedEvent(event.type, "", {}, 1 + len(event.data["lines"]), block))
                 continue
             prepared.append(PreparedEvent(event.type, data_json, json.loads(data_json), 1))
-        return await self._writer.append(run_id, expected_version, prepared, checkpoint, wait_for_storage=wait_for_storage)
+        return await self._writer.append(
+            run_id, expected_version, prepared, checkpoint, wait_for_storage=wait_for_storage
+        )
 
     async def append_log(
         self, run_id: str, expected_version: int, blocks: Sequence[LogBlock], *, wait_for_storage: bool = False

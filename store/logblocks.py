@@ -43,9 +43,7 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any, Final
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:  # annotations only: the CLI imports LogBlock, not the engine
     import aiosqlite
@@ -267,9 +265,7 @@ def skip_lines(text: bytes, n: int) -> bytes:
     return text[at:]
 
 
-def block_lines(
-    run_id: str, rows: Iterable[Sequence[Any]], after_line: int, limit: int
-) -> list[LogLine]:
+def block_lines(run_id: str, rows: Iterable[Sequence[Any]], after_line: int, limit: int) -> list[LogLine]:
     """The :class:`LogLine` list of ``log_blocks`` rows selected as
     ``first_line, seq, stream, source, first_pos, start, positions, text``
     in ``first_line`` order: the lines numbered after ``after_line``, at

@@ -75,9 +75,7 @@ def _require(data: dict[str, Any], key: str, kind: type | tuple[type, ...], etyp
 def _optional(data: dict[str, Any], key: str, kind: type, etype: str, run_id: str) -> None:
     value = data.get(key)
     if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
-        raise ValueError(
-            f"run {run_id}: {etype} data[{key!r}] must be {_kind_name(kind)} or null, got {value!r:.80}"
-        )
+        raise ValueError(f"run {run_id}: {etype} data[{key!r}] must be {_kind_name(kind)} or null, got {value!r:.80}")
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
@@ -108,7 +106,9 @@ def validate_event(run_id: str, event: NewEvent) -> None:
     elif etype == PHASE_CHANGED:
         phase = _require(data, "phase", str, etype, run_id)
         if phase not in _PHASES:
-            raise ValueError(f"run {run_id}: PhaseChanged data['phase'] must be one of {', '.join(PHASES)}, got {phase!r}")
+            raise ValueError(
+                f"run {run_id}: PhaseChanged data['phase'] must be one of {', '.join(PHASES)}, got {phase!r}"
+            )
         _optional(data, "reason", str, etype, run_id)
         _optional(data, "message", str, etype, run_id)
         _optional(data, "exit_code", int, etype, run_id)
@@ -127,7 +127,9 @@ def validate_event(run_id: str, event: NewEvent) -> None:
                 and isinstance(line[0], str)
                 and isinstance(line[1], str)
             ):
-                raise ValueError(f"run {run_id}: LogLines data['lines'][{i}] must be a [pos, text] pair of str, got {line!r:.80}")
+                raise ValueError(
+                    f"run {run_id}: LogLines data['lines'][{i}] must be a [pos, text] pair of str, got {line!r:.80}"
+                )
 
 
 @dataclasses.dataclass(slots=True)
@@ -186,16 +188,16 @@ class Projector:
     """Maintains the projection tables; every method runs inside the
     caller's open write transaction on ``conn`` and never commits."""
 
-    async def apply(self, conn: aiosqlite.Connection, events: Sequence[RecordedEvent], data_json: Sequence[str]) -> None:
+    async def apply(
+        self, conn: aiosqlite.Connection, events: Sequence[RecordedEvent], data_json: Sequence[str]
+    ) -> None:
         """Fold ``events`` (seq order, already inserted into ``events``)
         into the projections; ``data_json[i]`` is the stored JSON text of
         ``events[i].data``. Raises ``sqlite3.Error`` (e.g. disk full); the
         caller rolls back."""
         if not events:
             return
-        counts = await self._line_counts(
-            conn, {e.run_id for e in events if e.type in (LOG_LINES, SUBMITTED)}
-        )
+        counts = await self._line_counts(conn, {e.run_id for e in events if e.type in (LOG_LINES, SUBMITTED)})
         newest: _Newest = {}
         for e in events:
             if e.type != LOG_LINES:
@@ -246,9 +248,7 @@ class Projector:
         return {str(r[0]): int(r[1]) for r in rows if r[1] is not None}
 
     @staticmethod
-    async def _apply_runs(
-        conn: aiosqlite.Connection, events: Sequence[RecordedEvent], counts: dict[str, int]
-    ) -> None:
+    async def _apply_runs(conn: aiosqlite.Connection, events: Sequence[RecordedEvent], counts: dict[str, int]) -> None:
         run_ids = sorted({e.run_id for e in events})
         rows: dict[str, _RunRow] = {}
         for chunk in _chunks(run_ids):

@@ -25,7 +25,6 @@ from typing import Final, Literal
 import aiosqlite
 import structlog
 
-from store.logblocks import migrate_v3
 from store.errors import (
     NotADatabaseError,
     SchemaTooNewError,
@@ -34,6 +33,7 @@ from store.errors import (
     StoreLockedError,
     StoreOpenError,
 )
+from store.logblocks import migrate_v3
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -213,7 +213,7 @@ RebuildProjections = Callable[[aiosqlite.Connection], Awaitable[object]]
 def utc_now() -> str:
     """The current UTC time in RFC 3339 with microseconds and ``Z``,
     e.g. ``2026-11-29T15:27:52.123456Z``."""
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def translate_error(exc: sqlite3.Error, path: Path, busy_timeout_s: float) -> StoreError:
@@ -324,9 +324,7 @@ async def open_connection(
     if path.is_dir():
         raise NotADatabaseError(f"{path}: is a directory, not an SQLite database file")
     try:
-        conn = await aiosqlite.connect(
-            os.fspath(path), isolation_level=None, timeout=busy_timeout_s
-        )
+        conn = await aiosqlite.connect(os.fspath(path), isolation_level=None, timeout=busy_timeout_s)
     except sqlite3.Error as exc:
         raise translate_error(exc, path, busy_timeout_s) from exc
     try:

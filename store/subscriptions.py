@@ -122,9 +122,7 @@ class Subscriptions:
                 candidates = batch.by_run.get(next(iter(run_ids)), ())
             else:
                 candidates = sorted((e for r in run_ids for e in batch.by_run.get(r, ())), key=lambda e: e.seq)
-            newest_first.append(
-                [e for e in candidates if e.seq > after_seq and (types is None or e.type in types)]
-            )
+            newest_first.append([e for e in candidates if e.seq > after_seq and (types is None or e.type in types)])
         return [e for found in reversed(newest_first) for e in found][:limit]
 
     def _remember(self, events: Sequence[RecordedEvent], by_run: dict[str, list[RecordedEvent]], gap: bool) -> None:

@@ -97,9 +97,7 @@ TERMINAL_PHASES: Final[frozenset[str]] = frozenset(PHASES[PHASES.index("COMPLETE
 #: Lifecycle rank of each phase: its position, every terminal phase sharing
 #: the rank after RUNNING's (a run moves only to a higher rank, or sideways
 #: within the active rank it is at).
-PHASE_RANK: Final[dict[str, int]] = {
-    p: min(i, PHASES.index("COMPLETED")) for i, p in enumerate(PHASES)
-}
+PHASE_RANK: Final[dict[str, int]] = {p: min(i, PHASES.index("COMPLETED")) for i, p in enumerate(PHASES)}
 
 SUBMITTED: Final = "Submitted"
 PHASE_CHANGED: Final = "PhaseChanged"

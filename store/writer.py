@@ -338,8 +338,11 @@ class Writer:
         """A batch committed: storage trouble, if any, is over."""
         if self.problem is not None:
             log.warning(
-                "store.write_resumed", path=str(self._path), problem=self.problem.kind,
-                since=self.problem.since, attempts=self._attempts,
+                "store.write_resumed",
+                path=str(self._path),
+                problem=self.problem.kind,
+                since=self.problem.since,
+                attempts=self._attempts,
             )
         self.problem = None
         self._attempts = 0
@@ -410,8 +413,10 @@ class Writer:
                         accepted.append(job)
                         continue
                     version = versions.get(job.run_id, 0)
-                    if job.expected_version is None and version == 0 or (
-                        job.expected_version is not None and job.expected_version != version
+                    if (
+                        job.expected_version is None
+                        and version == 0
+                        or (job.expected_version is not None and job.expected_version != version)
                     ):
                         job.error = ConcurrencyError(job.run_id, job.expected_version, version)
                         if job.checkpoint is not None:

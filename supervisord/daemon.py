@@ -24,8 +24,9 @@ import signal
 import socket
 import stat
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import anyio
 import click
@@ -156,7 +157,9 @@ class Daemon:
         """Ask ``run()`` to shut down."""
         self._stop.set()
 
-    def _ui_server(self, store: EventStore, supervisor: Supervisor, scheduler: Scheduler, digest_key: bytes) -> UiServer:
+    def _ui_server(
+        self, store: EventStore, supervisor: Supervisor, scheduler: Scheduler, digest_key: bytes
+    ) -> UiServer:
         settings = cfg.effective_config(self.daemon_layer, []).data.get("ui") or {}
 
         async def rerun(run_id: str) -> RunStatus:
@@ -208,9 +211,7 @@ class Daemon:
                 supervisor.gated = True  # runs wait in QUEUED for the scheduler
                 planner = Planner(self.daemon_layer, supervisor.snapshots, load_digest_key(self.paths.state_dir))
                 daemon_config = cfg.effective_config(self.daemon_layer, []).data
-                gpus = await anyio.to_thread.run_sync(
-                    gpu_inventory, (daemon_config.get("scheduler") or {}).get("gpus")
-                )
+                gpus = await anyio.to_thread.run_sync(gpu_inventory, (daemon_config.get("scheduler") or {}).get("gpus"))
                 reattached = await supervisor.reattach_all()
                 scheduler = Scheduler(store, supervisor, gpus, SchedulerSettings.from_config(daemon_config))
                 await scheduler.load()
@@ -249,12 +250,19 @@ class Daemon:
                         await page.disable()
                         return {}
                     port = body.get("port")
-                    if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
+                    if port is not None and (
+                        not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536
+                    ):
                         raise UsageError(f"--port {port!r}: use a port number 1..65535")
                     return await page.enable(port)
 
                 app = create_app(
-                    supervisor=supervisor, planner=planner, store=store, info=info, doctor=doctor, ui=ui,
+                    supervisor=supervisor,
+                    planner=planner,
+                    store=store,
+                    info=info,
+                    doctor=doctor,
+                    ui=ui,
                     scheduler=scheduler,
                     hooks=hook_service.status,
                 )
@@ -312,9 +320,11 @@ def _doctor_not_applicable(backend: str, daemon_layer: cfg.Layer) -> str | None:
         return f"the {backend} backend is not allowed (allowed_backends: {', '.join(allowed) or 'none'})"
     if backend == "kubernetes":
         raw = os.environ.get("KUBECONFIG", "")
-        files = [Path(p).expanduser() for p in raw.split(os.pathsep) if p.strip()] if raw.strip() else [
-            Path.home() / ".kube" / "config"
-        ]
+        files = (
+            [Path(p).expanduser() for p in raw.split(os.pathsep) if p.strip()]
+            if raw.strip()
+            else [Path.home() / ".kube" / "config"]
+        )
         if not any(f.is_file() for f in files) and not os.environ.get("KUBERNETES_SERVICE_HOST"):
             return "no kubeconfig (" + os.pathsep.join(str(f) for f in files) + ") and not inside a cluster"
     return None
@@ -361,7 +371,9 @@ def _load_config_and_hooks(layer: cfg.Layer) -> list[HookSpec]:
     except ConfigError as exc:
         errors.extend(exc.errors)
     if errors:
-        summary = errors[0] if len(errors) == 1 else f"{len(errors)} config errors:\n" + "\n".join(f"  - {e}" for e in errors)
+        summary = (
+            errors[0] if len(errors) == 1 else f"{len(errors)} config errors:\n" + "\n".join(f"  - {e}" for e in errors)
+        )
         raise ConfigError(summary, errors)
     return hooks
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import click
 
-from supervisord.cli.main import cli, main as _cli_main
+from supervisord.cli.main import cli
+from supervisord.cli.main import main as _cli_main
 
 __all__ = ["main"]
 

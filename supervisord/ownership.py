@@ -112,10 +112,7 @@ def check_state_dir(state_dir: Path) -> None:
         st = os.lstat(path)
         reason = unsafe_reason(st)
         if reason is not None:
-            advice = (
-                f"run `chmod go-w {path}`" if st.st_uid == os.getuid()
-                else "remove it or `chown` it to yourself"
-            )
+            advice = f"run `chmod go-w {path}`" if st.st_uid == os.getuid() else "remove it or `chown` it to yourself"
             raise UnsafePathError(f"{path} (in the state dir {state_dir}) {reason}; {advice}")
         return st
 

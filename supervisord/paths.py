@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 __all__ = ["Paths"]
 
@@ -30,7 +30,7 @@ class Paths:
     socket: Path
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "Paths":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Paths:
         """Resolve from ``env`` (default ``os.environ``) as the table above says."""
         env = os.environ if env is None else env
         if env.get("JOBSUP_STATE_DIR"):

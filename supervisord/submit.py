@@ -11,8 +11,9 @@ import dataclasses
 import os
 import re
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import anyio
 
@@ -20,8 +21,8 @@ from supervisord import config as cfg
 from supervisord.envcheck import check_env
 from supervisord.exceptions import ConfigError, TaskError
 from supervisord.scheduler.options import parse_scheduling
-from supervisord.source import SnapshotStore, is_dirty, repo_root, resolve_commit, submodule_paths, untracked_files
 from supervisord.secret import env_digest, redact
+from supervisord.source import SnapshotStore, is_dirty, repo_root, resolve_commit, submodule_paths, untracked_files
 from supervisord.task import BACKENDS, DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S
 
 __all__ = ["SubmitRequest", "Plan", "Planner"]
@@ -55,7 +56,7 @@ class SubmitRequest:
     umask: str | None = None
 
     @classmethod
-    def from_json(cls, body: Any) -> "SubmitRequest":
+    def from_json(cls, body: Any) -> SubmitRequest:
         """Parse a request body; raises TaskError naming the bad field."""
         if not isinstance(body, dict):
             raise TaskError("submit: the request body must be a JSON object")
@@ -73,10 +74,16 @@ class SubmitRequest:
             raise TaskError("submit: `request_id` must be a string of 1 to 64 characters")
         umask = body.get("umask")
         if umask is not None and (not isinstance(umask, str) or not re.fullmatch(r"0?[0-7]{1,3}", umask)):
-            raise TaskError("submit: `umask` must be an octal mode such as \"0022\"")
+            raise TaskError('submit: `umask` must be an octal mode such as "0022"')
         return cls(
-            task=task, layers=layers, cwd=cwd, rev=str(body.get("rev") or "HEAD"), force=bool(body.get("force")),
-            hold=bool(body.get("hold")), request_id=request_id, umask=umask,
+            task=task,
+            layers=layers,
+            cwd=cwd,
+            rev=str(body.get("rev") or "HEAD"),
+            force=bool(body.get("force")),
+            hold=bool(body.get("hold")),
+            request_id=request_id,
+            umask=umask,
         )
 
 
@@ -148,15 +155,17 @@ class Planner:
         repo = await anyio.to_thread.run_sync(repo_root, where, limiter=self._git)
         commit = await anyio.to_thread.run_sync(resolve_commit, repo, req.rev, limiter=self._git)
         if await anyio.to_thread.run_sync(is_dirty, repo, limiter=self._git):
-            warnings.append(
-                f"{repo} has uncommitted changes; they will not run (jobsup runs commit {commit[:12]})"
-            )
+            warnings.append(f"{repo} has uncommitted changes; they will not run (jobsup runs commit {commit[:12]})")
         untracked = await anyio.to_thread.run_sync(untracked_files, repo, limiter=self._git)
         if untracked:
             shown = ", ".join(untracked[:3]) + (f" and {len(untracked) - 3} more" if len(untracked) > 3 else "")
-            warnings.append(f"{len(untracked)} untracked file(s) are not in the snapshot: {shown} (git add and commit them to run them)")
+            warnings.append(
+                f"{len(untracked)} untracked file(s) are not in the snapshot: {shown} (git add and commit them to run them)"
+            )
         warnings.extend(
-            await anyio.to_thread.run_sync(_snapshot_caveats, repo, commit, task.get("path"), command, limiter=self._git)
+            await anyio.to_thread.run_sync(
+                _snapshot_caveats, repo, commit, task.get("path"), command, limiter=self._git
+            )
         )
         snapshot = await anyio.to_thread.run_sync(self.snapshots.create, repo, commit, limiter=self._git)
         project = str(data.get("project") or repo.name)

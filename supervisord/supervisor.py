@@ -14,8 +14,9 @@ import dataclasses
 import json
 import os
 import secrets
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -29,21 +30,21 @@ from store import (
     LOG_LINES,
     PHASE_CHANGED,
     SUBMITTED,
+    TERMINAL_PHASES,
     ConcurrencyError,
     EventStore,
     LogBlock,
     NewEvent,
     RunStatus,
-    TERMINAL_PHASES,
 )
 from supervisord.backends.base import Backend, RunSpec
+from supervisord.events import CANCEL_FAILED
 from supervisord.exceptions import (
     BackendError,
     RunInFlightError,
     RunNotFoundError,
     UsageError,
 )
-from supervisord.events import CANCEL_FAILED
 from supervisord.lifecycle import PHASE_RANK, RunPhase, decide
 from supervisord.paths import Paths
 from supervisord.readside import resolve_run_id
@@ -97,9 +98,8 @@ class _RunState:
         self.admitted = False
         self.extra_env: dict[str, str] = {}
 
-
     @classmethod
-    def queued(cls, spec: RunSpec) -> "_RunState":
+    def queued(cls, spec: RunSpec) -> _RunState:
         """The state of a run about to be submitted (stream version 0, QUEUED)."""
         self = cls.__new__(cls)
         self.spec, self.version, self.phase, self.reason, self.message = spec, 0, "QUEUED", None, None
@@ -346,7 +346,9 @@ class Supervisor:
                     await reporter.phase("ERROR", reason=err.run_reason, message=str(err))
                 except Exception as err:  # recorded on the run and logged with its traceback
                     log.exception("supervision failed", run=spec.run_id)
-                    await reporter.phase("ERROR", reason="InternalError", message=f"jobsup failed supervising this run: {err!r}")
+                    await reporter.phase(
+                        "ERROR", reason="InternalError", message=f"jobsup failed supervising this run: {err!r}"
+                    )
         finally:
             state.done.set()
             if state.phase in TERMINAL_PHASES and self._runs.get(spec.run_id) is state:
@@ -444,7 +446,9 @@ class Supervisor:
             self._runs[status.id] = state
             if spec.backend not in self.backends:
                 await _Reporter(self.store, state).phase(
-                    "ERROR", reason="BackendUnavailable", message=f"backend {spec.backend!r} is not configured on this daemon"
+                    "ERROR",
+                    reason="BackendUnavailable",
+                    message=f"backend {spec.backend!r} is not configured on this daemon",
                 )
                 continue
             fresh = self._never_started(status, spec)
@@ -612,5 +616,3 @@ class Supervisor:
     def supervised(self) -> int:
         """How many runs have a live supervision task."""
         return sum(1 for s in self._runs.values() if not s.done.is_set())
-
-

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from supervisord.exceptions import ConfigError, TaskError
 
@@ -48,7 +49,20 @@ DEFAULT_TIMEOUT_S = 4 * 3600
 #: The longest timeout accepted: 366 days.
 MAX_TIMEOUT_S = 366 * 86400
 
-_TASK_KEYS = {"name", "run", "backend", "timeout", "env", "config", "kubernetes", "gpus", "queue", "priority", "after", "after_any"}
+_TASK_KEYS = {
+    "name",
+    "run",
+    "backend",
+    "timeout",
+    "env",
+    "config",
+    "kubernetes",
+    "gpus",
+    "queue",
+    "priority",
+    "after",
+    "after_any",
+}
 #: The scheduling keys of a task (their checks: supervisord.scheduler.options).
 SCHEDULING_KEYS = ("gpus", "queue", "priority", "after", "after_any")
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
@@ -83,7 +97,7 @@ class Task:
         env: Mapping[str, str] | None = None,
         manifest: str | None = None,
         scheduling: Mapping[str, Any] | None = None,
-    ) -> "Task":
+    ) -> Task:
         """Return a copy with every given (non-None) field replaced; ``env``
         entries are added over the file's; ``scheduling`` keys whose value
         is not None replace the file's."""
@@ -121,8 +135,7 @@ def parse_duration(text: str, *, what: str = "--timeout") -> int:
     match = _DURATION.match(str(text))
     if not match:
         raise TaskError(
-            f"{what}: {text!r} is not a duration; use a positive whole number "
-            "with a unit: 90s, 30m, 4h or 1d"
+            f"{what}: {text!r} is not a duration; use a positive whole number with a unit: 90s, 30m, 4h or 1d"
         )
     seconds = int(match.group(1)) * _UNITS[match.group(2)]
     if seconds <= 0:
@@ -217,7 +230,8 @@ def _env_as_written(text: str) -> dict[str, str]:
             return {
                 str(k.value): str(v.value)
                 for k, v in value.value
-                if isinstance(k, yaml.ScalarNode) and isinstance(v, yaml.ScalarNode)
+                if isinstance(k, yaml.ScalarNode)
+                and isinstance(v, yaml.ScalarNode)
                 and v.tag != "tag:yaml.org,2002:null"
             }
     return {}
@@ -232,9 +246,7 @@ def _task_from_mapping(doc: Mapping[Any, Any], p: Path, *, env_as_written: Mappi
         )
     unknown = sorted(str(k) for k in doc if k not in _TASK_KEYS)
     if unknown:
-        raise TaskError(
-            f"{p}: unknown task key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_TASK_KEYS))}"
-        )
+        raise TaskError(f"{p}: unknown task key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_TASK_KEYS))}")
 
     def string(key: str) -> str | None:
         value = doc.get(key)
@@ -306,5 +318,3 @@ def _task_from_mapping(doc: Mapping[Any, Any], p: Path, *, env_as_written: Mappi
         path=p.resolve(),
         scheduling=scheduling,
     )
-
-

@@ -29,8 +29,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 from urllib.parse import quote, urlencode
 
 from supervisord.api.wire import API_PREFIX, from_wire
@@ -105,7 +106,7 @@ class Client:
     def close(self) -> None:
         """Nothing to release between calls (kept for ``with`` and callers)."""
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -209,8 +210,7 @@ class Client:
                     return info
                 raise DaemonUnreachableError(
                     f"the jobsup daemon failed to start (exit {proc.returncode}){_disk_full(self.paths.state_dir)};"
-                    f" see {self.paths.daemon_log}:\n"
-                    + _tail(self.paths.daemon_log)
+                    f" see {self.paths.daemon_log}:\n" + _tail(self.paths.daemon_log)
                 )
             time.sleep(0.05)
         raise DaemonUnreachableError(
@@ -220,8 +220,9 @@ class Client:
 
     # -- calls ---------------------------------------------------------------
 
-    def _open(self, method: str, path: str, *, query: Any = None, json_body: Any = None,
-              timeout: float = _CALL_TIMEOUT_S) -> tuple[_UnixConnection, http.client.HTTPResponse]:
+    def _open(
+        self, method: str, path: str, *, query: Any = None, json_body: Any = None, timeout: float = _CALL_TIMEOUT_S
+    ) -> tuple[_UnixConnection, http.client.HTTPResponse]:
         """Send one request to ``API_PREFIX + path`` and return the
         connection and its response (headers read, body not). Raises
         OSError or http.client.HTTPException."""
@@ -239,8 +240,9 @@ class Client:
             conn.close()
             raise
 
-    def _request(self, method: str, path: str, *, query: Any = None, json_body: Any = None,
-                 timeout: float = _CALL_TIMEOUT_S) -> tuple[int, Any]:
+    def _request(
+        self, method: str, path: str, *, query: Any = None, json_body: Any = None, timeout: float = _CALL_TIMEOUT_S
+    ) -> tuple[int, Any]:
         """``(status, parsed JSON body)`` of one call."""
         conn, resp = self._open(method, path, query=query, json_body=json_body, timeout=timeout)
         try:
@@ -248,8 +250,9 @@ class Client:
         finally:
             conn.close()
 
-    def _call(self, method: str, path: str, *, query: Any = None, json_body: Any = None,
-              timeout: float = _CALL_TIMEOUT_S) -> Any:
+    def _call(
+        self, method: str, path: str, *, query: Any = None, json_body: Any = None, timeout: float = _CALL_TIMEOUT_S
+    ) -> Any:
         try:
             status, body = self._request(method, path, query=query, json_body=json_body, timeout=timeout)
         except _TRANSPORT_ERRORS as err:
@@ -258,9 +261,7 @@ class Client:
             raise from_wire(status, body)
         return body
 
-    def _stream(
-        self, path: str, params: Mapping[str, Any] | list[tuple[str, Any]]
-    ) -> Iterator[dict[str, Any]]:
+    def _stream(self, path: str, params: Mapping[str, Any] | list[tuple[str, Any]]) -> Iterator[dict[str, Any]]:
         query = list(params.items()) if isinstance(params, Mapping) else params
         try:
             conn, resp = self._open("GET", path, query=query, timeout=_STREAM_TIMEOUT_S)
@@ -329,7 +330,9 @@ class Client:
         except _TRANSPORT_ERRORS as err:
             raise DaemonUnreachableError(f"lost the jobsup daemon on {self.paths.socket}: {err}") from None
 
-    def wait(self, refs: list[str], *, for_: str = "terminal", after: int | None = None, timeout: float | None = None) -> Iterator[dict[str, Any]]:
+    def wait(
+        self, refs: list[str], *, for_: str = "terminal", after: int | None = None, timeout: float | None = None
+    ) -> Iterator[dict[str, Any]]:
         """Stream ``GET /wait``: heartbeats, then ``{"result": ...}``."""
         params: list[tuple[str, Any]] = [("run", r) for r in refs] + [("for", for_)]
         if after is not None:

@@ -11,10 +11,10 @@ import json
 import os
 import socket
 import struct
+from collections.abc import AsyncIterator, Awaitable, Callable
 from json.encoder import encode_basestring as _json_str  # what json.dumps(str, ensure_ascii=False) uses
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any
 
-import anyio
 import structlog
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -28,7 +28,7 @@ from supervisord.api.scheduler_routes import scheduler_routes
 from supervisord.api.wire import API_PREFIX, to_wire
 from supervisord.exceptions import JobsupError, StorageError, UsageError, map_store_errors
 from supervisord.health import storage_json
-from supervisord.readside import HEARTBEAT_S, ReadSide
+from supervisord.readside import ReadSide
 from supervisord.scheduler.driver import Scheduler
 from supervisord.submit import Planner, SubmitRequest
 from supervisord.supervisor import Supervisor
@@ -184,9 +184,7 @@ def create_app(
     reads = ReadSide(store)
 
     async def health(request: Request) -> Response:
-        return JSONResponse(
-            {"ok": True, **info, "supervised": supervisor.supervised(), "storage": storage_json(store)}
-        )
+        return JSONResponse({"ok": True, **info, "supervised": supervisor.supervised(), "storage": storage_json(store)})
 
     async def submit(request: Request) -> Response:
         try:

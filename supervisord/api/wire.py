@@ -87,7 +87,9 @@ def to_wire(err: BaseException) -> tuple[int, dict[str, Any]]:
     """
     if not isinstance(err, exc.JobsupError):
         message = f"internal error in the daemon: {err!r} (the daemon log has the traceback)"
-        return 500, {"error": {"type": "InternalError", "bases": ["JobsupError"], "message": message, "errors": [message]}}
+        return 500, {
+            "error": {"type": "InternalError", "bases": ["JobsupError"], "message": message, "errors": [message]}
+        }
     status = 500
     for cls, code in ERROR_STATUS.items():
         if isinstance(err, cls):

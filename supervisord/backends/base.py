@@ -30,8 +30,9 @@ daemon was down.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from store import LogBlock
 
@@ -139,9 +140,7 @@ class Backend(Protocol):
         Raises BackendError after undoing what it created."""
         ...
 
-    async def supervise(
-        self, spec: RunSpec, handle: Mapping[str, Any], reporter: RunReporter
-    ) -> None:
+    async def supervise(self, spec: RunSpec, handle: Mapping[str, Any], reporter: RunReporter) -> None:
         """Follow the run until it is terminal: phases and logs through
         ``reporter``; return after reporting the terminal phase."""
         ...

@@ -39,7 +39,9 @@ def config_group() -> None:
     < task `config:` < --config."""
 
 
-def _load(task_file: str | None, cli_config: tuple[str, ...]) -> tuple[Task | None, Layer | None, list[Layer], list[str]]:
+def _load(
+    task_file: str | None, cli_config: tuple[str, ...]
+) -> tuple[Task | None, Layer | None, list[Layer], list[str]]:
     """Read every layer that can be read; return them with the errors of the
     others (a broken user file does not hide a broken project file)."""
     errors: list[str] = []

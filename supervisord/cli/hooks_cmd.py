@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import click
-
 from typing import Any
 
+import click
 
 from supervisord.cli.output import emit, info, output_option
 from supervisord.cli.runs_cmd import _client

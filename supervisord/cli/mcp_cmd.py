@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import click
 
-
-
 __all__ = ["mcp_command"]
 
 

@@ -88,19 +88,39 @@ _TASK_PROPS: dict[str, Any] = {
     "timeout": {"type": "string", "description": "wall-clock limit: 90s, 30m, 4h or 1d (default 4h)"},
     "manifest": {**_STR, "description": "Kubernetes manifest path in the repository (default .jobsup/k8s.yaml)"},
     "rev": {**_STR, "description": "the commit to snapshot and run (default HEAD)"},
-    "config": {"type": "array", "items": {"type": "string"}, "description": "KEY.PATH=VALUE overrides, or one config file"},
-    "cwd": {"type": "string", "description": "the folder to submit from (its git repository is snapshotted); default: the server's"},
+    "config": {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": "KEY.PATH=VALUE overrides, or one config file",
+    },
+    "cwd": {
+        "type": "string",
+        "description": "the folder to submit from (its git repository is snapshotted); default: the server's",
+    },
 }
 _SUBMIT_PROPS: dict[str, Any] = {
     **_TASK_PROPS,
     "backend": {"enum": list(BACKENDS)},
-    "env": {"type": "object", "additionalProperties": {"type": "string"}, "description": "environment for the run (values are never recorded)"},
+    "env": {
+        "type": "object",
+        "additionalProperties": {"type": "string"},
+        "description": "environment for the run (values are never recorded)",
+    },
     "force": {"type": "boolean", "description": "submit even if the same project+name has a run in flight"},
     "queue": {**_STR, "description": "the queue (default `default`)"},
-    "priority": {"type": "integer", "minimum": -1000, "maximum": 1000, "description": "higher starts first, then oldest"},
+    "priority": {
+        "type": "integer",
+        "minimum": -1000,
+        "maximum": 1000,
+        "description": "higher starts first, then oldest",
+    },
     "gpus": {"type": "integer", "minimum": 0, "description": "local runs: GPUs of this machine"},
     "after": {"type": "array", "items": _RUN_REF, "description": "start after these runs COMPLETED"},
-    "after_any": {"type": "array", "items": _RUN_REF, "description": "start after these runs end, whatever the outcome"},
+    "after_any": {
+        "type": "array",
+        "items": _RUN_REF,
+        "description": "start after these runs end, whatever the outcome",
+    },
     "hold": {"type": "boolean", "description": "queue it held (released with `jobsup release`)"},
 }
 
@@ -163,7 +183,10 @@ class Tool:
     def to_mcp(self) -> types.Tool:
         """The ``tools/list`` entry."""
         return types.Tool(
-            name=self.name, description=self.description, input_schema=self.input_schema, output_schema=self.output_schema
+            name=self.name,
+            description=self.description,
+            input_schema=self.input_schema,
+            output_schema=self.output_schema,
         )
 
 
@@ -182,8 +205,11 @@ def _tools() -> list[Tool]:
             "The Kubernetes objects a submit with --backend kubernetes would create (a preview: nothing is created).",
             _obj({k: v for k, v in _TASK_PROPS.items()} | {"run_id": {"type": "string", "pattern": "^[0-9a-f]{12}$"}}),
             _wrap(
-                {"objects": {"type": "array", "items": {"type": "object"}}, "notes": {"type": "array", "items": {"type": "string"}},
-                 "warnings": {"type": "array", "items": {"type": "string"}}},
+                {
+                    "objects": {"type": "array", "items": {"type": "object"}},
+                    "notes": {"type": "array", "items": {"type": "string"}},
+                    "warnings": {"type": "array", "items": {"type": "string"}},
+                },
                 ["objects", "notes", "warnings"],
             ),
         ),
@@ -193,65 +219,132 @@ def _tools() -> list[Tool]:
             _obj({"all": {"type": "boolean"}, "project": _STR, "phase": {"enum": list(PHASES)}}),
             _wrap({"runs": "runs"}, ["runs"]),
         ),
-        Tool("show", "One run: phase, reason, times, handle, command, source, effective config.",
-             _obj({"run": _RUN_REF}, ["run"]), _top("run-detail")),
+        Tool(
+            "show",
+            "One run: phase, reason, times, handle, command, source, effective config.",
+            _obj({"run": _RUN_REF}, ["run"]),
+            _top("run-detail"),
+        ),
         Tool(
             "logs",
             "A run's stored log lines: the last `tail` lines, or lines from_line..to_line; at most max_bytes of text, "
             "counting a newline per line (`truncated` says when the cap cut the answer, `next_line` where to continue; "
             "a single line longer than the cap comes back cut to it).",
-            _obj({
-                "run": _RUN_REF,
-                "tail": {"type": "integer", "minimum": 1, "maximum": 100000},
-                "from_line": {"type": "integer", "minimum": 1},
-                "to_line": {"type": "integer", "minimum": 1},
-                "max_bytes": {"type": "integer", "minimum": 1, "maximum": LOGS_MAX_BYTES, "default": LOGS_DEFAULT_BYTES},
-            }, ["run"]),
-            _wrap({
-                "run_id": {"type": "string"}, "lines": _LINES, "total_lines": {"type": "integer", "minimum": 0},
-                "truncated": {"type": "boolean"}, "next_line": nint,
-            }, ["run_id", "lines", "total_lines", "truncated", "next_line"], defs=("log-line",)),
+            _obj(
+                {
+                    "run": _RUN_REF,
+                    "tail": {"type": "integer", "minimum": 1, "maximum": 100000},
+                    "from_line": {"type": "integer", "minimum": 1},
+                    "to_line": {"type": "integer", "minimum": 1},
+                    "max_bytes": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": LOGS_MAX_BYTES,
+                        "default": LOGS_DEFAULT_BYTES,
+                    },
+                },
+                ["run"],
+            ),
+            _wrap(
+                {
+                    "run_id": {"type": "string"},
+                    "lines": _LINES,
+                    "total_lines": {"type": "integer", "minimum": 0},
+                    "truncated": {"type": "boolean"},
+                    "next_line": nint,
+                },
+                ["run_id", "lines", "total_lines", "truncated", "next_line"],
+                defs=("log-line",),
+            ),
         ),
         Tool(
             "wait",
             "Wait until the runs reach a condition (terminal, change, or a phase), at most timeout_s seconds. "
             "Pass after_seq (the cursor a previous wait or a run's last_seq gave) so no change is missed; "
             "returns the outcome, the runs and the new cursor.",
-            _obj({
-                "runs": {"type": "array", "items": _RUN_REF, "minItems": 1},
-                "for": {"enum": ["terminal", "change", *PHASES, *(p.lower() for p in PHASES)], "default": "terminal"},
-                "timeout_s": {"type": "number", "minimum": 0, "maximum": MAX_WAIT_S, "default": 60},
-                "after_seq": {"type": "integer", "minimum": 0},
-            }, ["runs"]),
+            _obj(
+                {
+                    "runs": {"type": "array", "items": _RUN_REF, "minItems": 1},
+                    "for": {
+                        "enum": ["terminal", "change", *PHASES, *(p.lower() for p in PHASES)],
+                        "default": "terminal",
+                    },
+                    "timeout_s": {"type": "number", "minimum": 0, "maximum": MAX_WAIT_S, "default": 60},
+                    "after_seq": {"type": "integer", "minimum": 0},
+                },
+                ["runs"],
+            ),
             _top("wait"),
         ),
-        Tool("cancel", "Cancel runs; returns each run once it is stopped.",
-             _obj({"runs": {"type": "array", "items": _RUN_REF, "minItems": 1}}, ["runs"]), _wrap({"runs": "runs"}, ["runs"])),
+        Tool(
+            "cancel",
+            "Cancel runs; returns each run once it is stopped.",
+            _obj({"runs": {"type": "array", "items": _RUN_REF, "minItems": 1}}, ["runs"]),
+            _wrap({"runs": "runs"}, ["runs"]),
+        ),
         Tool(
             "events",
             "The audit trail, oldest first: events with seq > after_seq (of one run, or all), at most `limit`; "
             "`last_seq` is the cursor for the next page.",
-            _obj({"run": _RUN_REF, "after_seq": {"type": "integer", "minimum": 0},
-                  "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}}),
-            _wrap({"events": {"type": "array", "items": {"$ref": "#/$defs/event"}}, "last_seq": {"type": "integer"},
-                   "more": {"type": "boolean"}}, ["events", "last_seq", "more"], defs=("event",)),
+            _obj(
+                {
+                    "run": _RUN_REF,
+                    "after_seq": {"type": "integer", "minimum": 0},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+                }
+            ),
+            _wrap(
+                {
+                    "events": {"type": "array", "items": {"$ref": "#/$defs/event"}},
+                    "last_seq": {"type": "integer"},
+                    "more": {"type": "boolean"},
+                },
+                ["events", "last_seq", "more"],
+                defs=("event",),
+            ),
         ),
-        Tool("queue", "The waiting runs in start order with the reason each waits, and the GPUs with who holds them.",
-             _obj({}), _top("queue")),
-        Tool("doctor", "Check the daemon, the store and (when configured) Kubernetes access.",
-             _obj({}), _wrap({"checks": "doctor", "ok": {"type": "boolean"}}, ["checks", "ok"])),
+        Tool(
+            "queue",
+            "The waiting runs in start order with the reason each waits, and the GPUs with who holds them.",
+            _obj({}),
+            _top("queue"),
+        ),
+        Tool(
+            "doctor",
+            "Check the daemon, the store and (when configured) Kubernetes access.",
+            _obj({}),
+            _wrap({"checks": "doctor", "ok": {"type": "boolean"}}, ["checks", "ok"]),
+        ),
         Tool(
             "triage",
             "Why a run is where it is: phase, reason, message, exit code, the last error-looking log lines, the pending "
             "reason when queued, and a one-line suggested next step.",
             _obj({"run": _RUN_REF}, ["run"]),
-            _wrap({
-                "run": "run",
-                "phase": {"enum": list(PHASES)}, "reason": {"type": ["string", "null"]}, "message": {"type": ["string", "null"]},
-                "exit_code": nint, "error_lines": _LINES, "last_lines": _LINES,
-                "pending_reason": {"type": ["string", "null"]}, "suggestion": {"type": "string"},
-            }, ["run", "phase", "reason", "message", "exit_code", "error_lines", "last_lines", "pending_reason", "suggestion"],
-                defs=("log-line",)),
+            _wrap(
+                {
+                    "run": "run",
+                    "phase": {"enum": list(PHASES)},
+                    "reason": {"type": ["string", "null"]},
+                    "message": {"type": ["string", "null"]},
+                    "exit_code": nint,
+                    "error_lines": _LINES,
+                    "last_lines": _LINES,
+                    "pending_reason": {"type": ["string", "null"]},
+                    "suggestion": {"type": "string"},
+                },
+                [
+                    "run",
+                    "phase",
+                    "reason",
+                    "message",
+                    "exit_code",
+                    "error_lines",
+                    "last_lines",
+                    "pending_reason",
+                    "suggestion",
+                ],
+                defs=("log-line",),
+            ),
         ),
     ]
 
@@ -424,30 +517,50 @@ class JobsupTools:
         task_file = args.get("task_file")
         warnings: list[str] = []
         rendered = render_task(
-            str(cwd / task_file) if task_file else None, words,
-            manifest=args.get("manifest"), rev=args.get("rev") or "HEAD", timeout=args.get("timeout"),
-            run_id=args.get("run_id"), name=args.get("name"), config_items=list(args.get("config") or []),
-            cwd=cwd, warn=warnings.append,
+            str(cwd / task_file) if task_file else None,
+            words,
+            manifest=args.get("manifest"),
+            rev=args.get("rev") or "HEAD",
+            timeout=args.get("timeout"),
+            run_id=args.get("run_id"),
+            name=args.get("name"),
+            config_items=list(args.get("config") or []),
+            cwd=cwd,
+            warn=warnings.append,
         )
-        return {"objects": json.loads(json.dumps(rendered.objects)), "notes": list(rendered.notes), "warnings": warnings}
+        return {
+            "objects": json.loads(json.dumps(rendered.objects)),
+            "notes": list(rendered.notes),
+            "warnings": warnings,
+        }
 
     def runs(self, args: dict[str, Any]) -> dict[str, Any]:
         """``jobsup runs -o json`` as ``{"runs": [...]}``."""
-        return {"runs": self.client.runs(all=bool(args.get("all")), project=args.get("project"), phase=args.get("phase"))}
+        return {
+            "runs": self.client.runs(all=bool(args.get("all")), project=args.get("project"), phase=args.get("phase"))
+        }
 
     def show(self, args: dict[str, Any]) -> dict[str, Any]:
         """``jobsup show RUN -o json``."""
         doc = self._run("run", args["run"])
         sub = doc.get("submitted") or {}
-        full = {**doc["run"], "command": sub.get("command"), "timeout_s": sub.get("timeout_s"), "source": sub.get("source"),
-                "env": sub.get("env"), "config": sub.get("config")}
+        full = {
+            **doc["run"],
+            "command": sub.get("command"),
+            "timeout_s": sub.get("timeout_s"),
+            "source": sub.get("source"),
+            "env": sub.get("env"),
+            "config": sub.get("config"),
+        }
         if sub.get("on_done"):
             full["on_done"] = sub["on_done"]
         if doc.get("hooks"):
             full["hooks"] = [{"type": e["type"], "seq": e["seq"], "at": e["at"], **e["data"]} for e in doc["hooks"]]
         return full
 
-    def _lines(self, ref: str, *, tail: int | None = None, after_line: int = 0) -> Generator[dict[str, Any], None, None]:
+    def _lines(
+        self, ref: str, *, tail: int | None = None, after_line: int = 0
+    ) -> Generator[dict[str, Any], None, None]:
         try:
             for obj in self.client.logs(ref, follow=False, tail=tail, after_line=after_line):
                 if "line_no" in obj:
@@ -489,10 +602,17 @@ class JobsupTools:
                     break
         finally:
             stream.close()
-        return {"run_id": run["id"], "lines": lines, "total_lines": run["log_lines"], "truncated": truncated,
-                "next_line": next_line}
+        return {
+            "run_id": run["id"],
+            "lines": lines,
+            "total_lines": run["log_lines"],
+            "truncated": truncated,
+            "next_line": next_line,
+        }
 
-    def wait_slice(self, refs: list[str], cond: str, after: int | None, timeout_s: float) -> tuple[int | None, dict[str, Any]]:
+    def wait_slice(
+        self, refs: list[str], cond: str, after: int | None, timeout_s: float
+    ) -> tuple[int | None, dict[str, Any]]:
         """One ``GET /wait`` of at most ``timeout_s``: ``(cursor, result)``."""
         cursor: int | None = after
         result: dict[str, Any] = {}
@@ -599,10 +719,14 @@ class Handlers:
         # Abandoned wait slices keep their token until they end (one slice).
         self.waits = anyio.CapacityLimiter(32)
 
-    async def list_tools(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[t.to_mcp() for t in TOOLS])
 
-    async def call_tool(self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
         name, args = params.name, dict(params.arguments or {})
         if name not in _BY_NAME:
             return _error_result(f"tool: no tool {name!r}; use one of {', '.join(_BY_NAME)}")
@@ -655,8 +779,13 @@ class Handlers:
                     code = 0 if cond == "change" else _wait_exit_code(cond, runs)
                 else:
                     code = EXIT_WAIT_TIMEOUT
-                return {"outcome": "met" if met else "timeout", "for": cond, "runs": runs, "after_seq": seen,
-                        "exit_code": code}
+                return {
+                    "outcome": "met" if met else "timeout",
+                    "for": cond,
+                    "runs": runs,
+                    "after_seq": seen,
+                    "exit_code": code,
+                }
 
 
 def _wait_exit_code(cond: str, runs: list[dict[str, Any]]) -> int:
@@ -714,4 +843,3 @@ def serve() -> None:
         anyio.run(main)
     finally:
         client.close()
-

@@ -29,9 +29,13 @@ def scheduling_options(fn: F) -> F:
     options = [
         click.option("--gpus", type=click.IntRange(min=0), help="Local runs: whole GPUs of this machine (default 0)."),
         click.option("--queue", help="The scheduler queue (default `default`)."),
-        click.option("--priority", type=click.IntRange(-1000, 1000), help="-1000..1000 (default 0); higher starts first."),
+        click.option(
+            "--priority", type=click.IntRange(-1000, 1000), help="-1000..1000 (default 0); higher starts first."
+        ),
         click.option("--after", multiple=True, metavar="RUN", help="Start once RUN is COMPLETED (repeatable)."),
-        click.option("--after-any", "after_any", multiple=True, metavar="RUN", help="Start once RUN is terminal (repeatable)."),
+        click.option(
+            "--after-any", "after_any", multiple=True, metavar="RUN", help="Start once RUN is terminal (repeatable)."
+        ),
         click.option("--hold", is_flag=True, help="Queue the run held; `jobsup release RUN` lets it start."),
     ]
     for option in reversed(options):
@@ -87,7 +91,9 @@ def queue(output: str) -> None:
         click.echo("")
         rows = [
             {
-                "index": g["index"], "uuid": g["uuid"], "name": g["name"],
+                "index": g["index"],
+                "uuid": g["uuid"],
+                "name": g["name"],
                 "holder": f"{g['holder']['id']} ({g['holder']['name']})" if g["holder"] else "free",
                 "since": g["holder"]["since"] if g["holder"] else None,
             }
@@ -126,7 +132,9 @@ def release(runs_: tuple[str, ...], output: str) -> None:
 
 @click.command("rerun")
 @click.argument("run")
-@click.option("--env", "env_pairs", multiple=True, metavar="K=V", help="A value for one of the run's env names (repeatable).")
+@click.option(
+    "--env", "env_pairs", multiple=True, metavar="K=V", help="A value for one of the run's env names (repeatable)."
+)
 @click.option("--hold", is_flag=True, help="Queue the new run held.")
 @click.option("--force", is_flag=True, help="Submit even if the same project+name has a run in flight.")
 def rerun(run: str, env_pairs: tuple[str, ...], hold: bool, force: bool) -> None:

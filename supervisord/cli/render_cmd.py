@@ -13,8 +13,8 @@ from __future__ import annotations
 import secrets
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import click
 
@@ -32,8 +32,8 @@ from supervisord.backends.kubernetes.manifest.render import (
     objects_to_yaml,
     render_run,
 )
-from supervisord.cli.shape import reject_shape_flags, shape_flag_options
 from supervisord.cli.output import output_option, warn
+from supervisord.cli.shape import reject_shape_flags, shape_flag_options
 from supervisord.config.effective import effective_config
 from supervisord.config.sources import current_kube_context, load_client_layers, load_daemon_layer
 from supervisord.exceptions import ManifestError, TaskError, UsageError
@@ -42,18 +42,19 @@ from supervisord.task import DEFAULT_TIMEOUT_S, Task, check_name, load_task, par
 
 __all__ = ["render_command", "render_task"]
 
+
 def _is_task_file(arg: str) -> bool:
     return arg.endswith((".yaml", ".yml"))
 
 
 @click.command("render")
 @click.argument("args", nargs=-1, metavar="[TASK.yaml] [-- CMD...]")
-@click.option(
-    "--manifest", default=None, help=f"Repository-relative manifest path [default: {DEFAULT_MANIFEST_PATH}]."
-)
+@click.option("--manifest", default=None, help=f"Repository-relative manifest path [default: {DEFAULT_MANIFEST_PATH}].")
 @click.option("--rev", default="HEAD", show_default=True, help="The revision whose manifest is read.")
 @click.option("--timeout", default=None, help="Run timeout: 90s, 30m, 4h, 1d [default: 4h].")
-@click.option("--run-id", "run_id", default=None, help="The run id to render with (12 lowercase hex) [default: random].")
+@click.option(
+    "--run-id", "run_id", default=None, help="The run id to render with (12 lowercase hex) [default: random]."
+)
 @click.option("--name", default=None, help="The run's name, as for submit (default: first word of the command).")
 @click.option(
     "--config",
@@ -91,8 +92,16 @@ def render_command(
     words = list(args[1:] if task_file else args)
     try:
         rendered = render_task(
-            task_file, words, manifest=manifest, rev=rev, timeout=timeout, run_id=run_id, name=name,
-            config_items=list(config_items), cwd=Path.cwd(), warn=warn,
+            task_file,
+            words,
+            manifest=manifest,
+            rev=rev,
+            timeout=timeout,
+            run_id=run_id,
+            name=name,
+            config_items=list(config_items),
+            cwd=Path.cwd(),
+            warn=warn,
         )
     except ManifestError as exc:
         click.echo(f"error: {exc}", err=True)

@@ -9,8 +9,9 @@ import os
 import secrets
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import click
 
@@ -129,7 +130,13 @@ def task_wire(task: Task) -> dict[str, Any]:
 @click.option("--manifest", help="Kubernetes manifest path in the repository (default .jobsup/k8s.yaml).")
 @click.option("--rev", default="HEAD", show_default=True, help="The commit to snapshot and run.")
 @click.option("--env", "env_pairs", multiple=True, metavar="K=V", help="Environment for the run (repeatable).")
-@click.option("--config", "config_args", multiple=True, metavar="KEY.PATH=VALUE|FILE", help="Config override (repeatable) or one config file.")
+@click.option(
+    "--config",
+    "config_args",
+    multiple=True,
+    metavar="KEY.PATH=VALUE|FILE",
+    help="Config override (repeatable) or one config file.",
+)
 @click.option("--force", is_flag=True, help="Submit even if the same project+name has a run in flight.")
 @click.option("--follow", "-f", is_flag=True, help="Stream the logs, then exit like `jobsup wait`.")
 @click.option(
@@ -164,7 +171,13 @@ def submit(
     on_done_argv = parse_on_done(on_done) if on_done is not None else None
     command = ctx.meta.get("jobsup.command")
     task = build_task(
-        task_file, command, name=name, backend=backend, timeout=timeout, manifest=manifest, env_pairs=env_pairs,
+        task_file,
+        command,
+        name=name,
+        backend=backend,
+        timeout=timeout,
+        manifest=manifest,
+        env_pairs=env_pairs,
         scheduling=sched,
     )
     if not task.run:
@@ -280,7 +293,9 @@ def _follow_logs(client: Client, ref: str, *, tail: int | None = None, output: s
         elif "end" in obj:
             end = obj["end"]
     if end:
-        info(f"run {end['id']}: {end['phase']}" + (f" ({end['reason']}: {end['message']})" if end.get("reason") else ""))
+        info(
+            f"run {end['id']}: {end['phase']}" + (f" ({end['reason']}: {end['message']})" if end.get("reason") else "")
+        )
     return end
 
 
@@ -328,8 +343,14 @@ def show(run: str, output: str) -> None:
     doc = _client().show(run)
     r = doc["run"]
     sub = doc.get("submitted") or {}
-    full = {**r, "command": sub.get("command"), "timeout_s": sub.get("timeout_s"), "source": sub.get("source"),
-            "env": sub.get("env"), "config": sub.get("config")}
+    full = {
+        **r,
+        "command": sub.get("command"),
+        "timeout_s": sub.get("timeout_s"),
+        "source": sub.get("source"),
+        "env": sub.get("env"),
+        "config": sub.get("config"),
+    }
     if sub.get("on_done"):
         full["on_done"] = sub["on_done"]
     if doc.get("hooks"):
@@ -340,12 +361,32 @@ def show(run: str, output: str) -> None:
         return
     import yaml
 
-    for key in ("id", "project", "name", "backend", "phase", "reason", "message", "exit_code",
-                "created_at", "updated_at", "last_seq", "log_lines", "log_ingest", "command", "timeout_s"):
+    for key in (
+        "id",
+        "project",
+        "name",
+        "backend",
+        "phase",
+        "reason",
+        "message",
+        "exit_code",
+        "created_at",
+        "updated_at",
+        "last_seq",
+        "log_lines",
+        "log_ingest",
+        "command",
+        "timeout_s",
+    ):
         click.echo(f"{key + ':':<12} {'-' if full.get(key) is None else full.get(key)}")
     for h in full.get("hooks") or []:
-        result = h.get("error") or f"{'exit code' if h.get('kind') == 'command' else 'HTTP'} {h.get('exit_code', h.get('status'))}"
-        click.echo(f"{'hook:':<12} {h.get('hook')} {h['type']} for seq {h.get('event_seq')} (attempt {h.get('attempt')}): {result}")
+        result = (
+            h.get("error")
+            or f"{'exit code' if h.get('kind') == 'command' else 'HTTP'} {h.get('exit_code', h.get('status'))}"
+        )
+        click.echo(
+            f"{'hook:':<12} {h.get('hook')} {h['type']} for seq {h.get('event_seq')} (attempt {h.get('attempt')}): {result}"
+        )
     for key in ("source", "handle", "env", "config"):
         value = full.get(key)
         click.echo(f"{key}:" + (" -" if not value else ""))
@@ -407,7 +448,9 @@ def _wait_exit_code(cond: str, runs: list[dict[str, Any]]) -> int:
 @click.option("--after", type=click.IntRange(min=0), help="Event seq already seen: a change after it returns at once.")
 @output_option()
 @click.pass_context
-def wait(ctx: click.Context, runs_: tuple[str, ...], for_: str, timeout: str | None, after: int | None, output: str) -> None:
+def wait(
+    ctx: click.Context, runs_: tuple[str, ...], for_: str, timeout: str | None, after: int | None, output: str
+) -> None:
     """Block until the runs reach the condition.
 
     Exit codes: 0 COMPLETED (or the condition met), 1 ERROR, 3 CANCELED,

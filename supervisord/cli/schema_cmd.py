@@ -10,8 +10,6 @@ import json
 
 import click
 
-
-
 __all__ = ["schema"]
 
 

@@ -6,7 +6,8 @@ committed manifest is the run's shape, and a local run uses this machine.
 
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 

@@ -28,8 +28,9 @@ Rules (docs/config.md):
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from supervisord.config.keypath import KeyPath, format_path, parse_key
 from supervisord.config.layer import Layer
@@ -131,7 +132,9 @@ def parse_cli_config(
             errors.extend(exc.errors)
     if errors:
         raise ConfigError(
-            errors[0] if len(errors) == 1 else f"{len(errors)} --config errors:\n" + "\n".join(f"  - {e}" for e in errors),
+            errors[0]
+            if len(errors) == 1
+            else f"{len(errors)} --config errors:\n" + "\n".join(f"  - {e}" for e in errors),
             errors,
         )
     return Layer("cli", None, data)
@@ -199,7 +202,11 @@ def _set(data: dict[str, Any], path: KeyPath, value: Any, lower_view: Callable[[
                 if not isinstance(inherited, list):
                     raise ConfigError(
                         f"--config {key}: {nxt} indexes a list element, but {format_path(here)} "
-                        + ("is not a list" if inherited is not None else "holds no list in the user, project or task config")
+                        + (
+                            "is not a list"
+                            if inherited is not None
+                            else "holds no list in the user, project or task config"
+                        )
                         + " (a number never creates a mapping key)"
                     )
                 _check_editable(here, key)

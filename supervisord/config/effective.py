@@ -28,7 +28,8 @@ import copy
 import dataclasses
 import os
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from supervisord.config.keypath import KeyPath, format_path
 from supervisord.config.layer import Layer, Origin, describe_origin
@@ -249,7 +250,9 @@ def effective_config(
         raise ConfigError(_summary(final_errors, "config"), final_errors)
     return EffectiveConfig(
         data=_ordered(data, CONFIG_SCHEMA),
-        origins={format_path(path): origin for path, origin in sorted(origins.items(), key=lambda kv: format_path(kv[0]))},
+        origins={
+            format_path(path): origin for path, origin in sorted(origins.items(), key=lambda kv: format_path(kv[0]))
+        },
         warnings=warnings,
         context=resolved,
     )
@@ -376,10 +379,14 @@ def _task_key_errors(layer: Layer) -> list[str]:
         if key == "kubernetes" and isinstance(value, Mapping):
             for sub in value:
                 if ("kubernetes", sub) not in TASK_KEYS:
-                    errors.append(f"{where}: kubernetes.{sub}: a task may not set this key (allowed in a task: {allowed})")
+                    errors.append(
+                        f"{where}: kubernetes.{sub}: a task may not set this key (allowed in a task: {allowed})"
+                    )
             continue
         if key == "kubernetes":
-            errors.append(f"{where}: kubernetes: a task may set only some keys below it, not the whole mapping (allowed in a task: {allowed})")
+            errors.append(
+                f"{where}: kubernetes: a task may set only some keys below it, not the whole mapping (allowed in a task: {allowed})"
+            )
             continue
         errors.append(f"{where}: {format_path((key,))}: a task may not set this key (allowed in a task: {allowed})")
     return errors
@@ -437,7 +444,9 @@ def _ordered(value: Any, schema: Any) -> Any:
     return {k: _ordered(value[k], props.get(k, extra)) for k in keys}
 
 
-def _fill_defaults(data: dict[str, Any], default: Mapping[str, Any], path: KeyPath, origins: dict[KeyPath, Origin]) -> None:
+def _fill_defaults(
+    data: dict[str, Any], default: Mapping[str, Any], path: KeyPath, origins: dict[KeyPath, Origin]
+) -> None:
     """Give keys cleared with ``null`` their default back."""
     for key, value in default.items():
         if key not in data:

@@ -17,7 +17,7 @@ dots (Kubernetes label keys such as ``example.com/gpu``).
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from supervisord.exceptions import ConfigError
 

@@ -44,7 +44,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from supervisord.config.keypath import KeyPath, format_path
 from supervisord.config.layer import Layer, Origin, describe_origin
@@ -322,9 +323,7 @@ def _merge_mapping(target: dict[str, Any], patch: Mapping[str, Any], path: KeyPa
             state.set(kpath, pval)
 
 
-def _merge_list(
-    target: list[Any], patch: list[Any], key: str, path: KeyPath, state: _State, pod: bool
-) -> list[Any]:
+def _merge_list(target: list[Any], patch: list[Any], key: str, path: KeyPath, state: _State, pod: bool) -> list[Any]:
     if not pod or key in POD_SPEC_ATOMIC_LISTS:
         new = _clean(patch)
         state.set(path, new)

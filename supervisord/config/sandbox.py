@@ -43,11 +43,12 @@ from __future__ import annotations
 import math
 import posixpath
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from supervisord.config.keypath import KeyPath, format_path
-from supervisord.secret import looks_secret
 from supervisord.exceptions import ConfigError
+from supervisord.secret import looks_secret
 
 __all__ = [
     "ENV_POD_READY_TIMEOUT",
@@ -162,7 +163,9 @@ def check_label_value(value: str) -> str | None:
     if len(value) > 63:
         return f"is {len(value)} characters long; a label value has at most 63"
     if not _LABEL_NAME.fullmatch(value):
-        return "is not a valid label value (letters, digits, '-', '_' and '.', starting and ending with a letter or digit)"
+        return (
+            "is not a valid label value (letters, digits, '-', '_' and '.', starting and ending with a letter or digit)"
+        )
     return None
 
 
@@ -261,7 +264,11 @@ def check_tolerations(tolerations: Any, path: KeyPath) -> list[str]:
                     f"(got operator {operator!r})"
                 )
         elif isinstance(key, str):
-            reason = "must not be empty (omit `key` with `operator: Exists` to tolerate every taint)" if key == "" else check_label_key(key)
+            reason = (
+                "must not be empty (omit `key` with `operator: Exists` to tolerate every taint)"
+                if key == ""
+                else check_label_key(key)
+            )
             if reason:
                 errors.append(f"{where}.key: {key!r} {reason}" if key else f"{where}.key: {reason}")
         value = item.get("value")
@@ -275,8 +282,7 @@ def check_tolerations(tolerations: Any, path: KeyPath) -> list[str]:
         seconds = item.get("tolerationSeconds")
         if seconds is not None and item.get("effect") != "NoExecute":
             errors.append(
-                f"{where}.tolerationSeconds: only applies with `effect: NoExecute` "
-                f"(got effect {item.get('effect')!r})"
+                f"{where}.tolerationSeconds: only applies with `effect: NoExecute` (got effect {item.get('effect')!r})"
             )
     return errors
 
@@ -310,7 +316,9 @@ def check_kubernetes_options(kubernetes: Any, path: KeyPath = ("kubernetes",)) -
     metadata = kubernetes.get("custom_metadata")
     if isinstance(metadata, Mapping):
         errors.extend(_label_map_errors(metadata.get("labels"), path + ("custom_metadata", "labels"), values=True))
-        errors.extend(_label_map_errors(metadata.get("annotations"), path + ("custom_metadata", "annotations"), values=False))
+        errors.extend(
+            _label_map_errors(metadata.get("annotations"), path + ("custom_metadata", "annotations"), values=False)
+        )
     entries: list[tuple[str, str]] = []
     for list_key, name_key in (("pvc_mounts", "claim_name"), ("secret_mounts", "secret_name")):
         mounts = kubernetes.get(list_key)

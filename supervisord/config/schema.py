@@ -43,14 +43,15 @@ Keys::
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import jsonschema
 import jsonschema.validators
 
 from supervisord.config.keypath import KeyPath, format_path
-from supervisord.secret import looks_secret
 from supervisord.config.sandbox import check_kubernetes_options
+from supervisord.secret import looks_secret
 
 __all__ = ["CONFIG_SCHEMA", "schema_at", "schema_errors", "validate_document", "is_secret_path"]
 
@@ -355,10 +356,13 @@ def _describe(error: jsonschema.ValidationError, path: KeyPath) -> Iterable[tupl
         yield path, f"must be one of {choices}, got {_show(value, path)}{_bool_hint(value)}"
         return
     if kind == "minimum":
-        yield path, (
-            f"must be a positive integer, got {_show(value, path)}"
-            if error.validator_value == 1
-            else f"must be at least {error.validator_value}, got {_show(value, path)}"
+        yield (
+            path,
+            (
+                f"must be a positive integer, got {_show(value, path)}"
+                if error.validator_value == 1
+                else f"must be at least {error.validator_value}, got {_show(value, path)}"
+            ),
         )
         return
     if kind == "minLength":

@@ -23,8 +23,9 @@ empty file is an empty layer. YAML dates are kept as strings.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import yaml
 
@@ -74,9 +75,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
     if doc is None:
         return {}
     if not isinstance(doc, dict):
-        raise ConfigError(
-            f"{path}: line 1: the top level must be a mapping of config keys, got a {_yaml_kind(doc)}"
-        )
+        raise ConfigError(f"{path}: line 1: the top level must be a mapping of config keys, got a {_yaml_kind(doc)}")
     problems = json_compatible_errors(doc, ())
     if problems:
         raise ConfigError(f"{path}: {problems[0]}", [f"{path}: {p}" for p in problems])
@@ -99,7 +98,9 @@ def _xdg_config_home(env: Mapping[str, str]) -> Path:
     return (Path(home) if home else Path.home()) / ".config"
 
 
-def config_file_path(layer: str, *, cwd: Path | None = None, env: Mapping[str, str] = os.environ) -> tuple[Path, str | None]:
+def config_file_path(
+    layer: str, *, cwd: Path | None = None, env: Mapping[str, str] = os.environ
+) -> tuple[Path, str | None]:
     """Where the ``daemon``, ``user`` or ``project`` layer's file is: returns
     ``(path, variable)`` where ``variable`` is the override variable when it is
     set (so the file must exist) and None for a default location."""

@@ -40,7 +40,11 @@ def _construct_mapping(loader: ConfigLoader, node: yaml.nodes.MappingNode) -> di
                 None,
                 None,
                 f"the key {key!r} is not a string (a {type(key).__name__}); quote it"
-                + (" (YAML reads on/off/yes/no as booleans; a hook's phases go under `when:`)" if isinstance(key, bool) else ""),
+                + (
+                    " (YAML reads on/off/yes/no as booleans; a hook's phases go under `when:`)"
+                    if isinstance(key, bool)
+                    else ""
+                ),
                 key_node.start_mark,
             )
         if key in seen:
@@ -84,7 +88,8 @@ def _expanded_nodes(root: yaml.nodes.Node) -> None:
         open_nodes.discard(key)
         if total > MAX_YAML_NODES:
             raise yaml.constructor.ConstructorError(
-                None, None,
+                None,
+                None,
                 f"the document expands to more than {MAX_YAML_NODES} values (aliases of aliases?); refusing it",
                 node.start_mark,
             )

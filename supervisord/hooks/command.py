@@ -40,6 +40,7 @@ def hook_env(base: Mapping[str, str], run: Mapping[str, Any], event_seq: int, ho
     ``JOBSUP_BACKEND``, ``JOBSUP_EVENT_SEQ`` and ``JOBSUP_HOOK`` (empty
     strings for missing values). ``run`` holds the phase change's fields
     (phase, reason, exit_code) over the run object's."""
+
     def text(value: Any) -> str:
         return "" if value is None else str(value)
 
@@ -139,7 +140,12 @@ async def run_command(
     duration = time.monotonic() - started
     text = bytes(output).decode("utf-8", errors="replace")
     if timed_out:
-        return Attempt(ok=False, duration_s=duration, error=f"timed out after {timeout_s:g} s; its process group was killed", output=text)
+        return Attempt(
+            ok=False,
+            duration_s=duration,
+            error=f"timed out after {timeout_s:g} s; its process group was killed",
+            output=text,
+        )
     code = proc.returncode
     if code == 0:
         return Attempt(ok=True, duration_s=duration, exit_code=0, output=text)

@@ -138,9 +138,9 @@ class HookSpec:
             "kind": self.kind,
             "when": [p for p in PHASES if p in self.when],
             "match": {k: list(v) for k, v in self.match.items()},
-            "target": list(self.command) if self.command is not None else (
-                self.webhook.shown_url() if self.webhook else None
-            ),
+            "target": list(self.command)
+            if self.command is not None
+            else (self.webhook.shown_url() if self.webhook else None),
             "source": self.source,
         }
 
@@ -182,7 +182,9 @@ def _globs(value: Any, what: str, errors: list[str]) -> tuple[str, ...]:
 
 def _webhook(raw: Any, at: str, errors: list[str], env: Mapping[str, str]) -> WebhookTarget | None:
     if not isinstance(raw, Mapping):
-        errors.append(f"{at}.webhook: must be a mapping with url (and secret_env, timeout_s, retry_for_s), got {_show(raw)}")
+        errors.append(
+            f"{at}.webhook: must be a mapping with url (and secret_env, timeout_s, retry_for_s), got {_show(raw)}"
+        )
         return None
     for key in raw:
         if key not in _WEBHOOK_KEYS:
@@ -339,8 +341,10 @@ def load_hooks(layers: Sequence[Layer], env: Mapping[str, str] = os.environ) -> 
     """:func:`hooks_from_layers`, raising ConfigError with every error."""
     hooks, errors = hooks_from_layers(layers, env)
     if errors:
-        summary = errors[0] if len(errors) == 1 else f"{len(errors)} hook config errors:\n" + "\n".join(
-            f"  - {e}" for e in errors
+        summary = (
+            errors[0]
+            if len(errors) == 1
+            else f"{len(errors)} hook config errors:\n" + "\n".join(f"  - {e}" for e in errors)
         )
         raise ConfigError(summary, errors)
     return hooks

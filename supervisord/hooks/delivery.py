@@ -304,7 +304,9 @@ class HookRunner:
             if e.type == HOOK_FAILED and e.data.get("hook") == self.spec.name and e.data.get("event_seq") == event.seq
         )
 
-    async def _attempt(self, spec: HookSpec, event: RecordedEvent, run: Mapping[str, Any], cwd: str | None, body: bytes) -> Attempt:
+    async def _attempt(
+        self, spec: HookSpec, event: RecordedEvent, run: Mapping[str, Any], cwd: str | None, body: bytes
+    ) -> Attempt:
         if spec.command is not None:
             fields = {**run, **{k: event.data.get(k) for k in ("phase", "reason", "exit_code")}}
             after = await self.store.tail_line_no(event.run_id, STDIN_LINES)
@@ -410,12 +412,16 @@ class HookRunner:
         pause = 1.0
         while True:
             try:
-                await self.store.append(event.run_id, None, [NewEvent(outcome.type, outcome.data)], checkpoint=checkpoint)
+                await self.store.append(
+                    event.run_id, None, [NewEvent(outcome.type, outcome.data)], checkpoint=checkpoint
+                )
                 break
             except StoreClosedError:
                 raise
             except StoreError as err:
-                log.error("hook.record_failed", hook=self.spec.name, event_seq=event.seq, error=str(err), retry_in_s=pause)
+                log.error(
+                    "hook.record_failed", hook=self.spec.name, event_seq=event.seq, error=str(err), retry_in_s=pause
+                )
                 await anyio.sleep(pause)
                 pause = min(pause * 2, 30.0)
         if outcome.final:

@@ -127,9 +127,15 @@ class _Run:
         if self.cached is None or self.cached.held != self.held:
             s = self.sched
             self.cached = Waiting(
-                run_id=self.run_id, order=self.order, priority=int(s["priority"]), queue=self.queue,
-                gpus=int(s["gpus"]), after=tuple(s["after"]), after_any=tuple(s["after_any"]),
-                held=self.held, timeout_s=self.timeout_s,
+                run_id=self.run_id,
+                order=self.order,
+                priority=int(s["priority"]),
+                queue=self.queue,
+                gpus=int(s["gpus"]),
+                after=tuple(s["after"]),
+                after_any=tuple(s["after_any"]),
+                held=self.held,
+                timeout_s=self.timeout_s,
             )
         return self.cached
 
@@ -150,7 +156,9 @@ class Scheduler:
     serving; ``tg.start_soon(sched.run)`` for the daemon's life.
     """
 
-    def __init__(self, store: EventStore, supervisor: Supervisor, inventory: Inventory, settings: SchedulerSettings) -> None:
+    def __init__(
+        self, store: EventStore, supervisor: Supervisor, inventory: Inventory, settings: SchedulerSettings
+    ) -> None:
         self.store = store
         self.supervisor = supervisor
         self.inventory = inventory
@@ -225,7 +233,9 @@ class Scheduler:
                 self._admitted(run, admitted.at, admitted.data)
                 state = self.supervisor.run_state(run.run_id)
                 if state is not None and not state[1]:
-                    self.supervisor.resume_admitted(run.run_id, self._env_for(run, [self._gpus[u] for u in run.gpus if u in self._gpus]))
+                    self.supervisor.resume_admitted(
+                        run.run_id, self._env_for(run, [self._gpus[u] for u in run.gpus if u in self._gpus])
+                    )
             else:
                 await self._watch_deps(run)
         log.info(
@@ -438,8 +448,9 @@ class Scheduler:
         """The ``gpus`` check of ``jobsup doctor`` (always ok: no GPU is not an error)."""
         gpus = self.inventory.gpus
         if gpus:
-            detail = f"{len(gpus)} GPU(s) from {'nvidia-smi' if self.inventory.source == 'auto' else 'scheduler.gpus'}: " + ", ".join(
-                f"{g.index} {g.name or g.uuid}".strip() for g in gpus
+            detail = (
+                f"{len(gpus)} GPU(s) from {'nvidia-smi' if self.inventory.source == 'auto' else 'scheduler.gpus'}: "
+                + ", ".join(f"{g.index} {g.name or g.uuid}".strip() for g in gpus)
             )
         else:
             detail = self.inventory.note or "no GPUs configured (scheduler.gpus is empty)"
@@ -458,9 +469,18 @@ class Scheduler:
             r = self._waiting[rid]
             waiting.append(
                 {
-                    "position": pos, "id": rid, "project": r.project, "name": r.name, "queue": r.queue,
-                    "priority": r.sched["priority"], "gpus": r.sched["gpus"], "after": r.sched["after"],
-                    "after_any": r.sched["after_any"], "held": r.held, "reason": r.reason, "message": r.message,
+                    "position": pos,
+                    "id": rid,
+                    "project": r.project,
+                    "name": r.name,
+                    "queue": r.queue,
+                    "priority": r.sched["priority"],
+                    "gpus": r.sched["gpus"],
+                    "after": r.sched["after"],
+                    "after_any": r.sched["after_any"],
+                    "held": r.held,
+                    "reason": r.reason,
+                    "message": r.message,
                     "created_at": r.created_at,
                 }
             )
@@ -471,11 +491,15 @@ class Scheduler:
             gpus.append(
                 {
                     **g.to_json(),
-                    "holder": None if h is None else {"id": h.run_id, "project": h.project, "name": h.name, "since": h.admitted_at},
+                    "holder": None
+                    if h is None
+                    else {"id": h.run_id, "project": h.project, "name": h.name, "since": h.admitted_at},
                     "since": None if h is None else h.admitted_at,
                 }
             )
-        names = sorted({*self.settings.caps, *(r.queue for r in self._active.values()), *(r.queue for r in self._waiting.values())})
+        names = sorted(
+            {*self.settings.caps, *(r.queue for r in self._active.values()), *(r.queue for r in self._waiting.values())}
+        )
         queues = [
             {
                 "name": q,

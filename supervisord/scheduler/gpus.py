@@ -76,9 +76,7 @@ def query_nvidia_smi(which: Callable[[str], str | None] = shutil.which) -> tuple
     return gpus, None
 
 
-def inventory(
-    setting: Any, query: Callable[[], tuple[list[Gpu], str | None]] = query_nvidia_smi
-) -> Inventory:
+def inventory(setting: Any, query: Callable[[], tuple[list[Gpu], str | None]] = query_nvidia_smi) -> Inventory:
     """The GPUs for ``scheduler.gpus`` (``"auto"``/None, or a list of
     indices and UUIDs). Raises ConfigError naming ``scheduler.gpus`` for a
     duplicate entry or an index/UUID that nvidia-smi does not list."""

@@ -217,9 +217,7 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def _dependency_state(
-    w: Waiting, phases: Mapping[str, str]
-) -> tuple[str | None, list[str]]:
+def _dependency_state(w: Waiting, phases: Mapping[str, str]) -> tuple[str | None, list[str]]:
     """(failure message or None, what it still waits for as "id (PHASE)")."""
     waits: list[str] = []
     for dep in w.after:

@@ -295,7 +295,9 @@ def create_ui_app(
     async def timeline(run_id: str, run: RunStatus) -> list[dict[str, Any]]:
         changes = await store.read_all(0, limit=100, run_id=run_id, types=[PHASE_CHANGED])
         rows: list[dict[str, Any]] = []
-        starts = [(run.created_at, "SUBMITTED", None)] + [(e.at, str(e.data.get("phase")), e.data.get("reason")) for e in changes]
+        starts = [(run.created_at, "SUBMITTED", None)] + [
+            (e.at, str(e.data.get("phase")), e.data.get("reason")) for e in changes
+        ]
         end_of_all = run.updated_at if run.terminal else _now()
         total = max(_seconds(run.created_at, end_of_all), 0.001)
         for i, (at, phase, reason) in enumerate(starts):

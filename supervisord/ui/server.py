@@ -59,9 +59,7 @@ class UiServer:
     the daemon's task group); :meth:`enable` starts listening and returns the
     URL with a fresh one-time token; :meth:`disable` stops."""
 
-    def __init__(
-        self, *, store: EventStore, actions: UiActions, state_dir: Path, settings: Mapping[str, Any]
-    ) -> None:
+    def __init__(self, *, store: EventStore, actions: UiActions, state_dir: Path, settings: Mapping[str, Any]) -> None:
         self._state_file = state_dir / "ui.json"
         self._auth = UiAuth(load_ui_key(state_dir))
         self._host = str(settings.get("host") or "127.0.0.1")
@@ -124,7 +122,9 @@ class UiServer:
             if self._server is None:
                 raise UsageError(self._errors.pop() if self._errors else "the page could not be started")
         elif port is not None and port != self._port:
-            raise UsageError(f"--port {port}: the page is already served on port {self._port}; run `jobsup ui --stop` first")
+            raise UsageError(
+                f"--port {port}: the page is already served on port {self._port}; run `jobsup ui --stop` first"
+            )
         return {"url": self.url(self._auth.new_token()), "port": self._port}
 
     def shutdown(self) -> None:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import anyio
 import pytest
@@ -56,7 +57,9 @@ def manifest(image: str = IMAGE, **spec: Any) -> str:
             "template": {
                 "spec": {
                     "restartPolicy": "Never",
-                    "containers": [{"name": "main", "image": image, "command": ["bash", "-c", 'eval "$JOBSUP_SCRIPT"']}],
+                    "containers": [
+                        {"name": "main", "image": image, "command": ["bash", "-c", 'eval "$JOBSUP_SCRIPT"']}
+                    ],
                 }
             },
             **spec,
@@ -114,7 +117,9 @@ async def test_conformance_on_a_real_cluster(cluster: SupervisorHarness, scenari
 
 
 async def test_missing_image_is_error_with_the_pull_reason(tmp_path: Path) -> None:
-    async for h in _open(tmp_path, harness(manifest("registry.invalid/jobsup/no-such-image:1"), pod_ready_timeout_s=60)):
+    async for h in _open(
+        tmp_path, harness(manifest("registry.invalid/jobsup/no-such-image:1"), pod_ready_timeout_s=60)
+    ):
         run_id = await h.submit("echo never")
         run = await h.terminal(run_id, timeout_s=300)
         assert run.phase == "ERROR" and run.reason in ("ImagePullBackOff", "ErrImagePull"), run
@@ -130,7 +135,9 @@ async def test_job_deleted_behind_our_back_is_deleted(tmp_path: Path) -> None:
         await h.wait_until(run_id, lambda r: r.phase == "RUNNING", timeout_s=POD_READY_S + 60)
         api = k8s_config.new_client_from_config(config_file=KUBECONFIG, context=CONTEXT)
         try:
-            k8s_client.BatchV1Api(api).delete_namespaced_job(f"e2e-{run_id}", NAMESPACE, propagation_policy="Background")
+            k8s_client.BatchV1Api(api).delete_namespaced_job(
+                f"e2e-{run_id}", NAMESPACE, propagation_policy="Background"
+            )
         finally:
             api.close()
         run = await h.terminal(run_id, timeout_s=120)

@@ -102,7 +102,17 @@ def _probe_private_tmp(root: Path) -> bool:
     (probe / "marker").write_text("x")
     try:
         r = subprocess.run(
-            ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", 'mount --bind "$0" /tmp && test -f /tmp/marker', str(probe)],
+            [
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "--",
+                "/bin/sh",
+                "-c",
+                'mount --bind "$0" /tmp && test -f /tmp/marker',
+                str(probe),
+            ],
             capture_output=True,
             timeout=10,
         )
@@ -117,11 +127,18 @@ def _make_certs(directory: Path) -> tuple[Path, Path, Path]:
     """A throw-away CA and a server certificate for 127.0.0.1/localhost, made
     with the openssl CLI. Returns (ca.crt, server.crt, server.key)."""
     ca_crt, ca_key = directory / "ca.crt", directory / "ca.key"
-    crt, key, csr, ext = directory / "server.crt", directory / "server.key", directory / "server.csr", directory / "server.ext"
+    crt, key, csr, ext = (
+        directory / "server.crt",
+        directory / "server.key",
+        directory / "server.csr",
+        directory / "server.ext",
+    )
     if ca_crt.exists() and crt.exists() and key.exists():
         return ca_crt, crt, key
     if shutil.which("openssl") is None:
-        raise SimError("SimCluster(tls=True) needs the openssl CLI to make certificates; install openssl or pass tls=False")
+        raise SimError(
+            "SimCluster(tls=True) needs the openssl CLI to make certificates; install openssl or pass tls=False"
+        )
     directory.mkdir(parents=True, exist_ok=True)
     curve = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
 
@@ -130,11 +147,44 @@ def _make_certs(directory: Path) -> tuple[Path, Path, Path]:
         if r.returncode != 0:
             raise SimError(f"openssl {args[0]} failed: {r.stderr.strip()}")
 
-    run("req", "-x509", *curve, "-keyout", str(ca_key), "-out", str(ca_crt), "-days", "7", "-subj", "/CN=jobsup-k8s-sim-ca",
-        "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    run(
+        "req",
+        "-x509",
+        *curve,
+        "-keyout",
+        str(ca_key),
+        "-out",
+        str(ca_crt),
+        "-days",
+        "7",
+        "-subj",
+        "/CN=jobsup-k8s-sim-ca",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    )
     run("req", *curve, "-keyout", str(key), "-out", str(csr), "-subj", "/CN=jobsup-k8s-sim-apiserver")
-    ext.write_text("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    run("x509", "-req", "-in", str(csr), "-CA", str(ca_crt), "-CAkey", str(ca_key), "-CAcreateserial", "-out", str(crt), "-days", "7", "-extfile", str(ext))
+    ext.write_text(
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n"
+    )
+    run(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(ca_crt),
+        "-CAkey",
+        str(ca_key),
+        "-CAcreateserial",
+        "-out",
+        str(crt),
+        "-days",
+        "7",
+        "-extfile",
+        str(ext),
+    )
     return ca_crt, crt, key
 
 
@@ -226,7 +276,9 @@ class SimCluster:
         self.root.mkdir(parents=True, exist_ok=True)
         self.private_tmp = _probe_private_tmp(self.root) if private_tmp is not False else False
         if private_tmp and not self.private_tmp:
-            raise SimError("private_tmp=True: unshare --mount with a bind mount on /tmp does not work here (needs root and util-linux unshare)")
+            raise SimError(
+                "private_tmp=True: unshare --mount with a bind mount on /tmp does not work here (needs root and util-linux unshare)"
+            )
         if not self.private_tmp:
             log.warning("no mount namespaces here: /tmp paths are rewritten to per-container folders")
         if self.tls:
@@ -249,14 +301,25 @@ class SimCluster:
         kubelet = Kubelet(store, self.faults, self.root / "pods", private_tmp=self.private_tmp)
         controller = JobController(store)
         loop = self._loop
+
         def notify() -> None:
             loop.call_soon_threadsafe(kubelet.faults_changed)
 
         self.faults.notify = notify
-        self._state = SimState(store=store, kubelet=kubelet, controller=controller, faults=self.faults, tokens=self._tokens)
+        self._state = SimState(
+            store=store, kubelet=kubelet, controller=controller, faults=self.faults, tokens=self._tokens
+        )
         for ns in ("default", "kube-system", self.namespace):
             if store.find(NAMESPACES, "", ns) is None:
-                obj = store.prepare_new(NAMESPACES, "", {"metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}}, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}})
+                obj = store.prepare_new(
+                    NAMESPACES,
+                    "",
+                    {
+                        "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}},
+                        "spec": {"finalizers": ["kubernetes"]},
+                        "status": {"phase": "Active"},
+                    },
+                )
                 store.create(NAMESPACES, "", obj)
         controller.start()
         sock = _listen_socket()
@@ -313,7 +376,7 @@ class SimCluster:
         if self._serve_task is not None:
             try:
                 await asyncio.wait_for(self._serve_task, timeout=10)
-            except (asyncio.TimeoutError, asyncio.CancelledError):
+            except (TimeoutError, asyncio.CancelledError):
                 pass
         self._server = None
         self._serve_task = None
@@ -345,8 +408,14 @@ class SimCluster:
                 },
             ],
             "contexts": [
-                {"name": self.contexts[0], "context": {"cluster": "jobsup-sim", "user": TOKEN_USER, "namespace": self.namespace}},
-                {"name": self.contexts[1], "context": {"cluster": "jobsup-sim", "user": EXEC_USER, "namespace": self.namespace}},
+                {
+                    "name": self.contexts[0],
+                    "context": {"cluster": "jobsup-sim", "user": TOKEN_USER, "namespace": self.namespace},
+                },
+                {
+                    "name": self.contexts[1],
+                    "context": {"cluster": "jobsup-sim", "user": EXEC_USER, "namespace": self.namespace},
+                },
             ],
             "current-context": self.contexts[0],
         }
@@ -593,7 +662,13 @@ class SimCluster:
 
     def create_namespace(self, name: str) -> JSON:
         """Create a Namespace."""
-        return self.create_object("namespaces", {"metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}}, "status": {"phase": "Active"}})
+        return self.create_object(
+            "namespaces",
+            {
+                "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}},
+                "status": {"phase": "Active"},
+            },
+        )
 
     def create_secret(
         self,
@@ -605,7 +680,9 @@ class SimCluster:
     ) -> JSON:
         """Create a Secret; values are given raw and stored base64-encoded."""
         encoded = {k: base64.b64encode(v if isinstance(v, bytes) else v.encode()).decode() for k, v in data.items()}
-        return self.create_object("secrets", {"metadata": {"name": name}, "type": type_, "data": encoded}, namespace=namespace)
+        return self.create_object(
+            "secrets", {"metadata": {"name": name}, "type": type_, "data": encoded}, namespace=namespace
+        )
 
     def create_configmap(self, name: str, data: Mapping[str, str], *, namespace: str | None = None) -> JSON:
         """Create a ConfigMap."""
@@ -632,7 +709,9 @@ class SimCluster:
                     "storageClassName": storage_class,
                     "volumeMode": "Filesystem",
                 },
-                "status": {"phase": phase, "accessModes": ["ReadWriteOnce"], "capacity": {"storage": storage}} if phase == "Bound" else {"phase": phase},
+                "status": {"phase": phase, "accessModes": ["ReadWriteOnce"], "capacity": {"storage": storage}}
+                if phase == "Bound"
+                else {"phase": phase},
             },
             namespace=namespace,
         )
@@ -672,7 +751,15 @@ class SimCluster:
         def go() -> int:
             rv = state.store.compact()
             if notify_open:
-                line = dumps({"type": "ERROR", "object": status_failure(410, "Expired", f"too old resource version: {rv - 1} ({rv})")}) + b"\n"
+                line = (
+                    dumps(
+                        {
+                            "type": "ERROR",
+                            "object": status_failure(410, "Expired", f"too old resource version: {rv - 1} ({rv})"),
+                        }
+                    )
+                    + b"\n"
+                )
                 for ws in state.store.watchers.values():
                     for w in ws:
                         w.queue.put_nowait(line)
@@ -720,13 +807,21 @@ class SimCluster:
         state = self._require_state()
         self._sync(lambda: state.store.delete(res, ns, name, propagation=propagation, grace_seconds=grace_seconds))
 
-    def delete_job(self, name: str, *, namespace: str | None = None, propagation: Literal["Background", "Foreground", "Orphan"] = "Background") -> None:
+    def delete_job(
+        self,
+        name: str,
+        *,
+        namespace: str | None = None,
+        propagation: Literal["Background", "Foreground", "Orphan"] = "Background",
+    ) -> None:
         """Delete a Job behind jobsup's back (Background: its pods go too)."""
         self.delete_object("jobs.batch", name, namespace=namespace, propagation=propagation)
 
     # --------------------------------------------------------------- waiting
 
-    def wait_for(self, predicate: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.05, what: str = "condition") -> Any:
+    def wait_for(
+        self, predicate: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"
+    ) -> Any:
         """Poll ``predicate`` (in the caller's thread) until it returns a truthy
         value, and return it; raises TimeoutError naming ``what``."""
         deadline = time.monotonic() + timeout
@@ -740,7 +835,11 @@ class SimCluster:
 
     def pod_of_job(self, job: str, *, namespace: str | None = None) -> JSON | None:
         """The newest pod labelled ``job-name=<job>``, or None."""
-        pods = [p for p in self.list_objects("pods", namespace=namespace) if (p["metadata"].get("labels") or {}).get("job-name") == job]
+        pods = [
+            p
+            for p in self.list_objects("pods", namespace=namespace)
+            if (p["metadata"].get("labels") or {}).get("job-name") == job
+        ]
         pods.sort(key=lambda p: (p["metadata"]["creationTimestamp"], int(p["metadata"]["resourceVersion"])))
         return pods[-1] if pods else None
 
@@ -753,4 +852,3 @@ def _resource(name: str) -> ResourceType:
         known = ", ".join(sorted(r.qualified for r in RESOURCES.values()))
         raise SimError(f"unknown resource {name!r}; served: {known}")
     return res
-

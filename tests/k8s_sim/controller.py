@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+
 import structlog
 
 from .kubelet import record_event
@@ -240,7 +241,13 @@ class JobController:
         md = job["metadata"]
         record_event(
             self.store,
-            {"kind": "Job", "namespace": md["namespace"], "name": md["name"], "uid": md["uid"], "apiVersion": "batch/v1"},
+            {
+                "kind": "Job",
+                "namespace": md["namespace"],
+                "name": md["name"],
+                "uid": md["uid"],
+                "apiVersion": "batch/v1",
+            },
             type_,
             reason,
             message,
@@ -288,7 +295,13 @@ class JobController:
         elif _has(status, "Suspended"):
             for c in status["conditions"]:
                 if c.get("type") == "Suspended":
-                    c.update(status="False", reason="JobResumed", message="Job resumed", lastTransitionTime=rfc3339(now), lastProbeTime=rfc3339(now))
+                    c.update(
+                        status="False",
+                        reason="JobResumed",
+                        message="Job resumed",
+                        lastTransitionTime=rfc3339(now),
+                        lastProbeTime=rfc3339(now),
+                    )
             self._event(job, "Normal", "Resumed", "Job resumed")
         if not status.get("startTime") and not suspended:
             status["startTime"] = rfc3339(now)
@@ -314,7 +327,10 @@ class JobController:
                 action = self._pod_failure_action(spec, p)
                 if action == "FailJob":
                     failed += 1
-                    fail_job = ("PodFailurePolicy", f"Pod {namespace}/{p['metadata']['name']} has condition or exit code matching FailJob rule")
+                    fail_job = (
+                        "PodFailurePolicy",
+                        f"Pod {namespace}/{p['metadata']['name']} has condition or exit code matching FailJob rule",
+                    )
                 elif action != "Ignore":
                     failed += 1
                     self._last_failure[uid] = now
@@ -353,11 +369,22 @@ class JobController:
             if fail_job is not None:
                 target_fail = _condition("FailureTarget", *fail_job)
             elif failed + restarts > backoff_limit:
-                target_fail = _condition("FailureTarget", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
-            elif deadline is not None and started_ns is not None and not suspended and now >= started_ns / 1e9 + float(deadline):
-                target_fail = _condition("FailureTarget", "DeadlineExceeded", "Job was active longer than specified deadline")
+                target_fail = _condition(
+                    "FailureTarget", "BackoffLimitExceeded", "Job has reached the specified backoff limit"
+                )
+            elif (
+                deadline is not None
+                and started_ns is not None
+                and not suspended
+                and now >= started_ns / 1e9 + float(deadline)
+            ):
+                target_fail = _condition(
+                    "FailureTarget", "DeadlineExceeded", "Job was active longer than specified deadline"
+                )
             elif completions is not None and succeeded >= int(completions):
-                target_ok = _condition("SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods")
+                target_ok = _condition(
+                    "SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods"
+                )
             if target_fail is not None:
                 status.setdefault("conditions", []).append(target_fail)
                 self._event(job, "Warning", target_fail["reason"], target_fail["message"])
@@ -374,7 +401,9 @@ class JobController:
                 if target_fail:
                     status["conditions"].append(_condition("Failed", target_fail["reason"], target_fail["message"]))
                 else:
-                    status["conditions"].append(_condition("Complete", "CompletionsReached", "Reached expected number of succeeded pods"))
+                    status["conditions"].append(
+                        _condition("Complete", "CompletionsReached", "Reached expected number of succeeded pods")
+                    )
                     status["completionTime"] = rfc3339()
                     self._event(job, "Normal", "Completed", "Job completed")
         elif not suspended:
@@ -518,7 +547,9 @@ class JobController:
             for res, dep in dependents:
                 if not dep["metadata"].get("deletionTimestamp"):
                     try:
-                        self.store.delete(res, dep["metadata"].get("namespace", ""), dep["metadata"]["name"], propagation="Background")
+                        self.store.delete(
+                            res, dep["metadata"].get("namespace", ""), dep["metadata"]["name"], propagation="Background"
+                        )
                     except ApiError:
                         pass
             return
@@ -528,6 +559,7 @@ class JobController:
         fins = list(md.get("finalizers") or [])
         if "orphan" in fins:
             for res, dep in dependents:
+
                 def unown(o: JSON) -> None:
                     refs = [r for r in o["metadata"].get("ownerReferences") or [] if r.get("uid") != owner_uid]
                     if refs:
@@ -538,13 +570,20 @@ class JobController:
                 self.store.mutate(res, dep["metadata"].get("namespace", ""), dep["metadata"]["name"], unown)
             self._remove_finalizer(owner_res, owner, "orphan")
         elif "foregroundDeletion" in fins:
-            blocking = [d for _r, d in dependents if any(
-                r.get("uid") == owner_uid and r.get("blockOwnerDeletion") for r in d["metadata"].get("ownerReferences") or []
-            )]
+            blocking = [
+                d
+                for _r, d in dependents
+                if any(
+                    r.get("uid") == owner_uid and r.get("blockOwnerDeletion")
+                    for r in d["metadata"].get("ownerReferences") or []
+                )
+            ]
             for res, dep in dependents:
                 if not dep["metadata"].get("deletionTimestamp"):
                     try:
-                        self.store.delete(res, dep["metadata"].get("namespace", ""), dep["metadata"]["name"], propagation="Background")
+                        self.store.delete(
+                            res, dep["metadata"].get("namespace", ""), dep["metadata"]["name"], propagation="Background"
+                        )
                     except ApiError:
                         pass
             if not blocking:
@@ -566,4 +605,3 @@ def _pod_ready(pod: JSON) -> bool:
         if c.get("type") == "Ready":
             return bool(c.get("status") == "True")
     return False
-

@@ -160,7 +160,9 @@ class Faults:
         with self._lock:
             self.log_faults.clear()
 
-    def _add_log_fault(self, mode: Literal["stall", "cut", "end"], after_lines: int, pod: str | None, count: int | None) -> None:
+    def _add_log_fault(
+        self, mode: Literal["stall", "cut", "end"], after_lines: int, pod: str | None, count: int | None
+    ) -> None:
         if after_lines < 0:
             raise SimError(f"{mode}_logs: after_lines must be >= 0, not {after_lines}")
         with self._lock:

@@ -260,7 +260,9 @@ class Kubelet:
                     init=init,
                     host_tmp=pod_dir / "containers" / c["name"] / "tmp",
                     log_dir=pod_dir / "logs" / c["name"],
-                    waiting_reason="PodInitializing" if (not init and spec.get("initContainers")) else "ContainerCreating",
+                    waiting_reason="PodInitializing"
+                    if (not init and spec.get("initContainers"))
+                    else "ContainerCreating",
                 )
         rt = PodRuntime(
             uid=md["uid"],
@@ -275,7 +277,9 @@ class Kubelet:
 
     # ----------------------------------------------------------- pod status
 
-    def _cond(self, rt: PodRuntime, type_: str, status: bool, reason: str | None = None, message: str | None = None) -> JSON:
+    def _cond(
+        self, rt: PodRuntime, type_: str, status: bool, reason: str | None = None, message: str | None = None
+    ) -> JSON:
         s = "True" if status else "False"
         prev = rt.cond_times.get(type_)
         if prev is None or prev[0] != s:
@@ -292,7 +296,9 @@ class Kubelet:
         out: JSON = {
             "name": c.name,
             "image": image,
-            "imageID": "" if not c.ever_started else "sim.local/" + image.split("@")[0] + "@sha256:" + hashlib.sha256(image.encode()).hexdigest(),
+            "imageID": ""
+            if not c.ever_started
+            else "sim.local/" + image.split("@")[0] + "@sha256:" + hashlib.sha256(image.encode()).hexdigest(),
             "started": c.state == "running",
             "ready": c.state == "running" and not c.init,
             "restartCount": c.restart_count,
@@ -329,22 +335,39 @@ class Kubelet:
         inits = [c for c in rt.containers.values() if c.init]
         conditions: list[JSON] = []
         if rt.stop_reason == "evicted":
-            conditions.append(
-                self._cond(rt, "DisruptionTarget", True, "TerminationByKubelet", rt.stop_message)
-            )
+            conditions.append(self._cond(rt, "DisruptionTarget", True, "TerminationByKubelet", rt.stop_message))
         if rt.scheduled:
             all_ready = rt.phase == "Running" and all(c.state == "running" for c in regular)
             not_ready_reason = "PodCompleted" if rt.phase in ("Succeeded", "Failed") else "ContainersNotReady"
             waiting = [c.name for c in regular if c.state != "running"]
-            msg = None if all_ready or rt.phase in ("Succeeded", "Failed") else f"containers with unready status: [{' '.join(waiting)}]"
+            msg = (
+                None
+                if all_ready or rt.phase in ("Succeeded", "Failed")
+                else f"containers with unready status: [{' '.join(waiting)}]"
+            )
             conditions.append(self._cond(rt, "PodReadyToStartContainers", rt.phase not in ("Succeeded", "Failed")))
-            conditions.append(self._cond(rt, "Initialized", rt.initialized or not inits, None if rt.initialized or not inits else "ContainersNotInitialized"))
+            conditions.append(
+                self._cond(
+                    rt,
+                    "Initialized",
+                    rt.initialized or not inits,
+                    None if rt.initialized or not inits else "ContainersNotInitialized",
+                )
+            )
             conditions.append(self._cond(rt, "Ready", all_ready, None if all_ready else not_ready_reason, msg))
-            conditions.append(self._cond(rt, "ContainersReady", all_ready, None if all_ready else not_ready_reason, msg))
+            conditions.append(
+                self._cond(rt, "ContainersReady", all_ready, None if all_ready else not_ready_reason, msg)
+            )
             conditions.append(self._cond(rt, "PodScheduled", True))
         else:
             conditions.append(
-                self._cond(rt, "PodScheduled", False, "Unschedulable" if rt.unschedulable_message else None, rt.unschedulable_message)
+                self._cond(
+                    rt,
+                    "PodScheduled",
+                    False,
+                    "Unschedulable" if rt.unschedulable_message else None,
+                    rt.unschedulable_message,
+                )
             )
         status: JSON = {"phase": rt.phase, "conditions": conditions}
         if rt.scheduled:
@@ -371,7 +394,9 @@ class Kubelet:
 
         return self.store.mutate(PODS, rt.namespace, rt.name, apply) is not None
 
-    def _record_event(self, rt: PodRuntime, type_: str, reason: str, message: str, field_path: str | None = None) -> None:
+    def _record_event(
+        self, rt: PodRuntime, type_: str, reason: str, message: str, field_path: str | None = None
+    ) -> None:
         record_event(
             self.store,
             {"kind": "Pod", "namespace": rt.namespace, "name": rt.name, "uid": rt.uid, "apiVersion": "v1"},
@@ -462,7 +487,8 @@ class Kubelet:
         deadline_handle = None
         if deadline_s is not None:
             deadline_handle = asyncio.get_running_loop().call_later(
-                float(deadline_s), lambda: rt.request_stop("deadline", int(spec.get("terminationGracePeriodSeconds", 30)))
+                float(deadline_s),
+                lambda: rt.request_stop("deadline", int(spec.get("terminationGracePeriodSeconds", 30))),
             )
         try:
             if self.faults.start_delay_s and await self._wait_or_stop(rt, self.faults.start_delay_s):
@@ -518,7 +544,9 @@ class Kubelet:
         if rt.stop_reason == "evicted":
             self._record_event(rt, "Warning", "Evicted", rt.stop_message or "Evicted")
         elif rt.stop_reason == "deadline":
-            self._record_event(rt, "Normal", "DeadlineExceeded", "Pod was active on the node longer than the specified deadline")
+            self._record_event(
+                rt, "Normal", "DeadlineExceeded", "Pod was active on the node longer than the specified deadline"
+            )
         self._write_status(rt)
         if rt.stop_reason == "deleted":
             self.store.finish_pod_deletion(rt.namespace, rt.name)
@@ -621,7 +649,9 @@ class Kubelet:
             c.restart_count += 1
             c.state = "waiting"
             c.waiting_reason = "CrashLoopBackOff"
-            c.waiting_message = f"back-off {backoff:g}s restarting failed container={c.name} pod={rt.name}_{rt.namespace}({rt.uid})"
+            c.waiting_message = (
+                f"back-off {backoff:g}s restarting failed container={c.name} pod={rt.name}_{rt.namespace}({rt.uid})"
+            )
             c.notify()
             self._record_event(rt, "Warning", "BackOff", "Back-off restarting failed container", ref)
             if not self._write_status(rt):
@@ -681,7 +711,9 @@ class Kubelet:
                 name = src.get("secretName") if kind == "Secret" else src.get("name")
                 obj = self.store.find(SECRETS if kind == "Secret" else CONFIGMAPS, rt.namespace, str(name))
                 if obj is None and not src.get("optional"):
-                    raise VolumeMountError(f'MountVolume.SetUp failed for volume "{vol["name"]}" : {kind.lower()} "{name}" not found')
+                    raise VolumeMountError(
+                        f'MountVolume.SetUp failed for volume "{vol["name"]}" : {kind.lower()} "{name}" not found'
+                    )
                 data: dict[str, bytes] = {}
                 for k, v in ((obj or {}).get("data") or {}).items():
                     data[k] = base64.b64decode(v) if kind == "Secret" else str(v).encode()
@@ -727,7 +759,15 @@ class Kubelet:
                 "1" if c.create_workdir else "",
                 *argv,
             ]
-        return ["/bin/sh", "-c", 'if [ -n "$2" ]; then mkdir -p "$1"; fi; cd "$1" || exit 127; shift 2; exec "$@"', "k8s-sim-launch", c.workdir, "1" if c.create_workdir else "", *argv]
+        return [
+            "/bin/sh",
+            "-c",
+            'if [ -n "$2" ]; then mkdir -p "$1"; fi; cd "$1" || exit 127; shift 2; exec "$@"',
+            "k8s-sim-launch",
+            c.workdir,
+            "1" if c.create_workdir else "",
+            *argv,
+        ]
 
     async def _start_and_wait(self, rt: PodRuntime, c: ContainerRuntime, ref: str) -> int | None:
         """Start the container's process, pump its output into the CRI log,
@@ -737,7 +777,9 @@ class Kubelet:
         c.killed_by_kubelet = False
         c.term_message = None
         if not c.argv:
-            return self._start_error(rt, c, "no command specified: the simulator has no image entrypoints; set command or args")
+            return self._start_error(
+                rt, c, "no command specified: the simulator has no image entrypoints; set command or args"
+            )
         exe = c.argv[0]
         if "/" not in exe and shutil.which(exe, path=c.env.get("PATH", os.defpath)) is None:
             return self._start_error(rt, c, f'exec: "{exe}": executable file not found in $PATH')
@@ -762,7 +804,9 @@ class Kubelet:
         c.ever_started = True
         c.started_at = time.time()
         c.waiting_message = None
-        self._record_event(rt, "Normal", "Pulled", f'Container image "{c.spec.get("image")}" already present on machine', ref)
+        self._record_event(
+            rt, "Normal", "Pulled", f'Container image "{c.spec.get("image")}" already present on machine', ref
+        )
         self._record_event(rt, "Normal", "Created", f"Created container {c.name}", ref)
         self._record_event(rt, "Normal", "Started", f"Started container {c.name}", ref)
         regular = [x for x in rt.containers.values() if not x.init]
@@ -890,7 +934,9 @@ class Kubelet:
             return None
         return self.pods.get(pod["metadata"]["uid"])
 
-    def container(self, namespace: str, pod_name: str, container: str | None) -> tuple[JSON, ContainerRuntime | None, str]:
+    def container(
+        self, namespace: str, pod_name: str, container: str | None
+    ) -> tuple[JSON, ContainerRuntime | None, str]:
         """(pod, container runtime or None if not started, container name) for
         logs/exec. 404 for a missing pod, 400 for a missing/ambiguous container
         (the apiserver's pod log/exec validation messages)."""
@@ -912,7 +958,9 @@ class Kubelet:
         rt = self.pods.get(pod["metadata"]["uid"])
         return pod, (rt.containers.get(container) if rt else None), container
 
-    def log_source(self, namespace: str, pod_name: str, container: str | None, previous: bool) -> tuple[ContainerRuntime, Path]:
+    def log_source(
+        self, namespace: str, pod_name: str, container: str | None, previous: bool
+    ) -> tuple[ContainerRuntime, Path]:
         """The container and the log file a pods/log request reads; 400 with the
         kubelet's message when the container is waiting to start or has no
         previous instance."""
@@ -973,7 +1021,11 @@ class Kubelet:
             raise err_bad_request(f'unable to upgrade connection: container not found ("{cname}")')
         if not command:
             raise err_bad_request("you must specify at least 1 command")
-        argv = command if self.private_tmp else [_rewrite_mounts(_rewrite_tmp(a, str(c.host_tmp)), c.mounts) for a in command]
+        argv = (
+            command
+            if self.private_tmp
+            else [_rewrite_mounts(_rewrite_tmp(a, str(c.host_tmp)), c.mounts) for a in command]
+        )
         proc = await asyncio.create_subprocess_exec(
             *self._spawn_argv(c, argv),
             stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
@@ -1149,7 +1201,9 @@ def _killpg(proc: asyncio.subprocess.Process | None, sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
-_IMAGE_DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?/)"
+_IMAGE_DOMAIN = (
+    r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?/)"
+)
 _IMAGE_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _IMAGE_REFERENCE = re.compile(
     rf"^{_IMAGE_DOMAIN}?{_IMAGE_COMPONENT}(?:/{_IMAGE_COMPONENT})*"

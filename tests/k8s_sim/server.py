@@ -163,7 +163,10 @@ def default_pod_spec(spec: JSON) -> None:
             c.setdefault("terminationMessagePolicy", "File")
             image = str(c.get("image", ""))
             tag = image.rsplit("/", 1)[-1]
-            c.setdefault("imagePullPolicy", "Always" if (":" not in tag or tag.endswith(":latest")) and "@" not in tag else "IfNotPresent")
+            c.setdefault(
+                "imagePullPolicy",
+                "Always" if (":" not in tag or tag.endswith(":latest")) and "@" not in tag else "IfNotPresent",
+            )
             c.setdefault("resources", {})
 
 
@@ -180,7 +183,13 @@ def _validate_pod_spec(spec: JSON, path: str) -> list[JSON]:
             if not name:
                 causes.append(cause("FieldValueRequired", f"{p}.name", "Required value"))
             elif not _DNS1123_LABEL.match(name) or len(name) > 63:
-                causes.append(cause("FieldValueInvalid", f"{p}.name", f'Invalid value: "{name}": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or \'-\', and must start and end with an alphanumeric character'))
+                causes.append(
+                    cause(
+                        "FieldValueInvalid",
+                        f"{p}.name",
+                        f"Invalid value: \"{name}\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character",
+                    )
+                )
             elif name in seen:
                 causes.append(cause("FieldValueDuplicate", f"{p}.name", f'Duplicate value: "{name}"'))
             else:
@@ -192,7 +201,13 @@ def _validate_pod_spec(spec: JSON, path: str) -> list[JSON]:
                     causes.append(cause("FieldValueRequired", f"{p}.env[{j}].name", "Required value"))
     rp = spec.get("restartPolicy", "Always")
     if rp not in ("Always", "OnFailure", "Never"):
-        causes.append(cause("FieldValueNotSupported", f"{path}.restartPolicy", f'Unsupported value: "{rp}": supported values: "Always", "OnFailure", "Never"'))
+        causes.append(
+            cause(
+                "FieldValueNotSupported",
+                f"{path}.restartPolicy",
+                f'Unsupported value: "{rp}": supported values: "Always", "OnFailure", "Never"',
+            )
+        )
     return causes
 
 
@@ -210,7 +225,9 @@ def _validate_name(res: ResourceType, name: str) -> list[JSON]:
             )
         ]
     if res is JOBS and len(name) > 63:
-        return [cause("FieldValueInvalid", "metadata.name", f'Invalid value: "{name}": must be no more than 63 characters')]
+        return [
+            cause("FieldValueInvalid", "metadata.name", f'Invalid value: "{name}": must be no more than 63 characters')
+        ]
     return []
 
 
@@ -261,9 +278,21 @@ def default_and_validate(res: ResourceType, obj: JSON) -> None:
         for fld in ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "parallelism", "completions"):
             v = spec.get(fld)
             if v is not None and (not isinstance(v, int) or v < 0 or (fld == "activeDeadlineSeconds" and v == 0)):
-                causes.append(cause("FieldValueInvalid", f"spec.{fld}", f"Invalid value: {json.dumps(v)}: must be greater than{' ' if fld == 'activeDeadlineSeconds' else ' or equal to '}0"))
+                causes.append(
+                    cause(
+                        "FieldValueInvalid",
+                        f"spec.{fld}",
+                        f"Invalid value: {json.dumps(v)}: must be greater than{' ' if fld == 'activeDeadlineSeconds' else ' or equal to '}0",
+                    )
+                )
         if spec.get("completionMode") == "Indexed":
-            causes.append(cause("FieldValueNotSupported", "spec.completionMode", 'Unsupported value: "Indexed": the simulator runs NonIndexed Jobs only'))
+            causes.append(
+                cause(
+                    "FieldValueNotSupported",
+                    "spec.completionMode",
+                    'Unsupported value: "Indexed": the simulator runs NonIndexed Jobs only',
+                )
+            )
         obj.setdefault("status", {})
     if causes:
         raise err_invalid(res.kind, res.group, name, causes)
@@ -426,7 +455,12 @@ class SimApp:
             self._fault(request.method, path)
             if path == "/version":
                 return _json_response(SERVER_VERSION)
-            if path in ("/api", "/apis", "/healthz", "/readyz", "/livez") or path.startswith("/api/v1") and path.count("/") == 2 or re.match(r"^/apis/[^/]+/[^/]+/?$", path):
+            if (
+                path in ("/api", "/apis", "/healthz", "/readyz", "/livez")
+                or path.startswith("/api/v1")
+                and path.count("/") == 2
+                or re.match(r"^/apis/[^/]+/[^/]+/?$", path)
+            ):
                 return self._discovery(path)
             if path == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews" and request.method == "POST":
                 return self._ssar(user, await self._body(request))
@@ -448,7 +482,13 @@ class SimApp:
         if path in ("/healthz", "/readyz", "/livez"):
             return Response(b"ok", media_type="text/plain")
         if path == "/api":
-            return _json_response({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]})
+            return _json_response(
+                {
+                    "kind": "APIVersions",
+                    "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}],
+                }
+            )
         if path == "/apis":
             groups: dict[str, list[str]] = {}
             for r in RESOURCES.values():
@@ -485,10 +525,20 @@ class SimApp:
             if r.group == group and r.api_version == gv
         ]
         if group == "authorization.k8s.io":
-            resources.append({"name": "selfsubjectaccessreviews", "singularName": "selfsubjectaccessreview", "namespaced": False, "kind": "SelfSubjectAccessReview", "verbs": ["create"]})
+            resources.append(
+                {
+                    "name": "selfsubjectaccessreviews",
+                    "singularName": "selfsubjectaccessreview",
+                    "namespaced": False,
+                    "kind": "SelfSubjectAccessReview",
+                    "verbs": ["create"],
+                }
+            )
         if not resources:
             raise ApiError(status_failure(404, "NotFound", "the server could not find the requested resource", {}))
-        return _json_response({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources})
+        return _json_response(
+            {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}
+        )
 
     def _ssar(self, user: str, body: JSON) -> Response:
         """SelfSubjectAccessReview: answered from the access rules."""
@@ -504,7 +554,8 @@ class SimApp:
             "apiVersion": "authorization.k8s.io/v1",
             "metadata": {"creationTimestamp": None},
             "spec": spec,
-            "status": {"allowed": allowed} | ({} if allowed else {"reason": f'no rule of the simulator allows user "{user}"'}),
+            "status": {"allowed": allowed}
+            | ({} if allowed else {"reason": f'no rule of the simulator allows user "{user}"'}),
         }
         return _json_response(out, 201)
 
@@ -512,8 +563,20 @@ class SimApp:
         store = self.state.store
         q = request.query_params
         method = request.method
-        if t.namespace and t.res is not NAMESPACES and method == "POST" and store.find(NAMESPACES, "", t.namespace) is None:
-            raise ApiError(status_failure(404, "NotFound", f'namespaces "{t.namespace}" not found', {"name": t.namespace, "kind": "namespaces"}))
+        if (
+            t.namespace
+            and t.res is not NAMESPACES
+            and method == "POST"
+            and store.find(NAMESPACES, "", t.namespace) is None
+        ):
+            raise ApiError(
+                status_failure(
+                    404,
+                    "NotFound",
+                    f'namespaces "{t.namespace}" not found',
+                    {"name": t.namespace, "kind": "namespaces"},
+                )
+            )
         if t.sub == "log" and t.res is PODS and method == "GET":
             self._authorize(user, "get", t)
             return await self._logs(request, t)
@@ -536,7 +599,11 @@ class SimApp:
                 self._authorize(user, "deletecollection", t)
                 body = await self._body(request)
                 return self._delete_collection(request, t, body if isinstance(body, dict) else {})
-            raise ApiError(status_failure(405, "MethodNotAllowed", f"the server does not allow this method on the requested resource"))
+            raise ApiError(
+                status_failure(
+                    405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+                )
+            )
         if method == "GET":
             self._authorize(user, "get", t)
             return _json_response(store.get(t.res, t.namespace, t.name))
@@ -552,7 +619,9 @@ class SimApp:
             self._authorize(user, "delete", t)
             body = await self._body(request)
             return self._delete(t, body if isinstance(body, dict) else {}, q)
-        raise ApiError(status_failure(405, "MethodNotAllowed", "the server does not allow this method on the requested resource"))
+        raise ApiError(
+            status_failure(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        )
 
     # ------------------------------------------------------------------ CRUD
 
@@ -614,9 +683,17 @@ class SimApp:
         elif ct in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
             new = merge_patch(old, body)
         elif ct == "application/apply-patch+yaml":
-            raise ApiError(status_failure(415, "UnsupportedMediaType", "the simulator does not implement server-side apply"))
+            raise ApiError(
+                status_failure(415, "UnsupportedMediaType", "the simulator does not implement server-side apply")
+            )
         else:
-            raise ApiError(status_failure(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {ct!r})"))
+            raise ApiError(
+                status_failure(
+                    415,
+                    "UnsupportedMediaType",
+                    f"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {ct!r})",
+                )
+            )
         if not isinstance(new, dict):
             raise err_bad_request("the patch does not produce an object")
         if t.sub != "status":
@@ -671,7 +748,12 @@ class SimApp:
             self._delete(sub, body, q)
             out.append(list_item(o))
         return _json_response(
-            {"kind": t.res.kind + "List", "apiVersion": t.res.api_version, "metadata": {"resourceVersion": str(store.rv)}, "items": out}
+            {
+                "kind": t.res.kind + "List",
+                "apiVersion": t.res.api_version,
+                "metadata": {"resourceVersion": str(store.rv)},
+                "items": out,
+            }
         )
 
     # ------------------------------------------------------------ list/watch
@@ -803,7 +885,9 @@ class SimApp:
                             return
                         wake = deadline if not bookmarks else min(deadline, next_bookmark)
                         get = asyncio.ensure_future(watcher.queue.get())
-                        done, _ = await asyncio.wait({get, kill_wait}, timeout=max(wake - now, 0), return_when=asyncio.FIRST_COMPLETED)
+                        done, _ = await asyncio.wait(
+                            {get, kill_wait}, timeout=max(wake - now, 0), return_when=asyncio.FIRST_COMPLETED
+                        )
                         if kill_wait in done:
                             get.cancel()
                             raise ServerKilled("the API server was stopped")
@@ -811,7 +895,19 @@ class SimApp:
                             get.cancel()
                             if bookmarks and time.monotonic() >= next_bookmark:
                                 next_bookmark = time.monotonic() + state.bookmark_interval_s
-                                yield dumps({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": str(store.rv)}}}) + b"\n"
+                                yield (
+                                    dumps(
+                                        {
+                                            "type": "BOOKMARK",
+                                            "object": {
+                                                "kind": kind,
+                                                "apiVersion": api_version,
+                                                "metadata": {"resourceVersion": str(store.rv)},
+                                            },
+                                        }
+                                    )
+                                    + b"\n"
+                                )
                             continue
                         item = get.result()
                         if item is None:
@@ -851,13 +947,40 @@ class SimApp:
         since_s = _int(q, "sinceSeconds")
         if since_s is not None:
             if since_s < 1:
-                raise err_invalid("PodLogOptions", "", "", [cause("FieldValueInvalid", "sinceSeconds", "Invalid value: must be greater than 0")])
+                raise err_invalid(
+                    "PodLogOptions",
+                    "",
+                    "",
+                    [cause("FieldValueInvalid", "sinceSeconds", "Invalid value: must be greater than 0")],
+                )
             since_ns = time.time_ns() - since_s * 1_000_000_000
         which = q.get("stream") or "All"
         if which not in ("All", "Stdout", "Stderr"):
-            raise err_invalid("PodLogOptions", "", "", [cause("FieldValueNotSupported", "stream", f'Unsupported value: "{which}": supported values: "All", "Stderr", "Stdout"')])
+            raise err_invalid(
+                "PodLogOptions",
+                "",
+                "",
+                [
+                    cause(
+                        "FieldValueNotSupported",
+                        "stream",
+                        f'Unsupported value: "{which}": supported values: "All", "Stderr", "Stdout"',
+                    )
+                ],
+            )
         if which != "All" and tail is not None:
-            raise err_invalid("PodLogOptions", "", "", [cause("FieldValueForbidden", "tailLines", "Forbidden: tailLines and specific stream are mutually exclusive for now")])
+            raise err_invalid(
+                "PodLogOptions",
+                "",
+                "",
+                [
+                    cause(
+                        "FieldValueForbidden",
+                        "tailLines",
+                        "Forbidden: tailLines and specific stream are mutually exclusive for now",
+                    )
+                ],
+            )
         only_stream = None if which == "All" else which.lower().encode()
         c, path = self.state.kubelet.log_source(t.namespace, t.name, q.get("container"), previous)
         fault = self.state.faults.take_log_fault(t.name)
@@ -993,9 +1116,7 @@ async def _run_exec(
 
     feeder = asyncio.ensure_future(feed())
     kill_wait = asyncio.ensure_future(state.killed.wait())
-    pumps = asyncio.ensure_future(
-        asyncio.gather(pump(proc.stdout, 1, want_stdout), pump(proc.stderr, 2, want_stderr))
-    )
+    pumps = asyncio.ensure_future(asyncio.gather(pump(proc.stdout, 1, want_stdout), pump(proc.stderr, 2, want_stderr)))
     waiter = asyncio.ensure_future(proc.wait())
     try:
         done, _ = await asyncio.wait({waiter, kill_wait}, return_when=asyncio.FIRST_COMPLETED)
@@ -1035,4 +1156,3 @@ def _kill(proc: asyncio.subprocess.Process) -> None:
 
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-

@@ -18,7 +18,6 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from .util import (
     JSON,
@@ -324,7 +323,9 @@ class ObjectStore:
         old = self.get(res, namespace, name)
         md = _meta(new)
         if md.get("name", name) != name:
-            raise err_bad_request(f"the name of the object ({md.get('name')}) does not match the name on the URL ({name})")
+            raise err_bad_request(
+                f"the name of the object ({md.get('name')}) does not match the name on the URL ({name})"
+            )
         if check_rv and md.get("resourceVersion") and md["resourceVersion"] != old["metadata"]["resourceVersion"]:
             raise err_conflict(res.qualified, name, res.group, res.plural)
         if status_only:
@@ -440,7 +441,7 @@ class ObjectStore:
                 status_failure(
                     409,
                     "Conflict",
-                    f"Operation cannot be fulfilled on {res.qualified} \"{name}\": Precondition failed: "
+                    f'Operation cannot be fulfilled on {res.qualified} "{name}": Precondition failed: '
                     f"UID in precondition: {precondition_uid}, UID in object meta: {md['uid']}",
                     {"name": name, "group": res.group, "kind": res.plural},
                 )
@@ -510,9 +511,7 @@ class ObjectStore:
         """Retained events of ``res`` with resourceVersion > ``rv``; ApiError 410
         Expired when events after ``rv`` were already compacted away."""
         if rv + 1 < self.min_rv:
-            raise ApiError(
-                status_failure(410, "Expired", f"too old resource version: {rv} ({self.min_rv - 1})")
-            )
+            raise ApiError(status_failure(410, "Expired", f"too old resource version: {rv} ({self.min_rv - 1})"))
         return [ev for ev in self.history if ev.rv > rv and ev.resource is res]
 
     def add_watcher(self, res: ResourceType) -> Watcher:

@@ -14,7 +14,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from . import AccessRule, SimCluster
-from .k8s_typed import status_body, to_dict, Watch, iter_resp_lines
+from .k8s_typed import Watch, iter_resp_lines, status_body, to_dict
 from .manifests import job, pod
 
 
@@ -137,11 +137,15 @@ def test_seeded_objects_and_access_review(sim: SimCluster, core: Any, api_client
 
     def can(verb: str, resource: str, group: str = "", sub: str | None = None) -> bool:
         attrs = client.V1ResourceAttributes(namespace=ns, verb=verb, resource=resource, group=group, subresource=sub)
-        review = auth.create_self_subject_access_review(client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(resource_attributes=attrs)))
+        review = auth.create_self_subject_access_review(
+            client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(resource_attributes=attrs))
+        )
         return bool(review.status.allowed)
 
     assert can("create", "jobs", "batch")
-    sim.set_access_rules([AccessRule(verbs=("get", "list", "watch", "create", "delete"), groups=("batch",), resources=("jobs",))])
+    sim.set_access_rules(
+        [AccessRule(verbs=("get", "list", "watch", "create", "delete"), groups=("batch",), resources=("jobs",))]
+    )
     assert can("create", "jobs", "batch")
     assert not can("create", "pods", "", "exec")
     assert not can("delete", "pods")
@@ -164,7 +168,9 @@ def test_list_label_selector_and_pages(sim: SimCluster, core: Any) -> None:
     got = core.list_namespaced_config_map(ns, label_selector="tier in (0),app")
     assert sorted(c.metadata.name for c in got.items) == ["lab-0", "lab-2", "lab-4"]
     assert len(core.list_namespaced_config_map(ns, label_selector="!app").items) == 5
-    assert [c.metadata.name for c in core.list_namespaced_config_map(ns, field_selector="metadata.name=cm-3").items] == ["cm-3"]
+    assert [
+        c.metadata.name for c in core.list_namespaced_config_map(ns, field_selector="metadata.name=cm-3").items
+    ] == ["cm-3"]
     with pytest.raises(ApiException) as exc:
         core.list_namespaced_config_map(ns, field_selector="data.i=3")
     assert exc.value.status == 400
@@ -176,7 +182,10 @@ def test_list_label_selector_and_pages(sim: SimCluster, core: Any) -> None:
         seen += [c.metadata.name for c in page.items]
     assert sorted(seen) == sorted([f"cm-{i}" for i in range(5)] + [f"lab-{i}" for i in range(5)])
     core.delete_collection_namespaced_config_map(ns, label_selector="tier=0")
-    assert sorted(c.metadata.name for c in core.list_namespaced_config_map(ns, label_selector="app").items) == ["lab-1", "lab-3"]
+    assert sorted(c.metadata.name for c in core.list_namespaced_config_map(ns, label_selector="app").items) == [
+        "lab-1",
+        "lab-3",
+    ]
 
 
 def test_watch_from_resource_version_sees_job_lifecycle(sim: SimCluster, batch: Any, core: Any) -> None:
@@ -196,13 +205,17 @@ def test_watch_from_resource_version_sees_job_lifecycle(sim: SimCluster, batch: 
     assert p is not None
     assert core.read_namespaced_pod_log(p["metadata"]["name"], ns) == "from-the-pod\n"
     # A watch without resourceVersion starts with synthetic ADDED events.
-    got = [(e["type"], e["object"].metadata.name) for e in Watch().stream(batch.list_namespaced_job, ns, timeout_seconds=1)]
+    got = [
+        (e["type"], e["object"].metadata.name) for e in Watch().stream(batch.list_namespaced_job, ns, timeout_seconds=1)
+    ]
     assert got == [("ADDED", "w")]
     # Label-selected pod watch; delete is DELETED.
     pods_rv = core.list_namespaced_pod(ns).metadata.resource_version
     batch.delete_namespaced_job("w", ns, propagation_policy="Background")
     types = []
-    for e in Watch().stream(core.list_namespaced_pod, ns, label_selector="job-name=w", resource_version=pods_rv, timeout_seconds=10):
+    for e in Watch().stream(
+        core.list_namespaced_pod, ns, label_selector="job-name=w", resource_version=pods_rv, timeout_seconds=10
+    ):
         types.append(e["type"])
         if e["type"] == "DELETED":
             break
@@ -218,7 +231,9 @@ def test_watch_older_than_window_is_410(sim: SimCluster, core: Any) -> None:
     ready = threading.Event()
 
     def watch_open() -> None:
-        resp = core.list_namespaced_config_map(ns, watch=True, resource_version=old_rv, timeout_seconds=20, _preload_content=False)
+        resp = core.list_namespaced_config_map(
+            ns, watch=True, resource_version=old_rv, timeout_seconds=20, _preload_content=False
+        )
         for line in iter_resp_lines(resp):
             got.append(json.loads(line))
             ready.set()
@@ -263,7 +278,9 @@ def test_watch_bookmarks(sim: SimCluster, core: Any) -> None:
     sim.configure(bookmark_interval_s=0.2)
     ns = sim.namespace
     rv = core.list_namespaced_config_map(ns).metadata.resource_version
-    resp = core.list_namespaced_config_map(ns, watch=True, resource_version=rv, allow_watch_bookmarks=True, timeout_seconds=1, _preload_content=False)
+    resp = core.list_namespaced_config_map(
+        ns, watch=True, resource_version=rv, allow_watch_bookmarks=True, timeout_seconds=1, _preload_content=False
+    )
     lines = [json.loads(x) for x in iter_resp_lines(resp)]
     assert lines and all(x["type"] == "BOOKMARK" for x in lines)
     assert int(lines[-1]["object"]["metadata"]["resourceVersion"]) >= int(rv)
@@ -274,7 +291,9 @@ def test_delete_propagation(sim: SimCluster, batch: Any, core: Any) -> None:
 
     def running_pod(name: str) -> dict[str, Any]:
         batch.create_namespaced_job(ns, job(name, "sleep 60"))
-        found: dict[str, Any] = sim.wait_for(lambda: (p := sim.pod_of_job(name)) and p["status"]["phase"] == "Running" and p, what=f"{name} running")
+        found: dict[str, Any] = sim.wait_for(
+            lambda: (p := sim.pod_of_job(name)) and p["status"]["phase"] == "Running" and p, what=f"{name} running"
+        )
         return found
 
     # The API default for Jobs orphans the pods (and warns).
@@ -301,7 +320,9 @@ def test_delete_propagation(sim: SimCluster, batch: Any, core: Any) -> None:
 
     # Pods: graceful deletion returns the pod with deletionTimestamp.
     core.create_namespaced_pod(ns, pod("bare", "trap 'exit 0' TERM; sleep 60 & wait"))
-    sim.wait_for(lambda: (x := sim.get_object("pods", "bare")) and x["status"]["phase"] == "Running", what="bare running")
+    sim.wait_for(
+        lambda: (x := sim.get_object("pods", "bare")) and x["status"]["phase"] == "Running", what="bare running"
+    )
     out = to_dict(core.delete_namespaced_pod("bare", ns))
     assert out["metadata"]["deletionTimestamp"]
     sim.wait_for(lambda: sim.get_object("pods", "bare") is None, what="bare pod gone", timeout=40)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from typing import Any
@@ -13,7 +12,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from . import SimCluster
-from .k8s_typed import status_body, Watch, exec_stream, iter_resp_lines
+from .k8s_typed import Watch, exec_stream, status_body
 from .manifests import job, pod
 
 TICKER = "i=0; while [ $i -lt 400 ]; do i=$((i+1)); echo tick$i; sleep 0.05; done"
@@ -21,7 +20,9 @@ TICKER = "i=0; while [ $i -lt 400 ]; do i=$((i+1)); echo tick$i; sleep 0.05; don
 
 def _running_pod(sim: SimCluster, core: Any, name: str, script: str) -> None:
     core.create_namespaced_pod(sim.namespace, pod(name, script))
-    sim.wait_for(lambda: (p := sim.get_object("pods", name)) and p["status"].get("phase") == "Running", what=f"{name} running")
+    sim.wait_for(
+        lambda: (p := sim.get_object("pods", name)) and p["status"].get("phase") == "Running", what=f"{name} running"
+    )
 
 
 def _read_lines(resp: Any, want: int | None = None) -> tuple[list[str], BaseException | None]:
@@ -58,12 +59,16 @@ def test_stall_log_stream_after_n_lines(sim: SimCluster, core: Any) -> None:
     _running_pod(sim, core, "ticker", TICKER)
     time.sleep(0.5)
     sim.faults.stall_logs(3, pod="ticker")
-    resp = core.read_namespaced_pod_log("ticker", sim.namespace, follow=True, _preload_content=False, _request_timeout=(5, 1.5))
+    resp = core.read_namespaced_pod_log(
+        "ticker", sim.namespace, follow=True, _preload_content=False, _request_timeout=(5, 1.5)
+    )
     lines, exc = _read_lines(resp)
     assert lines == ["tick1", "tick2", "tick3"]
     assert isinstance(exc, (urllib3.exceptions.ReadTimeoutError, urllib3.exceptions.ProtocolError)), repr(exc)
     # The knob was for one request: the next stream flows.
-    resp = core.read_namespaced_pod_log("ticker", sim.namespace, follow=True, _preload_content=False, _request_timeout=(5, 5))
+    resp = core.read_namespaced_pod_log(
+        "ticker", sim.namespace, follow=True, _preload_content=False, _request_timeout=(5, 5)
+    )
     lines, exc = _read_lines(resp, want=8)
     assert exc is None and lines[:4] == ["tick1", "tick2", "tick3", "tick4"]
     resp.release_conn()
@@ -73,7 +78,9 @@ def test_cut_log_stream_after_n_lines(sim: SimCluster, core: Any) -> None:
     _running_pod(sim, core, "ticker", TICKER)
     time.sleep(0.5)
     sim.faults.cut_logs(2)
-    resp = core.read_namespaced_pod_log("ticker", sim.namespace, follow=True, _preload_content=False, _request_timeout=(5, 10))
+    resp = core.read_namespaced_pod_log(
+        "ticker", sim.namespace, follow=True, _preload_content=False, _request_timeout=(5, 10)
+    )
     lines, exc = _read_lines(resp)
     assert lines == ["tick1", "tick2"]
     assert isinstance(exc, urllib3.exceptions.ProtocolError), repr(exc)
@@ -81,7 +88,9 @@ def test_cut_log_stream_after_n_lines(sim: SimCluster, core: Any) -> None:
 
 def test_rotate_log_silences_follow_and_new_reads_see_new_file(sim: SimCluster, core: Any) -> None:
     _running_pod(sim, core, "ticker", TICKER)
-    resp = core.read_namespaced_pod_log("ticker", sim.namespace, follow=True, _preload_content=False, _request_timeout=(5, 1.5))
+    resp = core.read_namespaced_pod_log(
+        "ticker", sim.namespace, follow=True, _preload_content=False, _request_timeout=(5, 1.5)
+    )
     first, exc = _read_lines(resp, want=3)
     assert exc is None and first == ["tick1", "tick2", "tick3"]
     rotated = sim.rotate_log("ticker")
@@ -139,14 +148,34 @@ def test_fail_requests_after_skipping_some(sim: SimCluster, core: Any) -> None:
 def test_exec_empty_status_channel(sim: SimCluster, core: Any) -> None:
     _running_pod(sim, core, "box", "sleep 60")
     sim.faults.set_exec_empty_status()
-    ws = exec_stream(core.connect_get_namespaced_pod_exec, "box", sim.namespace, command=["sh", "-c", "echo hi; exit 3"], stdin=False, stdout=True, stderr=True, tty=False, _preload_content=False)
+    ws = exec_stream(
+        core.connect_get_namespaced_pod_exec,
+        "box",
+        sim.namespace,
+        command=["sh", "-c", "echo hi; exit 3"],
+        stdin=False,
+        stdout=True,
+        stderr=True,
+        tty=False,
+        _preload_content=False,
+    )
     ws.run_forever(timeout=10)
     assert ws.read_all() == "hi\n"
     assert ws.read_channel(3) == ""
     with pytest.raises(TypeError):
         _ = ws.returncode  # the client cannot parse an empty status channel
     sim.faults.set_exec_empty_status(False)
-    ws = exec_stream(core.connect_get_namespaced_pod_exec, "box", sim.namespace, command=["sh", "-c", "exit 3"], stdin=False, stdout=True, stderr=True, tty=False, _preload_content=False)
+    ws = exec_stream(
+        core.connect_get_namespaced_pod_exec,
+        "box",
+        sim.namespace,
+        command=["sh", "-c", "exit 3"],
+        stdin=False,
+        stdout=True,
+        stderr=True,
+        tty=False,
+        _preload_content=False,
+    )
     ws.run_forever(timeout=10)
     assert ws.returncode == 3
 
@@ -168,7 +197,9 @@ def test_unschedulable_then_scheduled_and_slow_scheduling(sim: SimCluster, core:
     events = core.list_namespaced_event(ns, field_selector="involvedObject.name=stuck-1,reason=FailedScheduling").items
     assert events and events[0].source.component == "default-scheduler"
     sim.faults.set_unschedulable(None)
-    sim.wait_for(lambda: sim.require_object("pods", "stuck-1")["status"]["phase"] == "Succeeded", what="ran once schedulable")
+    sim.wait_for(
+        lambda: sim.require_object("pods", "stuck-1")["status"]["phase"] == "Succeeded", what="ran once schedulable"
+    )
 
     sim.faults.set_schedule_delay(1.0)
     core.create_namespaced_pod(ns, pod("slow-1", "echo ran"))
@@ -188,7 +219,7 @@ def test_unschedulable_then_scheduled_and_slow_scheduling(sim: SimCluster, core:
 @pytest.mark.parametrize("how", ["backoff", "policy"])
 def test_evicted_pod_is_replaced_by_the_job_controller(sim: SimCluster, batch: Any, how: str) -> None:
     ns = sim.namespace
-    script = "if [ -n \"$SECOND\" ]; then :; fi; sleep 1; echo done"
+    script = 'if [ -n "$SECOND" ]; then :; fi; sleep 1; echo done'
     if how == "backoff":
         body = job("ev", script, backoff_limit=1)
     else:
@@ -199,7 +230,9 @@ def test_evicted_pod_is_replaced_by_the_job_controller(sim: SimCluster, batch: A
             podFailurePolicy={"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]},
         )
     batch.create_namespaced_job(ns, body)
-    first = sim.wait_for(lambda: (p := sim.pod_of_job("ev")) and p["status"].get("phase") == "Running" and p, what="first pod running")
+    first = sim.wait_for(
+        lambda: (p := sim.pod_of_job("ev")) and p["status"].get("phase") == "Running" and p, what="first pod running"
+    )
     sim.evict_pod(first["metadata"]["name"])
 
     def evicted() -> dict[str, Any] | None:
@@ -211,7 +244,11 @@ def test_evicted_pod_is_replaced_by_the_job_controller(sim: SimCluster, batch: A
     conds = {c["type"]: c for c in p["status"]["conditions"]}
     assert conds["DisruptionTarget"]["reason"] == "TerminationByKubelet"
     j = sim.wait_for(
-        lambda: (x := sim.get_object("jobs.batch", "ev")) and any(c["type"] in ("Complete", "Failed") for c in x["status"].get("conditions") or []) and x,
+        lambda: (
+            (x := sim.get_object("jobs.batch", "ev"))
+            and any(c["type"] in ("Complete", "Failed") for c in x["status"].get("conditions") or [])
+            and x
+        ),
         what="job finished",
         timeout=30,
     )
@@ -264,7 +301,10 @@ def test_kill_and_restart_api_server_keeps_state(sim: SimCluster, batch: Any, co
     listed = fresh.list_namespaced_job(ns)
     assert [j.metadata.name for j in listed.items] == ["survivor"]
     assert int(listed.metadata.resource_version) >= int(rv)
-    sim.wait_for(lambda: "Complete" in [c.type for c in fresh.read_namespaced_job("survivor", ns).status.conditions or []], what="job complete after restart")
+    sim.wait_for(
+        lambda: "Complete" in [c.type for c in fresh.read_namespaced_job("survivor", ns).status.conditions or []],
+        what="job complete after restart",
+    )
     p = sim.pod_of_job("survivor")
     assert p is not None
     assert client.CoreV1Api(sim.api_client()).read_namespaced_pod_log(p["metadata"]["name"], ns) == "finished\n"

@@ -25,7 +25,11 @@ def _owned(kind: str, api_version: str, name: str, owner: dict[str, Any]) -> dic
         "controller": False,
         "blockOwnerDeletion": True,
     }
-    body: dict[str, Any] = {"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "ownerReferences": [ref]}}
+    body: dict[str, Any] = {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {"name": name, "ownerReferences": [ref]},
+    }
     if kind in ("Secret", "ConfigMap"):
         body["data"] = {}
     if kind == "Service":
@@ -49,6 +53,7 @@ def test_garbage_collection_of_every_owned_kind(sim: SimCluster, batch: Any) -> 
             batch.delete_namespaced_job(name, ns)
         else:
             batch.delete_namespaced_job(name, ns, propagation_policy=policy)
+
         def job_gone(n: str = name) -> bool:
             return sim.get_object("jobs.batch", n) is None
 
@@ -58,6 +63,7 @@ def test_garbage_collection_of_every_owned_kind(sim: SimCluster, batch: Any) -> 
                 left = sim.get_object(resource, f"{name}-{resource}")
                 assert left is not None and not left["metadata"].get("ownerReferences"), left
             else:
+
                 def collected(r: str = resource, n: str = name) -> bool:
                     return sim.get_object(r, f"{n}-{r}") is None
 
@@ -88,16 +94,22 @@ def test_follow_stream_ends_cleanly_while_the_container_runs(sim: SimCluster, co
     # An idle or server-side timeout ends a follow=true body cleanly (no
     # error) although the container goes on: the client must follow again.
     core.create_namespaced_pod(sim.namespace, pod("eof", TICKER))
-    sim.wait_for(lambda: (p := sim.get_object("pods", "eof")) and p["status"].get("phase") == "Running", what="eof running")
+    sim.wait_for(
+        lambda: (p := sim.get_object("pods", "eof")) and p["status"].get("phase") == "Running", what="eof running"
+    )
     time.sleep(0.5)
     sim.faults.end_logs(3, pod="eof")
-    resp = core.read_namespaced_pod_log("eof", sim.namespace, follow=True, _preload_content=False, _request_timeout=(5, 10))
+    resp = core.read_namespaced_pod_log(
+        "eof", sim.namespace, follow=True, _preload_content=False, _request_timeout=(5, 10)
+    )
     body = b"".join(resp.stream(amt=None, decode_content=False))  # ends without an exception
     assert body.decode().splitlines() == ["tick1", "tick2", "tick3"]
     pod_now = sim.get_object("pods", "eof")
     assert pod_now is not None and pod_now["status"]["phase"] == "Running"
     # One request only: the next follow flows past line 3.
-    resp = core.read_namespaced_pod_log("eof", sim.namespace, follow=True, _preload_content=False, _request_timeout=(5, 5))
+    resp = core.read_namespaced_pod_log(
+        "eof", sim.namespace, follow=True, _preload_content=False, _request_timeout=(5, 5)
+    )
     got = b""
     for chunk in resp.stream(amt=None, decode_content=False):
         got += chunk
@@ -171,7 +183,9 @@ def test_image_pull_errors_alternate_and_invalid_names_stick(sim: SimCluster, co
 
     def reasons() -> bool:
         p = sim.get_object("pods", "pull")
-        waiting = (((p or {}).get("status", {}).get("containerStatuses") or [{}])[0].get("state") or {}).get("waiting") or {}
+        waiting = (((p or {}).get("status", {}).get("containerStatuses") or [{}])[0].get("state") or {}).get(
+            "waiting"
+        ) or {}
         reason = waiting.get("reason")
         if reason and (not seen or seen[-1] != reason):
             seen.append(reason)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 import re
 import ssl
@@ -21,7 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from . import SimCluster
-from .k8s_typed import Watch, exec_stream, iter_resp_lines, status_body
+from .k8s_typed import Watch, exec_stream, status_body
 from .manifests import job, pod
 
 TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{9}Z ")
@@ -75,7 +74,11 @@ def test_job_pod_runs_real_command_with_env(sim: SimCluster, batch: Any, core: A
             {"name": "GREETING", "value": "hello $(NAME) $$(NAME)"},
             {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         ],
-        env_from=[{"secretRef": {"name": "jobsup-env", "optional": True}}, {"configMapRef": {"name": "cfg"}, "prefix": "CFG_"}, {"secretRef": {"name": "absent", "optional": True}}],
+        env_from=[
+            {"secretRef": {"name": "jobsup-env", "optional": True}},
+            {"configMapRef": {"name": "cfg"}, "prefix": "CFG_"},
+            {"secretRef": {"name": "absent", "optional": True}},
+        ],
     )
     body["spec"]["template"]["spec"]["containers"][0]["command"] = ["bash", "-c", script, "arg0", "$(NAME)"]
     batch.create_namespaced_job(ns, body)
@@ -102,7 +105,9 @@ def test_job_pod_runs_real_command_with_env(sim: SimCluster, batch: Any, core: A
         "/tmp/workdir",
         md["name"],
     ]
-    reasons = {e.reason for e in core.list_namespaced_event(ns, field_selector=f"involvedObject.name={md['name']}").items}
+    reasons = {
+        e.reason for e in core.list_namespaced_event(ns, field_selector=f"involvedObject.name={md['name']}").items
+    }
     assert {"Scheduled", "Created", "Started"} <= reasons
 
 
@@ -172,13 +177,18 @@ def test_waiting_reasons_image_and_config(sim: SimCluster, core: Any) -> None:
     assert exc.value.status == 400 and "is waiting to start" in status_body(exc.value)["message"]
 
     body = pod("nosecret", "echo $TOKEN")
-    body["spec"]["containers"][0]["env"] = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "later", "key": "t"}}}]
+    body["spec"]["containers"][0]["env"] = [
+        {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "later", "key": "t"}}}
+    ]
     core.create_namespaced_pod(ns, body)
     sim.wait_for(lambda: waiting("nosecret", "CreateContainerConfigError"), what="CreateContainerConfigError")
     cs = sim.require_object("pods", "nosecret")["status"]["containerStatuses"][0]
     assert cs["state"]["waiting"]["message"] == 'secret "later" not found'
     sim.create_secret("later", {"t": "tok"})
-    sim.wait_for(lambda: sim.require_object("pods", "nosecret")["status"]["phase"] == "Succeeded", what="starts once the secret exists")
+    sim.wait_for(
+        lambda: sim.require_object("pods", "nosecret")["status"]["phase"] == "Succeeded",
+        what="starts once the secret exists",
+    )
     assert core.read_namespaced_pod_log("nosecret", ns) == "tok\n"
 
 
@@ -237,7 +247,9 @@ def _tar_bytes(size: int) -> bytes:
     return buf.getvalue()
 
 
-def _exec(core: Any, ns: str, name: str, cmd: list[str], stdin: bytes | None = None, close_stdin: bool = False) -> tuple[bytes, bytes, Any]:
+def _exec(
+    core: Any, ns: str, name: str, cmd: list[str], stdin: bytes | None = None, close_stdin: bool = False
+) -> tuple[bytes, bytes, Any]:
     ws = exec_stream(
         core.connect_get_namespaced_pod_exec,
         name,
@@ -270,18 +282,37 @@ def _exec(core: Any, ns: str, name: str, cmd: list[str], stdin: bytes | None = N
 def test_exec_stdin_tar_into_private_tmp(sim: SimCluster, core: Any, protocol: str) -> None:
     sim.configure(exec_protocols=(protocol,))
     ns = sim.namespace
-    core.create_namespaced_pod(ns, pod("box", "while [ ! -f /tmp/jobsup-source/source.tar.ready ]; do sleep 0.1; done; tar -xf /tmp/jobsup-source/source.tar -C /tmp/jobsup-source && ls -l /tmp/jobsup-source"))
+    core.create_namespaced_pod(
+        ns,
+        pod(
+            "box",
+            "while [ ! -f /tmp/jobsup-source/source.tar.ready ]; do sleep 0.1; done; tar -xf /tmp/jobsup-source/source.tar -C /tmp/jobsup-source && ls -l /tmp/jobsup-source",
+        ),
+    )
     core.create_namespaced_pod(ns, pod("other", "sleep 60"))
     _running(sim, "box", job_name=False)
     _running(sim, "other", job_name=False)
     data = _tar_bytes(3 * 1024 * 1024 + 17)
     n = len(data)
-    cmd = ["sh", "-c", f"mkdir -p /tmp/jobsup-source && head -c {n} > /tmp/jobsup-source/source.tar.part && sha256sum /tmp/jobsup-source/source.tar.part"]
+    cmd = [
+        "sh",
+        "-c",
+        f"mkdir -p /tmp/jobsup-source && head -c {n} > /tmp/jobsup-source/source.tar.part && sha256sum /tmp/jobsup-source/source.tar.part",
+    ]
     out, err, ws = _exec(core, ns, "box", cmd, stdin=data, close_stdin=protocol.startswith("v5"))
     assert ws.subprotocol == protocol
     assert out.split()[0].decode() == hashlib.sha256(data).hexdigest(), err
     assert ws.returncode == 0
-    out, _err, ws = _exec(core, ns, "box", ["sh", "-c", "mv /tmp/jobsup-source/source.tar.part /tmp/jobsup-source/source.tar && touch /tmp/jobsup-source/source.tar.ready"])
+    out, _err, ws = _exec(
+        core,
+        ns,
+        "box",
+        [
+            "sh",
+            "-c",
+            "mv /tmp/jobsup-source/source.tar.part /tmp/jobsup-source/source.tar && touch /tmp/jobsup-source/source.tar.ready",
+        ],
+    )
     assert ws.returncode == 0
     sim.wait_for(lambda: sim.require_object("pods", "box")["status"]["phase"] == "Succeeded", what="box extracted")
     assert "payload.bin" in core.read_namespaced_pod_log("box", ns)
@@ -324,8 +355,12 @@ def test_suspend_and_resume(sim: SimCluster, batch: Any) -> None:
 
 
 def test_pod_failure_policy_fail_job_on_exit_code(sim: SimCluster, batch: Any) -> None:
-    policy = {"rules": [{"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [42]}}]}
-    batch.create_namespaced_job(sim.namespace, job("pfp", "exit 42", backoff_limit=5, podFailurePolicy=policy, podReplacementPolicy="Failed"))
+    policy = {
+        "rules": [{"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [42]}}]
+    }
+    batch.create_namespaced_job(
+        sim.namespace, job("pfp", "exit 42", backoff_limit=5, podFailurePolicy=policy, podReplacementPolicy="Failed")
+    )
     j = _wait_terminal(sim, "pfp")
     conds = j["status"]["conditions"]
     assert [c["type"] for c in conds] == ["FailureTarget", "Failed"] and conds[-1]["reason"] == "PodFailurePolicy"
@@ -361,9 +396,17 @@ def test_fallback_without_mount_namespaces_rewrites_tmp(tmp_path: Path) -> None:
     marker = f"who-{os.getpid()}-{time.monotonic_ns()}"
     with SimCluster.start(tmp_path / "sim", private_tmp=False) as sim:
         core: Any = client.CoreV1Api(sim.api_client())
-        core.create_namespaced_pod(sim.namespace, pod("a", f"mkdir -p /tmp/jobsup-source && echo a > /tmp/jobsup-source/{marker}; echo $TMPDIR; sleep 30"))
-        sim.wait_for(lambda: any(tmp_path.glob(f"sim/pods/*/containers/main/tmp/jobsup-source/{marker}")), what="a wrote its file")
-        core.create_namespaced_pod(sim.namespace, pod("b", f"if [ -e /tmp/jobsup-source/{marker} ]; then echo shared; else echo isolated; fi"))
+        core.create_namespaced_pod(
+            sim.namespace,
+            pod("a", f"mkdir -p /tmp/jobsup-source && echo a > /tmp/jobsup-source/{marker}; echo $TMPDIR; sleep 30"),
+        )
+        sim.wait_for(
+            lambda: any(tmp_path.glob(f"sim/pods/*/containers/main/tmp/jobsup-source/{marker}")),
+            what="a wrote its file",
+        )
+        core.create_namespaced_pod(
+            sim.namespace, pod("b", f"if [ -e /tmp/jobsup-source/{marker} ]; then echo shared; else echo isolated; fi")
+        )
         sim.wait_for(lambda: sim.require_object("pods", "b")["status"]["phase"] == "Succeeded", what="b done")
         assert core.read_namespaced_pod_log("b", sim.namespace) == "isolated\n"
         assert core.read_namespaced_pod_log("a", sim.namespace).startswith(str(tmp_path / "sim" / "pods"))
@@ -406,7 +449,10 @@ def test_jobsup_manifest_contract_flow(sim: SimCluster, batch: Any, core: Any) -
     rv = batch.list_namespaced_job(ns, label_selector=f"jobsup.io/run={run}").metadata.resource_version
     batch.create_namespaced_job(ns, body)
     pods = core.list_namespaced_pod(ns, label_selector=f"jobsup.io/run={run}")
-    p = sim.wait_for(lambda: (x := sim.pod_of_job(f"jobsup-{run}")) and x["status"].get("phase") == "Running" and x, what="pod running")
+    p = sim.wait_for(
+        lambda: (x := sim.pod_of_job(f"jobsup-{run}")) and x["status"].get("phase") == "Running" and x,
+        what="pod running",
+    )
     name = p["metadata"]["name"]
     assert p["metadata"]["labels"]["jobsup.io/run"] == run and pods.metadata.resource_version
     buf = io.BytesIO()
@@ -417,19 +463,38 @@ def test_jobsup_manifest_contract_flow(sim: SimCluster, batch: Any, core: Any) -
         tar.addfile(info, io.BytesIO(src))
     data = buf.getvalue()
     out, _err, ws = _exec(
-        core, ns, name,
-        ["sh", "-c", f"mkdir -p /tmp/jobsup-source && head -c {len(data)} > /tmp/jobsup-source/source.tar.part && sha256sum /tmp/jobsup-source/source.tar.part"],
+        core,
+        ns,
+        name,
+        [
+            "sh",
+            "-c",
+            f"mkdir -p /tmp/jobsup-source && head -c {len(data)} > /tmp/jobsup-source/source.tar.part && sha256sum /tmp/jobsup-source/source.tar.part",
+        ],
         stdin=data,
     )
     assert ws.returncode == 0 and out.split()[0].decode() == hashlib.sha256(data).hexdigest()
-    _out, _err, ws = _exec(core, ns, name, ["sh", "-c", "mv /tmp/jobsup-source/source.tar.part /tmp/jobsup-source/source.tar && touch /tmp/jobsup-source/source.tar.ready"])
+    _out, _err, ws = _exec(
+        core,
+        ns,
+        name,
+        [
+            "sh",
+            "-c",
+            "mv /tmp/jobsup-source/source.tar.part /tmp/jobsup-source/source.tar && touch /tmp/jobsup-source/source.tar.ready",
+        ],
+    )
     assert ws.returncode == 0
-    resp = core.read_namespaced_pod_log(name, ns, container="main", follow=True, timestamps=True, _preload_content=False)
+    resp = core.read_namespaced_pod_log(
+        name, ns, container="main", follow=True, timestamps=True, _preload_content=False
+    )
     lines = resp.data.decode().splitlines()
     assert [x.split(" ", 1)[1] for x in lines] == ["epoch 0", "epoch 1", "epoch 2", "bye"]
     assert all(TS.match(x) for x in lines)
     done = None
-    for ev in Watch().stream(batch.list_namespaced_job, ns, label_selector=f"jobsup.io/run={run}", resource_version=rv, timeout_seconds=20):
+    for ev in Watch().stream(
+        batch.list_namespaced_job, ns, label_selector=f"jobsup.io/run={run}", resource_version=rv, timeout_seconds=20
+    ):
         conds = [c.type for c in ev["object"].status.conditions or []]
         if "Complete" in conds:
             done = ev["object"]
@@ -477,7 +542,9 @@ def test_volume_mounts_secret_pvc_read_only_and_missing(tmp_path: Path, private_
 
         missing = job("novol", "true")
         missing["spec"]["template"]["spec"]["volumes"] = [{"name": "s", "secret": {"secretName": "absent"}}]
-        missing["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "s", "mountPath": f"{mount}/absent"}]
+        missing["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [
+            {"name": "s", "mountPath": f"{mount}/absent"}
+        ]
         sim.create_object("jobs.batch", missing)
 
         def waiting() -> str | None:

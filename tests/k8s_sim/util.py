@@ -90,9 +90,7 @@ def rfc3339_nano_go(ts_ns: int, offset_s: int = 0) -> str:
     return local.strftime("%Y-%m-%dT%H:%M:%S") + (f".{frac}" if frac else "") + _zone(offset_s)
 
 
-_RFC3339_RE = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|z|[+-]\d{2}:\d{2})$"
-)
+_RFC3339_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|z|[+-]\d{2}:\d{2})$")
 
 
 def parse_rfc3339_ns(text: str) -> int:

@@ -1,10 +1,10 @@
 """A second process on the same database, driven by the store tests.
 
-    python store_proc.py append DB RUN_ID COUNT   append COUNT events to RUN_ID and
-                                                  COUNT to the run "shared" (retrying
-                                                  on ConcurrencyError); print "done"
-    python store_proc.py lock DB                  hold the write lock (BEGIN IMMEDIATE),
-                                                  print "locked", release on stdin EOF
+python store_proc.py append DB RUN_ID COUNT   append COUNT events to RUN_ID and
+                                              COUNT to the run "shared" (retrying
+                                              on ConcurrencyError); print "done"
+python store_proc.py lock DB                  hold the write lock (BEGIN IMMEDIATE),
+                                              print "locked", release on stdin EOF
 """
 
 from __future__ import annotations

@@ -81,6 +81,7 @@ async def test_conflicting_appends_in_one_batch_fail_alone(db_path: Path) -> Non
 async def test_concurrent_appenders_share_few_transactions_and_survive_reopen(db_path: Path) -> None:
     n = 200
     async with await EventStore.open(db_path, commit_window_s=0.05) as store:
+
         async def append(i: int) -> RecordedEvent:
             return (await store.append(f"run{i:04d}", 0, [submitted(name=f"t{i}")]))[0]
 

@@ -19,7 +19,9 @@ pytestmark = pytest.mark.anyio
 async def test_checkpoint_moves_with_the_appended_events(store: EventStore) -> None:
     await store.append("r1", 0, [submitted()])
     assert await store.get_checkpoint("hook:a") is None
-    [event] = await store.append("r1", None, [NewEvent("HookDelivered", {"hook": "a"})], checkpoint=Checkpoint("hook:a", 1))
+    [event] = await store.append(
+        "r1", None, [NewEvent("HookDelivered", {"hook": "a"})], checkpoint=Checkpoint("hook:a", 1)
+    )
     assert event.version == 2
     assert await store.get_checkpoint("hook:a") == 1
     assert await store.checkpoints() == {"hook:a": 1}

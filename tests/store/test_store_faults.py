@@ -138,7 +138,10 @@ async def test_wait_for_storage_retries_through_a_full_disk_and_a_held_lock(db_p
 
         async def waiting(version: int) -> None:
             recorded = await store.append(
-                "r1", version, [lines([(str(version * 1000 + i), "y" * 1000) for i in range(300)])], wait_for_storage=True
+                "r1",
+                version,
+                [lines([(str(version * 1000 + i), "y" * 1000) for i in range(300)])],
+                wait_for_storage=True,
             )
             done.append(recorded[-1].version)
 

@@ -82,9 +82,7 @@ def test_overlong_line_without_newline_is_emitted_even_if_not_final() -> None:
     )
 
 
-@pytest.mark.parametrize(
-    ("char", "shift"), [("é", 1), ("€", 1), ("€", 2), ("😀", 1), ("😀", 2), ("😀", 3)]
-)
+@pytest.mark.parametrize(("char", "shift"), [("é", 1), ("€", 1), ("€", 2), ("😀", 1), ("😀", 2), ("😀", 3)])
 def test_a_cut_never_splits_a_utf8_sequence(char: str, shift: int) -> None:
     prefix = b"a" * (MAX_LINE_BYTES - shift)  # the character starts `shift` bytes before the cut
     lines, _ = split_lines(prefix + char.encode() + b"b" * 10 + b"\n", 0, final=False)

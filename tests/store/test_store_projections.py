@@ -131,7 +131,9 @@ class Model:
                 self.offered += 1
                 newest = self.newest.get((e.run_id, data["source"]))
                 if newest is None or int(pos) > int(newest):
-                    run_lines.append(LogLine(e.run_id, len(run_lines) + 1, data["stream"], data["source"], pos, text, e.seq))
+                    run_lines.append(
+                        LogLine(e.run_id, len(run_lines) + 1, data["stream"], data["source"], pos, text, e.seq)
+                    )
                     self.newest[(e.run_id, data["source"])] = pos
         run = self.runs.get(e.run_id)
         if e.type == "Submitted":
@@ -171,7 +173,10 @@ def _random_events(rng: random.Random, run_id: str, version: int, sent: dict[tup
             count = rng.randint(0, 12)
             sent[(run_id, source)] = max(so_far, first + count)
             pairs = [
-                (str(n * 7), f"{run_id} {n} {rng.random():.6f} é\ufffd\t\"\\ 😀" + ("\x00nul" if rng.random() < 0.01 else ""))
+                (
+                    str(n * 7),
+                    f'{run_id} {n} {rng.random():.6f} é\ufffd\t"\\ 😀' + ("\x00nul" if rng.random() < 0.01 else ""),
+                )
                 for n in range(first, first + count)
             ]
             if pairs and rng.random() < 0.02:

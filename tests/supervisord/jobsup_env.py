@@ -39,9 +39,7 @@ class JobsupEnv:
         self.root = root
         # Unix socket paths are limited to 108 bytes: keep the socket short.
         self.sock_dir = Path(tempfile.mkdtemp(prefix="js-", dir="/tmp"))
-        self.env = {
-            k: v for k, v in os.environ.items() if not k.startswith(("JOBSUP_", "XDG_", "NOTIFY_SOCKET"))
-        }
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBSUP_", "XDG_", "NOTIFY_SOCKET"))}
         self.env.update(
             {
                 "HOME": str(root / "home"),
@@ -103,8 +101,14 @@ class JobsupEnv:
         self.daemon.send_signal(signal.SIGTERM)
         return self.daemon.wait(timeout=30)
 
-    def cli(self, *args: str, cwd: Path | None = None, check: bool = True, timeout: float = 120,
-            extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self,
+        *args: str,
+        cwd: Path | None = None,
+        check: bool = True,
+        timeout: float = 120,
+        extra_env: dict[str, str] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
             [sys.executable, "-m", "supervisord", *args],
             env={**self.env, **(extra_env or {})},
@@ -114,7 +118,9 @@ class JobsupEnv:
             timeout=timeout,
         )
         if check and proc.returncode != 0:
-            raise AssertionError(f"jobsup {' '.join(args)} exited {proc.returncode}\nstdout:{proc.stdout}\nstderr:{proc.stderr}")
+            raise AssertionError(
+                f"jobsup {' '.join(args)} exited {proc.returncode}\nstdout:{proc.stdout}\nstderr:{proc.stderr}"
+            )
         return proc
 
     def submit(self, repo: Path, *args: str) -> str:

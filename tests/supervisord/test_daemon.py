@@ -9,8 +9,8 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -48,8 +48,9 @@ def test_ready_notification(js: JobsupEnv) -> None:
 
 def test_refuses_second_daemon(js: JobsupEnv) -> None:
     js.start_daemon()
-    second = subprocess.run([sys.executable, "-m", "supervisord", "daemon"], env=js.env,
-                            capture_output=True, text=True, timeout=60)
+    second = subprocess.run(
+        [sys.executable, "-m", "supervisord", "daemon"], env=js.env, capture_output=True, text=True, timeout=60
+    )
     assert second.returncode != 0
     # The state-dir lock is taken before the socket is looked at.
     assert "already uses the state dir" in second.stderr
@@ -58,8 +59,9 @@ def test_refuses_second_daemon(js: JobsupEnv) -> None:
 
 def test_refuses_socket_folder_writable_by_others(js: JobsupEnv) -> None:
     os.chmod(js.sock_dir, 0o777)
-    r = subprocess.run([sys.executable, "-m", "supervisord", "daemon"], env=js.env,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "supervisord", "daemon"], env=js.env, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode != 0 and "writable by other users" in r.stderr
 
 
@@ -99,8 +101,9 @@ def test_connection_from_another_uid_is_dropped(js: JobsupEnv) -> None:
 def test_cli_autostarts_a_daemon(js: JobsupEnv) -> None:
     env = {**js.env}
     env.pop("JOBSUP_NO_AUTOSTART")
-    r = subprocess.run([sys.executable, "-m", "supervisord", "runs", "-o", "json"], env=env,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "supervisord", "runs", "-o", "json"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, r.stderr
     assert "started jobsup daemon" in r.stderr
     assert (js.state_dir / "daemon.log").exists()
@@ -125,8 +128,9 @@ def test_no_daemon_and_no_autostart_exits_69(js: JobsupEnv) -> None:
 def test_one_daemon_per_state_dir_whatever_the_socket(js: JobsupEnv) -> None:
     js.start_daemon()
     other = {**js.env, "JOBSUP_SOCKET": str(js.sock_dir / "other.sock")}
-    r = subprocess.run([sys.executable, "-m", "supervisord", "daemon"], env=other,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "supervisord", "daemon"], env=other, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode != 0 and "already uses the state dir" in r.stderr
     assert not (js.sock_dir / "other.sock").exists()
     js.cli("runs")
@@ -142,8 +146,9 @@ def test_state_files_are_private(js: JobsupEnv) -> None:
 def test_refuses_a_socket_another_daemon_answers(js: JobsupEnv, tmp_path: Path) -> None:
     js.start_daemon()
     other_state = {**js.env, "JOBSUP_STATE_DIR": str(tmp_path / "other-state")}
-    r = subprocess.run([sys.executable, "-m", "supervisord", "daemon"], env=other_state,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "supervisord", "daemon"], env=other_state, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode != 0 and "already answers" in r.stderr
 
 
@@ -159,8 +164,9 @@ def test_bad_daemon_config_fails_fast_with_every_error(js: JobsupEnv, tmp_path: 
         "    - {claim_name: data, mount_path: /dev/shm/}\n"
     )
     env = {**js.env, "JOBSUP_DAEMON_CONFIG": str(cfg)}
-    r = subprocess.run([sys.executable, "-m", "supervisord", "daemon"], env=env,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "supervisord", "daemon"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode != 0
     for needle in ("pod_ready_timeout_s", "runtime_class", "tolerations", "mount_path"):
         assert needle in r.stderr, (needle, r.stderr)
@@ -169,7 +175,8 @@ def test_bad_daemon_config_fails_fast_with_every_error(js: JobsupEnv, tmp_path: 
 
 def test_bad_timeout_variable_fails_fast(js: JobsupEnv) -> None:
     env = {**js.env, "JOBSUP_K8S_POD_READY_TIMEOUT_S": "abc"}
-    r = subprocess.run([sys.executable, "-m", "supervisord", "daemon"], env=env,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "supervisord", "daemon"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode != 0 and "JOBSUP_K8S_POD_READY_TIMEOUT_S" in r.stderr
     assert not js.socket.exists()

@@ -23,7 +23,8 @@ pytestmark = pytest.mark.timeout(180)
 NOBODY = 65534
 _SYSTEM_PYTHON = "/usr/bin/python3"
 needs_root = pytest.mark.skipif(
-    os.getuid() != 0 or not os.access(_SYSTEM_PYTHON, os.X_OK), reason="needs root (and /usr/bin/python3) to act as another user"
+    os.getuid() != 0 or not os.access(_SYSTEM_PYTHON, os.X_OK),
+    reason="needs root (and /usr/bin/python3) to act as another user",
 )
 
 
@@ -110,8 +111,17 @@ def test_client_refuses_socket_folder_of_another_user(js: JobsupEnv, repo: Path)
     sock = foreign / "jobsup.sock"
     listener = _ForeignListener(sock, foreign / "got")
     try:
-        r = js.cli("submit", "--env", "TOKEN=s3cr3t-value", "--", "bash", "job.sh", cwd=repo, check=False,
-                   extra_env={"JOBSUP_SOCKET": str(sock)})
+        r = js.cli(
+            "submit",
+            "--env",
+            "TOKEN=s3cr3t-value",
+            "--",
+            "bash",
+            "job.sh",
+            cwd=repo,
+            check=False,
+            extra_env={"JOBSUP_SOCKET": str(sock)},
+        )
         assert r.returncode != 0
         assert f"socket folder {foreign}" in r.stderr and "belongs to uid 65534" in r.stderr, r.stderr
         assert "Traceback" not in r.stderr
@@ -144,8 +154,14 @@ def test_client_refuses_peer_of_another_uid(js: JobsupEnv, repo: Path) -> None:
 
 
 def _daemon(js: JobsupEnv) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "supervisord", "daemon"], env=js.env,
-                          capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "supervisord", "daemon"],
+        env=js.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_daemon_refuses_state_dir_writable_by_others(js: JobsupEnv) -> None:
@@ -187,8 +203,15 @@ def test_state_tree_is_private_and_daemon_log_0600(js: JobsupEnv, repo: Path) ->
     env = {k: v for k, v in js.env.items() if k != "JOBSUP_NO_AUTOSTART"}
     old = os.umask(0o022)
     try:
-        r = subprocess.run([sys.executable, "-m", "supervisord", "submit", "--", "bash", "job.sh"], env=env,
-                           cwd=repo, capture_output=True, text=True, timeout=120, check=False)
+        r = subprocess.run(
+            [sys.executable, "-m", "supervisord", "submit", "--", "bash", "job.sh"],
+            env=env,
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     finally:
         os.umask(old)
     assert r.returncode == 0, r.stderr
@@ -216,11 +239,24 @@ def test_runner_refuses_a_snapshot_changed_after_submit(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir(mode=0o700)
     status_path = tmp_path / "status"
-    spec = {"command": "bash job.sh", "env": {}, "timeout_s": 60, "kill_grace_s": 1, "shell": "bash",
-            "snapshot": str(tar), "snapshot_sha256": "0" * 64, "run_id": "0123456789ab",
-            "status_path": str(status_path), "status_key": "00" * 32}
-    subprocess.run([sys.executable, "-m", "supervisord.backends.local.runner", str(run_dir)],
-                   input=json.dumps(spec).encode(), check=True, timeout=30)
+    spec = {
+        "command": "bash job.sh",
+        "env": {},
+        "timeout_s": 60,
+        "kill_grace_s": 1,
+        "shell": "bash",
+        "snapshot": str(tar),
+        "snapshot_sha256": "0" * 64,
+        "run_id": "0123456789ab",
+        "status_path": str(status_path),
+        "status_key": "00" * 32,
+    }
+    subprocess.run(
+        [sys.executable, "-m", "supervisord.backends.local.runner", str(run_dir)],
+        input=json.dumps(spec).encode(),
+        check=True,
+        timeout=30,
+    )
     deadline = time.monotonic() + 30
     status: dict[str, object] = {}
     while time.monotonic() < deadline:
@@ -295,13 +331,18 @@ def test_cancel_with_a_bad_id_cancels_nothing(live: JobsupEnv, repo: Path) -> No
 def test_logs_follow_tail_resumes_from_the_line_reached(live: JobsupEnv, tmp_path: Path) -> None:
     flags = tmp_path / "flags"
     flags.mkdir()
-    repo = make_repo(tmp_path / "tailrepo", {"job.sh": (
-        "echo early-1\necho early-2\n"
-        f"while [ ! -e {flags}/go ]; do sleep 0.05; done\n"
-        "echo during-1\necho during-2\n"
-        f"while [ ! -e {flags}/end ]; do sleep 0.05; done\n"
-        "echo after-1\n"
-    )})
+    repo = make_repo(
+        tmp_path / "tailrepo",
+        {
+            "job.sh": (
+                "echo early-1\necho early-2\n"
+                f"while [ ! -e {flags}/go ]; do sleep 0.05; done\n"
+                "echo during-1\necho during-2\n"
+                f"while [ ! -e {flags}/end ]; do sleep 0.05; done\n"
+                "echo after-1\n"
+            )
+        },
+    )
     run = live.submit(repo, "--", "bash job.sh")
     deadline = time.monotonic() + 60
     while "early-2" not in live.cli("logs", run).stdout:
@@ -309,8 +350,13 @@ def test_logs_follow_tail_resumes_from_the_line_reached(live: JobsupEnv, tmp_pat
         time.sleep(0.1)
     env = {**live.env, "JOBSUP_NO_AUTOSTART": "1"}
     # --tail 0: no line reaches the follower before the daemon goes away.
-    follower = subprocess.Popen([sys.executable, "-m", "supervisord", "logs", "-f", "--tail", "0", run],
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "supervisord", "logs", "-f", "--tail", "0", run],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait_connected(follower.pid)
         time.sleep(1.0)  # past the connection check: the log stream is open
@@ -353,8 +399,14 @@ def test_cli_waits_for_a_stopping_daemon_then_starts_one(js: JobsupEnv, repo: Pa
     try:
         js.socket.unlink()  # its API is already closed
         env = {k: v for k, v in js.env.items() if k != "JOBSUP_NO_AUTOSTART"}
-        submit = subprocess.Popen([sys.executable, "-m", "supervisord", "submit", "--", "true"], env=env, cwd=repo,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        submit = subprocess.Popen(
+            [sys.executable, "-m", "supervisord", "submit", "--", "true"],
+            env=env,
+            cwd=repo,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         # The CLI finds nothing answering (within ~1 s of starting), and the
         # old daemon is gone only later: within the CLI's 10 s of patience,
         # but after a daemon it started at once would have found the state
@@ -414,11 +466,14 @@ def test_bad_query_parameters_are_400_naming_them(live: JobsupEnv, repo: Path) -
 
 
 def test_env_values_no_process_can_take_are_refused_at_submit(live: JobsupEnv, tmp_path: Path) -> None:
-    repo = make_repo(tmp_path / "envrepo", {
-        "nul.yaml": 'run: "true"\nenv:\n  HAS_NUL: "a\\0b"\n',
-        "big.yaml": 'run: "true"\nenv:\n  BIG: "' + "x" * 140000 + '"\n',
-        "total.yaml": 'run: "true"\nenv:\n' + "".join(f'  V{i}: "{"y" * 100000}"\n' for i in range(30)),
-    })
+    repo = make_repo(
+        tmp_path / "envrepo",
+        {
+            "nul.yaml": 'run: "true"\nenv:\n  HAS_NUL: "a\\0b"\n',
+            "big.yaml": 'run: "true"\nenv:\n  BIG: "' + "x" * 140000 + '"\n',
+            "total.yaml": 'run: "true"\nenv:\n' + "".join(f'  V{i}: "{"y" * 100000}"\n' for i in range(30)),
+        },
+    )
     for task, key in [("nul.yaml", "HAS_NUL"), ("big.yaml", "BIG"), ("total.yaml", "env.V")]:
         r = live.cli("submit", task, cwd=repo, check=False)
         assert r.returncode == 2, (task, r.returncode, r.stderr)
@@ -431,10 +486,15 @@ def test_env_values_no_process_can_take_are_refused_at_submit(live: JobsupEnv, t
 
 
 def test_task_env_scalars_are_taken_as_written(live: JobsupEnv, tmp_path: Path) -> None:
-    repo = make_repo(tmp_path / "scalars", {"task.yaml": (
-        'run: echo "$VERSION $ZIP $MODE $AT $QUOTED"\n'
-        "env:\n  VERSION: 1.10\n  ZIP: 02134\n  MODE: off\n  AT: 12:30\n  QUOTED: '007'\n"
-    )})
+    repo = make_repo(
+        tmp_path / "scalars",
+        {
+            "task.yaml": (
+                'run: echo "$VERSION $ZIP $MODE $AT $QUOTED"\n'
+                "env:\n  VERSION: 1.10\n  ZIP: 02134\n  MODE: off\n  AT: 12:30\n  QUOTED: '007'\n"
+            )
+        },
+    )
     run = live.submit(repo, "task.yaml")
     live.cli("wait", run)
     assert live.cli("logs", run).stdout.splitlines() == ["1.10 02134 off 12:30 007"]
@@ -445,9 +505,16 @@ def test_task_env_scalars_are_taken_as_written(live: JobsupEnv, tmp_path: Path) 
 
 def test_local_run_gets_the_umask_of_the_submitting_shell(live: JobsupEnv, repo: Path) -> None:
     for mask, mode in [(0o022, "644"), (0o027, "640")]:
-        proc = subprocess.run([sys.executable, "-m", "supervisord", "submit", "--name", f"u{mask:o}", "--",
-                               "touch f && stat -c %a f"], env=live.env, cwd=repo, capture_output=True,
-                              text=True, timeout=120, umask=mask, check=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "supervisord", "submit", "--name", f"u{mask:o}", "--", "touch f && stat -c %a f"],
+            env=live.env,
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            umask=mask,
+            check=True,
+        )
         run = proc.stdout.strip()
         live.cli("wait", run)
         assert live.cli("logs", run).stdout.strip() == mode
@@ -459,8 +526,14 @@ def test_local_run_gets_the_umask_of_the_submitting_shell(live: JobsupEnv, repo:
 
 
 def test_non_utf8_argument_is_one_line_and_exit_2(live: JobsupEnv, repo: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "supervisord", "submit", "--", "echo", b"caf\xe9"],
-                       env=live.env, cwd=repo, capture_output=True, timeout=120, check=False)
+    r = subprocess.run(
+        [sys.executable, "-m", "supervisord", "submit", "--", "echo", b"caf\xe9"],
+        env=live.env,
+        cwd=repo,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
     err = r.stderr.decode("utf-8", "replace")
     assert r.returncode == 2, err
     assert err.strip().count("\n") == 0 and "argument 4 is not valid UTF-8" in err, err
@@ -493,8 +566,14 @@ def test_yaml_alias_bomb_in_a_config_layer_is_refused_naming_the_file(live: Jobs
 
 
 def test_unknown_run_id_and_bad_user_config_exit_2(live: JobsupEnv, repo: Path) -> None:
-    for args in (["show", "ffff0000"], ["logs", "ffff0000"], ["wait", "ffff0000"], ["cancel", "ffff0000"],
-                 ["events", "ffff0000"], ["logs", "-f", "ffff0000"]):
+    for args in (
+        ["show", "ffff0000"],
+        ["logs", "ffff0000"],
+        ["wait", "ffff0000"],
+        ["cancel", "ffff0000"],
+        ["events", "ffff0000"],
+        ["logs", "-f", "ffff0000"],
+    ):
         r = live.cli(*args, check=False)
         assert r.returncode == 2, (args, r.returncode, r.stderr)
         assert "ffff0000" in r.stderr
@@ -532,7 +611,9 @@ def test_doctor_shows_kubernetes_as_na_without_kubeconfig_or_when_not_allowed(js
 # -- issue 14 item 10: leftovers -----------------------------------------------------
 
 
-def test_interrupted_submit_says_it_was_not_recorded_and_leftovers_go(js: JobsupEnv, repo: Path, tmp_path: Path) -> None:
+def test_interrupted_submit_says_it_was_not_recorded_and_leftovers_go(
+    js: JobsupEnv, repo: Path, tmp_path: Path
+) -> None:
     # A git whose `archive` hangs, so the daemon can be killed mid-submit.
     bindir = tmp_path / "bin"
     bindir.mkdir()
@@ -543,8 +624,14 @@ def test_interrupted_submit_says_it_was_not_recorded_and_leftovers_go(js: Jobsup
     )
     os.chmod(bindir / "git", 0o755)
     js.start_daemon(extra_env={"PATH": f"{bindir}:{js.env['PATH']}"})
-    submit = subprocess.Popen([sys.executable, "-m", "supervisord", "submit", "--", "true"], env=js.env, cwd=repo,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    submit = subprocess.Popen(
+        [sys.executable, "-m", "supervisord", "submit", "--", "true"],
+        env=js.env,
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while not flag.exists():
         assert time.monotonic() < deadline and submit.poll() is None
@@ -561,8 +648,17 @@ def test_interrupted_submit_says_it_was_not_recorded_and_leftovers_go(js: Jobsup
 def test_submit_warns_about_submodules_and_a_task_file_in_a_subfolder(live: JobsupEnv, tmp_path: Path) -> None:
     sub = make_repo(tmp_path / "lib", {"lib.sh": "echo lib\n"})
     repo = make_repo(tmp_path / "withsub", {"jobs/task.yaml": "run: bash ../lib.sh\n"})
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "protocol.file.allow=always",
-           "-C", str(repo)]
+    git = [
+        "git",
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@example.invalid",
+        "-c",
+        "protocol.file.allow=always",
+        "-C",
+        str(repo),
+    ]
     subprocess.run(git + ["submodule", "add", "-q", str(sub), "vendor/lib"], check=True, capture_output=True)
     subprocess.run(git + ["commit", "-qm", "sub"], check=True)
     r = live.cli("submit", "jobs/task.yaml", cwd=repo)
@@ -571,11 +667,20 @@ def test_submit_warns_about_submodules_and_a_task_file_in_a_subfolder(live: Jobs
 
 
 def test_submitted_and_cancel_requested_record_the_peer(live: JobsupEnv, repo: Path) -> None:
-    submit = subprocess.Popen([sys.executable, "-m", "supervisord", "submit", "--", "sleep 300"], env=live.env,
-                              cwd=repo, stdout=subprocess.PIPE, text=True)
+    submit = subprocess.Popen(
+        [sys.executable, "-m", "supervisord", "submit", "--", "sleep 300"],
+        env=live.env,
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     run = submit.communicate(timeout=120)[0].strip()
-    cancel = subprocess.Popen([sys.executable, "-m", "supervisord", "cancel", run], env=live.env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    cancel = subprocess.Popen(
+        [sys.executable, "-m", "supervisord", "cancel", run],
+        env=live.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     cancel.communicate(timeout=120)
     assert cancel.returncode == 0
     events = [json.loads(x) for x in live.cli("events", run, "-o", "json").stdout.splitlines()]

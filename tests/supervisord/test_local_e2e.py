@@ -9,8 +9,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -148,8 +148,13 @@ def test_runner_gone_is_lost(js: JobsupEnv, repo: Path) -> None:
 def test_200_concurrent_waiters(js: JobsupEnv, repo: Path) -> None:
     run_id = js.submit(repo, "--", "sleep 2; echo done")
     procs = [
-        subprocess.Popen([sys.executable, "-m", "supervisord", "wait", run_id], env=js.env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-m", "supervisord", "wait", run_id],
+            env=js.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(200)
     ]
     results = [(p.wait(timeout=240), p.stderr.read() if p.stderr else "") for p in procs]
@@ -212,8 +217,13 @@ def test_dirty_tree_warns_and_runs_the_commit(js: JobsupEnv, repo: Path) -> None
 
 def test_logs_tail_and_follow(js: JobsupEnv, repo: Path) -> None:
     run_id = js.submit(repo, "--", "for i in $(seq 1 50); do echo line-$i; done; sleep 2; echo late")
-    follow = subprocess.Popen([sys.executable, "-m", "supervisord", "logs", "-f", run_id], env=js.env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "supervisord", "logs", "-f", run_id],
+        env=js.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     out, err = follow.communicate(timeout=60)
     assert follow.returncode == 0, err
     assert out.splitlines() == [f"line-{i}" for i in range(1, 51)] + ["late"]
@@ -230,7 +240,10 @@ def test_events_follow_sees_new_events(js: JobsupEnv, repo: Path) -> None:
     last = max([0] + [json.loads(l)["seq"] for l in js.cli("events", "-o", "json").stdout.splitlines()])
     follower = subprocess.Popen(
         [sys.executable, "-m", "supervisord", "events", "-f", "--after", str(last), "-o", "json"],
-        env=js.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=js.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     seen: list[dict[str, object]] = []
 
@@ -276,8 +289,7 @@ def _alive_with_arg(marker: str) -> list[int]:
 
 def test_cancel_reaches_processes_that_left_the_group(js: JobsupEnv, repo: Path) -> None:
     # One escapes with setsid, one also ignores SIGTERM; both must be gone.
-    cmd = ('setsid sleep 1003 & ( setsid bash -c "trap \\"\\" TERM; exec sleep 1005" & ); '
-           "echo started; wait")
+    cmd = 'setsid sleep 1003 & ( setsid bash -c "trap \\"\\" TERM; exec sleep 1005" & ); echo started; wait'
     run_id = js.submit(repo, "--", cmd)
     assert js.cli("wait", run_id, "--for", "RUNNING", "--timeout", "30s", check=False).returncode == 0
     deadline = time.monotonic() + 10
@@ -289,7 +301,7 @@ def test_cancel_reaches_processes_that_left_the_group(js: JobsupEnv, repo: Path)
 
 
 def test_a_daemonized_leftover_is_stopped_when_the_job_ends(js: JobsupEnv, repo: Path) -> None:
-    run_id = js.submit(repo, "--", '( setsid sleep 1007 & ); echo done')
+    run_id = js.submit(repo, "--", "( setsid sleep 1007 & ); echo done")
     assert js.cli("wait", run_id, check=False).returncode == 0
     assert _alive_with_arg("sleep\x001007") == []
 
@@ -339,10 +351,20 @@ def test_audit_trail_is_in_causal_order(js: JobsupEnv, repo: Path) -> None:
 
 def test_streams_survive_a_daemon_restart(js: JobsupEnv, repo: Path) -> None:
     run_id = js.submit(repo, "--", "for i in $(seq 1 30); do echo n$i; sleep 0.2; done")
-    waiter = subprocess.Popen([sys.executable, "-m", "supervisord", "wait", run_id], env=js.env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    follower = subprocess.Popen([sys.executable, "-m", "supervisord", "logs", "-f", run_id], env=js.env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    waiter = subprocess.Popen(
+        [sys.executable, "-m", "supervisord", "wait", run_id],
+        env=js.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "supervisord", "logs", "-f", run_id],
+        env=js.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(2.0)
     js.kill_daemon(signal.SIGKILL)
     time.sleep(1.0)

@@ -88,7 +88,19 @@ async def test_tools_listed_with_schemas(js: JobsupEnv, repo: Path) -> None:
     async with mcp(js, repo) as s:
         listed = await s.list_tools()
     names = {t.name for t in listed.tools}
-    assert names == {"submit", "render", "runs", "show", "logs", "wait", "cancel", "events", "queue", "doctor", "triage"}
+    assert names == {
+        "submit",
+        "render",
+        "runs",
+        "show",
+        "logs",
+        "wait",
+        "cancel",
+        "events",
+        "queue",
+        "doctor",
+        "triage",
+    }
     import jsonschema
 
     for tool in listed.tools:
@@ -105,16 +117,22 @@ async def test_submit_wait_logs_show_events(js: JobsupEnv, repo: Path) -> None:
         schemas.validate("run", run)
         assert run["name"] == "mcp-ok"
         # Wait with the run's cursor: race-free, returns the new cursor.
-        out = await call(s, "wait", {"runs": [run["id"]], "for": "terminal", "timeout_s": 60, "after_seq": run["last_seq"]})
+        out = await call(
+            s, "wait", {"runs": [run["id"]], "for": "terminal", "timeout_s": 60, "after_seq": run["last_seq"]}
+        )
         schemas.validate("wait", out)
         assert out["outcome"] == "met" and out["exit_code"] == 0
         assert out["runs"][0]["phase"] == "COMPLETED"
         assert out["after_seq"] >= out["runs"][0]["last_seq"]
         # A change wait from the new cursor: nothing new, so it times out.
-        again = await call(s, "wait", {"runs": [run["id"]], "for": "change", "timeout_s": 0.5, "after_seq": out["after_seq"]})
+        again = await call(
+            s, "wait", {"runs": [run["id"]], "for": "change", "timeout_s": 0.5, "after_seq": out["after_seq"]}
+        )
         assert again["outcome"] == "timeout" and again["exit_code"] == 124
         # ...but from the submit's cursor, the phase changes already happened.
-        early = await call(s, "wait", {"runs": [run["id"][:6]], "for": "change", "timeout_s": 5, "after_seq": run["last_seq"]})
+        early = await call(
+            s, "wait", {"runs": [run["id"][:6]], "for": "change", "timeout_s": 5, "after_seq": run["last_seq"]}
+        )
         assert early["outcome"] == "met"
 
         # Logs with a byte cap: 50 lines of 8-9 bytes, capped at 100 bytes.
@@ -143,7 +161,9 @@ async def test_submit_wait_logs_show_events(js: JobsupEnv, repo: Path) -> None:
         assert shown["command"] == "sh ok.sh"
         # The same object `jobsup show -o json` prints.
         cli_show = js.show(run["id"])
-        assert {k: v for k, v in shown.items() if k != "updated_at"} == {k: v for k, v in cli_show.items() if k != "updated_at"}
+        assert {k: v for k, v in shown.items() if k != "updated_at"} == {
+            k: v for k, v in cli_show.items() if k != "updated_at"
+        }
 
         page = await call(s, "events", {"run": run["id"], "limit": 3})
         assert len(page["events"]) == 3 and page["more"] is True
@@ -266,7 +286,9 @@ async def test_queue_and_render(js: JobsupEnv, repo: Path) -> None:
         )
 
         k8s_repo = make_repo(js.root / "k8s-proj", {MANIFEST_PATH: job_manifest(), "train.py": "print(1)\n"})
-        out = await call(s, "render", {"command": ["python", "train.py"], "cwd": str(k8s_repo), "run_id": "0123456789ab"})
+        out = await call(
+            s, "render", {"command": ["python", "train.py"], "cwd": str(k8s_repo), "run_id": "0123456789ab"}
+        )
         cli = js.cli("render", "--run-id", "0123456789ab", "-o", "json", "--", "python", "train.py", cwd=k8s_repo)
         assert out["objects"] == json.loads(cli.stdout)["items"]
         assert any(o["kind"] == "Job" for o in out["objects"])
@@ -280,10 +302,19 @@ async def test_scheduling_options_reach_the_scheduler(js: JobsupEnv, repo: Path)
     async with mcp(js, repo) as s:
         dep = await call(s, "submit", {"command": "sh ok.sh", "name": "sched-dep", "force": True})
         dep_id = dep["run"]["id"]
-        out = await call(s, "submit", {
-            "command": "true", "name": "sched-held", "queue": "gpu", "priority": 5, "gpus": 0,
-            "after_any": [dep_id[:6]], "hold": True,
-        })
+        out = await call(
+            s,
+            "submit",
+            {
+                "command": "true",
+                "name": "sched-held",
+                "queue": "gpu",
+                "priority": 5,
+                "gpus": 0,
+                "after_any": [dep_id[:6]],
+                "hold": True,
+            },
+        )
         run_id = out["run"]["id"]
         deadline = time.monotonic() + 30
         while True:
@@ -295,7 +326,12 @@ async def test_scheduling_options_reach_the_scheduler(js: JobsupEnv, repo: Path)
         events = (await call(s, "events", {"run": run_id}))["events"]
         submitted = events[0]["data"]
         assert submitted["scheduling"] == {
-            "gpus": 0, "queue": "gpu", "priority": 5, "after": [], "after_any": [dep_id], "hold": True,
+            "gpus": 0,
+            "queue": "gpu",
+            "priority": 5,
+            "after": [],
+            "after_any": [dep_id],
+            "hold": True,
         }
         assert submitted["request_id"] and submitted["umask"]
         queue = await call(s, "queue", {})
@@ -349,8 +385,13 @@ async def test_cancelled_wait_stops_the_server_side_wait(js: JobsupEnv, repo: Pa
     handlers = mcp_server.Handlers(mcp_server.JobsupTools(client, cwd=repo))
     server = mcp_server.build_server(handlers)
     try:
-        async with create_client_server_memory_streams() as (client_streams, server_streams), anyio.create_task_group() as tg:
-            tg.start_soon(lambda: server.run(server_streams[0], server_streams[1], server.create_initialization_options()))
+        async with (
+            create_client_server_memory_streams() as (client_streams, server_streams),
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(
+                lambda: server.run(server_streams[0], server_streams[1], server.create_initialization_options())
+            )
             async with ClientSession(*client_streams) as s:
                 await s.initialize()
                 with anyio.move_on_after(1.5) as scope:

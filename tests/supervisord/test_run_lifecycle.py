@@ -74,8 +74,16 @@ def test_a_job_cannot_rewrite_its_own_status(js: JobsupEnv, repo: Path) -> None:
     is (the old `../status.json`, and the new place outside its tree) does
     not end its run: the daemon takes only a status the runner signed, the
     run stays RUNNING, and cancel still stops it."""
-    forged = json.dumps({"state": "exited", "exit_code": 0, "signal": None, "reason": "Completed",
-                         "message": "forged", "finished_at": "2026-01-01T00:00:00Z"})
+    forged = json.dumps(
+        {
+            "state": "exited",
+            "exit_code": 0,
+            "signal": None,
+            "reason": "Completed",
+            "message": "forged",
+            "finished_at": "2026-01-01T00:00:00Z",
+        }
+    )
     cmd = (
         f"printf '%s' '{forged}' > ../status.json; "
         f"printf '%s\\n%s\\n' '{forged}' {'0' * 64} > ../../.status/$JOBSUP_RUN_ID; "
@@ -130,9 +138,19 @@ def test_terminal_runs_and_env_values_leave_the_daemons_memory(js: JobsupEnv, re
 
     def body(i: int) -> dict[str, object]:
         return {
-            "task": {"name": f"mem{i}", "run": "true", "backend": "local", "timeout_s": 600,
-                     "env": {"BIG": secrets.token_hex(value_size // 2)}, "manifest": None, "path": None},
-            "layers": [], "cwd": str(repo), "rev": "HEAD", "force": True,
+            "task": {
+                "name": f"mem{i}",
+                "run": "true",
+                "backend": "local",
+                "timeout_s": 600,
+                "env": {"BIG": secrets.token_hex(value_size // 2)},
+                "manifest": None,
+                "path": None,
+            },
+            "layers": [],
+            "cwd": str(repo),
+            "rev": "HEAD",
+            "force": True,
         }
 
     with httpx.Client(transport=transport, base_url="http://jobsup/v1", timeout=120) as http:
@@ -171,7 +189,8 @@ def test_an_idle_runner_keeps_less_than_4mb_private(js: JobsupEnv, repo: Path) -
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     assert b"-I" in argv and b"-S" in argv, argv
     private = next(
-        int(line.split()[1]) for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+        int(line.split()[1])
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
         if line.startswith("Private_Dirty:")
     )
     assert private < 4096, f"runner Private_Dirty {private} kB"

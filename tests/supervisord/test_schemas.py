@@ -33,9 +33,18 @@ def ndjson(text: str) -> list[dict[str, Any]]:
 
 
 def test_every_schema_is_valid_2020_12_and_self_contained() -> None:
-    assert {"run", "runs", "run-detail", "event", "log-line", "wait", "queue", "doctor", "config", "config-origin"} <= set(
-        schemas.names()
-    )
+    assert {
+        "run",
+        "runs",
+        "run-detail",
+        "event",
+        "log-line",
+        "wait",
+        "queue",
+        "doctor",
+        "config",
+        "config-origin",
+    } <= set(schemas.names())
     for name in schemas.names():
         doc = schemas.load(name)
         assert doc["$schema"] == "https://json-schema.org/draft/2020-12/schema"
@@ -63,7 +72,14 @@ def test_every_recorded_event_type_has_a_schema() -> None:
 
 
 def test_unknown_event_type_and_extra_run_field_are_refused() -> None:
-    ev = {"seq": 1, "run_id": "0123456789ab", "version": 1, "type": "NoSuchEvent", "at": "2026-01-01T00:00:00Z", "data": {}}
+    ev = {
+        "seq": 1,
+        "run_id": "0123456789ab",
+        "version": 1,
+        "type": "NoSuchEvent",
+        "at": "2026-01-01T00:00:00Z",
+        "data": {},
+    }
     assert schemas.schema_errors("event", ev)
     ev["type"], ev["data"] = "PhaseChanged", {"phase": "RUNNING", "reason": None, "message": None}
     assert not schemas.schema_errors("event", ev)
@@ -95,8 +111,12 @@ def js(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobsupEnv]:
 def test_local_outputs_match_their_schemas(js: JobsupEnv) -> None:
     repo = make_repo(
         js.root / "proj",
-        {"ok.sh": "echo out\necho err >&2\n", "fail.sh": "echo boom\nexit 7\n", "sleep.sh": "echo zz\nsleep 60\n",
-         ".jobsup.yaml": "project: schemas\nenv:\n  API_TOKEN: hunter2\n"},
+        {
+            "ok.sh": "echo out\necho err >&2\n",
+            "fail.sh": "echo boom\nexit 7\n",
+            "sleep.sh": "echo zz\nsleep 60\n",
+            ".jobsup.yaml": "project: schemas\nenv:\n  API_TOKEN: hunter2\n",
+        },
     )
     ok = js.submit(repo, "--env", "SECRET=x", "--", "sh", "ok.sh")
     fail = js.submit(repo, "--name", "fail", "--", "sh", "fail.sh")
@@ -135,10 +155,26 @@ def test_local_outputs_match_their_schemas(js: JobsupEnv) -> None:
 def test_scheduler_and_hook_outputs_match_their_schemas(js: JobsupEnv) -> None:
     """Queued, held, released and hooked runs: `queue`, `hold`/`release`,
     `show` (with its on_done and hooks) and the events they record."""
-    repo = make_repo(js.root / "sched", {"nap.sh": "sleep 3\necho ok\n", "ok.sh": "echo ok\n", "hook.sh": "echo hooked\nexit 3\n"})
+    repo = make_repo(
+        js.root / "sched", {"nap.sh": "sleep 3\necho ok\n", "ok.sh": "echo ok\n", "hook.sh": "echo hooked\nexit 3\n"}
+    )
     first = js.submit(repo, "--name", "first", "--", "sh", "nap.sh")
-    held = js.submit(repo, "--name", "held", "--queue", "batch", "--priority", "7", "--after-any", first,
-                     "--on-done", "sh hook.sh", "--", "sh", "ok.sh")
+    held = js.submit(
+        repo,
+        "--name",
+        "held",
+        "--queue",
+        "batch",
+        "--priority",
+        "7",
+        "--after-any",
+        first,
+        "--on-done",
+        "sh hook.sh",
+        "--",
+        "sh",
+        "ok.sh",
+    )
     check("runs", json.loads(js.cli("hold", held, "-o", "json").stdout))
     queue = json.loads(js.cli("queue", "-o", "json").stdout)
     check("queue", queue)

@@ -62,7 +62,8 @@ def test_a_locked_database_never_ends_a_run(js: JobsupEnv, repo: Path, tmp_path:
     the outcome is the process's own."""
     go, done = tmp_path / "go", tmp_path / "done"
     run_id = js.submit(
-        repo, "--",
+        repo,
+        "--",
         f"while [ ! -e {go} ]; do sleep 0.05; done; for i in $(seq 1 60); do echo line-$i; sleep 0.02; done; "
         f"touch {done}",
     )
@@ -161,13 +162,16 @@ def test_a_full_disk_keeps_the_daemon_up_and_ingests_everything_once_space_retur
     go, written = tmp_path / "go", tmp_path / "written"
     n = 40000
     run_id = js.submit(
-        repo, "--",
+        repo,
+        "--",
         f"while [ ! -e {go} ]; do sleep 0.05; done; seq -f 'line-%.0f' 1 {n}; touch {written}; "
         f"while [ -e {go} ]; do sleep 0.05; done; echo last",
     )
     assert js.cli("wait", run_id, "--for", "RUNNING", "--timeout", "30s", check=False).returncode == 0
     db = js.state_dir / "jobsup.db"
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
     filler: Path | None = None
     try:
         # Hold ingestion back with the lock while the job writes, then fill the disk.

@@ -42,8 +42,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -52,15 +53,17 @@ import structlog
 from supervisord.backends.base import RunReporter, RunSpec
 from supervisord.backends.kubernetes.client.access import Cluster, ClusterAccess
 from supervisord.backends.kubernetes.client.errors import KubeconfigError
-from supervisord.backends.kubernetes.manifest.inject import env_secret_name, run_labels
-from supervisord.backends.kubernetes.logs import ContainerState, LogFollower
-from supervisord.backends.kubernetes.manifest.load import load_manifest_at_commit, manifest_path_for
 from supervisord.backends.kubernetes.client.resources import (
     ObjectRef,
     ResourceResolver,
     env_secret,
     owner_reference,
 )
+from supervisord.backends.kubernetes.client.watches import NamespaceWatch, RunView, job_pods
+from supervisord.backends.kubernetes.logs import ContainerState, LogFollower
+from supervisord.backends.kubernetes.manifest.inject import env_secret_name, run_labels
+from supervisord.backends.kubernetes.manifest.load import load_manifest_at_commit, manifest_path_for
+from supervisord.backends.kubernetes.manifest.render import DEFAULT_STAGING_TIMEOUT_S, RenderedRun, render_run
 from supervisord.backends.kubernetes.phase import (
     PERMANENT_WAITING_REASONS,
     Observation,
@@ -82,9 +85,7 @@ from supervisord.backends.kubernetes.preflight import (
     check_references,
     references,
 )
-from supervisord.backends.kubernetes.manifest.render import DEFAULT_STAGING_TIMEOUT_S, RenderedRun, render_run
 from supervisord.backends.kubernetes.staging import StagingError, stage_source, upload_timeout_s
-from supervisord.backends.kubernetes.client.watches import NamespaceWatch, RunView, job_pods
 from supervisord.exceptions import BackendError, ConfigError, JobsupError, KubernetesApiError, PreflightError
 
 __all__ = ["KubernetesBackend"]
@@ -131,7 +132,9 @@ class _Settings:
             raise ConfigError("kubernetes: must be a mapping in the effective config")
         timeout = kube.get("pod_ready_timeout_s") or _DEFAULT_POD_READY_TIMEOUT_S
         if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0:
-            raise ConfigError(f"kubernetes.pod_ready_timeout_s must be a positive whole number of seconds, got {timeout!r}")
+            raise ConfigError(
+                f"kubernetes.pod_ready_timeout_s must be a positive whole number of seconds, got {timeout!r}"
+            )
         task_manifest = spec.manifest
         return cls(
             context=str(kube["context"]) if kube.get("context") else None,
@@ -321,7 +324,11 @@ class KubernetesBackend:
         if rendered is not None:
             refs = references(rendered.objects)
             # Positive answers are cached; a missing object is asked again next time.
-            for kind, table in (("Secret", refs.secrets), ("PersistentVolumeClaim", refs.pvcs), ("RuntimeClass", refs.runtime_classes)):
+            for kind, table in (
+                ("Secret", refs.secrets),
+                ("PersistentVolumeClaim", refs.pvcs),
+                ("RuntimeClass", refs.runtime_classes),
+            ):
                 for name in list(table):
                     if self._refs_ok.get((cluster.context, namespace, kind, name), 0) >= now:
                         del table[name]
@@ -329,7 +336,11 @@ class KubernetesBackend:
             problems.extend(ref_problems)
             warnings.extend(ref_warnings)
             if not ref_problems and not ref_warnings:
-                for kind, table in (("Secret", refs.secrets), ("PersistentVolumeClaim", refs.pvcs), ("RuntimeClass", refs.runtime_classes)):
+                for kind, table in (
+                    ("Secret", refs.secrets),
+                    ("PersistentVolumeClaim", refs.pvcs),
+                    ("RuntimeClass", refs.runtime_classes),
+                ):
                     for name in table:
                         self._refs_ok[(cluster.context, namespace, kind, name)] = now + self.preflight_cache_s
         return problems, warnings
@@ -443,9 +454,7 @@ class KubernetesBackend:
         try:
             stored_secret = await self._create(resolver, state, secret, ns, spec.run_id)
             created.append((ObjectRef.of(stored_secret), stored_secret))
-            await reporter.record(
-                "ObjectCreated", {**ObjectRef.of(stored_secret).to_json(), "env": _env_digest(spec)}
-            )
+            await reporter.record("ObjectCreated", {**ObjectRef.of(stored_secret).to_json(), "env": _env_digest(spec)})
             job_obj: dict[str, Any] | None = None
             for obj in rendered.objects:
                 stored = await self._create(resolver, state, obj, ns, spec.run_id)
@@ -471,7 +480,14 @@ class KubernetesBackend:
         view = watch.view(spec.run_id)
         try:
             pod = await self._stage(
-                cluster, ns, view, state, reporter, handle, spec, deadline=job_deadline,
+                cluster,
+                ns,
+                view,
+                state,
+                reporter,
+                handle,
+                spec,
+                deadline=job_deadline,
                 timeout_s=settings.pod_ready_timeout_s,
             )
         except BackendError as err:
@@ -591,7 +607,9 @@ class KubernetesBackend:
                                 ),
                                 exec_session=True,
                             )
-                            await reporter.record("StagingStep", {"step": "staged", "pod": name, "container": container})
+                            await reporter.record(
+                                "StagingStep", {"step": "staged", "pod": name, "container": container}
+                            )
                             return name
                         except StagingError as err:
                             last_error = str(err)
@@ -608,9 +626,7 @@ class KubernetesBackend:
                         await reporter.phase("SCHEDULING", reason=obs.reason, message=obs.message)
                         if obs.reason in PERMANENT_WAITING_REASONS:
                             # The kubelet never retries its way out of these.
-                            raise StagingError(
-                                f"the pod cannot start: {describe_pod(pod, container)}", str(obs.reason)
-                            )
+                            raise StagingError(f"the pod cannot start: {describe_pod(pod, container)}", str(obs.reason))
             left = deadline - time.monotonic()
             if left <= 0:
                 obs = pod_progress([last_pod] if last_pod else [], container, staged=False)
@@ -911,12 +927,21 @@ class _Supervision:
     def _ensure_staging(self, tg: anyio.abc.TaskGroup, job: Mapping[str, Any], pods: list[Mapping[str, Any]]) -> None:
         for pod in pods:
             name = str(pod["metadata"]["name"])
-            if name in self.staged or name in self.staging or pod_is_terminal(pod) or pod["metadata"].get("deletionTimestamp"):
+            if (
+                name in self.staged
+                or name in self.staging
+                or pod_is_terminal(pod)
+                or pod["metadata"].get("deletionTimestamp")
+            ):
                 continue
             if not self.spec.snapshot_sha256 or not Path(self.spec.snapshot).is_file():
                 continue
             first = not self.staged
-            start = (job.get("metadata") or {}).get("creationTimestamp") if first else (pod.get("metadata") or {}).get("creationTimestamp")
+            start = (
+                (job.get("metadata") or {}).get("creationTimestamp")
+                if first
+                else (pod.get("metadata") or {}).get("creationTimestamp")
+            )
             deadline = _wall_to_monotonic(start, self.settings.pod_ready_timeout_s)
             self.staging.add(name)
             tg.start_soon(self._stage_one, name, deadline, first)
@@ -925,8 +950,16 @@ class _Supervision:
         others = frozenset(p for p in self.view.pods if p != pod_name)
         try:
             staged = await self.b._stage(
-                self.cluster, self.ns, self.view, self.state, self.reporter, self.handle, self.spec,
-                deadline=deadline, timeout_s=self.settings.pod_ready_timeout_s, exclude=others,
+                self.cluster,
+                self.ns,
+                self.view,
+                self.state,
+                self.reporter,
+                self.handle,
+                self.spec,
+                deadline=deadline,
+                timeout_s=self.settings.pod_ready_timeout_s,
+                exclude=others,
             )
         except _Canceled:
             return
@@ -967,14 +1000,17 @@ class _Supervision:
         if self.staged:
             # The command ran, even when no look saw it running.
             await self.reporter.phase("RUNNING")
-        await self.reporter.phase(outcome.phase, reason=outcome.reason, message=outcome.message, exit_code=outcome.exit_code)
+        await self.reporter.phase(
+            outcome.phase, reason=outcome.reason, message=outcome.message, exit_code=outcome.exit_code
+        )
 
     async def _delete_auxiliary(self) -> None:
         """On the Job's end: delete the objects other than the primary Job
         and its env Secret (which the Job's TTL removes), newest first."""
         refs = [ObjectRef.from_json(o) for o in self.handle.get("objects") or []]
         aux = [
-            r for r in refs
+            r
+            for r in refs
             if not (r.kind == "Job" and r.name == self.job_name) and r.name != env_secret_name(self.spec.run_id)
         ]
         if not aux:
@@ -984,4 +1020,3 @@ class _Supervision:
         except BackendError as err:
             log.warning("cleanup of auxiliary objects failed", run=self.spec.run_id, error=str(err))
             await self.reporter.record("CleanupFailed", {"message": str(err)})
-

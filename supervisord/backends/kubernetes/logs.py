@@ -31,7 +31,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import anyio
 import structlog
@@ -89,7 +90,7 @@ class LogCursor:
     def since_time(self) -> str:
         """``sinceTime`` for a reconnect: T truncated to whole seconds, UTC."""
         seconds = self.ts_ns // 1_000_000_000
-        return dt.datetime.fromtimestamp(seconds, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class LogDecoder:
@@ -304,7 +305,9 @@ class LogFollower:
         wait = stall_s
         self.connects += 1
         self._count("log_follows")
-        async with self.cluster.stream(self._path, self._query(True), what=f"follow the log of {self.source}") as response:
+        async with self.cluster.stream(
+            self._path, self._query(True), what=f"follow the log of {self.source}"
+        ) as response:
             # A reader task feeds a queue, so that a wait that times out never
             # cancels the body iterator (a cancelled async generator is done).
             send, receive = anyio.create_memory_object_stream[bytes | Exception | None](64)
@@ -394,5 +397,7 @@ class LogFollower:
                 log.warning("final log read took too long; stopping", source=self.source, limit_s=self.final_read_s)
                 return
             except Exception as exc:  # the connection dropped mid-body: read again from the cursor
-                log.info("final log read cut", source=self.source, error=f"{type(exc).__name__}: {exc}", attempt=attempt)
+                log.info(
+                    "final log read cut", source=self.source, error=f"{type(exc).__name__}: {exc}", attempt=attempt
+                )
             await anyio.sleep(0.5 * attempt)

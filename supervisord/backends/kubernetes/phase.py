@@ -36,7 +36,8 @@ does not make the run an ERROR (it is mentioned in the message).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 __all__ = [
     "COMPLETION_INDEX",
@@ -198,12 +199,19 @@ def container_cause(term: Mapping[str, Any] | None, container: str) -> tuple[str
     code = _exit_code(term)
     why = str(term.get("reason") or "")
     if why == "OOMKilled":
-        return "OOMKilled", f'OOMKilled: container "{container}" was killed for using too much memory (exit code {code})'
+        return (
+            "OOMKilled",
+            f'OOMKilled: container "{container}" was killed for using too much memory (exit code {code})',
+        )
     if why in START_FAILURES:
         said = str(term.get("message") or "").strip()
-        return "StartFailed", f'StartFailed: container "{container}" could not start ({why}' + (f": {said})" if said else ")")
+        return "StartFailed", f'StartFailed: container "{container}" could not start ({why}' + (
+            f": {said})" if said else ")"
+        )
     if code or why == "Error":
-        return "NonZeroExit", f'NonZeroExit: container "{container}" exited with code {code}' + (f" ({why})" if why else "")
+        return "NonZeroExit", f'NonZeroExit: container "{container}" exited with code {code}' + (
+            f" ({why})" if why else ""
+        )
     return None
 
 
@@ -216,7 +224,9 @@ def pod_cause(pod: Mapping[str, Any] | None) -> tuple[str, str] | None:
     reason = status.get("reason")
     if reason not in POD_KILL_REASONS:
         return None
-    said = str(status.get("message") or "").strip() or ("the pod was evicted" if reason == "Evicted" else "the pod ran past its deadline")
+    said = str(status.get("message") or "").strip() or (
+        "the pod was evicted" if reason == "Evicted" else "the pod ran past its deadline"
+    )
     return str(reason), f"{reason}: {said}"
 
 
@@ -228,8 +238,10 @@ def failure_cause(
     docstring for the order."""
     by_container = container_cause(term, container)
     by_pod = pod_cause(pod)
-    consequence = by_container is not None and by_container[0] == "NonZeroExit" and (
-        by_pod is not None or job_reason == "DeadlineExceeded"
+    consequence = (
+        by_container is not None
+        and by_container[0] == "NonZeroExit"
+        and (by_pod is not None or job_reason == "DeadlineExceeded")
     )
     if by_container is not None and not consequence:
         return by_container[0], [by_container[1]]
@@ -238,9 +250,7 @@ def failure_cause(
     return job_reason, [by_container[1]] if by_container else []
 
 
-def job_outcome(
-    job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], script_container: str
-) -> Observation | None:
+def job_outcome(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], script_container: str) -> Observation | None:
     """The terminal :class:`Observation` when the Job has finished (a
     success or failure condition with status "True"), else None."""
     pod = current_pod(pods)

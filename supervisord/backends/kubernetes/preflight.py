@@ -19,13 +19,19 @@ Checked, each failure one line saying what to fix, nothing created:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import anyio
 
 from supervisord.backends.kubernetes.client.access import Cluster
+from supervisord.backends.kubernetes.client.errors import (
+    ForbiddenError,
+    KubernetesApiError,
+    UnauthorizedError,
+    UnreachableError,
+)
 from supervisord.backends.kubernetes.client.resources import ResourceResolver
-from supervisord.backends.kubernetes.client.errors import ForbiddenError, KubernetesApiError, UnauthorizedError, UnreachableError
 
 __all__ = [
     "AccessCheck",
@@ -110,15 +116,25 @@ async def check_api(cluster: Cluster, *, budget_s: float = API_CHECK_BUDGET_S) -
             "check the network/VPN and that `kubectl version` works with this context",
             str(err),
         )
-    return None, f"{cluster.host} answers, Kubernetes {version.get('gitVersion') if isinstance(version, dict) else version}"
+    return (
+        None,
+        f"{cluster.host} answers, Kubernetes {version.get('gitVersion') if isinstance(version, dict) else version}",
+    )
 
 
-async def check_access(cluster: Cluster, namespace: str, checks: Iterable[AccessCheck]) -> list[tuple[AccessCheck, str | None]]:
+async def check_access(
+    cluster: Cluster, namespace: str, checks: Iterable[AccessCheck]
+) -> list[tuple[AccessCheck, str | None]]:
     """One SelfSubjectAccessReview per check; returns (check, problem or
     None) in order. Raises KubernetesApiError when the review itself fails."""
     out: list[tuple[AccessCheck, str | None]] = []
     for check in checks:
-        attrs: dict[str, Any] = {"namespace": namespace, "verb": check.verb, "group": check.group, "resource": check.resource}
+        attrs: dict[str, Any] = {
+            "namespace": namespace,
+            "verb": check.verb,
+            "group": check.group,
+            "resource": check.resource,
+        }
         if check.subresource:
             attrs["subresource"] = check.subresource
         body = {
@@ -224,9 +240,7 @@ def references(objects: Iterable[Mapping[str, Any]]) -> References:
     return refs
 
 
-async def check_references(
-    resolver: ResourceResolver, namespace: str, refs: References
-) -> tuple[list[str], list[str]]:
+async def check_references(resolver: ResourceResolver, namespace: str, refs: References) -> tuple[list[str], list[str]]:
     """Check each referenced object exists: (problems, warnings). A missing
     Secret, PVC or RuntimeClass is a problem; a PVC that is not Bound is a
     warning (the pod waits for it); a 403 on a RuntimeClass is a warning."""
@@ -247,7 +261,9 @@ async def check_references(
         try:
             pvc = await resolver.get("v1", "PersistentVolumeClaim", name, namespace)
         except KubernetesApiError as err:
-            problems.append(f"cannot read PersistentVolumeClaim {name} (used by {where}) in namespace {namespace}: {err}")
+            problems.append(
+                f"cannot read PersistentVolumeClaim {name} (used by {where}) in namespace {namespace}: {err}"
+            )
             continue
         if pvc is None:
             problems.append(

@@ -28,14 +28,23 @@ import dataclasses
 import json
 import shlex
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from supervisord.backends.kubernetes.client.access import Cluster
 from supervisord.backends.kubernetes.manifest.script import READY_MARKER, SOURCE_TAR, STAGING_DIR
 from supervisord.exceptions import BackendError
 
-__all__ = ["ExecResult", "StagingError", "exec_command", "stage_source", "upload_timeout_s", "UPLOAD_SCRIPT", "COMMIT_SCRIPT"]
+__all__ = [
+    "ExecResult",
+    "StagingError",
+    "exec_command",
+    "stage_source",
+    "upload_timeout_s",
+    "UPLOAD_SCRIPT",
+    "COMMIT_SCRIPT",
+]
 
 _CHUNK = 64 * 1024
 _KEEP_OUTPUT = 64 * 1024
@@ -280,4 +289,6 @@ def stage_source(
         timeout_s=max(1.0, deadline - time.monotonic()),
     )
     if not commit.success:
-        raise StagingError(f"marking the source ready in pod {pod} failed: {commit.describe()} ({shlex.quote(STAGING_DIR)})")
+        raise StagingError(
+            f"marking the source ready in pod {pod} failed: {commit.describe()} ({shlex.quote(STAGING_DIR)})"
+        )

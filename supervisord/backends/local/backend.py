@@ -13,8 +13,9 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import anyio
 import structlog
@@ -130,12 +131,14 @@ class LocalBackend:
         except subprocess.TimeoutExpired:
             raise BackendError("the local runner did not start within 30s") from None
         if proc.returncode != 0:
-            raise BackendError(
-                f"the local runner failed to start: {proc.stderr.decode('utf-8', 'replace').strip()}"
-            )
+            raise BackendError(f"the local runner failed to start: {proc.stderr.decode('utf-8', 'replace').strip()}")
         info = json.loads(proc.stdout.decode().splitlines()[0])
-        handle = {"runner_pid": info["pid"], "runner_start": info["start"], "run_dir": str(spec.run_dir),
-                  "status": str(status_path)}
+        handle = {
+            "runner_pid": info["pid"],
+            "runner_start": info["start"],
+            "run_dir": str(spec.run_dir),
+            "status": str(status_path),
+        }
         await reporter.handle(handle)
         return handle
 
@@ -162,8 +165,12 @@ class LocalBackend:
             # handle: the runner wrote its identity into its status file.
             status = self._read_status(run_dir)
             if "runner_pid" in status:
-                handle = {"runner_pid": status["runner_pid"], "runner_start": status.get("runner_start"),
-                          "run_dir": str(run_dir), "status": str(_status_path(run_dir))}
+                handle = {
+                    "runner_pid": status["runner_pid"],
+                    "runner_start": status.get("runner_start"),
+                    "run_dir": str(run_dir),
+                    "status": str(_status_path(run_dir)),
+                }
                 await reporter.handle(handle)
         signed = "status" in handle  # runners from before signed statuses wrote RUN_DIR/status.json
         tailers: dict[str, FileTailer] = {}
@@ -250,7 +257,9 @@ class LocalBackend:
                 await reporter.record(LOGS_TRUNCATED, cap.event_data(tailers))
         return total
 
-    async def _finish(self, tailers: Mapping[str, FileTailer], status: Mapping[str, Any], reporter: RunReporter) -> None:
+    async def _finish(
+        self, tailers: Mapping[str, FileTailer], status: Mapping[str, Any], reporter: RunReporter
+    ) -> None:
         """The process has ended: record the rest of its output and its outcome.
 
         A small backlog is recorded before the outcome (so once ``wait``
@@ -458,8 +467,12 @@ class _StatusFile:
                 self._key = key
             elif raw.strip() and key != self._rejected:  # once per version of the file
                 self._rejected = key
-                log.warning("local.status_rejected", run=self.run_dir.name, path=str(self.path),
-                            hint="not a status the runner wrote (torn, or written by something else); ignored")
+                log.warning(
+                    "local.status_rejected",
+                    run=self.run_dir.name,
+                    path=str(self.path),
+                    hint="not a status the runner wrote (torn, or written by something else); ignored",
+                )
         return self._data
 
 
@@ -524,4 +537,3 @@ def _kill_lost_run(run_id: str, status: Mapping[str, Any]) -> None:
                 pass
         time.sleep(0.02)
     log.warning("local.lost_run_survivors", run=run_id, pids=run_processes(run_id))
-

@@ -564,8 +564,14 @@ class _Runner:
             if pid == 0:
                 try:
                     os.close(rfd)
-                    for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE,
-                                signal.SIGXFSZ):
+                    for sig in (
+                        signal.SIGTERM,
+                        signal.SIGCHLD,
+                        signal.SIGINT,
+                        signal.SIGHUP,
+                        signal.SIGPIPE,
+                        signal.SIGXFSZ,
+                    ):
                         signal.signal(sig, signal.SIG_DFL)
                     signal.set_wakeup_fd(-1)
                     signal.pthread_sigmask(signal.SIG_SETMASK, [])

@@ -10,10 +10,10 @@ daemon records.
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
 
 import anyio
 
@@ -74,7 +74,7 @@ class SupervisorHarness:
         self.snapshot = SnapshotStore(root / "state" / "snapshots").create(self.repo, self.commit)
 
     @classmethod
-    async def open(cls, root: Path, harness: BackendHarness) -> AsyncIterator["SupervisorHarness"]:
+    async def open(cls, root: Path, harness: BackendHarness) -> AsyncIterator[SupervisorHarness]:
         """Async generator fixture body: yields a ready harness, cleans up after."""
         paths = Paths(state_dir=root / "state", socket=root / "s.sock")
         paths.runs_dir.mkdir(parents=True, exist_ok=True)
@@ -90,7 +90,9 @@ class SupervisorHarness:
             await backend.aclose()
             await store.close()
 
-    async def submit(self, command: str, *, timeout_s: int = 600, name: str = "t", env: Mapping[str, str] | None = None) -> str:
+    async def submit(
+        self, command: str, *, timeout_s: int = 600, name: str = "t", env: Mapping[str, str] | None = None
+    ) -> str:
         submitted = {
             "project": "conformance",
             "name": name,
@@ -175,4 +177,3 @@ SCENARIOS: dict[str, Scenario] = {
     "cancel": scenario_cancel,
     "env_is_passed_not_recorded": scenario_env_is_passed_not_recorded,
 }
-

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import AsyncIterator, Callable, Iterator
 
 import pytest
 

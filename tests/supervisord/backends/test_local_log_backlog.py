@@ -18,14 +18,14 @@ import supervisord.backends.local.backend as local_backend
 from store import EventStore
 from supervisord.backends.local import LocalBackend
 from supervisord.paths import Paths
-from supervisord.supervisor import Supervisor
 from supervisord.source import SnapshotStore
+from supervisord.supervisor import Supervisor
 from tests.supervisord.backends.conformance import make_git_repo
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240)]
 
 N = 200_000
-EMIT = f"python3 -c 'import sys; sys.stdout.write(\"\".join(\"line %07d\\n\" % i for i in range({N})))'"
+EMIT = f'python3 -c \'import sys; sys.stdout.write("".join("line %07d\\n" % i for i in range({N})))\''
 
 
 async def _submit_and_leave(root: Path, command: str, timeout_s: int) -> tuple[str, Path]:
@@ -101,10 +101,14 @@ async def test_outcome_is_recorded_before_the_backlog_and_cancel_keeps_it(
         assert any(e.type == "LogLines" and e.data["line_count"] for e in events[terminal:])
         assert "CANCELED" not in {e.data.get("phase") for e in events if e.type == "PhaseChanged"}
         last, text = await store.log_text(run_id, 0, max_blocks=10**6)
-        assert text == "".join("line %07d\n" % i for i in range(N)).encode()
+        assert text == "".join(f"line {i:07d}\n" for i in range(N)).encode()
         run = await store.get_run(run_id)
         assert run is not None and (run.phase, run.reason, run.log_lines, run.log_ingest) == (
-            "ERROR", "DeadlineExceeded", N, "done")
+            "ERROR",
+            "DeadlineExceeded",
+            N,
+            "done",
+        )
     finally:
         await store.close()
 
@@ -148,6 +152,6 @@ async def test_a_restart_during_a_pending_backlog_resumes_it(tmp_path: Path, mon
         run = await store.get_run(run_id)
         assert run is not None and (run.phase, run.exit_code, run.log_lines) == ("ERROR", 3, N)
         last, text = await store.log_text(run_id, 0, max_blocks=10**6)
-        assert text == "".join("line %07d\n" % i for i in range(N)).encode()
+        assert text == "".join(f"line {i:07d}\n" for i in range(N)).encode()
     finally:
         await store.close()

@@ -118,7 +118,11 @@ def test_show_origin(h: Home) -> None:
     assert data["local"]["shell"] == {"value": "zsh", "layer": "user", "file": str(h.conf / "config.yaml")}
     assert data["local"]["kill_grace_s"] == {"value": 10, "layer": "default", "file": None}
     assert data["kubernetes"]["namespace"]["layer"] == "daemon"
-    assert data["kubernetes"]["pod_ready_timeout_s"] == {"value": 300, "layer": "task", "file": str(h.project / "task.yaml")}
+    assert data["kubernetes"]["pod_ready_timeout_s"] == {
+        "value": 300,
+        "layer": "task",
+        "file": str(h.project / "task.yaml"),
+    }
     container = data["kubernetes"]["pod_config"]["spec"]["containers"][0]
     assert container["resources"]["limits"]["cpu"]["file"] == str(h.conf / "daemon.yaml")
     assert container["env"][0]["name"]["file"] == str(h.project / ".jobsup.yaml")
@@ -153,7 +157,10 @@ def test_validate_ok(h: Home) -> None:
 def test_validate_reports_every_error_of_every_layer(h: Home) -> None:
     h.write(h.conf / "daemon.yaml", "daemon: {synchronous: OFF}\n")
     h.write(h.conf / "config.yaml", "local:\n  shell: zsh\n  kill_grace_s: [1\n")
-    h.write(h.project / ".jobsup.yaml", "kubernetes:\n  pvc_mounts: [{claim_name: data, mount_path: /dev/shm/}]\n  bogus: 1\n")
+    h.write(
+        h.project / ".jobsup.yaml",
+        "kubernetes:\n  pvc_mounts: [{claim_name: data, mount_path: /dev/shm/}]\n  bogus: 1\n",
+    )
     h.write(h.project / "task.yaml", "run: echo\nconfig: {kubernetes: {namespace: other}}\n")
     r = h.run("validate", "task.yaml", "--config", "kubernetes.pod_ready_timeout_s=0")
     assert r.returncode == 2

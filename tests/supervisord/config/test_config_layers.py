@@ -53,24 +53,52 @@ def cli_layer(args: list[str], cwd: Path, env: dict[str, str]) -> Layer:
 PAIR_CASES: list[tuple[str, list[str], dict[str, Any]]] = [
     ("value parsed as YAML int", ["local.kill_grace_s=30"], {"local": {"kill_grace_s": 30}}),
     ("value parsed as YAML list", ["allowed_backends=[local]"], {"allowed_backends": ["local"]}),
-    ("value parsed as YAML mapping", ["kubernetes.node_selector={a: b}"], {"kubernetes": {"node_selector": {"a": "b"}}}),
+    (
+        "value parsed as YAML mapping",
+        ["kubernetes.node_selector={a: b}"],
+        {"kubernetes": {"node_selector": {"a": "b"}}},
+    ),
     ("split at the first = only", ["env.OPTS=a=b=c"], {"env": {"OPTS": "a=b=c"}}),
     ("string key keeps 1e5", ["env.X=1e5"], {"env": {"X": "1e5"}}),
     ("string key keeps 0600", ["env.MODE=0600"], {"env": {"MODE": "0600"}}),
     ("string key keeps yes", ["local.shell=yes"], {"local": {"shell": "yes"}}),
     ("string key keeps spaces and quotes", ["env.Q= 'a' "], {"env": {"Q": " 'a' "}}),
     ("string key keeps an empty value", ["env.EMPTY="], {"env": {"EMPTY": ""}}),
-    ("free-form pod spec value is YAML", ["kubernetes.pod_config.spec.priority=10"], {"kubernetes": {"pod_config": {"spec": {"priority": 10}}}}),
+    (
+        "free-form pod spec value is YAML",
+        ["kubernetes.pod_config.spec.priority=10"],
+        {"kubernetes": {"pod_config": {"spec": {"priority": 10}}}},
+    ),
     ("null clears", ["kubernetes.context=null"], {"kubernetes": {"context": None}}),
     ("~ clears", ["env=~"], {"env": None}),
     ("last one wins", ["backend=local", "backend=kubernetes"], {"backend": "kubernetes"}),
     ("siblings merge", ["local.shell=zsh", "local.kill_grace_s=5"], {"local": {"shell": "zsh", "kill_grace_s": 5}}),
     ("later child replaces an earlier scalar", ["local=5", "local.shell=sh"], {"local": {"shell": "sh"}}),
-    ("later parent replaces earlier children", ["local.shell=sh", "local={kill_grace_s: 3}"], {"local": {"kill_grace_s": 3}}),
-    ("quoted key holds dots", ['kubernetes.node_selector."example.com/gpu"=a100'], {"kubernetes": {"node_selector": {"example.com/gpu": "a100"}}}),
-    ("index into a list from an earlier pair", ["kubernetes.tolerations=[{key: a, operator: Exists}]", "kubernetes.tolerations.0.effect=NoSchedule"], {"kubernetes": {"tolerations": [{"key": "a", "operator": "Exists", "effect": "NoSchedule"}]}}),
-    ("null at an index removes the item", ["allowed_backends=[local, kubernetes]", "allowed_backends.0=null"], {"allowed_backends": ["kubernetes"]}),
-    ("YAML dates stay strings", ["kubernetes.pod_config.metadata.annotations.day=2024-01-01"], {"kubernetes": {"pod_config": {"metadata": {"annotations": {"day": "2024-01-01"}}}}}),
+    (
+        "later parent replaces earlier children",
+        ["local.shell=sh", "local={kill_grace_s: 3}"],
+        {"local": {"kill_grace_s": 3}},
+    ),
+    (
+        "quoted key holds dots",
+        ['kubernetes.node_selector."example.com/gpu"=a100'],
+        {"kubernetes": {"node_selector": {"example.com/gpu": "a100"}}},
+    ),
+    (
+        "index into a list from an earlier pair",
+        ["kubernetes.tolerations=[{key: a, operator: Exists}]", "kubernetes.tolerations.0.effect=NoSchedule"],
+        {"kubernetes": {"tolerations": [{"key": "a", "operator": "Exists", "effect": "NoSchedule"}]}},
+    ),
+    (
+        "null at an index removes the item",
+        ["allowed_backends=[local, kubernetes]", "allowed_backends.0=null"],
+        {"allowed_backends": ["kubernetes"]},
+    ),
+    (
+        "YAML dates stay strings",
+        ["kubernetes.pod_config.metadata.annotations.day=2024-01-01"],
+        {"kubernetes": {"pod_config": {"metadata": {"annotations": {"day": "2024-01-01"}}}}},
+    ),
 ]
 
 
@@ -97,9 +125,13 @@ def test_index_into_an_inherited_list(project: Path, env: dict[str, str]) -> Non
         {"key": "a", "operator": "Exists"},
         {"key": "b", "operator": "Exists", "effect": "NoExecute"},
     ]
-    layers = load_client_layers(task=None, cli_config=["kubernetes.pod_config.spec.containers.0.args.1=c"], cwd=project, env=env)
+    layers = load_client_layers(
+        task=None, cli_config=["kubernetes.pod_config.spec.containers.0.args.1=c"], cwd=project, env=env
+    )
     eff = effective_config(DAEMON, layers, env={})
-    assert eff.data["kubernetes"]["pod_config"]["spec"]["containers"] == [{"name": "main", "image": "x", "args": ["a", "c"]}]
+    assert eff.data["kubernetes"]["pod_config"]["spec"]["containers"] == [
+        {"name": "main", "image": "x", "args": ["a", "c"]}
+    ]
 
 
 PAIR_ERRORS: list[tuple[str, list[str], str]] = [
@@ -107,7 +139,11 @@ PAIR_ERRORS: list[tuple[str, list[str], str]] = [
     ("number on a missing list", ["kubernetes.pvc_mounts.0.read_only=false"], "index 0 is out of range"),
     ("number on nothing at all", ["kubernetes.pod_config.spec.volumes.0.name=x"], "holds no list"),
     ("index out of range", ["allowed_backends=[local]", "allowed_backends.3=kubernetes"], "index 3 is out of range"),
-    ("string key into a list", ["allowed_backends=[local]", "allowed_backends.x=1"], "is a list; index it with a number"),
+    (
+        "string key into a list",
+        ["allowed_backends=[local]", "allowed_backends.x=1"],
+        "is a list; index it with a number",
+    ),
     ("empty value for a non-string key", ["local.kill_grace_s="], "empty value; write null"),
     ("bad YAML value", ["kubernetes.node_selector={a: [}"], "not valid YAML"),
     ("empty key segment", ["local..shell=x"], "not a valid key path"),
@@ -130,7 +166,9 @@ def test_cli_errors_all_reported(project: Path, env: dict[str, str]) -> None:
     assert len(info.value.errors) == 2
 
 
-@pytest.mark.parametrize("arg", ["env.A.B=hunter2", "env=hunter2", "kubernetes.custom_metadata.labels.api_token=hunter 12345"])
+@pytest.mark.parametrize(
+    "arg", ["env.A.B=hunter2", "env=hunter2", "kubernetes.custom_metadata.labels.api_token=hunter 12345"]
+)
 def test_secret_value_never_echoed_in_errors(arg: str, project: Path, env: dict[str, str]) -> None:
     with pytest.raises(ConfigError) as info:
         effective_config(DAEMON, load_client_layers(task=None, cli_config=[arg], cwd=project, env=env), env={})
@@ -140,7 +178,9 @@ def test_secret_value_never_echoed_in_errors(arg: str, project: Path, env: dict[
 def test_union_list_in_pod_spec_cannot_be_indexed(project: Path, env: dict[str, str]) -> None:
     (project / ".jobsup.yaml").write_text("kubernetes: {pod_config: {spec: {tolerations: [{key: a}]}}}\n")
     with pytest.raises(ConfigError, match="merged as a union"):
-        load_client_layers(task=None, cli_config=["kubernetes.pod_config.spec.tolerations.0.key=b"], cwd=project, env=env)
+        load_client_layers(
+            task=None, cli_config=["kubernetes.pod_config.spec.tolerations.0.key=b"], cwd=project, env=env
+        )
 
 
 def test_cli_config_file(project: Path, env: dict[str, str]) -> None:
@@ -157,16 +197,33 @@ FILE_ERRORS: list[tuple[str, str, str | None, list[str]]] = [
     # (id, file text or None for "variable at a missing file", variable, fragments)
     ("override variable at a missing file", None, "JOBSUP_CONFIG", ["JOBSUP_CONFIG=", "does not exist"]),
     ("project variable at a missing file", None, "JOBSUP_PROJECT_CONFIG", ["JOBSUP_PROJECT_CONFIG=", "does not exist"]),
-    ("YAML syntax error names file and line", "local:\n  shell: zsh\n  kill_grace_s: [1\n", "JOBSUP_CONFIG", ["c.yaml: line 4", "not valid YAML"]),
+    (
+        "YAML syntax error names file and line",
+        "local:\n  shell: zsh\n  kill_grace_s: [1\n",
+        "JOBSUP_CONFIG",
+        ["c.yaml: line 4", "not valid YAML"],
+    ),
     ("top level a list", "- a\n- b\n", "JOBSUP_CONFIG", ["c.yaml: line 1", "must be a mapping", "list"]),
     ("top level a string", "just text\n", "JOBSUP_PROJECT_CONFIG", ["c.yaml", "must be a mapping"]),
-    ("duplicate key", "backend: local\nbackend: kubernetes\n", "JOBSUP_CONFIG", ["c.yaml: line 2", "duplicate key 'backend'"]),
-    ("non-string key", "kubernetes:\n  node_selector:\n    yes: a\n", "JOBSUP_CONFIG", ["c.yaml: line 3", "not a string"]),
+    (
+        "duplicate key",
+        "backend: local\nbackend: kubernetes\n",
+        "JOBSUP_CONFIG",
+        ["c.yaml: line 2", "duplicate key 'backend'"],
+    ),
+    (
+        "non-string key",
+        "kubernetes:\n  node_selector:\n    yes: a\n",
+        "JOBSUP_CONFIG",
+        ["c.yaml: line 3", "not a string"],
+    ),
 ]
 
 
 @pytest.mark.parametrize("text,variable,fragments", [c[1:] for c in FILE_ERRORS], ids=[c[0] for c in FILE_ERRORS])
-def test_file_errors(text: str | None, variable: str, fragments: list[str], tmp_path: Path, project: Path, env: dict[str, str]) -> None:
+def test_file_errors(
+    text: str | None, variable: str, fragments: list[str], tmp_path: Path, project: Path, env: dict[str, str]
+) -> None:
     path = tmp_path / "c.yaml"
     if text is not None:
         path.write_text(text)
@@ -217,7 +274,9 @@ def test_broken_user_file_does_not_hide_broken_project_file(project: Path, env: 
 
 def test_five_sources_in_order(tmp_path: Path, project: Path, env: dict[str, str]) -> None:
     conf = Path(env["XDG_CONFIG_HOME"]) / "jobsup"
-    (conf / "daemon.yaml").write_text("kubernetes: {namespace: d, runtime_class: d, node_selector: {d: d}}\nlocal: {shell: d}\n")
+    (conf / "daemon.yaml").write_text(
+        "kubernetes: {namespace: d, runtime_class: d, node_selector: {d: d}}\nlocal: {shell: d}\n"
+    )
     (conf / "config.yaml").write_text("kubernetes: {runtime_class: u, node_selector: {u: u}}\nlocal: {shell: u}\n")
     (project / ".jobsup.yaml").write_text("local: {shell: p}\nkubernetes: {node_selector: {p: p}}\n")
     task_file = tmp_path / "task.yaml"
@@ -232,21 +291,37 @@ def test_five_sources_in_order(tmp_path: Path, project: Path, env: dict[str, str
     assert eff.origins["local.shell"] == ("task", str(task_file.resolve()))
     assert eff.origins["local.kill_grace_s"] == ("cli", None)
     assert eff.origins["kubernetes.namespace"] == ("daemon", str(conf / "daemon.yaml"))
-    assert eff.origins['kubernetes.node_selector.u'] == ("user", str(conf / "config.yaml"))
+    assert eff.origins["kubernetes.node_selector.u"] == ("user", str(conf / "config.yaml"))
     assert eff.origins["backend"] == ("default", None)
 
 
 SCHEMA_ERRORS: list[tuple[str, dict[str, Any], str]] = [
     ("unknown top-level key", {"bakend": "local"}, "bakend: unknown key"),
     ("unknown nested key", {"local": {"kill_grace": 3}}, "local.kill_grace: unknown key"),
-    ("wrong type", {"local": {"kill_grace_s": "10"}}, "local.kill_grace_s: must be a positive integer, got '10' (a string)"),
+    (
+        "wrong type",
+        {"local": {"kill_grace_s": "10"}},
+        "local.kill_grace_s: must be a positive integer, got '10' (a string)",
+    ),
     ("bad enum", {"backend": "docker"}, "backend: must be one of local, kubernetes, got 'docker'"),
     ("non-positive", {"local": {"kill_grace_s": 0}}, "local.kill_grace_s: must be a positive integer, got 0"),
     ("bad env name", {"env": {"1X": "v"}}, "env.1X: is not a valid environment variable name"),
     ("env value type hidden", {"env": {"X": 5}}, "env.X: must be a string, got a value (not shown"),
-    ("bad namespace", {"kubernetes": {"namespace": "Team_A"}}, "kubernetes.namespace: 'Team_A' is not a DNS-1123 label"),
-    ("context_configs cannot hold allowed_contexts", {"kubernetes": {"context_configs": {"kind": {"allowed_contexts": ["x"]}}}}, "kubernetes.context_configs.kind.allowed_contexts: unknown key"),
-    ("pod_config top keys", {"kubernetes": {"pod_config": {"containers": []}}}, "kubernetes.pod_config.containers: unknown key; allowed: metadata, spec"),
+    (
+        "bad namespace",
+        {"kubernetes": {"namespace": "Team_A"}},
+        "kubernetes.namespace: 'Team_A' is not a DNS-1123 label",
+    ),
+    (
+        "context_configs cannot hold allowed_contexts",
+        {"kubernetes": {"context_configs": {"kind": {"allowed_contexts": ["x"]}}}},
+        "kubernetes.context_configs.kind.allowed_contexts: unknown key",
+    ),
+    (
+        "pod_config top keys",
+        {"kubernetes": {"pod_config": {"containers": []}}},
+        "kubernetes.pod_config.containers: unknown key; allowed: metadata, spec",
+    ),
 ]
 
 
@@ -263,7 +338,10 @@ def test_every_error_of_every_layer() -> None:
     with pytest.raises(ConfigError) as info:
         effective_config(
             Layer("daemon", "/d.yaml", {"daemon": {"synchronous": "OFF"}}),
-            [Layer("user", "/u.yaml", {"backend": 1, "local": {"x": 1}}), Layer("cli", None, {"kubernetes": {"runtime_class": "Kata!"}})],
+            [
+                Layer("user", "/u.yaml", {"backend": 1, "local": {"x": 1}}),
+                Layer("cli", None, {"kubernetes": {"runtime_class": "Kata!"}}),
+            ],
             env={},
         )
     errors = info.value.errors
@@ -296,14 +374,40 @@ def test_kind_conflict_between_layers_names_both() -> None:
 
 
 TASK_CASES: list[tuple[str, dict[str, Any], list[str]]] = [
-    ("allowed keys", {"kubernetes": {"pod_config": {"spec": {}}, "custom_metadata": {"labels": {"a": "b"}}, "pod_ready_timeout_s": 5, "node_selector": {"a": "b"}, "tolerations": []}, "env": {"A": "1"}, "local": {"shell": "sh"}}, []),
+    (
+        "allowed keys",
+        {
+            "kubernetes": {
+                "pod_config": {"spec": {}},
+                "custom_metadata": {"labels": {"a": "b"}},
+                "pod_ready_timeout_s": 5,
+                "node_selector": {"a": "b"},
+                "tolerations": [],
+            },
+            "env": {"A": "1"},
+            "local": {"shell": "sh"},
+        },
+        [],
+    ),
     ("namespace rejected", {"kubernetes": {"namespace": "x"}}, ["kubernetes.namespace: a task may not set this key"]),
-    ("runtime_class rejected", {"kubernetes": {"runtime_class": "kata"}}, ["kubernetes.runtime_class: a task may not set"]),
-    ("context_configs rejected", {"kubernetes": {"context_configs": {}}}, ["kubernetes.context_configs: a task may not set"]),
+    (
+        "runtime_class rejected",
+        {"kubernetes": {"runtime_class": "kata"}},
+        ["kubernetes.runtime_class: a task may not set"],
+    ),
+    (
+        "context_configs rejected",
+        {"kubernetes": {"context_configs": {}}},
+        ["kubernetes.context_configs: a task may not set"],
+    ),
     ("backend rejected", {"backend": "local"}, ["backend: a task may not set"]),
     ("daemon key rejected", {"daemon": {"log_level": "debug"}}, ["daemon: a task may not set"]),
     ("whole kubernetes null rejected", {"kubernetes": None}, ["kubernetes: a task may set only some keys"]),
-    ("several at once", {"project": "p", "kubernetes": {"pvc_mounts": [], "context": "c"}}, ["project:", "kubernetes.pvc_mounts:", "kubernetes.context:"]),
+    (
+        "several at once",
+        {"project": "p", "kubernetes": {"pvc_mounts": [], "context": "c"}},
+        ["project:", "kubernetes.pvc_mounts:", "kubernetes.context:"],
+    ),
 ]
 
 
@@ -322,8 +426,20 @@ def test_task_whitelist(config: dict[str, Any], fragments: list[str]) -> None:
 
 
 def test_daemon_only_keys_ignored_with_warning() -> None:
-    daemon = Layer("daemon", "/d.yaml", {"allowed_backends": ["local"], "kubernetes": {"allowed_contexts": ["prod"]}, "daemon": {"max_running": 2}})
-    user = Layer("user", "/u.yaml", {"allowed_backends": ["local", "kubernetes"], "daemon": {"max_running": 50, "log_level": "debug"}, "kubernetes": {"allowed_contexts": ["dev"], "namespace": "me"}})
+    daemon = Layer(
+        "daemon",
+        "/d.yaml",
+        {"allowed_backends": ["local"], "kubernetes": {"allowed_contexts": ["prod"]}, "daemon": {"max_running": 2}},
+    )
+    user = Layer(
+        "user",
+        "/u.yaml",
+        {
+            "allowed_backends": ["local", "kubernetes"],
+            "daemon": {"max_running": 50, "log_level": "debug"},
+            "kubernetes": {"allowed_contexts": ["dev"], "namespace": "me"},
+        },
+    )
     eff = effective_config(daemon, [user], env={})
     assert eff.data["allowed_backends"] == ["local"]
     assert eff.data["kubernetes"]["allowed_contexts"] == ["prod"]
@@ -348,12 +464,20 @@ ALLOWED_CASES: list[tuple[str, dict[str, Any], str, str | None, str | None]] = [
     ("any context when unset", {}, "kubernetes", "anything", None),
     ("context allowed", {"kubernetes": {"allowed_contexts": ["a", "b"]}}, "kubernetes", "b", None),
     ("context refused", {"kubernetes": {"allowed_contexts": ["a"]}}, "kubernetes", "b", "context 'b' is not allowed"),
-    ("unknown context refused when restricted", {"kubernetes": {"allowed_contexts": ["a"]}}, "kubernetes", None, "context is unknown"),
+    (
+        "unknown context refused when restricted",
+        {"kubernetes": {"allowed_contexts": ["a"]}},
+        "kubernetes",
+        None,
+        "context is unknown",
+    ),
     ("contexts do not restrict local", {"kubernetes": {"allowed_contexts": ["a"]}}, "local", None, None),
 ]
 
 
-@pytest.mark.parametrize("daemon,backend,context,error", [c[1:] for c in ALLOWED_CASES], ids=[c[0] for c in ALLOWED_CASES])
+@pytest.mark.parametrize(
+    "daemon,backend,context,error", [c[1:] for c in ALLOWED_CASES], ids=[c[0] for c in ALLOWED_CASES]
+)
 def test_check_allowed(daemon: dict[str, Any], backend: str, context: str | None, error: str | None) -> None:
     eff = effective_config(Layer("daemon", "/d.yaml", daemon), [], env={})
     if error is None:
@@ -375,7 +499,11 @@ CTX_DAEMON = Layer(
             "namespace": "plain",
             "pod_ready_timeout_s": 60,
             "context_configs": {
-                "gpu": {"namespace": "gpu-ns", "pod_ready_timeout_s": 600, "pod_config": {"spec": {"volumes": [{"name": "b", "emptyDir": {}}]}}},
+                "gpu": {
+                    "namespace": "gpu-ns",
+                    "pod_ready_timeout_s": 600,
+                    "pod_config": {"spec": {"volumes": [{"name": "b", "emptyDir": {}}]}},
+                },
             },
             "pod_config": {"spec": {"volumes": [{"name": "a", "emptyDir": {}}]}},
         }
@@ -398,7 +526,9 @@ def test_other_context_falls_back_to_plain_key() -> None:
 
 
 def test_configured_context_beats_the_current_one() -> None:
-    eff = effective_config(CTX_DAEMON, [Layer("user", "/u.yaml", {"kubernetes": {"context": "gpu"}})], context="cpu", env={})
+    eff = effective_config(
+        CTX_DAEMON, [Layer("user", "/u.yaml", {"kubernetes": {"context": "gpu"}})], context="cpu", env={}
+    )
     assert eff.data["kubernetes"]["namespace"] == "gpu-ns"
     assert eff.origins["kubernetes.context"] == ("user", "/u.yaml")
 
@@ -438,7 +568,9 @@ def test_unknown_context_keeps_context_configs_for_later() -> None:
         (45, "abc", 45, ("user", "/u.yaml")),  # not read at all when a layer sets the key
     ],
 )
-def test_pod_ready_timeout_env(layer_value: int | None, env_value: str | None, expected: int, origin: tuple[str, str | None]) -> None:
+def test_pod_ready_timeout_env(
+    layer_value: int | None, env_value: str | None, expected: int, origin: tuple[str, str | None]
+) -> None:
     user = Layer("user", "/u.yaml", {"kubernetes": {"pod_ready_timeout_s": layer_value}} if layer_value else {})
     env = {"JOBSUP_K8S_POD_READY_TIMEOUT_S": env_value} if env_value is not None else {}
     eff = effective_config(DAEMON, [user], env=env)
@@ -469,7 +601,10 @@ def test_validate_daemon_config_reports_everything() -> None:
     layer = Layer(
         "daemon",
         "/etc/jobsup/daemon.yaml",
-        {"daemon": {"max_running": 0, "log_level": "loud"}, "kubernetes": {"runtime_class": "Not_A_DNS_Name", "pod_ready_timeout_s": "90"}},
+        {
+            "daemon": {"max_running": 0, "log_level": "loud"},
+            "kubernetes": {"runtime_class": "Not_A_DNS_Name", "pod_ready_timeout_s": "90"},
+        },
     )
     with pytest.raises(ConfigError) as info:
         validate_daemon_config(layer, env={})
@@ -477,7 +612,12 @@ def test_validate_daemon_config_reports_everything() -> None:
     assert len(errors) == 4
     assert all(e.startswith("/etc/jobsup/daemon.yaml (daemon config): ") for e in errors)
     text = "\n".join(errors)
-    for fragment in ("daemon.max_running", "'loud'", "'Not_A_DNS_Name'", "kubernetes.pod_ready_timeout_s: must be a positive integer, got '90'"):
+    for fragment in (
+        "daemon.max_running",
+        "'loud'",
+        "'Not_A_DNS_Name'",
+        "kubernetes.pod_ready_timeout_s: must be a positive integer, got '90'",
+    ):
         assert fragment in text
     validate_daemon_config(Layer("daemon", None, {}), env={})  # an empty daemon config is fine
 
@@ -497,7 +637,15 @@ def test_redact() -> None:
             "pod_config": {
                 "spec": {
                     "automountServiceAccountToken": False,
-                    "containers": [{"name": "m", "env": [{"name": "PASSWORD", "value": "pw"}, {"name": "R", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}],
+                    "containers": [
+                        {
+                            "name": "m",
+                            "env": [
+                                {"name": "PASSWORD", "value": "pw"},
+                                {"name": "R", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+                            ],
+                        }
+                    ],
                     "volumes": [{"name": "v", "secret": {"secretName": "creds"}}],
                 }
             },

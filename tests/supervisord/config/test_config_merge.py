@@ -56,7 +56,10 @@ POD_CASES: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] = [
         pod(containers=[{"name": "m", "env": [{"name": "B", "value": "3"}, {"name": "C", "value": "4"}]}]),
         pod(
             containers=[
-                {"name": "m", "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "3"}, {"name": "C", "value": "4"}]}
+                {
+                    "name": "m",
+                    "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "3"}, {"name": "C", "value": "4"}],
+                }
             ]
         ),
     ),
@@ -78,7 +81,10 @@ POD_CASES: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] = [
         pod(containers=[{"name": "m", "ports": [{"containerPort": 80, "protocol": "TCP"}, {"containerPort": 443}]}]),
         pod(
             containers=[
-                {"name": "m", "ports": [{"containerPort": 80, "name": "http", "protocol": "TCP"}, {"containerPort": 443}]}
+                {
+                    "name": "m",
+                    "ports": [{"containerPort": 80, "name": "http", "protocol": "TCP"}, {"containerPort": 443}],
+                }
             ]
         ),
     ),
@@ -202,7 +208,12 @@ CONFIG_CASES: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] =
         {"kubernetes": {"tolerations": [{"key": "b", "operator": "Exists"}], "allowed_contexts": ["c3"]}},
     ),
     ("empty list replaces", {"allowed_backends": ["local"]}, {"allowed_backends": []}, {"allowed_backends": []}),
-    ("null clears a scalar", {"kubernetes": {"context": "c", "namespace": "n"}}, {"kubernetes": {"context": None}}, {"kubernetes": {"namespace": "n"}}),
+    (
+        "null clears a scalar",
+        {"kubernetes": {"context": "c", "namespace": "n"}},
+        {"kubernetes": {"context": None}},
+        {"kubernetes": {"namespace": "n"}},
+    ),
     ("null clears a subtree", {"env": {"A": "1"}, "backend": "local"}, {"env": None}, {"backend": "local"}),
     ("null over nothing is dropped", {"a": 1}, {"b": None, "c": {"d": None, "e": 1}}, {"a": 1, "c": {"e": 1}}),
     (
@@ -211,7 +222,9 @@ CONFIG_CASES: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] =
         {"kubernetes": {"pod_config": pod(containers=[{"name": "m", "tty": True}], tolerations=[{"key": "b"}])}},
         {
             "kubernetes": {
-                "pod_config": pod(containers=[{"name": "m", "image": "a", "tty": True}], tolerations=[{"key": "a"}, {"key": "b"}])
+                "pod_config": pod(
+                    containers=[{"name": "m", "image": "a", "tty": True}], tolerations=[{"key": "a"}, {"key": "b"}]
+                )
             }
         },
     ),
@@ -255,11 +268,36 @@ def test_merge_config(base: dict[str, Any], patch: dict[str, Any], expected: dic
 CONFLICT_CASES: list[tuple[str, dict[str, Any], dict[str, Any], list[str]]] = [
     ("scalar over mapping", {"local": {"shell": "bash"}}, {"local": 5}, ["local:", "a scalar", "a mapping"]),
     ("mapping over scalar", {"backend": "local"}, {"backend": {"x": 1}}, ["backend:", "a mapping", "a scalar"]),
-    ("list over mapping", {"kubernetes": {"node_selector": {"a": "b"}}}, {"kubernetes": {"node_selector": ["a"]}}, ["kubernetes.node_selector:", "a list", "a mapping"]),
-    ("scalar over list", {"allowed_backends": ["local"]}, {"allowed_backends": "local"}, ["allowed_backends:", "a scalar", "a list"]),
-    ("mapping over list in pod spec", {"kubernetes": {"pod_config": pod(containers=[{"name": "m"}])}}, {"kubernetes": {"pod_config": pod(containers={"name": "m"})}}, ["kubernetes.pod_config.spec.containers:", "a mapping", "a list"]),
-    ("keyed item without its key", {"kubernetes": {"pod_config": pod(containers=[{"name": "m"}])}}, {"kubernetes": {"pod_config": pod(containers=[{"image": "x"}])}}, ["kubernetes.pod_config.spec.containers[0]:", "needs `name`"]),
-    ("keyed item without its key, into empty base", {}, {"kubernetes": {"pod_config": pod(volumes=[{"emptyDir": {}}])}}, ["kubernetes.pod_config.spec.volumes[0]:", "needs `name`"]),
+    (
+        "list over mapping",
+        {"kubernetes": {"node_selector": {"a": "b"}}},
+        {"kubernetes": {"node_selector": ["a"]}},
+        ["kubernetes.node_selector:", "a list", "a mapping"],
+    ),
+    (
+        "scalar over list",
+        {"allowed_backends": ["local"]},
+        {"allowed_backends": "local"},
+        ["allowed_backends:", "a scalar", "a list"],
+    ),
+    (
+        "mapping over list in pod spec",
+        {"kubernetes": {"pod_config": pod(containers=[{"name": "m"}])}},
+        {"kubernetes": {"pod_config": pod(containers={"name": "m"})}},
+        ["kubernetes.pod_config.spec.containers:", "a mapping", "a list"],
+    ),
+    (
+        "keyed item without its key",
+        {"kubernetes": {"pod_config": pod(containers=[{"name": "m"}])}},
+        {"kubernetes": {"pod_config": pod(containers=[{"image": "x"}])}},
+        ["kubernetes.pod_config.spec.containers[0]:", "needs `name`"],
+    ),
+    (
+        "keyed item without its key, into empty base",
+        {},
+        {"kubernetes": {"pod_config": pod(volumes=[{"emptyDir": {}}])}},
+        ["kubernetes.pod_config.spec.volumes[0]:", "needs `name`"],
+    ),
 ]
 
 
@@ -288,10 +326,16 @@ def test_merge_conflict_names_both_layers_and_files() -> None:
 
 def test_merge_layers_origins() -> None:
     layers = [
-        Layer("default", None, {"kubernetes": {"namespace": "default", "custom_metadata": {"labels": {}}}, "backend": "local"}),
+        Layer(
+            "default",
+            None,
+            {"kubernetes": {"namespace": "default", "custom_metadata": {"labels": {}}}, "backend": "local"},
+        ),
         Layer("user", "/u.yaml", {"kubernetes": {"namespace": "team", "custom_metadata": {"labels": {"a": "1"}}}}),
         Layer("project", "/p.yaml", {"kubernetes": {"pod_config": pod(containers=[{"name": "m", "image": "x"}])}}),
-        Layer("cli", None, {"kubernetes": {"pod_config": pod(containers=[{"name": "m", "image": "y"}])}, "backend": None}),
+        Layer(
+            "cli", None, {"kubernetes": {"pod_config": pod(containers=[{"name": "m", "image": "y"}])}, "backend": None}
+        ),
     ]
     result = merge_layers(layers)
     assert result.origins == {
@@ -307,7 +351,13 @@ def test_merge_layers_idempotent_and_pure() -> None:
     layer = Layer(
         "user",
         "/u.yaml",
-        {"kubernetes": {"pod_config": pod(tolerations=[{"key": "a"}], containers=[{"name": "m", "env": [{"name": "A", "value": "1"}]}])}},
+        {
+            "kubernetes": {
+                "pod_config": pod(
+                    tolerations=[{"key": "a"}], containers=[{"name": "m", "env": [{"name": "A", "value": "1"}]}]
+                )
+            }
+        },
     )
     before = copy.deepcopy(layer.data)
     once = merge_layers([layer])

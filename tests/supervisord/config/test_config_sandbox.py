@@ -53,7 +53,11 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("runtime_class trailing dot", {"runtime_class": "kata."}, "is not a DNS-1123 subdomain"),
     ("runtime_class trailing newline", {"runtime_class": "kata\n"}, "is not a DNS-1123 subdomain"),
     ("runtime_class 64-char label", {"runtime_class": "a" * 64}, "is not a DNS-1123 subdomain"),
-    ("runtime_class too long", {"runtime_class": ".".join(["a" * 63] * 4) + ".ab"}, "a DNS-1123 subdomain has at most 253"),
+    (
+        "runtime_class too long",
+        {"runtime_class": ".".join(["a" * 63] * 4) + ".ab"},
+        "a DNS-1123 subdomain has at most 253",
+    ),
     ("runtime_class empty", {"runtime_class": ""}, "runtime_class: must not be empty"),
     ("runtime_class not a string", {"runtime_class": 5}, "runtime_class: must be a string"),
     # tolerations
@@ -61,7 +65,11 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("toleration default operator", tol(key="example.com/role", value="sandbox"), None),
     ("toleration exists", tol(key="gpu", operator="Exists"), None),
     ("toleration match all", tol(operator="Exists"), None),
-    ("toleration NoExecute with seconds", tol(key="k", operator="Exists", effect="NoExecute", tolerationSeconds=60), None),
+    (
+        "toleration NoExecute with seconds",
+        tol(key="k", operator="Exists", effect="NoExecute", tolerationSeconds=60),
+        None,
+    ),
     ("toleration PreferNoSchedule", tol(key="k", operator="Exists", effect="PreferNoSchedule"), None),
     ("toleration empty value with Equal", tol(key="k", value=""), None),
     ("toleration no key with Equal", tol(value="x"), "needs `operator: Exists`"),
@@ -69,14 +77,42 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("toleration empty key", tol(key="", operator="Exists"), "tolerations[0].key: must not be empty"),
     ("toleration bad key", tol(key="bad key!", operator="Exists"), "tolerations[0].key: 'bad key!'"),
     ("toleration bad key prefix", tol(key="a/b/c", operator="Exists"), "has a prefix 'a/b'"),
-    ("toleration exists with value", tol(key="k", operator="Exists", value="v"), "is not allowed with `operator: Exists`"),
+    (
+        "toleration exists with value",
+        tol(key="k", operator="Exists", value="v"),
+        "is not allowed with `operator: Exists`",
+    ),
     ("toleration lowercase operator", tol(key="k", operator="exists"), "operator: must be one of Equal, Exists"),
-    ("toleration bad effect", tol(key="k", operator="Exists", effect="NoEvict"), "effect: must be one of NoSchedule, PreferNoSchedule, NoExecute"),
-    ("toleration seconds without NoExecute", tol(key="k", operator="Exists", effect="NoSchedule", tolerationSeconds=5), "only applies with `effect: NoExecute`"),
-    ("toleration seconds without effect", tol(key="k", operator="Exists", tolerationSeconds=5), "only applies with `effect: NoExecute`"),
-    ("toleration seconds not integer", tol(key="k", operator="Exists", effect="NoExecute", tolerationSeconds="5"), "tolerationSeconds: must be an integer"),
-    ("toleration seconds negative", tol(key="k", operator="Exists", effect="NoExecute", tolerationSeconds=-1), "must be at least 0"),
-    ("toleration snake_case key", tol(key="k", operator="Exists", toleration_seconds=5), "toleration_seconds: unknown key"),
+    (
+        "toleration bad effect",
+        tol(key="k", operator="Exists", effect="NoEvict"),
+        "effect: must be one of NoSchedule, PreferNoSchedule, NoExecute",
+    ),
+    (
+        "toleration seconds without NoExecute",
+        tol(key="k", operator="Exists", effect="NoSchedule", tolerationSeconds=5),
+        "only applies with `effect: NoExecute`",
+    ),
+    (
+        "toleration seconds without effect",
+        tol(key="k", operator="Exists", tolerationSeconds=5),
+        "only applies with `effect: NoExecute`",
+    ),
+    (
+        "toleration seconds not integer",
+        tol(key="k", operator="Exists", effect="NoExecute", tolerationSeconds="5"),
+        "tolerationSeconds: must be an integer",
+    ),
+    (
+        "toleration seconds negative",
+        tol(key="k", operator="Exists", effect="NoExecute", tolerationSeconds=-1),
+        "must be at least 0",
+    ),
+    (
+        "toleration snake_case key",
+        tol(key="k", operator="Exists", toleration_seconds=5),
+        "toleration_seconds: unknown key",
+    ),
     ("toleration bad value", tol(key="k", value="has space"), "value: 'has space' is not a valid label value"),
     ("toleration value trailing newline", tol(key="k", value="abc\n"), "is not a valid label value"),
     ("tolerations not a list", {"tolerations": {"key": "k"}}, "tolerations: must be a list"),
@@ -95,11 +131,27 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("pvc mount", {"pvc_mounts": pvc("/mnt/data")}, None),
     ("pvc mount writable", {"pvc_mounts": [{"claim_name": "data", "mount_path": "/data", "read_only": False}]}, None),
     ("secret mount", {"secret_mounts": sec("/home/user/.aws")}, None),
-    ("pvc bad claim name", {"pvc_mounts": pvc("/mnt/a", claim="Data_1")}, "claim_name: 'Data_1' is not a DNS-1123 subdomain"),
+    (
+        "pvc bad claim name",
+        {"pvc_mounts": pvc("/mnt/a", claim="Data_1")},
+        "claim_name: 'Data_1' is not a DNS-1123 subdomain",
+    ),
     ("pvc missing claim name", {"pvc_mounts": [{"mount_path": "/mnt/a"}]}, "pvc_mounts[0].claim_name: is required"),
-    ("pvc read_only not bool", {"pvc_mounts": [{"claim_name": "d", "mount_path": "/mnt/a", "read_only": "yes"}]}, "read_only: must be true or false"),
-    ("secret bad name", {"secret_mounts": sec("/mnt/s", name="my_secret")}, "secret_name: 'my_secret' is not a DNS-1123 subdomain"),
-    ("secret read_only unknown", {"secret_mounts": [{"secret_name": "s", "mount_path": "/s", "read_only": True}]}, "secret_mounts[0].read_only: unknown key"),
+    (
+        "pvc read_only not bool",
+        {"pvc_mounts": [{"claim_name": "d", "mount_path": "/mnt/a", "read_only": "yes"}]},
+        "read_only: must be true or false",
+    ),
+    (
+        "secret bad name",
+        {"secret_mounts": sec("/mnt/s", name="my_secret")},
+        "secret_name: 'my_secret' is not a DNS-1123 subdomain",
+    ),
+    (
+        "secret read_only unknown",
+        {"secret_mounts": [{"secret_name": "s", "mount_path": "/s", "read_only": True}]},
+        "secret_mounts[0].read_only: unknown key",
+    ),
     # mount path rules
     ("mount /srv", {"pvc_mounts": pvc("/srv")}, None),
     ("mount /var/lib/x", {"pvc_mounts": pvc("/var/lib/x")}, None),
@@ -123,24 +175,64 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("mount /opt/venv", {"pvc_mounts": pvc("/opt/venv")}, "reserved path /opt"),
     ("mount /run/secrets", {"secret_mounts": sec("/run/secrets")}, "reserved path /run"),
     ("mount /var ancestor", {"pvc_mounts": pvc("/var")}, "overlaps the reserved paths /var/run, /var/lock"),
-    ("mount token path", {"secret_mounts": sec("/var/run/secrets/kubernetes.io/serviceaccount")}, "reserved paths /var/run, /var/run/secrets/kubernetes.io/serviceaccount"),
+    (
+        "mount token path",
+        {"secret_mounts": sec("/var/run/secrets/kubernetes.io/serviceaccount")},
+        "reserved paths /var/run, /var/run/secrets/kubernetes.io/serviceaccount",
+    ),
     ("mount /boot", {"pvc_mounts": pvc("/boot")}, "reserved path /boot"),
     ("mount /lib64", {"pvc_mounts": pvc("/lib64")}, "reserved path /lib64"),
-    ("mount duplicate pvc", {"pvc_mounts": pvc("/mnt/a", "/mnt/a")}, "pvc_mounts[1].mount_path: '/mnt/a' is also the mount path of kubernetes.pvc_mounts[0].mount_path"),
-    ("mount nested pvc", {"pvc_mounts": pvc("/mnt/a", "/mnt/a/b")}, "'/mnt/a/b' and '/mnt/a' (kubernetes.pvc_mounts[0].mount_path) are nested"),
-    ("mount nested reverse order", {"secret_mounts": sec("/mnt/a/b", "/mnt/a")}, "are nested ('/mnt/a/b' lies under '/mnt/a')"),
-    ("mount same path pvc and secret", {"pvc_mounts": pvc("/data"), "secret_mounts": sec("/data")}, "secret_mounts[0].mount_path: '/data' is also the mount path of kubernetes.pvc_mounts[0].mount_path"),
+    (
+        "mount duplicate pvc",
+        {"pvc_mounts": pvc("/mnt/a", "/mnt/a")},
+        "pvc_mounts[1].mount_path: '/mnt/a' is also the mount path of kubernetes.pvc_mounts[0].mount_path",
+    ),
+    (
+        "mount nested pvc",
+        {"pvc_mounts": pvc("/mnt/a", "/mnt/a/b")},
+        "'/mnt/a/b' and '/mnt/a' (kubernetes.pvc_mounts[0].mount_path) are nested",
+    ),
+    (
+        "mount nested reverse order",
+        {"secret_mounts": sec("/mnt/a/b", "/mnt/a")},
+        "are nested ('/mnt/a/b' lies under '/mnt/a')",
+    ),
+    (
+        "mount same path pvc and secret",
+        {"pvc_mounts": pvc("/data"), "secret_mounts": sec("/data")},
+        "secret_mounts[0].mount_path: '/data' is also the mount path of kubernetes.pvc_mounts[0].mount_path",
+    ),
     ("mount nested pvc and secret", {"pvc_mounts": pvc("/data"), "secret_mounts": sec("/data/keys")}, "are nested"),
     ("mount siblings fine", {"pvc_mounts": pvc("/mnt/a", "/mnt/ab"), "secret_mounts": sec("/mnt/b")}, None),
     # namespace and custom metadata
     ("namespace ok", {"namespace": "team-a"}, None),
     ("namespace with dot", {"namespace": "team.a"}, "'team.a' is not a DNS-1123 label"),
-    ("custom label ok", {"custom_metadata": {"labels": {"example.com/team": "ml"}, "annotations": {"note": "any text at all"}}}, None),
-    ("custom label bad value", {"custom_metadata": {"labels": {"team": "ml team"}}}, "custom_metadata.labels.team: 'ml team'"),
-    ("custom annotation bad key", {"custom_metadata": {"annotations": {"bad key": "x"}}}, 'annotations."bad key": the key'),
+    (
+        "custom label ok",
+        {"custom_metadata": {"labels": {"example.com/team": "ml"}, "annotations": {"note": "any text at all"}}},
+        None,
+    ),
+    (
+        "custom label bad value",
+        {"custom_metadata": {"labels": {"team": "ml team"}}},
+        "custom_metadata.labels.team: 'ml team'",
+    ),
+    (
+        "custom annotation bad key",
+        {"custom_metadata": {"annotations": {"bad key": "x"}}},
+        'annotations."bad key": the key',
+    ),
     # the same checks apply inside context_configs
-    ("context runtime_class checked", {"context_configs": {"kind": {"runtime_class": "Bad!"}}}, "kubernetes.context_configs.kind.runtime_class: 'Bad!'"),
-    ("context mounts checked", {"context_configs": {"kind": {"pvc_mounts": pvc("/tmp/x")}}}, "context_configs.kind.pvc_mounts[0].mount_path"),
+    (
+        "context runtime_class checked",
+        {"context_configs": {"kind": {"runtime_class": "Bad!"}}},
+        "kubernetes.context_configs.kind.runtime_class: 'Bad!'",
+    ),
+    (
+        "context mounts checked",
+        {"context_configs": {"kind": {"pvc_mounts": pvc("/tmp/x")}}},
+        "context_configs.kind.pvc_mounts[0].mount_path",
+    ),
 ]
 
 
@@ -194,7 +286,10 @@ ENV_CASES: list[tuple[str, int | None]] = [
 def test_pod_ready_timeout_env(raw: str, expected: int | None) -> None:
     if expected is not None:
         assert pod_ready_timeout_from_env({ENV: raw}) == expected
-        assert effective_config(Layer("daemon", None, {}), [], env={ENV: raw}).data["kubernetes"]["pod_ready_timeout_s"] == expected
+        assert (
+            effective_config(Layer("daemon", None, {}), [], env={ENV: raw}).data["kubernetes"]["pod_ready_timeout_s"]
+            == expected
+        )
         return
     with pytest.raises(ConfigError) as info:
         pod_ready_timeout_from_env({ENV: raw})
@@ -208,10 +303,22 @@ def test_pod_ready_timeout_env_unset() -> None:
 # check_mount_paths: the helper render reuses against the manifest's volumeMounts
 MOUNT_HELPER_CASES: list[tuple[list[str], list[str], list[str]]] = [
     (["/mnt/a"], ["/workspace"], []),
-    (["/workspace"], ["/workspace"], ["mount_path[0]: '/workspace' is already a mount path of the manifest's container"]),
-    (["/workspace/data"], ["/workspace"], ["mount_path[0]: '/workspace/data' is nested with the manifest's mount path '/workspace'"]),
+    (
+        ["/workspace"],
+        ["/workspace"],
+        ["mount_path[0]: '/workspace' is already a mount path of the manifest's container"],
+    ),
+    (
+        ["/workspace/data"],
+        ["/workspace"],
+        ["mount_path[0]: '/workspace/data' is nested with the manifest's mount path '/workspace'"],
+    ),
     (["/data"], ["/data/cache"], ["mount_path[0]: '/data' is nested with the manifest's mount path '/data/cache'"]),
-    (["/mnt/a", "/mnt/a"], [], ["mount_path[1]: '/mnt/a' is also the mount path of mount_path[0]; mount paths must be unique"]),
+    (
+        ["/mnt/a", "/mnt/a"],
+        [],
+        ["mount_path[1]: '/mnt/a' is also the mount path of mount_path[0]; mount paths must be unique"],
+    ),
 ]
 
 

@@ -37,11 +37,17 @@ async def store(tmp_path: Path) -> AsyncIterator[EventStore]:
         await s.close()
 
 
-async def _run(store: EventStore, run_id: str, phases: Sequence[str] = ("RUNNING", "COMPLETED"), **fields: Any) -> list[RecordedEvent]:
+async def _run(
+    store: EventStore, run_id: str, phases: Sequence[str] = ("RUNNING", "COMPLETED"), **fields: Any
+) -> list[RecordedEvent]:
     """Record a run: Submitted, some log lines, then ``phases``."""
     submitted = {"project": "proj", "name": "train", "backend": "local", "command": "python train.py", **fields}
     events = [NewEvent("Submitted", submitted)]
-    events.append(NewEvent("LogLines", {"stream": "stdout", "source": "stdout", "lines": [[str(i), f"line {i}"] for i in range(60)]}))
+    events.append(
+        NewEvent(
+            "LogLines", {"stream": "stdout", "source": "stdout", "lines": [[str(i), f"line {i}"] for i in range(60)]}
+        )
+    )
     for p in phases:
         data: dict[str, Any] = {"phase": p, "reason": None, "message": None}
         if p == "COMPLETED":
@@ -63,7 +69,12 @@ async def _outcomes(store: EventStore, n: int, timeout: float = 30.0) -> list[Re
 
 
 def _webhook(name: str, url: str, **kw: Any) -> HookSpec:
-    target = WebhookTarget(url, secret_env=kw.pop("secret_env", None), timeout_s=kw.pop("timeout_s", 5), retry_for_s=kw.pop("retry_for_s", 3600))
+    target = WebhookTarget(
+        url,
+        secret_env=kw.pop("secret_env", None),
+        timeout_s=kw.pop("timeout_s", 5),
+        retry_for_s=kw.pop("retry_for_s", 3600),
+    )
     return HookSpec(name=name, when=kw.pop("when", TERMINAL), webhook=target, **kw)
 
 
@@ -79,7 +90,9 @@ class Running:
         self._tg.start_soon(self.service.run)
         # Every hook has its checkpoint before the test records anything.
         with anyio.fail_after(10):
-            while not {r.spec.checkpoint_name for r in self.service.runners} <= set(await self.service.store.checkpoints()):
+            while not {r.spec.checkpoint_name for r in self.service.runners} <= set(
+                await self.service.store.checkpoints()
+            ):
                 await anyio.sleep(0.01)
         return self.service
 
@@ -105,7 +118,11 @@ async def test_webhook_posts_event_and_run_with_idempotency_key_and_hmac(store: 
     assert body["event"] == terminal.to_json()
     run = body["run"]
     assert (run["id"], run["phase"], run["reason"], run["exit_code"], run["project"]) == (
-        "aaaa00000001", "ERROR", "NonZeroExit", 3, "proj"
+        "aaaa00000001",
+        "ERROR",
+        "NonZeroExit",
+        3,
+        "proj",
     )
     assert run["command"] == "python train.py"
     # The outcome is an event of the run; the checkpoint moved with it.

@@ -101,10 +101,12 @@ def _alive(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] != "Z"
 
 
-def test_a_hanging_hook_is_killed_at_its_timeout_and_supervision_goes_on(js: JobsupEnv, repo: Path, tmp_path: Path) -> None:
+def test_a_hanging_hook_is_killed_at_its_timeout_and_supervision_goes_on(
+    js: JobsupEnv, repo: Path, tmp_path: Path
+) -> None:
     pidfile = tmp_path / "child.pid"
     # The hook starts a background child in its process group, then hangs.
-    script = f'sleep 300 & echo $! > {pidfile}; echo started; wait'
+    script = f"sleep 300 & echo $! > {pidfile}; echo started; wait"
     _user_config(
         js,
         "hooks:\n"
@@ -176,7 +178,10 @@ def test_hooks_from_a_project_or_task_file_are_refused(js: JobsupEnv, tmp_path: 
     js.start_daemon()
     r = js.cli("submit", "--", "echo", "hi", cwd=repo, check=False)
     assert r.returncode == 2
-    assert f"{repo / '.jobsup.yaml'} (project config): hooks: hooks come only from the daemon config and the user config" in r.stderr
+    assert (
+        f"{repo / '.jobsup.yaml'} (project config): hooks: hooks come only from the daemon config and the user config"
+        in r.stderr
+    )
     (repo / ".jobsup.yaml").unlink()
     r = js.cli("submit", "task.yaml", cwd=repo, check=False)
     assert r.returncode == 2 and "task.yaml: hooks: a task file may not add hooks" in r.stderr
@@ -202,7 +207,12 @@ hooks:
 def test_daemon_start_refuses_bad_hooks_with_every_error(js: JobsupEnv) -> None:
     path = _user_config(js, _BAD_HOOKS.replace("    on:", "    'on':"))
     proc = subprocess.run(
-        [sys.executable, "-m", "supervisord", "daemon"], check=False, env=js.env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "supervisord", "daemon"],
+        check=False,
+        env=js.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 2
     err = proc.stderr

@@ -32,8 +32,20 @@ def _pc(phase: str, reason: str | None = None) -> RecordedEvent:
 
 def test_hooks_parse_with_defaults() -> None:
     daemon = Layer("daemon", "/etc/d.yaml", {"hooks": [{"name": "n", "command": ["notify-send", "x"]}]})
-    user = Layer("user", None, {"hooks": [{"name": "w", "when": ["running", "ERROR"], "backfill": True,
-                                           "webhook": {"url": "https://h.example/p?q=1", "secret_env": "S"}}]})
+    user = Layer(
+        "user",
+        None,
+        {
+            "hooks": [
+                {
+                    "name": "w",
+                    "when": ["running", "ERROR"],
+                    "backfill": True,
+                    "webhook": {"url": "https://h.example/p?q=1", "secret_env": "S"},
+                }
+            ]
+        },
+    )
     [n, w] = load_hooks([daemon, user], env={"S": "x"})
     assert n.when == {"COMPLETED", "ERROR", "CANCELED", "DELETED"} and n.timeout_s == 30 and not n.backfill
     assert n.command == ("notify-send", "x") and n.kind == "command" and n.checkpoint_name == "hook:n"
@@ -133,7 +145,9 @@ def test_parse_on_done() -> None:
 
 @pytest.mark.anyio
 async def test_command_output_is_capped_at_4_kib() -> None:
-    got = await run_command(["sh", "-c", "head -c 100000 /dev/zero | tr '\\0' a; exit 0"], env=dict(os.environ), stdin=b"", timeout_s=30)
+    got = await run_command(
+        ["sh", "-c", "head -c 100000 /dev/zero | tr '\\0' a; exit 0"], env=dict(os.environ), stdin=b"", timeout_s=30
+    )
     assert got.ok and got.exit_code == 0 and got.output == "a" * 4096
 
 
@@ -162,5 +176,7 @@ async def test_command_timeout_kills_the_process_group(tmp_path: Path) -> None:
 @pytest.mark.anyio
 async def test_command_that_ignores_stdin_and_leaves_a_child_holding_stdout() -> None:
     # Exits at once; its background child keeps the output pipe open.
-    got = await run_command(["sh", "-c", "echo hi; sleep 5 &"], env=dict(os.environ), stdin=b"x" * 1_000_000, timeout_s=30)
+    got = await run_command(
+        ["sh", "-c", "echo hi; sleep 5 &"], env=dict(os.environ), stdin=b"x" * 1_000_000, timeout_s=30
+    )
     assert got.ok and got.output.startswith("hi") and got.duration_s < 4

@@ -4,8 +4,9 @@ that records what it is asked to start): state re-derived from the log."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import anyio
 import pytest
@@ -50,10 +51,17 @@ class Recorder:
 
 
 def _sub(name: str) -> NewEvent:
-    return NewEvent("Submitted", {
-        "project": "p", "name": name, "backend": "local", "command": "true", "timeout_s": 60,
-        "scheduling": {"gpus": 1, "queue": "default", "priority": 0, "after": [], "after_any": [], "hold": False},
-    })
+    return NewEvent(
+        "Submitted",
+        {
+            "project": "p",
+            "name": name,
+            "backend": "local",
+            "command": "true",
+            "timeout_s": 60,
+            "scheduling": {"gpus": 1, "queue": "default", "priority": 0, "after": [], "after_any": [], "hold": False},
+        },
+    )
 
 
 async def test_restart_resumes_an_admitted_run_and_keeps_its_gpu(tmp_path: Path) -> None:
@@ -62,11 +70,15 @@ async def test_restart_resumes_an_admitted_run_and_keeps_its_gpu(tmp_path: Path)
     gpu1 = {"index": 1, "uuid": "GPU-1", "name": "", "memory": ""}
     async with await EventStore.open(paths.database) as store:
         # Run a: admitted on GPU 1, then the daemon died before starting it.
-        await store.append("aaaa00000001", 0, [
-            _sub("a"),
-            NewEvent("Admitted", {"queue": "default", "gpus": [gpu1]}),
-            NewEvent("PhaseChanged", {"phase": "SCHEDULING", "reason": None, "message": "admitted"}),
-        ])
+        await store.append(
+            "aaaa00000001",
+            0,
+            [
+                _sub("a"),
+                NewEvent("Admitted", {"queue": "default", "gpus": [gpu1]}),
+                NewEvent("PhaseChanged", {"phase": "SCHEDULING", "reason": None, "message": "admitted"}),
+            ],
+        )
         (paths.runs_dir / "aaaa00000001").mkdir()
         (paths.runs_dir / "aaaa00000001" / "pending.json").write_text(json.dumps({"env": {"X": "1"}, "config": {}}))
         # Runs b and c: queued (c held).

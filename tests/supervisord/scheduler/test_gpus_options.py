@@ -22,7 +22,10 @@ SMI = "0, GPU-aaa, NVIDIA A100-SXM4-40GB, 40960 MiB\n1, GPU-bbb, NVIDIA A100-SXM
 
 def test_parse_nvidia_smi() -> None:
     gpus = parse_nvidia_smi(SMI)
-    assert gpus == [Gpu(0, "GPU-aaa", "NVIDIA A100-SXM4-40GB", "40960 MiB"), Gpu(1, "GPU-bbb", "NVIDIA A100-SXM4-40GB", "40960 MiB")]
+    assert gpus == [
+        Gpu(0, "GPU-aaa", "NVIDIA A100-SXM4-40GB", "40960 MiB"),
+        Gpu(1, "GPU-bbb", "NVIDIA A100-SXM4-40GB", "40960 MiB"),
+    ]
     with pytest.raises(ValueError, match="unexpected nvidia-smi line"):
         parse_nvidia_smi("garbage\n")
 
@@ -30,7 +33,11 @@ def test_parse_nvidia_smi() -> None:
 def test_query_runs_the_tool_and_notes_failures(tmp_path: Path) -> None:
     assert query_nvidia_smi(lambda _: None)[1] is not None
     smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\n[ \"$1\" = --query-gpu=index,uuid,name,memory.total ] || exit 9\nprintf '" + SMI.replace("\n", "\\n") + "'\n")
+    smi.write_text(
+        '#!/bin/sh\n[ "$1" = --query-gpu=index,uuid,name,memory.total ] || exit 9\nprintf \''
+        + SMI.replace("\n", "\\n")
+        + "'\n"
+    )
     smi.chmod(0o755)
     gpus, note = query_nvidia_smi(lambda _: str(smi))
     assert note is None and [g.uuid for g in gpus] == ["GPU-aaa", "GPU-bbb"]
@@ -54,7 +61,10 @@ def test_inventory_from_config() -> None:
 def test_gpu_env() -> None:
     g = [Gpu(2, "GPU-x"), Gpu(5, "GPU-y")]
     assert gpu_env(g, managed=True, cpu_runs_see_gpus=False) == {
-        "CUDA_VISIBLE_DEVICES": "GPU-x,GPU-y", "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "JOBSUP_GPUS": "2,5"}
+        "CUDA_VISIBLE_DEVICES": "GPU-x,GPU-y",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "JOBSUP_GPUS": "2,5",
+    }
     assert gpu_env([], managed=True, cpu_runs_see_gpus=False) == {"CUDA_VISIBLE_DEVICES": ""}
     assert gpu_env([], managed=True, cpu_runs_see_gpus=True) == {}
     assert gpu_env([], managed=False, cpu_runs_see_gpus=False) == {}
@@ -78,7 +88,14 @@ def test_parse_scheduling_refuses(task: dict[str, object], flag: str) -> None:
 
 
 def test_parse_scheduling_defaults_and_dedup() -> None:
-    assert parse_scheduling({}) == {"gpus": 0, "queue": "default", "priority": 0, "after": [], "after_any": [], "hold": False}
+    assert parse_scheduling({}) == {
+        "gpus": 0,
+        "queue": "default",
+        "priority": 0,
+        "after": [],
+        "after_any": [],
+        "hold": False,
+    }
     got = parse_scheduling({"after": ["ABCD", "abcd"], "after_any": ["abcd", "beef"]}, hold=True)
     assert got["after"] == ["abcd"] and got["after_any"] == ["beef"] and got["hold"] is True
 
@@ -86,9 +103,13 @@ def test_parse_scheduling_defaults_and_dedup() -> None:
 def test_max_running_is_the_default_queues_cap() -> None:
     from supervisord.scheduler.driver import SchedulerSettings
 
-    s = SchedulerSettings.from_config({"daemon": {"max_running": 3}, "scheduler": {"queues": {"gpu": {"max_parallel": 1}}}})
+    s = SchedulerSettings.from_config(
+        {"daemon": {"max_running": 3}, "scheduler": {"queues": {"gpu": {"max_parallel": 1}}}}
+    )
     assert s.caps == {"gpu": 1, "default": 3}
-    s = SchedulerSettings.from_config({"daemon": {"max_running": 3}, "scheduler": {"queues": {"default": {"max_parallel": 5}}}})
+    s = SchedulerSettings.from_config(
+        {"daemon": {"max_running": 3}, "scheduler": {"queues": {"default": {"max_parallel": 5}}}}
+    )
     assert s.caps == {"default": 5}
     assert SchedulerSettings.from_config({}).caps == {} and not SchedulerSettings.from_config({}).cpu_runs_see_gpus
 
@@ -96,7 +117,12 @@ def test_max_running_is_the_default_queues_cap() -> None:
 def test_scheduler_config_keys_validate() -> None:
     from supervisord.config.schema import validate_document
 
-    assert validate_document({"scheduler": {"gpus": [0, "GPU-x"], "queues": {"gpu": {"max_parallel": 2}}, "cpu_runs_see_gpus": True}}) == []
+    assert (
+        validate_document(
+            {"scheduler": {"gpus": [0, "GPU-x"], "queues": {"gpu": {"max_parallel": 2}}, "cpu_runs_see_gpus": True}}
+        )
+        == []
+    )
     errors = validate_document({"scheduler": {"gpus": "all", "queues": {"gpu": {"max_parallel": 0}}, "extra": 1}})
     assert any(e.startswith("scheduler.gpus") for e in errors)
     assert any(e.startswith("scheduler.queues.gpu.max_parallel") for e in errors)

@@ -23,8 +23,13 @@ def W(rid: str, order: int, **kw: object) -> Waiting:
     return Waiting(run_id=rid, order=order, **kw)  # type: ignore[arg-type]
 
 
-def S(waiting: list[Waiting], active: list[Active] | None = None, caps: dict[str, int | None] | None = None,
-      phases: dict[str, str] | None = None, gpus: list[Gpu] | None = None) -> Situation:
+def S(
+    waiting: list[Waiting],
+    active: list[Active] | None = None,
+    caps: dict[str, int | None] | None = None,
+    phases: dict[str, str] | None = None,
+    gpus: list[Gpu] | None = None,
+) -> Situation:
     return Situation(waiting, active or [], G if gpus is None else gpus, caps or {}, phases or {}, NOW)
 
 
@@ -34,31 +39,68 @@ CASES = [
     ("priority first", S([W("a", 1, gpus=4), W("b", 2, gpus=4, priority=5)]), ["b"], {"a": "WaitingForGPUs"}, []),
     ("held waits", S([W("a", 1, held=True)]), [], {"a": "Held"}, []),
     ("slot cap", S([W("a", 1, queue="q"), W("b", 2, queue="q")], caps={"q": 1}), ["a"], {"b": "WaitingForSlot"}, []),
-    ("slot cap counts active", S([W("a", 1, queue="q")], active=[Active("x", "q", (), NOW + 10)], caps={"q": 1}),
-     [], {"a": "WaitingForSlot"}, []),
+    (
+        "slot cap counts active",
+        S([W("a", 1, queue="q")], active=[Active("x", "q", (), NOW + 10)], caps={"q": 1}),
+        [],
+        {"a": "WaitingForSlot"},
+        [],
+    ),
     ("dependency waits", S([W("a", 1, after=("x",))], phases={"x": "RUNNING"}), [], {"a": "WaitingForDependency"}, []),
     ("dependency done", S([W("a", 1, after=("x",))], phases={"x": "COMPLETED"}), ["a"], {}, []),
     ("after-any on error", S([W("a", 1, after_any=("x",))], phases={"x": "ERROR"}), ["a"], {}, []),
-    ("after fails, cascades", S([W("a", 1, after=("x",)), W("b", 2, after=("a",)), W("c", 3, after_any=("b",))],
-                                phases={"x": "ERROR"}), ["c"], {}, ["a", "b"]),
+    (
+        "after fails, cascades",
+        S([W("a", 1, after=("x",)), W("b", 2, after=("a",)), W("c", 3, after_any=("b",))], phases={"x": "ERROR"}),
+        ["c"],
+        {},
+        ["a", "b"],
+    ),
     ("too many gpus for the machine", S([W("a", 1, gpus=5), W("b", 2, gpus=1)]), ["b"], {"a": "WaitingForGPUs"}, []),
-    ("head reserves: long 1-gpu run may not pass a 4-gpu head",
-     S([W("big", 1, gpus=4), W("small", 2, gpus=1, timeout_s=3600)], active=[Active("x", "default", ("GPU-0",), NOW + 600)]),
-     [], {"big": "WaitingForGPUs", "small": "WaitingForGPUs"}, []),
-    ("backfill: short run that ends before the shadow time passes",
-     S([W("big", 1, gpus=4), W("short", 2, gpus=1, timeout_s=60)], active=[Active("x", "default", ("GPU-0",), NOW + 600)]),
-     ["short"], {"big": "WaitingForGPUs"}, []),
-    ("backfill on extra gpus: head needs 2, 3 free at shadow",
-     S([W("head", 1, gpus=3), W("long", 2, gpus=1, timeout_s=99999)],
-       active=[Active("x", "default", ("GPU-0", "GPU-1"), NOW + 600)]),
-     ["long"], {"head": "WaitingForGPUs"}, []),
-    ("cpu runs pass a gpu head", S([W("big", 1, gpus=4), W("cpu", 2)], active=[Active("x", "default", ("GPU-0",), NOW + 9)]),
-     ["cpu"], {"big": "WaitingForGPUs"}, []),
+    (
+        "head reserves: long 1-gpu run may not pass a 4-gpu head",
+        S(
+            [W("big", 1, gpus=4), W("small", 2, gpus=1, timeout_s=3600)],
+            active=[Active("x", "default", ("GPU-0",), NOW + 600)],
+        ),
+        [],
+        {"big": "WaitingForGPUs", "small": "WaitingForGPUs"},
+        [],
+    ),
+    (
+        "backfill: short run that ends before the shadow time passes",
+        S(
+            [W("big", 1, gpus=4), W("short", 2, gpus=1, timeout_s=60)],
+            active=[Active("x", "default", ("GPU-0",), NOW + 600)],
+        ),
+        ["short"],
+        {"big": "WaitingForGPUs"},
+        [],
+    ),
+    (
+        "backfill on extra gpus: head needs 2, 3 free at shadow",
+        S(
+            [W("head", 1, gpus=3), W("long", 2, gpus=1, timeout_s=99999)],
+            active=[Active("x", "default", ("GPU-0", "GPU-1"), NOW + 600)],
+        ),
+        ["long"],
+        {"head": "WaitingForGPUs"},
+        [],
+    ),
+    (
+        "cpu runs pass a gpu head",
+        S([W("big", 1, gpus=4), W("cpu", 2)], active=[Active("x", "default", ("GPU-0",), NOW + 9)]),
+        ["cpu"],
+        {"big": "WaitingForGPUs"},
+        [],
+    ),
 ]
 
 
 @pytest.mark.parametrize("name,situation,admitted,pending,failed", CASES, ids=[c[0] for c in CASES])
-def test_decide(name: str, situation: Situation, admitted: list[str], pending: dict[str, str], failed: list[str]) -> None:
+def test_decide(
+    name: str, situation: Situation, admitted: list[str], pending: dict[str, str], failed: list[str]
+) -> None:
     d = decide(situation)
     assert [a.run_id for a in d.admit] == admitted
     assert {k: p.reason for k, p in d.pending.items()} == pending
@@ -69,8 +111,12 @@ def test_head_message_names_holders_and_deep_messages_are_stable() -> None:
     active = [Active("r1", "default", ("GPU-1",), NOW + 100)]
     d = decide(S([W("a", 1, gpus=4), W("b", 2, gpus=1, timeout_s=9999)], active=active))
     assert d.pending["a"].message == "needs 4 GPUs, 3 free: GPU 1 held by run r1"
-    later = decide(S([W("a", 1, gpus=4), W("b", 2, gpus=1, timeout_s=9999)],
-                     active=[Active("r2", "default", ("GPU-2", "GPU-3"), NOW + 100)]))
+    later = decide(
+        S(
+            [W("a", 1, gpus=4), W("b", 2, gpus=1, timeout_s=9999)],
+            active=[Active("r2", "default", ("GPU-2", "GPU-3"), NOW + 100)],
+        )
+    )
     assert later.pending["b"].message == d.pending["b"].message
 
 
@@ -89,8 +135,10 @@ def test_randomized_never_shares_a_gpu() -> None:
             n = rng.randint(0, min(2, len(pool)))
             active.append(Active(f"x{i}", "default", tuple(pool[:n]), NOW + rng.randint(1, 999)))
             del pool[:n]
-        waiting = [W(f"w{i}", i, gpus=rng.randint(0, 4), priority=rng.randint(-2, 2), timeout_s=rng.randint(1, 2000))
-                   for i in range(rng.randint(1, 12))]
+        waiting = [
+            W(f"w{i}", i, gpus=rng.randint(0, 4), priority=rng.randint(-2, 2), timeout_s=rng.randint(1, 2000))
+            for i in range(rng.randint(1, 12))
+        ]
         d = decide(S(waiting, active=active))
         taken = [u for a in active for u in a.gpus] + [g.uuid for a in d.admit for g in a.gpus]
         assert len(taken) == len(set(taken))

@@ -116,8 +116,7 @@ def _overlaps(recs: dict[str, dict[str, Any]]) -> list[tuple[str, str, str]]:
 
 
 def test_auto_gpus_from_nvidia_smi_env_and_doctor(tmp_path: Path, repo: Path) -> None:
-    smi = ("0, GPU-aaaa-0000, NVIDIA Fake 80GB, 81920 MiB\n"
-           "1, GPU-bbbb-1111, NVIDIA Fake 80GB, 81920 MiB\n")
+    smi = "0, GPU-aaaa-0000, NVIDIA Fake 80GB, 81920 MiB\n1, GPU-bbbb-1111, NVIDIA Fake 80GB, 81920 MiB\n"
     js = _env(tmp_path, None, fake_smi=smi)
     js.start_daemon()
     try:
@@ -167,8 +166,19 @@ def test_randomized_30_runs_never_share_a_gpu(four: JobsupEnv, repo: Path, tmp_p
     for i in range(30):
         n = rng.randint(0, 3)
         want[f"r{i}"] = n
-        ids.append(_submit(four, repo, out, f"r{i}", rng.choice([0.2, 0.5, 1.0]), "--gpus", str(n),
-                           "--priority", str(rng.randint(-1, 1))))
+        ids.append(
+            _submit(
+                four,
+                repo,
+                out,
+                f"r{i}",
+                rng.choice([0.2, 0.5, 1.0]),
+                "--gpus",
+                str(n),
+                "--priority",
+                str(rng.randint(-1, 1)),
+            )
+        )
     runs = _wait_all(four, ids)
     assert all(r["phase"] == "COMPLETED" for r in runs), runs
     recs = _records(out)

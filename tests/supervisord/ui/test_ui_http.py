@@ -38,8 +38,16 @@ def test_every_request_needs_the_cookie(js: JobsupEnv, repo: Path) -> None:
     run_id = js.submit(repo, "--", "bash", "quick.sh")
     url = page_url(js)
     base = _base(url)
-    for path in ("/", f"/runs/{run_id}", f"/runs/{run_id}/stream", f"/runs/{run_id}/lines", "/events", "/queue",
-                 "/static/ui.js", "/stream"):
+    for path in (
+        "/",
+        f"/runs/{run_id}",
+        f"/runs/{run_id}/stream",
+        f"/runs/{run_id}/lines",
+        "/events",
+        "/queue",
+        "/static/ui.js",
+        "/stream",
+    ):
         assert httpx.get(base + path, timeout=10).status_code == 401, path
     assert httpx.post(base + f"/runs/{run_id}/cancel", timeout=10).status_code == 401
     # A forged cookie is refused too.
@@ -70,10 +78,14 @@ def test_state_changes_need_the_csrf_token_and_same_origin(js: JobsupEnv, repo: 
     assert client.post(f"/runs/{run_id}/cancel").status_code == 403
     assert client.post(f"/runs/{run_id}/cancel", data={"csrf": "0" * 64}).status_code == 403
     # The right token from another origin (a cross-site form post): refused.
-    cross = client.post(f"/runs/{run_id}/cancel", data={"csrf": csrf.group(1)}, headers={"Origin": "http://evil.example"})
+    cross = client.post(
+        f"/runs/{run_id}/cancel", data={"csrf": csrf.group(1)}, headers={"Origin": "http://evil.example"}
+    )
     assert cross.status_code == 403
     assert js.show(run_id)["phase"] not in ("CANCELED",)
-    ok = client.post(f"/runs/{run_id}/cancel", data={"csrf": csrf.group(1)}, headers={"Origin": _base(str(client.base_url))})
+    ok = client.post(
+        f"/runs/{run_id}/cancel", data={"csrf": csrf.group(1)}, headers={"Origin": _base(str(client.base_url))}
+    )
     assert ok.status_code == 303 and ok.headers["location"] == f"/runs/{run_id}"
     assert js.show(run_id)["phase"] == "CANCELED"
 

@@ -31,8 +31,9 @@ import json
 import os
 import random
 import ssl
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -40,7 +41,12 @@ import httpx
 import structlog
 import urllib3
 
-from supervisord.backends.kubernetes.client.errors import KubeconfigError, KubernetesApiError, UnreachableError, api_error
+from supervisord.backends.kubernetes.client.errors import (
+    KubeconfigError,
+    KubernetesApiError,
+    UnreachableError,
+    api_error,
+)
 
 __all__ = [
     "IN_CLUSTER_CONTEXT",
@@ -87,7 +93,9 @@ class RetryPolicy:
 def is_transient(err: BaseException) -> bool:
     """Whether a failed call is worth retrying: a :class:`KubernetesApiError`
     with status 0 (no answer), 429 or 5xx."""
-    return isinstance(err, UnreachableError) or (isinstance(err, KubernetesApiError) and err.status in _TRANSIENT_STATUS)
+    return isinstance(err, UnreachableError) or (
+        isinstance(err, KubernetesApiError) and err.status in _TRANSIENT_STATUS
+    )
 
 
 def api_error_from_body(status: int, body: bytes, what: str, *, retry_after: str | None = None) -> KubernetesApiError:
@@ -181,7 +189,9 @@ class Cluster:
         cfg = self.configuration
         if not self.host.startswith("https://"):
             return None
-        ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert or None, cadata=getattr(cfg, "ca_cert_data", None) or None)
+        ctx = ssl.create_default_context(
+            cafile=cfg.ssl_ca_cert or None, cadata=getattr(cfg, "ca_cert_data", None) or None
+        )
         if cfg.cert_file:
             ctx.load_cert_chain(cfg.cert_file, cfg.key_file or None)
         if not cfg.verify_ssl:
@@ -262,8 +272,15 @@ class Cluster:
         while True:
             attempt += 1
             status, data, headers = await anyio.to_thread.run_sync(
-                self._call_sync, method, path, query, body, content_type, timeout,
-                limiter=self.limiter, abandon_on_cancel=True,
+                self._call_sync,
+                method,
+                path,
+                query,
+                body,
+                content_type,
+                timeout,
+                limiter=self.limiter,
+                abandon_on_cancel=True,
             )
             if 200 <= status < 300:
                 if raw:
@@ -317,7 +334,9 @@ class Cluster:
         try:
             if response.status_code >= 300:
                 body = await response.aread()
-                raise api_error_from_body(response.status_code, body, what, retry_after=response.headers.get("Retry-After"))
+                raise api_error_from_body(
+                    response.status_code, body, what, retry_after=response.headers.get("Retry-After")
+                )
             yield response
         finally:
             await response.aclose()
@@ -388,16 +407,20 @@ class ClusterAccess:
         if not self._kubeconfig_exists():
             if os.environ.get("KUBERNETES_SERVICE_HOST"):
                 return IN_CLUSTER_CONTEXT
-            raise KubeconfigError(f"no kubeconfig at {paths}: set KUBECONFIG or create ~/.kube/config "
-                "(`kubectl config view` should show your cluster)")
+            raise KubeconfigError(
+                f"no kubeconfig at {paths}: set KUBECONFIG or create ~/.kube/config "
+                "(`kubectl config view` should show your cluster)"
+            )
         try:
             _contexts, active = k8s_config.list_kube_config_contexts(config_file=paths)
         except (ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
             raise KubeconfigError(f"kubeconfig {paths}: {exc}") from None
         name = (active or {}).get("name")
         if not name:
-            raise KubeconfigError(f"kubeconfig {paths} has no current-context: set one (kubectl config use-context NAME) "
-                "or set kubernetes.context")
+            raise KubeconfigError(
+                f"kubeconfig {paths} has no current-context: set one (kubectl config use-context NAME) "
+                "or set kubernetes.context"
+            )
         return str(name)
 
     def _load(self, context: str) -> Cluster:
@@ -429,7 +452,9 @@ class ClusterAccess:
         except ConfigException as exc:
             raise KubeconfigError(f"kubeconfig {paths}: {exc}") from None
         except (OSError, ValueError, TypeError, KeyError) as exc:
-            raise KubeconfigError(f"kubeconfig {paths}: cannot load context {context}: {type(exc).__name__}: {exc}") from None
+            raise KubeconfigError(
+                f"kubeconfig {paths}: cannot load context {context}: {type(exc).__name__}: {exc}"
+            ) from None
         ns = (entry.get("context") or {}).get("namespace")
         return self._make(context, configuration, ns)
 
@@ -448,7 +473,9 @@ class ClusterAccess:
         current context, read again on every call), loaded on first use.
         Raises KubeconfigError naming the
         kubeconfig when it cannot be loaded."""
-        name: str = context if context else await anyio.to_thread.run_sync(self.current_context, limiter=self._load_limiter)
+        name: str = (
+            context if context else await anyio.to_thread.run_sync(self.current_context, limiter=self._load_limiter)
+        )
         async with self._lock:
             found = self._clusters.get(name)
             if found is not None:

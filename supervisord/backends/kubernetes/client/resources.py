@@ -11,13 +11,14 @@ the resource whose ``kind`` matches and that is not a subresource), the way
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import structlog
 
 from supervisord.backends.kubernetes.client.access import Cluster
+from supervisord.backends.kubernetes.client.errors import ConflictError, NotFoundError
 from supervisord.backends.kubernetes.manifest.inject import LABEL_RUN, env_secret_name
-from supervisord.backends.kubernetes.client.errors import ConflictError, KubernetesApiError, NotFoundError
 
 __all__ = [
     "MANAGED_BY_LABEL",
@@ -191,7 +192,10 @@ class ResourceResolver:
         ref = ObjectRef.of(obj)
         try:
             created: dict[str, Any] = await self.cluster.request(
-                "POST", info.collection_path(namespace), query=[("fieldManager", "jobsup")], body=dict(obj),
+                "POST",
+                info.collection_path(namespace),
+                query=[("fieldManager", "jobsup")],
+                body=dict(obj),
                 what=f"create {ref}",
             )
             return created
@@ -213,7 +217,10 @@ class ResourceResolver:
         info = await self.info_of(obj)
         ref = ObjectRef.of(obj)
         replaced: dict[str, Any] = await self.cluster.request(
-            "PUT", info.object_path(namespace, ref.name), query=[("fieldManager", "jobsup")], body=dict(obj),
+            "PUT",
+            info.object_path(namespace, ref.name),
+            query=[("fieldManager", "jobsup")],
+            body=dict(obj),
             what=f"update {ref}",
         )
         return replaced
@@ -240,9 +247,7 @@ class ResourceResolver:
         if ref.uid:
             body["preconditions"] = {"uid": ref.uid}
         try:
-            await self.cluster.request(
-                "DELETE", info.object_path(namespace, ref.name), body=body, what=f"delete {ref}"
-            )
+            await self.cluster.request("DELETE", info.object_path(namespace, ref.name), body=body, what=f"delete {ref}")
         except NotFoundError:
             return False
         except ConflictError:

@@ -29,14 +29,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import anyio
 import structlog
 
 from supervisord.backends.kubernetes.client.access import Cluster
-from supervisord.backends.kubernetes.manifest.inject import LABEL_RUN
 from supervisord.backends.kubernetes.client.errors import GoneError, KubernetesApiError, UnreachableError, api_error
+from supervisord.backends.kubernetes.manifest.inject import LABEL_RUN
 
 __all__ = ["NamespaceWatch", "RunView", "job_pods"]
 
@@ -183,8 +184,13 @@ class NamespaceWatch:
             except KubernetesApiError as err:
                 failures += 1
                 wait = self.cluster.retry.delay(min(failures, 8), err.retry_after_s)
-                log.warning("watch failed; retrying", namespace=self.namespace, resource=resource,
-                            error=str(err), wait_s=round(wait, 2))
+                log.warning(
+                    "watch failed; retrying",
+                    namespace=self.namespace,
+                    resource=resource,
+                    error=str(err),
+                    wait_s=round(wait, 2),
+                )
                 if isinstance(err, GoneError):
                     rv = None
                 await anyio.sleep(wait)
@@ -231,7 +237,9 @@ class NamespaceWatch:
                         return rv
                     except Exception as exc:  # the connection broke mid-stream
                         raise UnreachableError(
-                            f"watch {resource}: the stream broke ({type(exc).__name__}: {exc})", status=0, reason="Unreachable"
+                            f"watch {resource}: the stream broke ({type(exc).__name__}: {exc})",
+                            status=0,
+                            reason="Unreachable",
                         ) from None
                 if line is None:
                     log.warning("watch silent for too long; relisting", namespace=self.namespace, resource=resource)
@@ -246,7 +254,9 @@ class NamespaceWatch:
                     if code == 410:
                         raise _Expired()
                     raise api_error(
-                        f"watch {resource}: {obj.get('message') or obj}", status=int(code or 500), reason=str(obj.get("reason") or "Unknown")
+                        f"watch {resource}: {obj.get('message') or obj}",
+                        status=int(code or 500),
+                        reason=str(obj.get("reason") or "Unknown"),
                     )
                 new_rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
                 if kind in ("ADDED", "MODIFIED", "DELETED"):

@@ -23,7 +23,8 @@ author's). On the primary Job:
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping
+from typing import Any
 
 from supervisord.backends.kubernetes.manifest.lint import SCRIPT_ENV, LintResult, describe
 
@@ -52,6 +53,7 @@ def env_secret_name(run_id: str) -> str:
     concurrent submits never overwrite each other's values (DESIGN.md names a
     single ``jobsup-env``; a shared Secret races between submits)."""
     return f"{ENV_SECRET}-{run_id}"
+
 
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 #: Finished Jobs are garbage-collected after a day unless the author says otherwise.

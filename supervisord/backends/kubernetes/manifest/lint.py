@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from supervisord.exceptions import ManifestError
 
@@ -163,9 +164,10 @@ def lint_manifest(objects: Sequence[Mapping[str, Any]], *, namespace: str) -> Li
         errors.extend(job_errors)
     if errors:
         count = "1 problem" if len(errors) == 1 else f"{len(errors)} problems"
-        raise ManifestError(f"the manifest breaks the jobsup run contract ({count}):\n" + "\n".join(
-            f"  - {e}" for e in errors
-        ), errors=errors)
+        raise ManifestError(
+            f"the manifest breaks the jobsup run contract ({count}):\n" + "\n".join(f"  - {e}" for e in errors),
+            errors=errors,
+        )
     assert primary is not None
     return LintResult(primary_index=primary, script_container=script_container)
 
@@ -200,8 +202,7 @@ def _lint_object(obj: Mapping[str, Any], index: int, namespace: str) -> list[str
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
         errors.append(
-            f"{who}: metadata is missing; set metadata.name "
-            "(use {{JOBSUP_RUN}} in it to keep names unique per run)"
+            f"{who}: metadata is missing; set metadata.name (use {{{{JOBSUP_RUN}}}} in it to keep names unique per run)"
         )
         return errors
     name = meta.get("name")
@@ -234,13 +235,13 @@ def _lint_object(obj: Mapping[str, Any], index: int, namespace: str) -> list[str
         if value is None:
             continue
         if not isinstance(value, dict):
-            errors.append(f"{who}: metadata.{field} must be a mapping of key: \"string value\"")
+            errors.append(f'{who}: metadata.{field} must be a mapping of key: "string value"')
             continue
         for key, val in value.items():
             if not isinstance(val, str):
                 errors.append(
                     f"{who}: metadata.{field}.{key} is {val!r} ({type(val).__name__}); "
-                    f"quote it: {key}: \"{val if not isinstance(val, bool) else str(val).lower()}\""
+                    f'quote it: {key}: "{val if not isinstance(val, bool) else str(val).lower()}"'
                 )
     return errors
 

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -172,9 +173,7 @@ def parse_manifest(text: str, *, manifest_path: str = DEFAULT_MANIFEST_PATH) -> 
             continue
         _flatten(doc, f"{manifest_path}: document {number}", objects)
     if not objects:
-        raise ManifestError(
-            f"{manifest_path} contains no Kubernetes objects; it needs at least one batch/v1 Job"
-        )
+        raise ManifestError(f"{manifest_path} contains no Kubernetes objects; it needs at least one batch/v1 Job")
     return objects
 
 

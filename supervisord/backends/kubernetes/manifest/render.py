@@ -25,7 +25,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import yaml
 
@@ -164,7 +165,7 @@ def _custom_metadata(kube_config: Mapping[str, Any]) -> tuple[dict[str, str], di
     for field in ("labels", "annotations"):
         values = custom.get(field) or {}
         if not isinstance(values, Mapping):
-            raise ConfigError(f"kubernetes.custom_metadata.{field} must be a mapping of key: \"string value\"")
+            raise ConfigError(f'kubernetes.custom_metadata.{field} must be a mapping of key: "string value"')
         for key, value in values.items():
             if not isinstance(value, str):
                 raise ConfigError(f"kubernetes.custom_metadata.{field}.{key} must be a string; quote it")

@@ -30,7 +30,8 @@ at container start (https://kubernetes.io/docs/concepts/configuration/secret/#us
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from supervisord.config.sandbox import check_mount_paths
 from supervisord.exceptions import ConfigError, ManifestError

@@ -4,8 +4,9 @@ simulated cluster, a backend tuned for tests, manifests and configs."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import yaml
 

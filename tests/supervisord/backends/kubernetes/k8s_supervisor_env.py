@@ -5,21 +5,21 @@ module)."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Mapping
+from typing import Any
 
 import anyio
 
 from store import EventStore, RecordedEvent, RunStatus
 from supervisord.backends.kubernetes import KubernetesBackend
 from supervisord.paths import Paths
-from supervisord.source import SnapshotStore
 from supervisord.secret import env_digest
+from supervisord.source import SnapshotStore
 from supervisord.supervisor import Supervisor
 from tests.k8s_sim import SimCluster
 from tests.supervisord.backends.conformance import make_git_repo
 from tests.supervisord.backends.kubernetes.k8s_backend_helpers import kube_config, make_backend
-
 
 #: The env-digest key of these tests' "daemon".
 DIGEST_KEY = b"k8s-e2e-digest-key"
@@ -28,7 +28,9 @@ DIGEST_KEY = b"k8s-e2e-digest-key"
 class K8sEnv:
     """One daemon's worth of state: store, supervisor, backend, a repo."""
 
-    def __init__(self, root: Path, sim: SimCluster, store: EventStore, supervisor: Supervisor, backend: KubernetesBackend) -> None:
+    def __init__(
+        self, root: Path, sim: SimCluster, store: EventStore, supervisor: Supervisor, backend: KubernetesBackend
+    ) -> None:
         self.root = root
         self.sim = sim
         self.store = store

@@ -8,15 +8,15 @@ and repository.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import anyio
 import pytest
-
-from supervisord.exceptions import BackendError
 import yaml
 
+from supervisord.exceptions import BackendError
 from tests.k8s_sim import MISSING_REGISTRY, SimCluster
 from tests.supervisord.backends.kubernetes.k8s_backend_helpers import job_manifest, run_objects, sim_cluster
 from tests.supervisord.backends.kubernetes.k8s_supervisor_env import k8s_env
@@ -112,7 +112,9 @@ async def test_exec_credential_plugin_context(tmp_path: Path, sim: SimCluster) -
     # the plugin runs once, not per request.
     before = sim.exec_plugin_calls()
     async with k8s_env(tmp_path, sim) as env:
-        run_id = await env.submit("echo via-exec-plugin", manifest=M, files={M: job_manifest()}, kube={"context": sim.contexts[1]})
+        run_id = await env.submit(
+            "echo via-exec-plugin", manifest=M, files={M: job_manifest()}, kube={"context": sim.contexts[1]}
+        )
         run = await env.terminal(run_id)
         assert run.phase == "COMPLETED", run
         assert await env.lines(run_id) == ["via-exec-plugin"]
@@ -170,7 +172,9 @@ async def test_evicted_pod_is_error_evicted(tmp_path: Path, sim: SimCluster) -> 
         sim.evict_pod(pod_name(sim, run_id))
         run = await env.terminal(run_id)
         assert (run.phase, run.reason) == ("ERROR", "Evicted"), run
-        assert run.message is not None and run.message.startswith("Evicted: ") and "BackoffLimitExceeded: " in run.message
+        assert (
+            run.message is not None and run.message.startswith("Evicted: ") and "BackoffLimitExceeded: " in run.message
+        )
 
 
 async def test_active_deadline_is_error_deadline_exceeded(tmp_path: Path, sim: SimCluster) -> None:
@@ -190,8 +194,8 @@ async def test_deadline_sigterm_reaches_the_command_not_only_pid_1(tmp_path: Pat
     # being SIGKILLed after the 30 s grace period.
     command = (
         "python3 -c 'import signal, sys, time\n"
-        "signal.signal(signal.SIGTERM, lambda *a: (print(\"cleaning up\", flush=True), sys.exit(5)))\n"
-        "print(\"started\", flush=True)\n"
+        'signal.signal(signal.SIGTERM, lambda *a: (print("cleaning up", flush=True), sys.exit(5)))\n'
+        'print("started", flush=True)\n'
         "time.sleep(60)'"
     )
     async with k8s_env(tmp_path, sim) as env:
@@ -302,7 +306,9 @@ async def test_secret_deleted_after_preflight_is_create_container_config_error(t
     sim.faults.set_start_delay(1.0)
     try:
         async with k8s_env(tmp_path, sim) as env:
-            run_id = await env.submit("echo never", manifest=M, files={M: yaml.safe_dump(doc)}, kube={"pod_ready_timeout_s": 4})
+            run_id = await env.submit(
+                "echo never", manifest=M, files={M: yaml.safe_dump(doc)}, kube={"pod_ready_timeout_s": 4}
+            )
             sim.delete_object("secrets", "short-lived")
             run = await env.terminal(run_id, timeout_s=30)
             assert run.phase == "ERROR" and run.reason == "CreateContainerConfigError", run
@@ -332,7 +338,9 @@ async def test_slow_pod_within_budget_runs(tmp_path: Path, sim: SimCluster) -> N
     sim.faults.set_start_delay(1.5)
     try:
         async with k8s_env(tmp_path, sim) as env:
-            run_id = await env.submit("echo ok", manifest=M, files={M: job_manifest()}, kube={"pod_ready_timeout_s": 20})
+            run_id = await env.submit(
+                "echo ok", manifest=M, files={M: job_manifest()}, kube={"pod_ready_timeout_s": 20}
+            )
             run = await env.terminal(run_id)
             assert run.phase == "COMPLETED", run
             assert ("SCHEDULING", "ContainerCreating") in await env.phases(run_id)
@@ -357,7 +365,9 @@ async def test_pod_exiting_before_staging_is_error_with_its_last_lines(tmp_path:
     doc["spec"]["template"]["spec"]["containers"][0]["command"] = ["bash", "-c", "echo broken image; exit 3"]
     doc["spec"]["template"]["spec"]["containers"][0]["args"] = ['eval "$JOBSUP_SCRIPT"']
     async with k8s_env(tmp_path, sim) as env:
-        run_id = await env.submit("echo never", manifest=M, files={M: yaml.safe_dump(doc)}, kube={"pod_ready_timeout_s": 20})
+        run_id = await env.submit(
+            "echo never", manifest=M, files={M: yaml.safe_dump(doc)}, kube={"pod_ready_timeout_s": 20}
+        )
         run = await env.terminal(run_id, timeout_s=30)
         assert run.phase == "ERROR" and run.reason == "ExitedBeforeStaging", run
         assert run.message is not None and "exit code 3" in run.message and "broken image" in run.message
@@ -370,7 +380,9 @@ async def test_pod_exiting_before_staging_is_error_with_its_last_lines(tmp_path:
 async def test_create_failing_on_second_object_deletes_the_first(tmp_path: Path, sim: SimCluster) -> None:
     # The ConfigMap's dry run passes; its create then fails with 500 on every
     # retry. The env Secret (created first) is deleted again.
-    extra = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "first-{{JOBSUP_RUN}}"}, "data": {"a": "1"}}]
+    extra = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "first-{{JOBSUP_RUN}}"}, "data": {"a": "1"}}
+    ]
     async with k8s_env(tmp_path, sim) as env:
         sim.faults.fail_requests(500, count=20, skip=1, path_contains="/configmaps", methods=("POST",))
         run_id = await env.submit("echo never", manifest=M, files={M: job_manifest(extra_docs=extra)})
@@ -464,7 +476,7 @@ async def test_crio_logs_same_timestamp_per_read_and_utc_offset_exactly_once(tmp
     # zone (+01:00): positions count lines per timestamp, so streams cut
     # mid-burst resume without losing or doubling a line.
     bursts = "; ".join(
-        f"python3 -c 'print(\"\\n\".join(\"line-%d\" % i for i in range({b * 30 + 1}, {b * 30 + 31})))'; sleep 0.2"
+        f'python3 -c \'print("\\n".join("line-%d" % i for i in range({b * 30 + 1}, {b * 30 + 31})))\'; sleep 0.2'
         for b in range(5)
     )
     sim.configure(log_runtime="cri-o", log_utc_offset_s=3600)
@@ -528,11 +540,15 @@ async def test_api_server_restart_that_drops_watch_history_relists(tmp_path: Pat
         run_id = await env.submit(ticker(40, 0.03) + "; exit 3", manifest=M, files={M: job_manifest()})
         await env.wait_until(run_id, lambda r: r.log_lines >= 5)
         await anyio.to_thread.run_sync(sim.stop)
-        await anyio.to_thread.run_sync(lambda: sim.wait_for(
-            lambda: (j := sim.get_object("jobs.batch", f"t-{run_id}")) is not None
-            and any(c["type"] == "Failed" for c in j["status"].get("conditions") or []),
-            what="the Job failed while the API server is down",
-        ))
+        await anyio.to_thread.run_sync(
+            lambda: sim.wait_for(
+                lambda: (
+                    (j := sim.get_object("jobs.batch", f"t-{run_id}")) is not None
+                    and any(c["type"] == "Failed" for c in j["status"].get("conditions") or [])
+                ),
+                what="the Job failed while the API server is down",
+            )
+        )
         await anyio.to_thread.run_sync(lambda: sim.restart(drop_watch_history=True))
         run = await env.terminal(run_id)
         assert (run.phase, run.reason, run.exit_code) == ("ERROR", "NonZeroExit", 3), run
@@ -595,7 +611,7 @@ async def test_api_server_hanging_mid_run_then_back(tmp_path: Path, sim: SimClus
 async def test_a_line_longer_than_64k_is_recorded_in_pieces(tmp_path: Path, sim: SimCluster) -> None:
     async with k8s_env(tmp_path, sim) as env:
         run_id = await env.submit(
-            "python3 -c 'print(\"y\" * 200000); print(\"after\")'", manifest=M, files={M: job_manifest()}
+            'python3 -c \'print("y" * 200000); print("after")\'', manifest=M, files={M: job_manifest()}
         )
         run = await env.terminal(run_id)
         assert run.phase == "COMPLETED", run
@@ -670,7 +686,10 @@ async def test_reattach_to_a_finished_job_reports_its_outcome(tmp_path: Path, si
         run_id = await env.submit("echo started; sleep 2; echo finished; exit 4", manifest=M, files={M: job_manifest()})
         await env.wait_until(run_id, lambda r: r.phase == "RUNNING" and r.log_lines >= 1)
     sim.wait_for(
-        lambda: any(c["type"] == "Failed" for c in (sim.get_object("jobs.batch", f"t-{run_id}") or {}).get("status", {}).get("conditions") or []),
+        lambda: any(
+            c["type"] == "Failed"
+            for c in (sim.get_object("jobs.batch", f"t-{run_id}") or {}).get("status", {}).get("conditions") or []
+        ),
         what="the Job to fail",
     )
     async with k8s_env(tmp_path, sim, reattach=True) as env:
@@ -685,10 +704,14 @@ async def test_reattach_mid_staging_finishes_staging(tmp_path: Path, sim: SimClu
     sim.faults.set_start_delay(2.0)
     try:
         async with k8s_env(tmp_path, sim) as env:
-            run_id = await env.submit("echo staged-late", manifest=M, files={M: job_manifest()}, kube={"pod_ready_timeout_s": 30})
+            run_id = await env.submit(
+                "echo staged-late", manifest=M, files={M: job_manifest()}, kube={"pod_ready_timeout_s": 30}
+            )
             await env.wait_until(run_id, lambda r: r.handle.get("created") is True)
             status = await env.store.get_run(run_id)
-            assert status is not None and status.handle["staged_pods"] == [] and status.phase in ("QUEUED", "SCHEDULING")
+            assert (
+                status is not None and status.handle["staged_pods"] == [] and status.phase in ("QUEUED", "SCHEDULING")
+            )
     finally:
         sim.faults.set_start_delay(0)
     async with k8s_env(tmp_path, sim, reattach=True) as env:
@@ -704,7 +727,9 @@ async def test_reattach_after_the_pod_ready_deadline_is_error_not_deleted(tmp_pa
     # itself: that is an ERROR with the waiting reason, not an outside delete.
     async with k8s_env(tmp_path, sim) as env:
         run_id = await env.submit(
-            "echo never", manifest=M, files={M: job_manifest(image=MISSING_REGISTRY + "nope:1")},
+            "echo never",
+            manifest=M,
+            files={M: job_manifest(image=MISSING_REGISTRY + "nope:1")},
             kube={"pod_ready_timeout_s": 3},
         )
         await env.wait_until(run_id, lambda r: r.phase == "SCHEDULING" and r.handle.get("created") is True)
@@ -731,8 +756,8 @@ async def test_cancel_racing_completion_ends_in_one_terminal_phase(tmp_path: Pat
 async def test_reattach_mid_submit_rolls_back(tmp_path: Path, sim: SimCluster) -> None:
     # Simulate a daemon that died after recording the handle and creating the
     # Secret, before the Job: supervise finds the objects by label.
-    from supervisord.backends.kubernetes.manifest.inject import run_labels
     from supervisord.backends.kubernetes.client.resources import env_secret
+    from supervisord.backends.kubernetes.manifest.inject import run_labels
 
     async with k8s_env(tmp_path, sim) as env:
         commit = await anyio.to_thread.run_sync(env.commit, {M: job_manifest()})
@@ -752,7 +777,21 @@ async def test_reattach_mid_submit_rolls_back(tmp_path: Path, sim: SimCluster) -
         }
         from store import NewEvent
 
-        await env.store.append(run_id, 0, [NewEvent("Submitted", {"project": "k8s-e2e", "name": "t", "backend": "kubernetes", "config": {"kubernetes": {"namespace": sim.namespace, "context": sim.contexts[0]}}})])
+        await env.store.append(
+            run_id,
+            0,
+            [
+                NewEvent(
+                    "Submitted",
+                    {
+                        "project": "k8s-e2e",
+                        "name": "t",
+                        "backend": "kubernetes",
+                        "config": {"kubernetes": {"namespace": sim.namespace, "context": sim.contexts[0]}},
+                    },
+                )
+            ],
+        )
         await env.store.append(run_id, 1, [NewEvent("HandleRecorded", {"handle": handle})])
     async with k8s_env(tmp_path, sim, reattach=True) as env:
         run = await env.terminal(run_id)

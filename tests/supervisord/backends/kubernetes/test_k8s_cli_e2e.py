@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -71,7 +71,9 @@ def test_submit_wait_logs_completed(js: JobsupEnv, repo: Path, sim: SimCluster) 
     assert all("s3cr3t-value" not in line for line in events.splitlines() if '"LogLines"' not in line)
     types = [json.loads(line)["type"] for line in events.splitlines()]
     assert types.count("ObjectCreated") == 2 and "StagingStep" in types
-    phases = [json.loads(line)["data"]["phase"] for line in events.splitlines() if json.loads(line)["type"] == "PhaseChanged"]
+    phases = [
+        json.loads(line)["data"]["phase"] for line in events.splitlines() if json.loads(line)["type"] == "PhaseChanged"
+    ]
     assert phases[0] == "SCHEDULING" and phases[-2:] == ["RUNNING", "COMPLETED"], phases
 
 
@@ -89,7 +91,9 @@ def test_cancel_leaves_no_pod(js: JobsupEnv, repo: Path, sim: SimCluster) -> Non
     js.cli("cancel", run_id)
     w = js.cli("wait", run_id, "--timeout", "60s", check=False)
     assert w.returncode == 3, w.stdout + w.stderr
-    labelled = [p for p in sim.list_objects("pods") if (p["metadata"].get("labels") or {}).get("jobsup.io/run") == run_id]
+    labelled = [
+        p for p in sim.list_objects("pods") if (p["metadata"].get("labels") or {}).get("jobsup.io/run") == run_id
+    ]
     assert labelled == []
 
 
@@ -117,8 +121,13 @@ def test_broken_manifest_is_refused_and_nothing_recorded(js: JobsupEnv, repo: Pa
     (repo / "bad.yaml").write_text("kind: ConfigMap\napiVersion: v1\nmetadata: {name: x}\n")
     import subprocess
 
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@e.invalid", "-C", str(repo), "add", "-A"], check=True)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@e.invalid", "-C", str(repo), "commit", "-qm", "bad"], check=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@e.invalid", "-C", str(repo), "add", "-A"], check=True
+    )
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@e.invalid", "-C", str(repo), "commit", "-qm", "bad"],
+        check=True,
+    )
     r = js.cli("submit", "--backend", "kubernetes", "--manifest", "bad.yaml", "--", "true", cwd=repo, check=False)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "Job" in r.stderr

@@ -46,9 +46,13 @@ def test_status_body_gives_the_class_reason_and_message() -> None:
     err = api_error_from_body(409, body, "create Job/t")
     assert isinstance(err, ConflictError) and err.reason == "AlreadyExists"
     assert str(err) == 'create Job/t: jobs.batch "t" already exists'
-    gone = api_error_from_body(410, b'{"kind":"Status","reason":"Expired","message":"too old resource version"}', "watch")
+    gone = api_error_from_body(
+        410, b'{"kind":"Status","reason":"Expired","message":"too old resource version"}', "watch"
+    )
     assert isinstance(gone, GoneError) and not is_transient(gone)
-    assert is_transient(api_error("x", status=0, reason="Unreachable")) and is_transient(api_error_from_body(503, b"", "x"))
+    assert is_transient(api_error("x", status=0, reason="Unreachable")) and is_transient(
+        api_error_from_body(503, b"", "x")
+    )
 
 
 @pytest.mark.anyio

@@ -4,8 +4,9 @@ problem, nothing created, successes cached briefly."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
+from typing import Any
 
 import anyio
 import pytest
@@ -93,14 +94,18 @@ async def test_preflight_passes_and_is_cached(tmp_path: Path, sim: SimCluster, b
     assert nothing_created(sim)
 
 
-async def test_broken_manifest_is_refused_at_preflight(tmp_path: Path, sim: SimCluster, backend: KubernetesBackend) -> None:
+async def test_broken_manifest_is_refused_at_preflight(
+    tmp_path: Path, sim: SimCluster, backend: KubernetesBackend
+) -> None:
     with pytest.raises(ManifestError) as err:
         await backend.preflight(spec(tmp_path, sim, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"))
     assert "Job" in str(err.value)
     assert nothing_created(sim)
 
 
-async def test_unknown_context_names_the_kubeconfig(tmp_path: Path, sim: SimCluster, backend: KubernetesBackend) -> None:
+async def test_unknown_context_names_the_kubeconfig(
+    tmp_path: Path, sim: SimCluster, backend: KubernetesBackend
+) -> None:
     with pytest.raises(PreflightError) as err:
         await backend.preflight(spec(tmp_path, sim, job_manifest(), context="no-such-context"))
     assert "no-such-context" in str(err.value) and str(sim.kubeconfig_path) in str(err.value)
@@ -125,7 +130,9 @@ async def test_a_refused_token_is_named_as_such(tmp_path: Path, sim: SimCluster)
         await b.aclose()
 
 
-async def test_missing_permissions_are_one_line_each(tmp_path: Path, sim: SimCluster, backend: KubernetesBackend) -> None:
+async def test_missing_permissions_are_one_line_each(
+    tmp_path: Path, sim: SimCluster, backend: KubernetesBackend
+) -> None:
     # Everything but exec and secrets updates.
     sim.set_access_rules(
         [
@@ -143,7 +150,9 @@ async def test_missing_permissions_are_one_line_each(tmp_path: Path, sim: SimClu
     assert nothing_created(sim)
 
 
-async def test_missing_secret_pvc_and_runtime_class(tmp_path: Path, sim: SimCluster, backend: KubernetesBackend) -> None:
+async def test_missing_secret_pvc_and_runtime_class(
+    tmp_path: Path, sim: SimCluster, backend: KubernetesBackend
+) -> None:
     volumes = [
         {"name": "a", "secret": {"secretName": "absent-secret"}},
         {"name": "b", "secret": {"secretName": "optional-secret", "optional": True}},
@@ -155,7 +164,10 @@ async def test_missing_secret_pvc_and_runtime_class(tmp_path: Path, sim: SimClus
         sim,
         job_manifest(volumes=volumes, env=env),
         runtime_class="no-such-runtime",
-        pvc_mounts=[{"claim_name": "absent-claim", "mount_path": "/data"}, {"claim_name": "present-claim", "mount_path": "/ok"}],
+        pvc_mounts=[
+            {"claim_name": "absent-claim", "mount_path": "/data"},
+            {"claim_name": "present-claim", "mount_path": "/ok"},
+        ],
     )
     with pytest.raises(PreflightError) as err:
         await backend.preflight(s)
@@ -168,7 +180,9 @@ async def test_missing_secret_pvc_and_runtime_class(tmp_path: Path, sim: SimClus
     assert nothing_created(sim)
 
 
-async def test_objects_the_manifest_creates_are_not_required(tmp_path: Path, sim: SimCluster, backend: KubernetesBackend) -> None:
+async def test_objects_the_manifest_creates_are_not_required(
+    tmp_path: Path, sim: SimCluster, backend: KubernetesBackend
+) -> None:
     own = [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "own-{{JOBSUP_RUN}}"}, "stringData": {"k": "v"}}]
     volumes = [{"name": "a", "secret": {"secretName": "own-{{JOBSUP_RUN}}"}}]
     assert await backend.preflight(spec(tmp_path, sim, job_manifest(volumes=volumes, extra_docs=own))) == []
@@ -179,7 +193,11 @@ async def test_runtime_class_forbidden_is_a_warning_and_pending_pvc_too(
 ) -> None:
     sim.set_access_rules([AccessRule(groups=("", "batch"))], enforce=True)
     s = spec(
-        tmp_path, sim, job_manifest(), runtime_class="gvisor", pvc_mounts=[{"claim_name": "pending-claim", "mount_path": "/d"}]
+        tmp_path,
+        sim,
+        job_manifest(),
+        runtime_class="gvisor",
+        pvc_mounts=[{"claim_name": "pending-claim", "mount_path": "/d"}],
     )
     warnings = await backend.preflight(s)
     assert any("RuntimeClass gvisor" in w and "forbidden" in w for w in warnings), warnings

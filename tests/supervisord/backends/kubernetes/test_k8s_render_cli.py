@@ -331,4 +331,3 @@ def test_no_command_is_a_usage_error(tmp_path: Path) -> None:
 def test_golden_files_have_no_leftovers() -> None:
     expected = {"pytorch-gpu", "headless-service", "init-volumes", "example-digits"} | {c[0] for c in SANDBOX_CASES}
     assert {p.stem for p in GOLDEN.glob("*.yaml")} == expected
-

@@ -41,7 +41,7 @@ def test_runs_the_command_in_the_extracted_tree(tmp_path: Path) -> None:
     work.mkdir()
     _tar(staging / "source.tar", {"train.py": "print('hi')\n", "data/x.txt": "payload\n"})
     (staging / "source.tar.ready").touch()
-    command = "pwd > ../where.txt\ncat data/x.txt && echo \"it's $((1 + 2))\" | tr a-z A-Z"
+    command = 'pwd > ../where.txt\ncat data/x.txt && echo "it\'s $((1 + 2))" | tr a-z A-Z'
     proc = _run(gated_script(command, staging_timeout_s=30), work, staging)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "payload\nIT'S 3\n"
@@ -173,7 +173,11 @@ def test_sigterm_to_the_main_process_reaches_the_whole_command(tmp_path: Path) -
     script = gated_script(command, staging_timeout_s=60)
     env = {**os.environ, "JOBSUP_SCRIPT": script, "JOBSUP_STAGING_DIR": str(staging)}
     proc = subprocess.Popen(
-        ["bash", "-c", 'eval "$JOBSUP_SCRIPT"'], cwd=work, env=env, stdout=subprocess.PIPE, text=True,
+        ["bash", "-c", 'eval "$JOBSUP_SCRIPT"'],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
         start_new_session=True,
     )
     try:
@@ -198,7 +202,9 @@ def test_sigterm_while_waiting_for_the_source_ends_the_script(tmp_path: Path) ->
     work.mkdir()
     script = gated_script("echo never", staging_timeout_s=60)
     env = {**os.environ, "JOBSUP_SCRIPT": script, "JOBSUP_STAGING_DIR": str(staging)}
-    proc = subprocess.Popen(["bash", "-c", 'eval "$JOBSUP_SCRIPT"'], cwd=work, env=env, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        ["bash", "-c", 'eval "$JOBSUP_SCRIPT"'], cwd=work, env=env, stdout=subprocess.PIPE, text=True
+    )
     try:
         time.sleep(0.5)
         proc.send_signal(signal.SIGTERM)

@@ -67,7 +67,13 @@ def waiting(reason: str, message: str | None = None) -> dict[str, Any]:
 
 CASES: list[tuple[str, dict[str, Any], list[dict[str, Any]], bool, Observation]] = [
     ("no pod yet", job(), [], True, Observation("SCHEDULING", None, "waiting for the Job's pod to be created")),
-    ("pending without status", job(), [pod(phase="Pending")], True, Observation("SCHEDULING", None, "pod t-1-aaaaa is Pending")),
+    (
+        "pending without status",
+        job(),
+        [pod(phase="Pending")],
+        True,
+        Observation("SCHEDULING", None, "pod t-1-aaaaa is Pending"),
+    ),
     (
         "unschedulable",
         job(),
@@ -92,14 +98,32 @@ CASES: list[tuple[str, dict[str, Any], list[dict[str, Any]], bool, Observation]]
     (
         "an init container's problem wins over ContainerCreating",
         job(),
-        [pod(phase="Pending", state=waiting("PodInitializing"), init=[{"name": "fetch", "state": waiting("ErrImagePull", "nope")}])],
+        [
+            pod(
+                phase="Pending",
+                state=waiting("PodInitializing"),
+                init=[{"name": "fetch", "state": waiting("ErrImagePull", "nope")}],
+            )
+        ],
         True,
         Observation("SCHEDULING", "ErrImagePull", "nope"),
     ),
-    ("container creating", job(), [pod(phase="Pending", state=waiting("ContainerCreating"))], True, Observation("SCHEDULING", "ContainerCreating", None)),
+    (
+        "container creating",
+        job(),
+        [pod(phase="Pending", state=waiting("ContainerCreating"))],
+        True,
+        Observation("SCHEDULING", "ContainerCreating", None),
+    ),
     ("running and staged", job(), [pod(state=RUNNING)], True, Observation("RUNNING")),
     ("running, not staged yet", job(), [pod(state=RUNNING)], False, Observation("STAGING")),
-    ("terminated before the Job noticed", job(), [pod(phase="Succeeded", state=terminated(0, "Completed"))], True, Observation("RUNNING")),
+    (
+        "terminated before the Job noticed",
+        job(),
+        [pod(phase="Succeeded", state=terminated(0, "Completed"))],
+        True,
+        Observation("RUNNING"),
+    ),
     (
         "complete",
         job(cond("Complete", reason="CompletionsReached")),
@@ -240,7 +264,11 @@ CASES: list[tuple[str, dict[str, Any], list[dict[str, Any]], bool, Observation]]
     ),
     (
         "a pod failure policy on the exit code: NonZeroExit",
-        job(cond("Failed", reason="PodFailurePolicy", message="Container main for pod t-1-aaaaa failed with exit code 42")),
+        job(
+            cond(
+                "Failed", reason="PodFailurePolicy", message="Container main for pod t-1-aaaaa failed with exit code 42"
+            )
+        ),
         [pod(phase="Failed", state=terminated(42, "Error"))],
         True,
         Observation(
@@ -265,8 +293,20 @@ CASES: list[tuple[str, dict[str, Any], list[dict[str, Any]], bool, Observation]]
         True,
         Observation("ERROR", "DeadlineExceeded", "DeadlineExceeded: deadline", 0),
     ),
-    ("a False condition is not terminal", job(cond("Failed", "False"), cond("Complete", "False")), [pod(state=RUNNING)], True, Observation("RUNNING")),
-    ("an Unknown condition is not terminal", job(cond("Complete", "Unknown")), [pod(state=RUNNING)], True, Observation("RUNNING")),
+    (
+        "a False condition is not terminal",
+        job(cond("Failed", "False"), cond("Complete", "False")),
+        [pod(state=RUNNING)],
+        True,
+        Observation("RUNNING"),
+    ),
+    (
+        "an Unknown condition is not terminal",
+        job(cond("Complete", "Unknown")),
+        [pod(state=RUNNING)],
+        True,
+        Observation("RUNNING"),
+    ),
     (
         "the newest live pod decides (a replacement after eviction)",
         job(),
@@ -281,7 +321,9 @@ CASES: list[tuple[str, dict[str, Any], list[dict[str, Any]], bool, Observation]]
 
 
 @pytest.mark.parametrize("what,job_obj,pods,staged,want", CASES, ids=[c[0] for c in CASES])
-def test_observe(what: str, job_obj: dict[str, Any], pods: list[dict[str, Any]], staged: bool, want: Observation) -> None:
+def test_observe(
+    what: str, job_obj: dict[str, Any], pods: list[dict[str, Any]], staged: bool, want: Observation
+) -> None:
     assert observe(job_obj, pods, C, staged=staged) == want
 
 
@@ -295,7 +337,13 @@ def test_job_outcome_is_none_while_running() -> None:
     [
         ([], None),
         ([pod("b"), pod("a")], "a"),
-        ([pod("a", annotations={"batch.kubernetes.io/job-completion-index": "1"}), pod("b", annotations={"batch.kubernetes.io/job-completion-index": "0"})], "b"),
+        (
+            [
+                pod("a", annotations={"batch.kubernetes.io/job-completion-index": "1"}),
+                pod("b", annotations={"batch.kubernetes.io/job-completion-index": "0"}),
+            ],
+            "b",
+        ),
         ([pod("a", phase="Failed", reason="Evicted"), pod("b", phase="Pending")], "b"),
         ([pod("a", deleting=True), pod("b")], "b"),
         ([pod("a", phase="Succeeded"), pod("b", phase="Failed")], "a"),
@@ -310,5 +358,7 @@ def test_describe_pod_names_reason_and_message() -> None:
     assert describe_pod(None, C) == "no pod of the Job was created"
     text = describe_pod(pod(phase="Pending", state=waiting("ImagePullBackOff", 'Back-off pulling image "x"')), C)
     assert text == 'pod t-1-aaaaa is Pending; container "main" waiting: ImagePullBackOff: Back-off pulling image "x"'
-    text = describe_pod(pod(phase="Pending", conditions=[cond("PodScheduled", "False", "Unschedulable", "0/1 nodes")]), C)
+    text = describe_pod(
+        pod(phase="Pending", conditions=[cond("PodScheduled", "False", "Unschedulable", "0/1 nodes")]), C
+    )
     assert text == "pod t-1-aaaaa is Pending; Unschedulable: 0/1 nodes"
