@@ -46,7 +46,10 @@ def rerun_submitted(
     names = sorted((old.get("env") or {}).keys())
     values = {k: env[k] for k in names if k in env}
     missing = [k for k in names if k not in env]
-    new = dict(old)
+    # What belonged to the old submit request, not to the task: a rerun is
+    # its own request (a reused request_id would make a client that lost its
+    # connection find the old run).
+    new = {k: v for k, v in old.items() if k not in ("request_id", "submitted_by_pid")}
     sched = scheduling_of(old)
     sched["hold"] = hold
     new["scheduling"] = sched

@@ -14,7 +14,7 @@ __all__ = ["SupervisorActions"]
 
 #: Keys of a Submitted event that describe the submission, not the task: a
 #: rerun records its own.
-_PER_SUBMIT = ("submitted_by", "requested_by", "rerun_of")
+_PER_SUBMIT = ("request_id", "submitted_by_uid", "submitted_by_pid", "rerun_of")
 
 
 class SupervisorActions:
