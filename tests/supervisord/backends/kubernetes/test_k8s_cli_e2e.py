@@ -142,3 +142,42 @@ def test_doctor_checks_kubernetes(js: JobsupEnv, sim: SimCluster) -> None:
     assert names["kubernetes api"]["ok"]
     assert names["rbac: create pods/exec"]["ok"]
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _commit(repo: Path, files: dict[str, str]) -> None:
+    import subprocess
+
+    for rel, text in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@e.invalid", "-C", str(repo)]
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "change"], check=True)
+
+
+def test_an_alias_bomb_manifest_is_refused_at_submit_and_nothing_recorded(js: JobsupEnv, repo: Path) -> None:
+    # Before the caps the submit was recorded and the daemon then expanded
+    # 10**10 values when it serialised the Job (hung, then MemoryError).
+    import subprocess
+
+    from tests.supervisord.backends.kubernetes.test_k8s_render_cli import alias_bomb_manifest
+
+    _commit(repo, {"bomb.yaml": alias_bomb_manifest()})
+    try:
+        r = js.cli(
+            "submit",
+            "--backend",
+            "kubernetes",
+            "--manifest",
+            "bomb.yaml",
+            "--",
+            "true",
+            cwd=repo,
+            check=False,
+            timeout=60,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("submit hung on an alias-bomb manifest")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "bomb.yaml" in r.stderr and "expands to more than 200000 values" in r.stderr
+    assert json.loads(js.cli("runs", "--all", "-o", "json", timeout=30).stdout) == []
