@@ -80,13 +80,15 @@ from supervisord.backends.kubernetes.phase import (
 from supervisord.backends.kubernetes.preflight import (
     REQUIRED_ACCESS,
     AccessCheck,
+    Problem,
     check_access,
     check_api,
     check_references,
+    preflight_error,
     references,
 )
 from supervisord.backends.kubernetes.staging import StagingError, stage_source, upload_timeout_s
-from supervisord.exceptions import BackendError, ConfigError, JobsupError, KubernetesApiError, PreflightError
+from supervisord.exceptions import BackendError, ConfigError, JobsupError, KubernetesApiError, PreflightConfigError
 
 __all__ = ["KubernetesBackend"]
 
@@ -290,12 +292,12 @@ class KubernetesBackend:
     # ------------------------------------------------------------ preflight
 
     async def _check_cluster(
-        self, cluster: Cluster, namespace: str, rendered: RenderedRun | None
-    ) -> tuple[list[str], list[str]]:
+        self, cluster: Cluster, namespace: str, rendered: RenderedRun | None, manifest_path: str = ""
+    ) -> tuple[list[Problem], list[str]]:
         """(problems, warnings) for the cluster part of preflight; successes
         are cached for ``preflight_cache_s``."""
         now = time.monotonic()
-        problems: list[str] = []
+        problems: list[Problem] = []
         warnings: list[str] = []
         checks = set(REQUIRED_ACCESS)
         resolver = self._resolver(cluster)
@@ -304,20 +306,27 @@ class KubernetesBackend:
                 try:
                     info = await resolver.info_of(obj)
                 except KubernetesApiError as err:
-                    problems.append(f"{obj.get('kind')}/{(obj.get('metadata') or {}).get('name')}: {err}")
+                    where = f" (in {manifest_path})" if manifest_path else ""
+                    problems.append(
+                        Problem.of_api_error(
+                            f"{obj.get('kind')}/{(obj.get('metadata') or {}).get('name')}{where}: {err}", err
+                        )
+                    )
                     continue
                 group = info.group_version.split("/")[0] if "/" in info.group_version else ""
                 checks.add(AccessCheck("create", group, info.plural))
         key = (cluster.context, namespace, frozenset(checks))
         if self._access_ok.get(key, 0) < now:
-            problem, _ = await check_api(cluster)
+            problem, _ = await check_api(cluster, kubeconfig=self.access.kubeconfig_paths())
             if problem is not None:
                 return [problem], warnings
             try:
                 results = await check_access(cluster, namespace, sorted(checks, key=lambda c: c.describe()))
             except KubernetesApiError as err:
-                return problems + [f"cannot check permissions with SelfSubjectAccessReview: {err}"], warnings
-            denied = [p for _, p in results if p is not None]
+                return problems + [
+                    Problem.of_api_error(f"cannot check permissions with SelfSubjectAccessReview: {err}", err)
+                ], warnings
+            denied = [Problem(p) for _, p in results if p is not None]
             problems.extend(denied)
             if not denied:
                 self._access_ok[key] = now + self.preflight_cache_s
@@ -349,19 +358,27 @@ class KubernetesBackend:
         """Render the manifest and check the cluster; return warnings.
 
         Raises ManifestError (the manifest breaks the contract), ConfigError,
-        PreflightError (one line per problem: kubeconfig, API server, RBAC,
-        missing Secret/PVC/RuntimeClass). Creates nothing.
+        PreflightConfigError (one line per problem, each the user's to fix:
+        kubeconfig, context, namespace, RBAC, missing Secret/PVC/RuntimeClass,
+        a kind the cluster does not have), PreflightError (the cluster itself
+        failed: no answer, 5xx). Creates nothing.
         """
         settings = _Settings.of(spec)
         rendered = await self._render(spec, settings)
         try:
             cluster = await self.access.cluster(settings.context)
         except KubeconfigError as err:
-            raise PreflightError(f"Kubernetes preflight failed: {err}", [str(err)]) from None
-        problems, warnings = await self._check_cluster(cluster, settings.namespace, rendered)
+            source = (
+                f"kubernetes.context is {settings.context!r}"
+                if settings.context
+                else "kubernetes.context is not set, so the kubeconfig's current-context is used"
+            )
+            line = f"{err} ({source})"
+            raise PreflightConfigError(f"Kubernetes preflight failed: {line}", [line]) from None
+        problems, warnings = await self._check_cluster(cluster, settings.namespace, rendered, settings.manifest_path)
         if problems:
             head = f"Kubernetes preflight failed (context {cluster.context}, namespace {settings.namespace}):"
-            raise PreflightError(head + "\n" + "\n".join(f"  - {p}" for p in problems), problems)
+            raise preflight_error(head, problems)
         return warnings + list(rendered.notes)
 
     async def doctor(self) -> list[dict[str, Any]]:
@@ -390,8 +407,8 @@ class KubernetesBackend:
         items.append(
             {"name": "kubeconfig", "ok": True, "detail": f"{self.access.kubeconfig_paths()}: context {cluster.context}"}
         )
-        problem, detail = await check_api(cluster)
-        items.append({"name": "kubernetes api", "ok": problem is None, "detail": problem or detail})
+        problem, detail = await check_api(cluster, kubeconfig=self.access.kubeconfig_paths())
+        items.append({"name": "kubernetes api", "ok": problem is None, "detail": problem.text if problem else detail})
         if problem is not None:
             return items
         try:

@@ -14,6 +14,12 @@ Checked, each failure one line saying what to fix, nothing created:
    excepted; objects the manifest itself creates excepted) exists, and so
    does the RuntimeClass; a 403 on reading a RuntimeClass is a warning (many
    users may not read cluster-scoped objects), not a refusal.
+
+Each problem says who has to fix it (:class:`Problem`): the user's own
+config or input (the kubeconfig, ``kubernetes.context``,
+``kubernetes.namespace``, the manifest's references; bad input, exit 2),
+or the cluster itself (an API server that does not answer, throttles or
+fails with a 5xx; exit 1). :func:`preflight_error` builds the error.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import Any
 
 import anyio
 
-from supervisord.backends.kubernetes.client.access import Cluster
+from supervisord.backends.kubernetes.client.access import Cluster, is_transient
 from supervisord.backends.kubernetes.client.errors import (
     ForbiddenError,
     KubernetesApiError,
@@ -32,11 +38,14 @@ from supervisord.backends.kubernetes.client.errors import (
     UnreachableError,
 )
 from supervisord.backends.kubernetes.client.resources import ResourceResolver
+from supervisord.exceptions import PreflightConfigError, PreflightError
 
 __all__ = [
     "AccessCheck",
     "REQUIRED_ACCESS",
+    "Problem",
     "References",
+    "preflight_error",
     "check_access",
     "check_api",
     "check_references",
@@ -65,6 +74,33 @@ class AccessCheck:
         return f'apiGroups: ["{self.group}"], resources: ["{res}"], verbs: ["{self.verb}"]'
 
 
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One failed check: ``text`` (one line saying what to fix) and whether
+    the cluster itself is at fault (``cluster``: no answer, throttling, a
+    5xx) rather than the user's config or input."""
+
+    text: str
+    cluster: bool = False
+
+    @classmethod
+    def of_api_error(cls, text: str, err: KubernetesApiError) -> Problem:
+        """A problem caused by ``err``: the cluster's when it is transient
+        (no answer, 429, 5xx), else the user's (403, 404, 422...)."""
+        return cls(text, cluster=is_transient(err))
+
+
+def preflight_error(head: str, problems: list[Problem]) -> PreflightError:
+    """The error for ``problems`` (one line each under ``head``): a
+    :class:`~supervisord.exceptions.PreflightConfigError` (bad input, exit 2)
+    when every problem is the user's to fix, else a PreflightError (exit 1)."""
+    lines = [p.text for p in problems]
+    message = head + "\n" + "\n".join(f"  - {line}" for line in lines)
+    if any(p.cluster for p in problems):
+        return PreflightError(message, lines)
+    return PreflightConfigError(message, lines)
+
+
 #: What every run needs in its namespace.
 REQUIRED_ACCESS: tuple[AccessCheck, ...] = (
     AccessCheck("create", "batch", "jobs"),
@@ -85,10 +121,14 @@ REQUIRED_ACCESS: tuple[AccessCheck, ...] = (
 API_CHECK_BUDGET_S = 15.0
 
 
-async def check_api(cluster: Cluster, *, budget_s: float = API_CHECK_BUDGET_S) -> tuple[str | None, str]:
+async def check_api(
+    cluster: Cluster, *, kubeconfig: str = "the kubeconfig", budget_s: float = API_CHECK_BUDGET_S
+) -> tuple[Problem | None, str]:
     """``GET /version``: (problem or None, detail such as ``Kubernetes
     v1.33.0``). Transient failures are retried for at most ``budget_s``
-    seconds in all."""
+    seconds in all. Refused credentials (401/403) are the user's problem
+    (naming ``kubeconfig``, the file(s) they came from); no answer is the
+    cluster's."""
     try:
         with anyio.fail_after(budget_s):
             version = await cluster.request("GET", "/version", what="GET /version", timeout=(5.0, 10.0))
@@ -99,21 +139,30 @@ async def check_api(cluster: Cluster, *, budget_s: float = API_CHECK_BUDGET_S) -
             reason="Unreachable",
         )
         return (
-            f"the API server of context {cluster.context} ({cluster.host}) does not answer: {err}; "
-            "check the network/VPN and that `kubectl version` works with this context",
+            Problem(
+                f"the API server of context {cluster.context} ({cluster.host}) does not answer: {err}; "
+                "check the network/VPN and that `kubectl version` works with this context",
+                cluster=True,
+            ),
             str(err),
         )
     except KubernetesApiError as err:
         if isinstance(err, (UnauthorizedError, ForbiddenError)):
             # It answered: the credentials are what is wrong.
             return (
-                f"the API server of context {cluster.context} ({cluster.host}) refused the credentials "
-                f"(HTTP {err.status}: {err}); refresh the token or the exec plugin's login for this context",
+                Problem(
+                    f"the API server of context {cluster.context} ({cluster.host}) refused the credentials "
+                    f"(HTTP {err.status}: {err}); refresh the token or the exec plugin's login for this "
+                    f"context in {kubeconfig}"
+                ),
                 str(err),
             )
         return (
-            f"the API server of context {cluster.context} ({cluster.host}) does not answer: {err}; "
-            "check the network/VPN and that `kubectl version` works with this context",
+            Problem(
+                f"the API server of context {cluster.context} ({cluster.host}) does not answer: {err}; "
+                "check the network/VPN and that `kubectl version` works with this context",
+                cluster=True,
+            ),
             str(err),
         )
     return (
@@ -156,8 +205,9 @@ async def check_access(
         out.append(
             (
                 check,
-                f"not allowed to {check.describe()} in namespace {namespace} (context {cluster.context}): {why}; "
-                f"ask for a Role/RoleBinding with {check.rule()}",
+                f"not allowed to {check.describe()} in namespace {namespace} (kubernetes.namespace; "
+                f"context {cluster.context}): {why}; ask for a Role/RoleBinding with {check.rule()} "
+                "or set kubernetes.namespace to a namespace you may use",
             )
         )
     return out
@@ -240,35 +290,48 @@ def references(objects: Iterable[Mapping[str, Any]]) -> References:
     return refs
 
 
-async def check_references(resolver: ResourceResolver, namespace: str, refs: References) -> tuple[list[str], list[str]]:
+async def check_references(
+    resolver: ResourceResolver, namespace: str, refs: References
+) -> tuple[list[Problem], list[str]]:
     """Check each referenced object exists: (problems, warnings). A missing
-    Secret, PVC or RuntimeClass is a problem; a PVC that is not Bound is a
-    warning (the pod waits for it); a 403 on a RuntimeClass is a warning."""
-    problems: list[str] = []
+    Secret, PVC or RuntimeClass is a problem (the user's); a PVC that is not
+    Bound is a warning (the pod waits for it); a 403 on a RuntimeClass is a
+    warning."""
+    problems: list[Problem] = []
     warnings: list[str] = []
     for name, where in sorted(refs.secrets.items()):
         try:
             found = await resolver.get("v1", "Secret", name, namespace)
         except KubernetesApiError as err:
-            problems.append(f"cannot read Secret {name} (used by {where}) in namespace {namespace}: {err}")
+            problems.append(
+                Problem.of_api_error(
+                    f"cannot read Secret {name} (used by {where}) in namespace {namespace}: {err}", err
+                )
+            )
             continue
         if found is None:
             problems.append(
-                f"Secret {name} (used by {where}) does not exist in namespace {namespace}: create it "
-                f"(kubectl -n {namespace} create secret generic {name} ...) or change the reference"
+                Problem(
+                    f"Secret {name} (used by {where}) does not exist in namespace {namespace}: create it "
+                    f"(kubectl -n {namespace} create secret generic {name} ...) or change the reference"
+                )
             )
     for name, where in sorted(refs.pvcs.items()):
         try:
             pvc = await resolver.get("v1", "PersistentVolumeClaim", name, namespace)
         except KubernetesApiError as err:
             problems.append(
-                f"cannot read PersistentVolumeClaim {name} (used by {where}) in namespace {namespace}: {err}"
+                Problem.of_api_error(
+                    f"cannot read PersistentVolumeClaim {name} (used by {where}) in namespace {namespace}: {err}", err
+                )
             )
             continue
         if pvc is None:
             problems.append(
-                f"PersistentVolumeClaim {name} (used by {where}) does not exist in namespace {namespace}: "
-                "create the claim or fix kubernetes.pvc_mounts / the manifest's volumes"
+                Problem(
+                    f"PersistentVolumeClaim {name} (used by {where}) does not exist in namespace {namespace}: "
+                    "create the claim or fix kubernetes.pvc_mounts / the manifest's volumes"
+                )
             )
         elif (pvc.get("status") or {}).get("phase") not in (None, "Bound"):
             warnings.append(
@@ -285,11 +348,13 @@ async def check_references(resolver: ResourceResolver, namespace: str, refs: Ref
             )
             continue
         except KubernetesApiError as err:
-            problems.append(f"cannot read RuntimeClass {name} (used by {where}): {err}")
+            problems.append(Problem.of_api_error(f"cannot read RuntimeClass {name} (used by {where}): {err}", err))
             continue
         if rc is None:
             problems.append(
-                f"RuntimeClass {name} (used by {where}) does not exist on this cluster: "
-                "fix kubernetes.runtime_class (kubectl get runtimeclasses lists the available ones)"
+                Problem(
+                    f"RuntimeClass {name} (used by {where}) does not exist on this cluster: "
+                    "fix kubernetes.runtime_class (kubectl get runtimeclasses lists the available ones)"
+                )
             )
     return problems, warnings
