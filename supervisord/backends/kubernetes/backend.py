@@ -95,6 +95,9 @@ __all__ = ["KubernetesBackend"]
 log = structlog.get_logger("jobsup.kubernetes")
 
 _DEFAULT_POD_READY_TIMEOUT_S = 90
+#: Seconds a start may spend on API calls (dry runs, creates), on top of the
+#: pod-ready wait and the upload, before it gives up (``start_timeout_s``).
+_START_API_BUDGET_S = 120.0
 
 
 def _env_digest(spec: RunSpec) -> dict[str, str | None]:
@@ -162,6 +165,17 @@ class _Canceled(_Failed):
         super().__init__(message, "Canceled")
 
 
+@dataclasses.dataclass
+class _StartProgress:
+    """How far a start got: the ``step`` under way (for the timeout's
+    message) and the objects whose create was sent (``attempted``: what a
+    timed-out start rolls back, an object whose answer never came
+    included)."""
+
+    step: str = "render the manifest"
+    attempted: list[ObjectRef] = dataclasses.field(default_factory=list)
+
+
 def _reason(err: BaseException, default: str) -> str:
     reason = getattr(err, "reason", None)
     return reason if isinstance(reason, str) and reason else default
@@ -184,7 +198,9 @@ class KubernetesBackend:
     ``KUBECONFIG``. Seconds: ``log_stall_s``/``log_stall_max_s`` (log
     stall detection), ``final_read_s`` (last log read), ``resync_s`` and
     ``watch_timeout_s`` (watches), ``preflight_cache_s``,
-    ``cancel_timeout_s`` (how long cancel waits for the pods to go).
+    ``cancel_timeout_s`` (cancel's budget in all, and a rollback's),
+    ``start_timeout_s`` (start's budget in all; None: 120 s for the API
+    calls plus the run's ``pod_ready_timeout_s`` plus the upload's budget).
     """
 
     name = "kubernetes"
@@ -200,6 +216,7 @@ class KubernetesBackend:
         watch_timeout_s: int = 290,
         preflight_cache_s: float = 30.0,
         cancel_timeout_s: float = 180.0,
+        start_timeout_s: float | None = None,
     ) -> None:
         self.access = ClusterAccess(kubeconfig=kubeconfig)
         self.log_stall_s = log_stall_s
@@ -209,6 +226,7 @@ class KubernetesBackend:
         self.watch_timeout_s = watch_timeout_s
         self.preflight_cache_s = preflight_cache_s
         self.cancel_timeout_s = cancel_timeout_s
+        self.start_timeout_s = start_timeout_s
         self._tg: anyio.abc.TaskGroup | None = None
         self._serving = anyio.Event()
         # git (the manifest at the recorded commit) and config files: their own threads.
@@ -428,19 +446,32 @@ class KubernetesBackend:
 
     # ----------------------------------------------------------------- start
 
+    def _start_budget(self, spec: RunSpec, settings: _Settings) -> float:
+        """Seconds ``start`` may take in all (see ``start_timeout_s``)."""
+        if self.start_timeout_s is not None:
+            return self.start_timeout_s
+        try:
+            size = spec.snapshot.stat().st_size
+        except OSError:
+            size = 0
+        return _START_API_BUDGET_S + settings.pod_ready_timeout_s + upload_timeout_s(size)
+
     async def start(self, spec: RunSpec, reporter: RunReporter) -> Mapping[str, Any]:
         """Create the run's objects and stage the source; return the handle
         ``{"context", "namespace", "job", "script_container", "objects",
         "created", "staged_pods"}`` (recorded before any object is created,
         and again as objects and staging complete). Raises BackendError
-        after deleting what it created."""
+        after deleting what it created; reason ``StartTimeout`` when the
+        whole start outlived its budget (an API server that accepts
+        connections and never answers), after a rollback with its own
+        budget (what it could not delete is recorded as ``CleanupFailed``:
+        cleanup pending)."""
         settings = _Settings.of(spec)
         # Rendered again from the recorded commit: what start needs comes
         # from the RunSpec, never from a cache filled by preflight.
         rendered = await self._render(spec, settings)
         cluster = await self._cluster(settings.context)
         resolver = self._resolver(cluster)
-        state = self._state(spec.run_id)
         ns = settings.namespace
         labels = run_labels(run_id=spec.run_id, project=spec.project, name=spec.name)
         secret = env_secret(spec.run_id, ns, labels, spec.env)
@@ -455,9 +486,44 @@ class KubernetesBackend:
             "staged_pods": [],
         }
         await reporter.handle(handle)
+        budget = self._start_budget(spec, settings)
+        progress = _StartProgress()
+        # One budget for the whole start: an API server that hangs (accepts
+        # connections, never answers) must not hold it in retries for minutes.
+        try:
+            with anyio.fail_after(budget):
+                return await self._launch(spec, reporter, settings, rendered, cluster, secret, handle, progress)
+        except TimeoutError:
+            pass
+        undone = await self._rollback(resolver, ns, list(reversed(progress.attempted)), reporter)
+        raise _Failed(
+            f"the run did not start within {budget:g}s (while jobsup tried to {progress.step}): the Kubernetes "
+            f"API server at {cluster.host} does not answer in time{undone}",
+            "StartTimeout",
+        )
+
+    async def _launch(
+        self,
+        spec: RunSpec,
+        reporter: RunReporter,
+        settings: _Settings,
+        rendered: RenderedRun,
+        cluster: Cluster,
+        secret: dict[str, Any],
+        handle: dict[str, Any],
+        progress: _StartProgress,
+    ) -> dict[str, Any]:
+        """The body of :meth:`start`, within its budget: dry runs, creates
+        (each object is in ``progress.attempted`` before its create is
+        sent), staging. Rolls back and raises BackendError on a failure."""
+        resolver = self._resolver(cluster)
+        state = self._state(spec.run_id)
+        ns = settings.namespace
+        progress.step = "start watching the namespace"
         watch = await self._watch(cluster, ns)
 
         for obj in [secret, *rendered.objects]:
+            progress.step = f"dry-run {ObjectRef.of(obj)}"
             try:
                 await resolver.dry_run(obj, ns)
             except KubernetesApiError as err:
@@ -469,11 +535,15 @@ class KubernetesBackend:
         created: list[tuple[ObjectRef, dict[str, Any]]] = []
         job_deadline = 0.0
         try:
+            progress.step = f"create {ObjectRef.of(secret)}"
+            progress.attempted.append(ObjectRef.of(secret))
             stored_secret = await self._create(resolver, state, secret, ns, spec.run_id)
             created.append((ObjectRef.of(stored_secret), stored_secret))
             await reporter.record("ObjectCreated", {**ObjectRef.of(stored_secret).to_json(), "env": _env_digest(spec)})
             job_obj: dict[str, Any] | None = None
             for obj in rendered.objects:
+                progress.step = f"create {ObjectRef.of(obj)}"
+                progress.attempted.append(ObjectRef.of(obj))
                 stored = await self._create(resolver, state, obj, ns, spec.run_id)
                 ref = ObjectRef.of(stored)
                 created.append((ref, stored))
@@ -482,11 +552,13 @@ class KubernetesBackend:
                     job_obj = stored
                     job_deadline = time.monotonic() + settings.pod_ready_timeout_s
             assert job_obj is not None
+            progress.step = f"give {ObjectRef.of(stored_secret)} its owner"
             stored_secret.setdefault("metadata", {})["ownerReferences"] = [owner_reference(job_obj)]
             stored_secret.pop("stringData", None)
             await resolver.replace(stored_secret, ns)
         except (KubernetesApiError, _Canceled) as err:
             undone = await self._rollback(resolver, ns, [r for r, _ in reversed(created)], reporter)
+            progress.attempted.clear()
             if isinstance(err, _Canceled):
                 raise
             raise _Failed(f"{err}{undone}", _reason(err, "CreateFailed")) from None
@@ -495,6 +567,7 @@ class KubernetesBackend:
         await reporter.handle(handle)
         await reporter.phase("SCHEDULING", message="waiting for the Job's pod")
         view = watch.view(spec.run_id)
+        progress.step = "stage the source into the Job's pod"
         try:
             pod = await self._stage(
                 cluster,
@@ -509,10 +582,12 @@ class KubernetesBackend:
             )
         except BackendError as err:
             undone = await self._rollback(resolver, ns, [r for r, _ in reversed(created)], reporter)
+            progress.attempted.clear()
             if isinstance(err, _Canceled):
                 raise
             raise _Failed(f"{err}{undone}", _reason(err, "StagingFailed")) from None
         handle["staged_pods"] = [pod]
+        progress.step = "record the staged pod"
         await reporter.handle(handle)
         return handle
 
@@ -531,21 +606,44 @@ class KubernetesBackend:
     async def _rollback(
         self, resolver: ResourceResolver, ns: str, refs: list[ObjectRef], reporter: RunReporter | None
     ) -> str:
-        """Delete ``refs`` (newest first already) after a failure; returns the
-        text to append to the error (what was deleted, or what could not be)."""
+        """Delete ``refs`` (newest first already) after a failure, within
+        ``cancel_timeout_s``; returns the text to append to the error (what
+        was deleted, or what could not be). When the budget runs out, what
+        may remain is recorded as ``CleanupFailed`` (cleanup pending)."""
+        if not refs:
+            return ""
+        deleted: list[str] = []
         try:
-            deleted = await self._delete_refs(resolver, ns, refs, reporter)
+            with anyio.fail_after(self.cancel_timeout_s):
+                await self._delete_refs(resolver, ns, refs, reporter, deleted=deleted)
+        except TimeoutError:
+            left = [str(r) for r in refs if str(r) not in deleted]
+            message = (
+                f"cleanup pending: the API server did not answer within {self.cancel_timeout_s:g}s while jobsup "
+                f"deleted what it had created; these may remain in namespace {ns}: {', '.join(left)} "
+                f"(kubectl -n {ns} delete them once the cluster answers)"
+            )
+            if reporter is not None:
+                await reporter.record("CleanupFailed", {"message": message})
+            return f"; {message}"
         except BackendError as err:
             return f"; rolling back failed too: {err}"
         return f"; jobsup deleted what it had created ({', '.join(deleted)})" if deleted else ""
 
     async def _delete_refs(
-        self, resolver: ResourceResolver, ns: str, refs: list[ObjectRef], reporter: RunReporter | None
+        self,
+        resolver: ResourceResolver,
+        ns: str,
+        refs: list[ObjectRef],
+        reporter: RunReporter | None,
+        *,
+        deleted: list[str] | None = None,
     ) -> list[str]:
-        """Delete ``refs`` in the order given; returns what was deleted.
-        Errors other than NotFound are collected and raised together as
-        BackendError after trying every object."""
-        deleted: list[str] = []
+        """Delete ``refs`` in the order given; returns what was deleted (also
+        appended to ``deleted`` as it goes, when given). Errors other than
+        NotFound are collected and raised together as BackendError after
+        trying every object."""
+        deleted = [] if deleted is None else deleted
         errors: list[str] = []
         for ref in refs:
             try:

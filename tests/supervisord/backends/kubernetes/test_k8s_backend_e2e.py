@@ -594,6 +594,32 @@ async def test_cancel_while_the_api_server_hangs_is_recorded_as_failed_in_time(t
         await no_pods_left(sim, run_id)
 
 
+async def test_start_while_the_api_server_hangs_ends_in_time_and_leaves_nothing(
+    tmp_path: Path, sim: SimCluster
+) -> None:
+    # Preflight passed, then the server hangs (accepts, never answers): the
+    # start gives up within its one budget (each call's retries alone took
+    # minutes), the run is ERROR StartTimeout naming the step, and nothing
+    # of it is left once the server is back.
+    async with k8s_env(tmp_path, sim, start_timeout_s=6.0, cancel_timeout_s=6.0) as env:
+        env.supervisor.gated = True  # hold it in QUEUED past its preflight
+        run_id = await env.submit("echo never", manifest=M, files={M: job_manifest()})
+        await anyio.to_thread.run_sync(sim.hang)
+        try:
+            started = anyio.current_time()
+            assert await env.supervisor.admit(run_id, {"queue": "default"}, {}, "admitted by the test")
+            run = await env.terminal(run_id, timeout_s=90)
+            took = anyio.current_time() - started
+            assert run.phase == "ERROR" and run.reason == "StartTimeout", run
+            assert "did not start within 6s" in (run.message or "") and "does not answer" in (run.message or "")
+            assert took < 45, f"start outlived its budget: {took:.1f}s"
+        finally:
+            await anyio.to_thread.run_sync(sim.restart)
+        await anyio.sleep(1.0)
+        for resource in ("jobs.batch", "secrets", "pods"):
+            assert run_objects(sim, run_id, resource) == [], resource
+
+
 async def test_api_server_hanging_mid_run_then_back(tmp_path: Path, sim: SimCluster) -> None:
     # Watches, log follows and their reconnects all meet a server that
     # answers nothing; once it is back the run completes, each line once.
