@@ -436,7 +436,7 @@ async def test_watch_410_mid_run_relists_and_completes(tmp_path: Path, sim: SimC
     async with k8s_env(tmp_path, sim) as env:
         run_id = await env.submit(ticker(40, 0.05), manifest=M, files={M: job_manifest()})
         await env.wait_until(run_id, lambda r: r.phase == "RUNNING")
-        watch = next(iter(env.backend._watches.values()))
+        watch = next(iter(env.backend.connections.watches.values()))
         before = watch.relists
         sim.expire_watches()
         run = await env.terminal(run_id)
