@@ -620,6 +620,31 @@ async def test_start_while_the_api_server_hangs_ends_in_time_and_leaves_nothing(
             assert run_objects(sim, run_id, resource) == [], resource
 
 
+async def test_start_timing_out_after_creating_records_the_pending_cleanup(tmp_path: Path, sim: SimCluster) -> None:
+    # The objects exist and the pod waits when the server hangs: the start
+    # runs out of its budget, its rollback out of its own, and what may
+    # remain is named in the run's message and a CleanupFailed event.
+    sim.faults.set_unschedulable("t-")
+    async with k8s_env(tmp_path, sim, start_timeout_s=8.0, cancel_timeout_s=4.0) as env:
+        run_id = await env.submit("echo never", manifest=M, files={M: job_manifest()})
+        await env.wait_until(run_id, lambda r: bool(r.handle and r.handle.get("created")))
+        await anyio.to_thread.run_sync(sim.hang)
+        try:
+            run = await env.terminal(run_id, timeout_s=90)
+            assert run.phase == "ERROR" and run.reason == "StartTimeout", run
+            assert "cleanup pending" in (run.message or "") and f"Job/t-{run_id}" in (run.message or ""), run
+            failed = await env.events(run_id, "CleanupFailed")
+            assert len(failed) == 1, failed
+            assert f"Job/t-{run_id}" in failed[0].data["message"]
+            assert f"Secret/jobsup-env-{run_id}" in failed[0].data["message"]
+        finally:
+            await anyio.to_thread.run_sync(sim.restart)
+    # What the event named is indeed there: the test cleans it up.
+    assert [o["metadata"]["name"] for o in run_objects(sim, run_id, "jobs.batch")] == [f"t-{run_id}"]
+    sim.delete_object("jobs.batch", f"t-{run_id}")
+    await no_pods_left(sim, run_id)
+
+
 async def test_api_server_hanging_mid_run_then_back(tmp_path: Path, sim: SimCluster) -> None:
     # Watches, log follows and their reconnects all meet a server that
     # answers nothing; once it is back the run completes, each line once.
