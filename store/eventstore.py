@@ -267,10 +267,16 @@ class EventStore:
         )
 
     async def append_log(
-        self, run_id: str, expected_version: int, blocks: Sequence[LogBlock], *, wait_for_storage: bool = False
+        self,
+        run_id: str,
+        expected_version: int | None,
+        blocks: Sequence[LogBlock],
+        *,
+        wait_for_storage: bool = False,
     ) -> list[RecordedEvent]:
         """Append one ``LogLines`` event per block of ``blocks`` to the
-        stream of ``run_id`` (at ``expected_version``), in one transaction:
+        stream of ``run_id`` (at ``expected_version``; None = at the end of
+        the existing stream, as for :meth:`append`), in one transaction:
         each records only its lines past the newest recorded position of its
         source (:mod:`store.logblocks`). Returns the recorded events (their
         data is the audit record of :data:`store.types.LOG_LINES`; a block
