@@ -26,6 +26,7 @@ import bisect
 import http.server
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -92,9 +93,52 @@ class Receiver:
         self.httpd.server_close()
 
 
-async def latency(runs: int) -> tuple[list[float], list[float]]:
-    """(hook arrival latencies, bare-subscriber latencies), ms."""
+def serve_receiver() -> None:
+    """``--serve-receiver``: a :class:`Receiver` in its own process. Prints
+    its URL; then reads ``N`` lines from stdin: waits until N webhooks
+    arrived (at most 120 s) and prints ``{seq: monotonic_ns}`` as JSON
+    (CLOCK_MONOTONIC is one clock for every process of the machine)."""
     receiver = Receiver()
+    print(receiver.url, flush=True)
+    for line in sys.stdin:
+        receiver.wait(int(line), 120.0)
+        with receiver.cond:
+            print(json.dumps(receiver.arrived), flush=True)
+
+
+class ProcessReceiver:
+    """A :class:`Receiver` in a child process (``--serve-receiver``), so the
+    webhook server does not share the daemon's interpreter lock: a webhook
+    receiver is never in the daemon's process. Same ``url``, ``wait`` and
+    ``arrived`` (filled by ``wait``)."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--serve-receiver"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self.proc.stdout is not None and self.proc.stdin is not None
+        self.url = self.proc.stdout.readline().strip()
+        self.arrived: dict[int, int] = {}
+
+    def wait(self, n: int, timeout_s: float) -> None:
+        assert self.proc.stdout is not None and self.proc.stdin is not None
+        self.proc.stdin.write(f"{n}\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the receiver process ended before {n} webhooks arrived")
+        self.arrived = {int(k): int(v) for k, v in json.loads(line).items()}
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+async def latency(runs: int, in_process: bool = False) -> tuple[list[float], list[float]]:
+    """(hook arrival latencies, bare-subscriber latencies), ms. The webhook
+    server runs in a child process unless ``in_process`` (then in threads of
+    this process, sharing its interpreter lock)."""
+    receiver: Receiver | ProcessReceiver = Receiver() if in_process else ProcessReceiver()
     folder = Path(tempfile.mkdtemp(prefix="jobsup-bench-hooks-"))
     try:
         async with await EventStore.open(folder / "jobsup.db", synchronous="FULL") as store:
@@ -168,10 +212,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--idle-s", type=float, default=30.0)
+    parser.add_argument(
+        "--receiver",
+        choices=["process", "thread"],
+        default="process",
+        help="the webhook server in a child process (default) or in threads of the bench's process",
+    )
+    parser.add_argument("--serve-receiver", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_receiver:
+        serve_receiver()
+        return
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
     load_before = load_average()
-    hooks_ms, bare_ms = anyio.run(latency, args.runs, backend="asyncio")
+    hooks_ms, bare_ms = anyio.run(latency, args.runs, args.receiver == "thread", backend="asyncio")
     receiver = Receiver()
     try:
         idle_hooks = idle_cpu(10, args.idle_s, receiver.url)
@@ -193,7 +247,13 @@ def main() -> None:
             Figure("idle_cpu_no_hooks_s", idle_none, "s"),
             Figure("idle_cpu_extra_pct", (idle_hooks - idle_none) / args.idle_s * 100, "% of a core", "~0", None),
         ],
-        {"runs": args.runs, "idle_s": args.idle_s, "loadavg_before": load_before, "loadavg_after": load_average()},
+        {
+            "runs": args.runs,
+            "idle_s": args.idle_s,
+            "receiver": args.receiver,
+            "loadavg_before": load_before,
+            "loadavg_after": load_average(),
+        },
     )
 
 

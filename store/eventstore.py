@@ -385,6 +385,29 @@ class EventStore:
         rows = await self._read(f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
         return run_status_from_row(rows[0]) if rows else None
 
+    async def get_runs(self, run_ids: Collection[str]) -> dict[str, RunStatus]:
+        """The run-status projections of those of ``run_ids`` (exact ids)
+        that exist, in one query: run id -> RunStatus."""
+        ids = sorted(set(run_ids))
+        if not ids:
+            return {}
+        rows = await self._read(
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE id IN (SELECT value FROM json_each(?))", (json.dumps(ids),)
+        )
+        return {status.id: status for status in map(run_status_from_row, rows)}
+
+    async def first_events(self, run_ids: Collection[str]) -> dict[str, RecordedEvent]:
+        """The first event (version 1: the Submitted event) of each of
+        ``run_ids`` that has one, in one query: run id -> RecordedEvent."""
+        ids = sorted(set(run_ids))
+        if not ids:
+            return {}
+        rows = await self._read(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE version = 1 AND run_id IN (SELECT value FROM json_each(?))",
+            (json.dumps(ids),),
+        )
+        return {event.run_id: event for event in map(_event_from_row, rows)}
+
     async def list_runs(
         self,
         *,
