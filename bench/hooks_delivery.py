@@ -177,10 +177,10 @@ async def latency(runs: int, in_process: bool = False) -> tuple[list[float], lis
             # When each terminal event's COMMIT returned: the writer notes
             # (last seq of the batch, time.monotonic_ns()) of every commit.
             commits = sorted(store._writer.commit_times)
-            ends = [seq for seq, _ in commits]
+            last_seqs = [seq for seq, _ in commits]
 
             def committed(seq: int) -> int:
-                return commits[bisect.bisect_left(ends, seq)][1]
+                return commits[bisect.bisect_left(last_seqs, seq)][1]
 
             hooks = [(ns - committed(seq)) / 1e6 for seq, ns in receiver.arrived.items()]
             bare = [(ns - committed(seq)) / 1e6 for seq, ns in seen.items()]
