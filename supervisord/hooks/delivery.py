@@ -15,7 +15,28 @@ never skips one: the position only passes events already looked at.
 Hooks are independent tasks: a slow or failing hook delays only its own
 later events (in order per hook), never other hooks, run supervision or
 appends (their attempts run in child processes or as async HTTP requests;
-nothing blocks the event loop). Webhook failures worth retrying are tried
+nothing blocks the event loop).
+
+"In order per hook", exactly: deliveries *start* in event seq order. With
+``in_flight`` 1 (command hooks, and webhooks by default) one delivery is
+under way at a time, so a receiver sees a hook's events strictly in order.
+A webhook with ``webhook.in_flight`` N > 1 keeps up to N deliveries under
+way at once, each for a different run: a run's next event starts only once
+its previous delivery ended (final outcome or given up), so a receiver sees
+``X-Jobsup-Event`` increasing per run, while events of different runs may
+arrive out of order; no new delivery starts while one of the hook's waits
+for a retry. Either way the checkpoint moves only past events whose final
+outcome is committed (see :meth:`HookRunner._safe`): the outcome of the
+earliest unfinished event carries it forward, in its own transaction.
+After a restart the hook resumes at the checkpoint; events after it whose
+final outcome was already recorded (a window finishes out of order) are not
+delivered again, and attempt numbers go on from the recorded ones.
+
+Run objects (the ``run`` of a webhook body) are read for a batch of events
+in two queries (:meth:`store.EventStore.get_runs`,
+:meth:`store.EventStore.first_events`), again when older than
+:data:`_RUNS_FRESH_S`. Webhooks go out through the lean kept-alive client of
+:mod:`supervisord.hooks.http1`. Webhook failures worth retrying are tried
 again after capped exponential back-off (:func:`backoff_s`, or the server's
 ``Retry-After`` when longer) until ``webhook.retry_for_s`` has passed since
 the first attempt; every attempt is an event.
