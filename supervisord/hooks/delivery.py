@@ -148,6 +148,12 @@ def _store_closed(exc: BaseException) -> bool:
     return isinstance(exc, StoreClosedError)
 
 
+def _fields(obj: RunStatus | RecordedEvent) -> dict[str, Any]:
+    """``obj.to_json()`` without its deep copy (``dataclasses.asdict``
+    copies every nested value; the result here is only read or serialised)."""
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+
+
 def backoff_s(attempt: int, base_s: float = BACKOFF_BASE_S, cap_s: float = BACKOFF_CAP_S) -> float:
     """The pause after failed attempt number ``attempt`` (1-based):
     ``base_s * 2 ** (attempt - 1)``, at most ``cap_s``."""
@@ -385,7 +391,10 @@ class HookRunner:
                     del self._busy[event.run_id]
                 self._slots.release()
 
-        deliveries.start_soon(deliver)
+        if self.in_flight == 1:
+            await deliver()  # one at a time: no task to spawn
+        else:
+            deliveries.start_soon(deliver)
 
     # -- what to deliver ------------------------------------------------------
 
@@ -405,6 +414,8 @@ class HookRunner:
             submitted[run_id] = data
         while len(self._submitted) > _SUBMITTED_CACHE:
             self._submitted.popitem(last=False)
+        if self.on_done:  # only the runs submitted with --on-done need their status
+            run_ids = {r for r in run_ids if submitted[r].get("on_done")}
         statuses = await self.store.get_runs(run_ids)
         return {r: (status, submitted[r]) for r, status in statuses.items()}
 
@@ -422,8 +433,8 @@ class HookRunner:
             if not isinstance(argv, list) or not argv or not all(isinstance(w, str) and w for w in argv):
                 return None
             cwd = submitted.get("cwd")
-            return on_done_spec(argv), run_object(status.to_json(), submitted), cwd if isinstance(cwd, str) else None
-        run = run_object(status.to_json(), submitted)
+            return on_done_spec(argv), run_object(_fields(status), submitted), cwd if isinstance(cwd, str) else None
+        run = run_object(_fields(status), submitted)
         if not matches(self.spec, event, run):
             return None
         return self.spec, run, None
@@ -453,7 +464,7 @@ class HookRunner:
     async def _deliver(self, spec: HookSpec, event: RecordedEvent, run: Mapping[str, Any], cwd: str | None) -> None:
         attempt_no = 1 + self._recorded.pop(event.seq, (0, False))[0]
         retry_for_s = spec.webhook.retry_for_s if spec.webhook is not None else 0.0
-        body = json.dumps({"event": event.to_json(), "run": run}, ensure_ascii=False, separators=(",", ":")).encode()
+        body = json.dumps({"event": _fields(event), "run": run}, ensure_ascii=False, separators=(",", ":")).encode()
         first_at = time.monotonic()
         while True:
             result = await self._attempt(spec, event, run, cwd, body)
