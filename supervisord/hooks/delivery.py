@@ -237,7 +237,9 @@ class HookRunner:
         """The furthest the checkpoint may move now: before the first event
         under way (or whose final outcome is not committed), else to
         ``position``. ``finishing``: an event whose final outcome goes into
-        the transaction this checkpoint moves in (it counts as finished)."""
+        the transaction this checkpoint moves in (it counts as finished; the
+        events before it have all been looked at, even if ``position`` does
+        not say so yet)."""
         while self._ledger:
             seq, done = next(iter(self._ledger.items()))
             if not done:
@@ -246,7 +248,7 @@ class HookRunner:
         for seq, done in self._ledger.items():
             if not done and seq != finishing:
                 return seq - 1
-        return self.position
+        return max(self.position, finishing or 0)
 
     # -- the loop ------------------------------------------------------------
 
