@@ -126,6 +126,8 @@ BACKOFF_CAP_S: Final = 300.0
 _FLUSH_EVERY_S: Final = 10.0
 #: The most outcome events of one hook waiting to be appended.
 _OUTBOX: Final = 256
+#: How long the recorder gathers outcomes into one group before appending (seconds).
+_GATHER_S: Final = 0.02
 #: A hook task that fails unexpectedly starts again from its checkpoint after this.
 _RESTART_S: Final = 5.0
 _SUBMITTED_CACHE: Final = 1024
@@ -405,7 +407,23 @@ class HookRunner:
         ``run_ids`` that exist, in two queries at most (the Submitted data of
         runs seen before is cached)."""
         missing = [r for r in run_ids if r not in self._submitted]
-        firsts = await self.store.first_events(missing) if missing else {}
+        firsts: dict[str, RecordedEvent] = {}
+        statuses: dict[str, RunStatus] = {}
+
+        async def read_firsts() -> None:
+            firsts.update(await self.store.first_events(missing))
+
+        async def read_statuses() -> None:
+            statuses.update(await self.store.get_runs(run_ids))
+
+        if self.on_done:  # the statuses of the runs submitted with --on-done only: after the Submitted data
+            if missing:
+                await read_firsts()
+        else:  # both at once (the store has two read connections)
+            async with anyio.create_task_group() as tg:
+                if missing:
+                    tg.start_soon(read_firsts)
+                tg.start_soon(read_statuses)
         submitted: dict[str, dict[str, Any]] = {}
         for run_id in run_ids:
             data = self._submitted.get(run_id)
@@ -416,9 +434,8 @@ class HookRunner:
             submitted[run_id] = data
         while len(self._submitted) > _SUBMITTED_CACHE:
             self._submitted.popitem(last=False)
-        if self.on_done:  # only the runs submitted with --on-done need their status
-            run_ids = {r for r in run_ids if submitted[r].get("on_done")}
-        statuses = await self.store.get_runs(run_ids)
+        if self.on_done:
+            statuses.update(await self.store.get_runs({r for r in run_ids if submitted[r].get("on_done")}))
         return {r: (status, submitted[r]) for r, status in statuses.items()}
 
     def _target(
@@ -525,17 +542,19 @@ class HookRunner:
         await self._outbox.send(_Outcome(event, etype, data, final))
 
     async def _recorder(self, receive: MemoryObjectReceiveStream[_Outcome]) -> None:
-        """Append the outcomes in the order they were handed over: all those
-        waiting at once, concurrently (they share the store's transactions);
-        the next group after the last one is recorded."""
+        """Append the outcomes in the order they were handed over: those
+        handed over within :data:`_GATHER_S` of the first, concurrently
+        (they share the store's transactions); the next group after the
+        last one is recorded."""
         async with receive:
             async for first in receive:
                 group = [first]
-                while True:
-                    try:
-                        group.append(receive.receive_nowait())
-                    except anyio.WouldBlock:
-                        break
+                # Gather what else comes within a moment: a burst's outcomes
+                # then share a few transactions instead of one each, and
+                # their appends stay out of the way of the deliveries.
+                with anyio.move_on_after(_GATHER_S):
+                    while len(group) < _OUTBOX:
+                        group.append(await receive.receive())
                 async with anyio.create_task_group() as tg:
                     for outcome in group:
                         tg.start_soon(self._append_outcome, outcome)
