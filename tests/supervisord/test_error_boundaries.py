@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +26,6 @@ from supervisord.supervisor import Supervisor
 from tests.supervisord.jobsup_env import JobsupEnv
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def js(tmp_path: Path) -> Iterator[JobsupEnv]:
-    env = JobsupEnv(tmp_path)
-    yield env
-    env.close()
 
 
 # -- defect 1: a corrupt database at daemon start ------------------------------

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -65,13 +64,6 @@ def test_parses_the_common_forms(argv: list[str], expected: object) -> None:
 )
 def test_leaves_everything_else_to_click(argv: list[str]) -> None:
     assert parse(argv) is None
-
-
-@pytest.fixture
-def js(tmp_path: Path) -> Iterator[JobsupEnv]:
-    env = JobsupEnv(tmp_path)
-    yield env
-    env.close()
 
 
 def _run(js: JobsupEnv, entry: str, args: list[str]) -> tuple[int, str, str]:
