@@ -89,7 +89,8 @@ class Response:
         self._buf = b""  # bytes read from the socket; self._pos: how far consumed
         self._pos = 0
         self._eof = False
-        self._pending = b""  # body bytes read past the last readline()
+        self._pending = b""  # body bytes read past the last readline(), from self._ppos
+        self._ppos = 0
         self._started_chunks = False
         line = self._line()
         parts = line.split(None, 2)
@@ -179,8 +180,9 @@ class Response:
     def read1(self, n: int = _READ_SIZE) -> bytes:
         """Up to ``n`` bytes of the body, at least one unless it has ended
         (b""), without waiting for more than one read of the socket."""
-        if self._pending:
-            data, self._pending = self._pending[:n], self._pending[n:]
+        if self._ppos < len(self._pending):
+            data = self._pending[self._ppos : self._ppos + n]
+            self._ppos += len(data)
             return data
         return self._body_bytes(n)
 
@@ -215,19 +217,19 @@ class Response:
 
     def readline(self) -> bytes:
         """The body's next line, with its ``\\n`` (only ``\\n`` ends a line);
-        the last one may lack it; b"" at the end of the body."""
+        the last one may lack it; b"" at the end of the body. Each byte is
+        scanned and copied once however short the lines are."""
         parts: list[bytes] = []
-        pending = self._pending
         while True:
-            nl = pending.find(b"\n")
+            nl = self._pending.find(b"\n", self._ppos)
             if nl >= 0:
-                parts.append(pending[: nl + 1])
-                self._pending = pending[nl + 1 :]
+                parts.append(self._pending[self._ppos : nl + 1])
+                self._ppos = nl + 1
                 return b"".join(parts)
-            parts.append(pending)
-            pending = self._body_bytes(_READ_SIZE)
-            if not pending:
-                self._pending = b""
+            if self._ppos < len(self._pending):
+                parts.append(self._pending[self._ppos :])
+            self._pending, self._ppos = self._body_bytes(_READ_SIZE), 0
+            if not self._pending:
                 return b"".join(parts)
 
 
