@@ -637,6 +637,11 @@ class EventStore:
         )
         return LogArchive(*rows[0]) if rows else None
 
+    async def log_text_bytes(self, run_id: str) -> int:
+        """Bytes of log text ``run_id`` keeps in the database."""
+        rows = await self._read("SELECT COALESCE(SUM(bytes), 0) FROM log_blocks WHERE run_id = ?", (run_id,))
+        return int(rows[0][0])
+
     async def log_archives(self) -> list[LogArchive]:
         """Every ``log_archives`` row, by run id."""
         rows = await self._read(
