@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from store.errors import (
     ConcurrencyError,
+    LogArchiveError,
+    LogTextDeletedError,
     NotADatabaseError,
     SchemaTooNewError,
     StorageFullError,
-    LogArchiveError,
-    LogTextDeletedError,
     StoreClosedError,
     StoreError,
     StoreLockedError,

@@ -240,9 +240,21 @@ class ArchiveReader:
         with self._lock:
             i = self._block_at(after_line + 1)
             while i < len(self._blocks) and len(out) < max_blocks:
-                frame, at, first_line, lines, seq, stream, source, first_pos, _last, start, positions, nbytes, digest = (
-                    self._blocks[i]
-                )
+                (
+                    frame,
+                    at,
+                    first_line,
+                    lines,
+                    seq,
+                    stream,
+                    source,
+                    first_pos,
+                    _last,
+                    start,
+                    positions,
+                    nbytes,
+                    digest,
+                ) = self._blocks[i]
                 i += 1
                 if first_line + lines - 1 <= after_line:
                     continue

@@ -44,6 +44,7 @@ def _unlink_durably(path: Path) -> None:
     if path.parent.is_dir():
         arc.fsync_dir(path.parent)
 
+
 __all__ = ["EventStore", "LogArchive"]
 
 log = structlog.get_logger("store")
@@ -730,7 +731,8 @@ class EventStore:
                     for r in rows:
                         if r[10] is None:
                             raise LogArchiveError(f"run {run_id}: lines {r[0]}.. have no text in the database")
-                    await anyio.to_thread.run_sync(writer.add, rows, limiter=self._archive_limiter)
+                    block_rows: list[Any] = [tuple(r) for r in rows]
+                    await anyio.to_thread.run_sync(writer.add, block_rows, limiter=self._archive_limiter)
                     blocks += len(rows)
                     cursor = int(rows[-1][0])
                 digests = writer.digests()
@@ -790,7 +792,7 @@ class EventStore:
             keep = {a.file for a in await self.log_archives() if a.deleted_seq is None}
 
             def clean() -> list[Path]:
-                removed = []
+                removed: list[Path] = []
                 if not self.archive_dir.is_dir():
                     return removed
                 for entry in self.archive_dir.iterdir():

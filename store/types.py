@@ -128,8 +128,16 @@ LOGS_DELETED: Final = "LogsDeleted"
 
 #: Event types that change projected columns beyond the bookkeeping ones.
 PROJECTED_TYPES: Final[frozenset[str]] = frozenset(
-    {SUBMITTED, PHASE_CHANGED, HANDLE_RECORDED, LOG_LINES, LOG_INGEST_PENDING, LOG_INGEST_DONE, LOGS_ARCHIVED,
-     LOGS_DELETED}
+    {
+        SUBMITTED,
+        PHASE_CHANGED,
+        HANDLE_RECORDED,
+        LOG_LINES,
+        LOG_INGEST_PENDING,
+        LOG_INGEST_DONE,
+        LOGS_ARCHIVED,
+        LOGS_DELETED,
+    }
 )
 
 

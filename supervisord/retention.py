@@ -127,6 +127,10 @@ def _make_writable(func: Any, path: str, exc_info: Any) -> None:
         raise exc_info[1]
 
 
+def _rmtree(folder: Path) -> None:
+    shutil.rmtree(folder, onerror=_make_writable)
+
+
 class Retention:
     """Retention passes over one store and state dir."""
 
@@ -282,7 +286,7 @@ class Retention:
             if dry_run:
                 continue
             try:
-                await anyio.to_thread.run_sync(lambda f=folder: shutil.rmtree(f, onerror=_make_writable))
+                await anyio.to_thread.run_sync(_rmtree, folder)
             except OSError as exc:
                 log.warning("retention.run_dir_failed", run_id=run.id, path=str(folder), error=str(exc))
                 report["errors"].append(f"run {run.id}: removing {folder} failed: {exc}")
@@ -343,4 +347,3 @@ def _db_bytes(path: Path) -> int:
         except OSError:
             pass
     return total
-

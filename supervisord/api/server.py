@@ -24,12 +24,12 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from store import EventStore, LogLine
 from supervisord.api.logs_route import logs_response
-from supervisord.retention import Retention, parse_age
 from supervisord.api.scheduler_routes import scheduler_routes
 from supervisord.api.wire import API_PREFIX, to_wire
 from supervisord.exceptions import JobsupError, StorageError, UsageError, map_store_errors
 from supervisord.health import storage_json
 from supervisord.readside import ReadSide
+from supervisord.retention import Retention, parse_age
 from supervisord.scheduler.driver import Scheduler
 from supervisord.submit import Planner, SubmitRequest
 from supervisord.supervisor import Supervisor

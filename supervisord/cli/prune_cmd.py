@@ -25,9 +25,16 @@ def _size(n: int) -> str:
 
 
 @click.command("prune")
-@click.option("--older-than", "older_than", required=True, help="Runs that ended longer ago: 90s, 30m, 4h, 30d (0s: every ended run).")
+@click.option(
+    "--older-than",
+    "older_than",
+    required=True,
+    help="Runs that ended longer ago: 90s, 30m, 4h, 30d (0s: every ended run).",
+)
 @click.option("--dry-run", is_flag=True, help="Only say what each kind would free; change nothing.")
-@click.option("--delete-archives", is_flag=True, help="Also delete the archived log text (LogsDeleted keeps its digest).")
+@click.option(
+    "--delete-archives", is_flag=True, help="Also delete the archived log text (LogsDeleted keeps its digest)."
+)
 @click.option("--run-dirs", is_flag=True, help="Also remove those runs' folders and the snapshots no run needs.")
 @output_option()
 def prune(older_than: str, dry_run: bool, delete_archives: bool, run_dirs: bool, output: str) -> None:
