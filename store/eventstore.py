@@ -20,7 +20,7 @@ import structlog
 
 from store import archive as arc
 from store.errors import LogArchiveError, LogTextDeletedError, StoreClosedError, StoreError
-from store.logblocks import LogBlock, block_lines, skip_lines
+from store.logblocks import LogBlock, block_lines, lines_after
 from store.projections import RUN_COLUMNS, Projector, run_status_from_row, validate_event
 from store.schema import Synchronous, open_connection, translate_error
 from store.subscriptions import Subscriptions
@@ -595,7 +595,7 @@ class EventStore:
                 raise StoreError(f"{self.path}: run {run_id}: the text of lines {first_line}.. is not in the database")
             raw = bytes(text)
             if first_line <= after_line:
-                raw = skip_lines(raw, after_line + 1 - first_line)
+                raw = lines_after(raw, after_line + 1 - first_line, lines)
             pieces.append(raw)
             last = first_line + lines - 1
         return last, b"".join(pieces)
