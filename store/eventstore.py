@@ -365,6 +365,13 @@ class EventStore:
         problem = self._writer.problem
         return None if problem is None else problem.to_json()
 
+    def storage_incidents(self) -> tuple[int, dict[str, Any] | None]:
+        """How many storage troubles have started since the store opened,
+        and the last one that ended: ``{"kind", "message", "since",
+        "resumed_at", "attempts"}`` (None before any). An appender compares
+        the count before and after its append to learn that it waited."""
+        return self._writer.incidents, self._writer.last_incident
+
     # -- subscriber checkpoints ----------------------------------------------------
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:

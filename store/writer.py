@@ -192,6 +192,10 @@ class Writer:
         self._last_warning = 0.0
         #: The current storage trouble, None while writes succeed.
         self.problem: StorageProblem | None = None
+        #: Storage troubles so far (each counted when it starts), and the
+        #: last one that ended with ``resumed_at`` (UTC, RFC 3339).
+        self.incidents = 0
+        self.last_incident: dict[str, Any] | None = None
         self.transactions = 0
         self.commit_times: collections.deque[tuple[int, int]] = collections.deque(maxlen=10_000)
 
@@ -328,6 +332,8 @@ class Writer:
         now = time.monotonic()
         first = self.problem is None or self.problem.kind != kind
         since = utc_now() if first or self.problem is None else self.problem.since
+        if first:
+            self.incidents += 1
         self.problem = StorageProblem(kind, str(err), since, len(self._retry))
         if first or now - self._last_warning >= _REMIND_S:
             self._last_warning = now
@@ -352,6 +358,8 @@ class Writer:
                 since=self.problem.since,
                 attempts=self._attempts,
             )
+            self.last_incident = {**self.problem.to_json(), "resumed_at": utc_now(), "attempts": self._attempts}
+            self.last_incident.pop("waiting", None)
         self.problem = None
         self._attempts = 0
 

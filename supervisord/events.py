@@ -55,6 +55,7 @@ __all__ = [
     "LOGS_ARCHIVED",
     "LOGS_DELETED",
     "RUN_DIR_REMOVED",
+    "STORAGE_TROUBLE",
 ]
 
 
@@ -287,4 +288,14 @@ RUN_DIR_REMOVED: Final = define(
     "RunDirRemoved",
     writer="retention (retention.run_dirs_after, `jobsup prune --run-dirs`): the run's folder was removed",
     data={"path": "*required* str: the folder", "bytes": "int: disk space freed", "files": "int: files removed"},
+)
+STORAGE_TROUBLE: Final = define(
+    "StorageTrouble",
+    writer="supervisor, after one of the run's appends waited out storage trouble (a full disk, a held lock)",
+    data={
+        "kind": "*required* disk full | locked | I/O error",
+        "message": "str: the store's error",
+        "since": "str: UTC, when writing stopped",
+        "resumed_at": "str: UTC, when it worked again",
+    },
 )
