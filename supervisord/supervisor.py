@@ -156,7 +156,7 @@ class _Reporter:
         if count == incidents_before or last is None:
             return
         st = self._state
-        data = {k: last[k] for k in ("kind", "message", "since", "resumed_at") if k in last}
+        data: dict[str, Any] = {k: last[k] for k in ("kind", "message", "since", "resumed_at") if k in last}
         recorded = await self._store.append(
             st.spec.run_id, None, [NewEvent(STORAGE_TROUBLE, data)], wait_for_storage=True
         )

@@ -59,7 +59,9 @@ def test_yes_for_3_seconds_is_ingested_once_in_bounded_memory(js: JobsupEnv, tmp
     recorded = sum(e["data"].get("bytes", 0) for e in events if e["type"] == "LogLines")
     lines = js.show(run_id)["log_lines"]
     stdout_log = js.state_dir / "runs" / run_id / "stdout.log"
-    print(f"flood: {recorded:,} bytes, {lines:,} lines; daemon RSS peak {peak / 2**20:.0f} MB, VmHWM {hwm / 2**20:.0f} MB")
+    print(
+        f"flood: {recorded:,} bytes, {lines:,} lines; daemon RSS peak {peak / 2**20:.0f} MB, VmHWM {hwm / 2**20:.0f} MB"
+    )
     assert recorded > 50 * 2**20, recorded  # a real flood, even on a loaded machine
     assert recorded == 2 * lines  # "y\n", each line once
     assert stdout_log.stat().st_size == recorded  # every byte the job wrote, recorded once
