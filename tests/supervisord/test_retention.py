@@ -9,6 +9,7 @@ in the middle of archiving loses nothing."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -131,10 +132,10 @@ def test_snapshots_no_run_needs_are_removed(js: JobsupEnv, tmp_path: Path) -> No
     js.cli("wait", run_id, "--timeout", "120s")
     [snap] = list((js.state_dir / "snapshots").glob("*/*.tar"))
     held = js.submit(repo, "--name", "held", "--hold", "--", "python3 emit.py")  # same commit, not terminal
-    import os
-
     os.utime(snap, (1, 1))  # as if written long ago
-    assert _prune(js, "--run-dirs")["snapshots"]["count"] == 0 and snap.exists()  # the held run needs it
+    first = _prune(js, "--run-dirs")
+    assert first["snapshots"]["count"] == 0 and snap.exists()  # the held run needs it
+    assert first["run_dirs"]["run_ids"] == [run_id]  # never a run that is not terminal
     js.cli("cancel", held)
     report = _prune(js, "--run-dirs")
     assert report["snapshots"]["files"] == [str(snap)] and not snap.exists()
@@ -157,3 +158,16 @@ def test_daemon_killed_mid_archive_loses_nothing(js: JobsupEnv, tmp_path: Path, 
     assert _db_blocks(js, run_id) == 0
     assert [e["type"] for e in _events(js, run_id)].count("LogsArchived") == 1
     assert sorted(p.name for p in (js.state_dir / "archive").iterdir()) == [f"{run_id}.jslog"]
+
+
+def test_retention_config_is_validated_naming_the_key(tmp_path: Path) -> None:
+    js = JobsupEnv(tmp_path)
+    config = tmp_path / "daemon.yaml"
+    config.write_text("retention:\n  archive_logs_after: 30 days\n")
+    js.env["JOBSUP_DAEMON_CONFIG"] = str(config)
+    r = js.cli("config", "validate", check=False)
+    assert r.returncode == 2 and "retention.archive_logs_after" in r.stderr, r.stderr
+    config.write_text("retention:\n  archive_logs_after: 30d\n  run_dirs_after: 7d\n")
+    assert js.cli("config", "validate", check=False).returncode == 0
+    bad = js.cli("prune", "--older-than", "soon", check=False)
+    assert bad.returncode == 2 and "--older-than" in bad.stderr
