@@ -822,7 +822,9 @@ class EventStore:
         self._check_open()
 
         async def step(conn: aiosqlite.Connection) -> int:
-            await conn.execute_fetchall(f"PRAGMA incremental_vacuum({int(pages)})")
+            # executescript steps the statement to its end: a plain execute
+            # runs one step of the pragma, which frees a single page.
+            await conn.executescript(f"PRAGMA incremental_vacuum({int(pages)});")
             rows = list(await conn.execute_fetchall("PRAGMA freelist_count"))
             left = int(rows[0][0])
             if left == 0:
