@@ -32,6 +32,10 @@ lines after it, and a position repeated within the block is kept once.
 No per-line rows are kept for this: the newest position of each source
 (``log_sources``) is enough.
 
+Retention (:mod:`store.archive`) moves a terminal run's blocks into one
+verified file and deletes their rows, in the transaction that records
+``LogsArchived``; reads of those lines then come from the file.
+
 Migration to schema 3 (:func:`migrate_v3`) turns the lines of schema-2
 ``LogLines`` events (which held ``[pos, text]`` pairs) into blocks, by the
 schema-2 rule (a position already recorded adds nothing).
