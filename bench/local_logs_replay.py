@@ -21,7 +21,8 @@ bench reads in 64 KiB chunks, counting newlines:
   the same pipe loop and into a file (``peer_*``), and the ratio;
 * ``tail_s``: ``jobsup logs RUN --tail 100`` (spawn until exit) of a second
   run of ``--tail-lines`` lines (default 10,000,000), against ``tail -n 100
-  FILE`` of its bytes; and ``tail_archived_s``: the same once that run's
+  FILE`` of its bytes; ``tail_api_s``: the same request made from the bench
+  process (the daemon's share, no CLI start-up); ``tail_archived_s``: the same once that run's
   text is archived (``jobsup prune``; the first read checks the archive's
   digest, the figure is the median of the later ones).
 
@@ -96,6 +97,19 @@ def timed(env: BenchEnv, argv: list[str], out: Path) -> float:
     return took
 
 
+def api_tail(env: BenchEnv, run_id: str) -> float:
+    """Seconds for ``GET /runs/{id}/logs?tail=100`` over the socket from this
+    process (the daemon's part of ``--tail 100``, without the CLI's start-up)."""
+    with env.client() as client:
+        t0 = time.perf_counter()
+        text = b"".join(client.logs_text(run_id, tail=100))
+        took = time.perf_counter() - t0
+    lines = text.count(b"\n")
+    if lines != 100:
+        raise RuntimeError(f"the API tail gave {lines} lines")
+    return took
+
+
 def run_emit(env: BenchEnv, repo: Path, n: int, name: str) -> str:
     """Submit the emitter for ``n`` lines and wait until they are all recorded."""
     marker = env.root / f"{name}.done"
@@ -137,6 +151,8 @@ def main() -> None:
         tails: list[float] = []
         peer_tails: list[float] = []
         archived_tails: list[float] = []
+        api_tails: list[float] = []
+        archived_api_tails: list[float] = []
         if tail_n:
             big = run_emit(env, repo, tail_n, "big")
             big_copy = env.root / "big.log"
@@ -144,6 +160,7 @@ def main() -> None:
             for _ in range(max(3, args.repeat)):
                 tails.append(timed(env, env.cli_argv("logs", big, "--tail", "100"), env.root / "tail.out"))
                 peer_tails.append(timed(env, ["tail", "-n", "100", str(big_copy)], env.root / "tail.out"))
+                api_tails.append(api_tail(env, big))
             expected = subprocess.run(["tail", "-n", "100", str(big_copy)], capture_output=True, check=True).stdout
             if (env.root / "tail.out").read_bytes() != expected:
                 raise RuntimeError("jobsup logs --tail 100 differs from tail -n 100")
@@ -152,6 +169,7 @@ def main() -> None:
                            capture_output=True)  # fmt: skip
             for _ in range(max(3, args.repeat) + 1):
                 archived_tails.append(timed(env, env.cli_argv("logs", big, "--tail", "100"), env.root / "tail.out"))
+                archived_api_tails.append(api_tail(env, big))
             if (env.root / "tail.out").read_bytes() != expected:
                 raise RuntimeError("jobsup logs --tail 100 of the archived run differs from tail -n 100")
         load_after = load_average()
@@ -180,8 +198,10 @@ def main() -> None:
             Figure("tail_run_lines", tail_n, "lines"),
             Figure("tail_s", statistics.median(tails), "s", "< 0.150", statistics.median(tails) < 0.150),
             Figure("peer_tail_n_s", statistics.median(peer_tails), "s"),
+            Figure("tail_api_s", statistics.median(api_tails), "s"),
             Figure("tail_archived_first_s", archived_tails[0], "s"),
             Figure("tail_archived_s", statistics.median(archived_tails[1:]), "s"),
+            Figure("tail_archived_api_s", statistics.median(archived_api_tails), "s"),
         ]
     report(
         "local_logs_replay",
