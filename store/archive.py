@@ -98,7 +98,9 @@ class ArchiveWriter:
         self.final = final
         self.partial = final.with_name(final.name + ".partial")
         self.run_id = run_id
-        final.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not final.parent.is_dir():
+            final.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fsync_dir(final.parent.parent)  # the new folder's own entry is durable too
         self._f = open(self.partial, "wb")  # noqa: SIM115 - closed by finish/abort
         self._f.write(_MAGIC)
         self._offset = len(_MAGIC)
