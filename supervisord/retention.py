@@ -148,10 +148,16 @@ class Retention:
         for run in runs:
             if not run.terminal:
                 continue
-            for e in await self.store.read_all(0, limit=1000, run_id=run.id, types=[PHASE_CHANGED]):
-                if e.data.get("phase") in TERMINAL_PHASES:
-                    out[run.id] = e.at
+            cursor = 0
+            while run.id not in out:
+                page = await self.store.read_all(cursor, limit=1000, run_id=run.id, types=[PHASE_CHANGED])
+                if not page:
                     break
+                for e in page:
+                    if e.data.get("phase") in TERMINAL_PHASES:
+                        out[run.id] = e.at
+                        break
+                cursor = page[-1].seq
         return out
 
     @staticmethod
