@@ -828,7 +828,9 @@ class EventStore:
             rows = list(await conn.execute_fetchall("PRAGMA freelist_count"))
             left = int(rows[0][0])
             if left == 0:
-                await conn.execute_fetchall("PRAGMA wal_checkpoint(PASSIVE)")
+                # Copy the WAL back and reset it, so the file shrinks now (a
+                # reader still on an old snapshot only makes this partial).
+                await conn.execute_fetchall("PRAGMA wal_checkpoint(TRUNCATE)")
             return left
 
         return int(await self._writer.exclusive(step))

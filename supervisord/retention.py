@@ -185,7 +185,7 @@ class Retention:
         Returns ``{"dry_run", "archive": {runs, lines, bytes, run_ids},
         "delete_archives": {runs, bytes, run_ids}, "run_dirs": {runs,
         bytes, files, run_ids}, "snapshots": {count, bytes, files},
-        "database": {bytes_before, bytes_after}, "errors": [str]}``
+        "database": {bytes_before, bytes_after} (pages x page size), "errors": [str]}``
         (``bytes``: what is freed -- database text, archive files, folder
         and snapshot files)."""
         async with self._lock:
@@ -204,7 +204,7 @@ class Retention:
             "delete_archives": {"runs": 0, "bytes": 0, "run_ids": []},
             "run_dirs": {"runs": 0, "bytes": 0, "files": 0, "run_ids": []},
             "snapshots": {"count": 0, "bytes": 0, "files": []},
-            "database": {"bytes_before": _db_bytes(store.path), "bytes_after": None},
+            "database": {"bytes_before": await _db_bytes(store), "bytes_after": None},
             "errors": [],
         }
         if older_than_s is not None:
@@ -251,7 +251,7 @@ class Retention:
         if not dry_run:
             for path in await store.clean_archive_dir():
                 log.info("retention.removed_leftover", path=str(path))
-        report["database"]["bytes_after"] = _db_bytes(store.path)
+        report["database"]["bytes_after"] = await _db_bytes(store)
         return report
 
     async def vacuum(self) -> None:
@@ -345,11 +345,8 @@ class Retention:
             await anyio.sleep(PASS_INTERVAL_S)
 
 
-def _db_bytes(path: Path) -> int:
-    total = 0
-    for p in (path, path.with_name(path.name + "-wal")):
-        try:
-            total += p.stat().st_size
-        except OSError:
-            pass
-    return total
+async def _db_bytes(store: EventStore) -> int:
+    """The database's size as SQLite counts it (pages x page size): the
+    file's size once the WAL is checkpointed."""
+    pages = await store.database_pages()
+    return pages["page_count"] * pages["page_size"]
