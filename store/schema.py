@@ -215,7 +215,12 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         run=migrate_v3,
     ),
     # No LogsArchived event exists before this step: the table starts empty.
-    Migration("archived log text (retention): log_archives", (_LOG_ARCHIVES_DDL,)),
+    # Self-contained and idempotent, so its place can change when branches
+    # adding other steps are merged.
+    Migration(
+        "archived log text (retention): log_archives",
+        (_LOG_ARCHIVES_DDL.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1),),
+    ),
 )
 
 #: The schema version this jobsup writes.
