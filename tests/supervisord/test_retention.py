@@ -47,6 +47,7 @@ def _reads(js: JobsupEnv, run_id: str) -> dict[str, str]:
         "all": js.cli("logs", run_id).stdout,
         "tail": js.cli("logs", run_id, "--tail", "100").stdout,
         "json": js.cli("logs", run_id, "-o", "json").stdout,
+        "follow": js.cli("logs", run_id, "-f", "--tail", "1000").stdout,
     }
 
 
