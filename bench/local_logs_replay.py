@@ -14,10 +14,20 @@ bench reads in 64 KiB chunks, counting newlines:
 * ``lines_per_s``: N / (spawn until EOF and exit), and the streaming rate
   alone, N / (first line until EOF);
 * the CPU seconds of the CLI process (``wait4`` rusage) and of the daemon
-  (``/proc/PID/stat``) per replay, to show which side bounds the rate.
+  (``/proc/PID/stat``) per replay, to show which side bounds the rate;
+* ``to_file_lines_per_s``: ``jobsup logs RUN > FILE`` (stdout a regular
+  file), N / (spawn until exit);
+* the peer, in the same run: ``cat FILE`` of the very same bytes, through
+  the same pipe loop and into a file (``peer_*``), and the ratio;
+* ``tail_s``: ``jobsup logs RUN --tail 100`` (spawn until exit) of a second
+  run of ``--tail-lines`` lines (default 10,000,000), against ``tail -n 100
+  FILE`` of its bytes; ``tail_api_s``: the same request made from the bench
+  process (the daemon's share, no CLI start-up); ``tail_archived_s``: the same once that run's
+  text is archived (``jobsup prune``; the first read checks the archive's
+  digest, the figure is the median of the later ones).
 
-    python bench/local_logs_replay.py            # N = 1,000,000
-    python bench/local_logs_replay.py --small    # N = 100,000
+    python bench/local_logs_replay.py            # N = 1,000,000; tail of 10,000,000
+    python bench/local_logs_replay.py --small    # N = 100,000; tail of 1,000,000
 """
 
 from __future__ import annotations
@@ -28,18 +38,21 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from _harness import EMIT_PY, BenchEnv, Figure, cpu_seconds, load_average, make_repo, report
 
 
-def replay(env: BenchEnv, run_id: str, daemon_pid: int, n: int) -> dict[str, float]:
-    """One ``jobsup logs RUN`` through a pipe; the figures of the module docstring."""
+def replay(env: BenchEnv, run_id: str, daemon_pid: int, n: int, argv: list[str] | None = None) -> dict[str, float]:
+    """One ``jobsup logs RUN`` (or ``argv``, the peer) through a pipe; the
+    figures of the module docstring."""
     cpu0 = cpu_seconds(daemon_pid)
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        env.cli_argv("logs", run_id), env=env.env, cwd=env.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
+        argv or env.cli_argv("logs", run_id), env=env.env, cwd=env.root, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
     assert proc.stdout is not None
     first: float | None = None
     lines = 0
@@ -73,34 +86,96 @@ def replay(env: BenchEnv, run_id: str, daemon_pid: int, n: int) -> dict[str, flo
     }
 
 
+def timed(env: BenchEnv, argv: list[str], out: Path) -> float:
+    """Seconds from spawning ``argv`` (stdout into the file ``out``) until it exited 0."""
+    with out.open("wb") as f:
+        t0 = time.perf_counter()
+        proc = subprocess.run(argv, env=env.env, cwd=env.root, stdout=f, stderr=subprocess.PIPE, check=False)
+        took = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv[:4]} exited {proc.returncode}: {proc.stderr.decode(errors='replace').strip()}")
+    return took
+
+
+def api_tail(env: BenchEnv, run_id: str) -> float:
+    """Seconds for ``GET /runs/{id}/logs?tail=100`` over the socket from this
+    process (the daemon's part of ``--tail 100``, without the CLI's start-up)."""
+    with env.client() as client:
+        t0 = time.perf_counter()
+        text = b"".join(client.logs_text(run_id, tail=100))
+        took = time.perf_counter() - t0
+    lines = text.count(b"\n")
+    if lines != 100:
+        raise RuntimeError(f"the API tail gave {lines} lines")
+    return took
+
+
+def run_emit(env: BenchEnv, repo: Path, n: int, name: str) -> str:
+    """Submit the emitter for ``n`` lines and wait until they are all recorded."""
+    marker = env.root / f"{name}.done"
+    with env.client() as client:
+        body = env.submit_body(repo, f"{sys.executable} emit.py {n} {marker}", name=name)
+        run_id = str(client.submit(body)["run"]["id"])
+        result: dict[str, Any] = {}
+        for obj in client.wait([run_id], for_="terminal", timeout=3600):
+            result = obj.get("result") or result
+        run = result["runs"][0]
+        if run["phase"] != "COMPLETED" or run["log_lines"] != n:
+            raise RuntimeError(f"set-up run {run_id} ended {run['phase']} with {run['log_lines']} of {n} lines")
+    return run_id
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--small", action="store_true", help="100,000 lines instead of 1,000,000")
     parser.add_argument("-n", type=int, help="lines")
     parser.add_argument("--repeat", type=int, default=3, help="replays (median reported)")
+    parser.add_argument("--tail-lines", type=int, help="lines of the --tail run (default 10,000,000; 0: skip)")
     args = parser.parse_args()
     n = args.n or (100_000 if args.small else 1_000_000)
+    tail_n = args.tail_lines if args.tail_lines is not None else (1_000_000 if args.small else 10_000_000)
 
     with BenchEnv("replay") as env:
         repo = make_repo(env.root / "proj", {"emit.py": EMIT_PY})
         pid = env.start_daemon()
-        marker = env.root / "emit.done"
-        with env.client() as client:
-            run_id = client.submit(env.submit_body(repo, f"{sys.executable} emit.py {n} {marker}", name="emit"))["run"][
-                "id"
-            ]
-            result: dict[str, Any] = {}
-            for obj in client.wait([run_id], for_="terminal", timeout=1800):
-                result = obj.get("result") or result
-            run = result["runs"][0]
-            if run["phase"] != "COMPLETED" or run["log_lines"] != n:
-                raise RuntimeError(f"set-up run {run_id} ended {run['phase']} with {run['log_lines']} of {n} lines")
+        run_id = run_emit(env, repo, n, "emit")
+        copy = env.root / "copy.log"
+        timed(env, env.cli_argv("logs", run_id), copy)  # the peer's bytes: the same text, in a file
         load_before = load_average()
-        runs = [replay(env, run_id, pid, n) for _ in range(args.repeat)]
+        runs, peers, to_file, peer_to_file = [], [], [], []
+        for _ in range(args.repeat):
+            runs.append(replay(env, run_id, pid, n))
+            peers.append(replay(env, run_id, pid, n, argv=["cat", str(copy)]))
+            to_file.append(n / timed(env, env.cli_argv("logs", run_id), env.root / "out.log"))
+            peer_to_file.append(n / timed(env, ["cat", str(copy)], env.root / "out.log"))
+        tails: list[float] = []
+        peer_tails: list[float] = []
+        archived_tails: list[float] = []
+        api_tails: list[float] = []
+        archived_api_tails: list[float] = []
+        if tail_n:
+            big = run_emit(env, repo, tail_n, "big")
+            big_copy = env.root / "big.log"
+            timed(env, env.cli_argv("logs", big), big_copy)
+            for _ in range(max(3, args.repeat)):
+                tails.append(timed(env, env.cli_argv("logs", big, "--tail", "100"), env.root / "tail.out"))
+                peer_tails.append(timed(env, ["tail", "-n", "100", str(big_copy)], env.root / "tail.out"))
+                api_tails.append(api_tail(env, big))
+            expected = subprocess.run(["tail", "-n", "100", str(big_copy)], capture_output=True, check=True).stdout
+            if (env.root / "tail.out").read_bytes() != expected:
+                raise RuntimeError("jobsup logs --tail 100 differs from tail -n 100")
+            big_copy.unlink()
+            subprocess.run(env.cli_argv("prune", "--older-than", "0s"), env=env.env, cwd=env.root, check=True,
+                           capture_output=True)  # fmt: skip
+            for _ in range(max(3, args.repeat) + 1):
+                archived_tails.append(timed(env, env.cli_argv("logs", big, "--tail", "100"), env.root / "tail.out"))
+                archived_api_tails.append(api_tail(env, big))
+            if (env.root / "tail.out").read_bytes() != expected:
+                raise RuntimeError("jobsup logs --tail 100 of the archived run differs from tail -n 100")
         load_after = load_average()
 
-    def med(key: str) -> float:
-        return statistics.median(r[key] for r in runs)
+    def med(key: str, rows: list[dict[str, float]] | None = None) -> float:
+        return statistics.median(r[key] for r in (runs if rows is None else rows))
 
     figures = [
         Figure("lines", n, "lines"),
@@ -110,7 +185,24 @@ def main() -> None:
         Figure("streaming_lines_per_s", med("streaming_lines_per_s"), "lines/s"),
         Figure("cli_cpu_s", med("cli_cpu_s"), "s"),
         Figure("daemon_cpu_s", med("daemon_cpu_s"), "s"),
-    ]
+        Figure("peer_cat_lines_per_s", med("lines_per_s", peers), "lines/s"),
+        Figure("peer_cat_first_line_s", med("first_line_s", peers), "s"),
+        Figure("ratio_to_cat", med("lines_per_s") / med("lines_per_s", peers), "x"),
+        Figure("to_file_lines_per_s", statistics.median(to_file), "lines/s", ">= 1,000,000",
+               statistics.median(to_file) >= 1_000_000),
+        Figure("peer_cat_to_file_lines_per_s", statistics.median(peer_to_file), "lines/s"),
+    ]  # fmt: skip
+    figures[1].target, figures[1].met = "< 0.150", med("first_line_s") < 0.150
+    if tails:
+        figures += [
+            Figure("tail_run_lines", tail_n, "lines"),
+            Figure("tail_s", statistics.median(tails), "s", "< 0.150", statistics.median(tails) < 0.150),
+            Figure("peer_tail_n_s", statistics.median(peer_tails), "s"),
+            Figure("tail_api_s", statistics.median(api_tails), "s"),
+            Figure("tail_archived_first_s", archived_tails[0], "s"),
+            Figure("tail_archived_s", statistics.median(archived_tails[1:]), "s"),
+            Figure("tail_archived_api_s", statistics.median(archived_api_tails), "s"),
+        ]
     report(
         "local_logs_replay",
         figures,

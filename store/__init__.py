@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from store.errors import (
     ConcurrencyError,
+    LogArchiveError,
+    LogTextDeletedError,
     NotADatabaseError,
     SchemaTooNewError,
     StorageFullError,
@@ -28,6 +30,8 @@ from store.types import (
     LOG_INGEST_DONE,
     LOG_INGEST_PENDING,
     LOG_LINES,
+    LOGS_ARCHIVED,
+    LOGS_DELETED,
     PHASE_CHANGED,
     PHASE_RANK,
     PHASES,
@@ -76,6 +80,10 @@ __all__ = [
     "StorageFullError",
     "StoreLockedError",
     "StoreClosedError",
+    "LogArchiveError",
+    "LogTextDeletedError",
+    "LOGS_ARCHIVED",
+    "LOGS_DELETED",
 ]
 
 if TYPE_CHECKING:

@@ -25,6 +25,8 @@ __all__ = [
     "StorageFullError",
     "StoreLockedError",
     "StoreClosedError",
+    "LogArchiveError",
+    "LogTextDeletedError",
 ]
 
 
@@ -73,3 +75,14 @@ class StoreLockedError(StoreError):
 
 class StoreClosedError(StoreError):
     """The store is closed; no more appends or reads are possible."""
+
+
+class LogArchiveError(StoreError):
+    """A run's archived log text cannot be read as recorded: its archive
+    file is missing, unreadable, or differs from the sha256 its
+    ``LogsArchived`` event recorded. Nothing of it is returned."""
+
+
+class LogTextDeletedError(StoreError):
+    """A run's log text was deleted by retention (a ``LogsDeleted`` event:
+    the message says when and the digest the text had)."""

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import os
+import signal
 import sqlite3
 from collections.abc import AsyncIterator, Collection, Sequence
 from pathlib import Path
@@ -16,21 +18,77 @@ import aiosqlite
 import anyio
 import structlog
 
-from store.errors import StoreClosedError, StoreError
-from store.logblocks import LogBlock, block_lines, skip_lines
+from store import archive as arc
+from store.errors import LogArchiveError, LogTextDeletedError, StoreClosedError, StoreError
+from store.logblocks import LogBlock, block_lines, lines_after
 from store.projections import RUN_COLUMNS, Projector, run_status_from_row, validate_event
 from store.schema import Synchronous, open_connection, translate_error
 from store.subscriptions import Subscriptions
-from store.types import LOG_LINES, TERMINAL_PHASES, Checkpoint, LogLine, NewEvent, RecordedEvent, RunStatus
+from store.types import (
+    LOG_LINES,
+    LOGS_ARCHIVED,
+    LOGS_DELETED,
+    TERMINAL_PHASES,
+    Checkpoint,
+    LogLine,
+    NewEvent,
+    RecordedEvent,
+    RunStatus,
+)
 from store.writer import PreparedEvent, Writer
 
-__all__ = ["EventStore"]
+
+def _unlink_durably(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    arc.forget_reader(path)
+    if path.parent.is_dir():
+        arc.fsync_dir(path.parent)
+
+
+__all__ = ["EventStore", "LogArchive"]
 
 log = structlog.get_logger("store")
 
 _T = TypeVar("_T")
 _READERS: Final = 2
 _EVENT_COLUMNS: Final = "seq, run_id, version, type, at, data"
+#: Blocks read from the database per step while a run is archived (each up to 4 MiB).
+_ARCHIVE_READ_BLOCKS: Final = 4
+_BLOCK_ROW: Final = "first_line, lines, seq, stream, source, first_pos, last_pos, start, positions, bytes, text"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LogArchive:
+    """Where a run's archived log text is (one ``log_archives`` row):
+    lines 1..``lines`` are in ``file`` (a name in the archive folder) whose
+    sha256 is ``sha256``; ``deleted_at``/``deleted_seq`` once retention
+    deleted it (``LogsDeleted``)."""
+
+    run_id: str
+    file: str
+    sha256: str
+    lines: int
+    bytes: int
+    archived_seq: int
+    archived_at: str
+    deleted_seq: int | None
+    deleted_at: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        """A plain dict with the same keys."""
+        return dataclasses.asdict(self)
+
+
+def _fault(step: str) -> None:
+    """Fault injection for the crash tests: ``JOBSUP_FAULT_ARCHIVE=<step>``
+    kills this process (SIGKILL) when archiving reaches ``step``
+    (``writing``: the text is in the temporary ``.partial`` file, its
+    index not yet; ``renamed``: the file is complete and in place, its
+    event not recorded; ``committed``: the event recorded, the database
+    not yet vacuumed)."""
+    if os.environ.get("JOBSUP_FAULT_ARCHIVE") == step:
+        log.warning("store.fault_injected", step=step)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _event_from_row(row: Sequence[Any]) -> RecordedEvent:
@@ -78,8 +136,16 @@ class EventStore:
         writer: Writer,
         subscriptions: Subscriptions,
         busy_timeout_s: float,
+        archive_dir: Path | None = None,
     ) -> None:
         self.path = path
+        #: Where archived log text goes (retention): one file per run.
+        self.archive_dir = archive_dir if archive_dir is not None else path.parent / "archive"
+        # Archiving and cleaning the archive folder never overlap; file work
+        # (compression, hashing) runs in worker threads, one at a time.
+        self._archive_lock = anyio.Lock()
+        self._archive_limiter = anyio.CapacityLimiter(1)
+        self._read_limiter = anyio.CapacityLimiter(2)
         self._writer_conn = writer_conn
         self._readers = readers
         self._next_reader = itertools.cycle(readers)
@@ -100,6 +166,7 @@ class EventStore:
         synchronous: Synchronous = "FULL",
         busy_timeout_s: float = 5.0,
         commit_window_s: float = 0.002,
+        archive_dir: str | os.PathLike[str] | None = None,
     ) -> EventStore:
         """Open the database at ``path`` (creating it and its folder if
         missing), apply forward migrations and start the writer task.
@@ -112,7 +179,8 @@ class EventStore:
         write waits for another process's lock before
         :class:`StoreLockedError`. ``commit_window_s``: how long the writer
         keeps collecting appends into one transaction (0 = only what is
-        already queued).
+        already queued). ``archive_dir``: where retention puts archived log
+        text (default: ``archive`` beside the database).
 
         Raises NotADatabaseError (not SQLite or corrupt), SchemaTooNewError
         (from a newer jobsup), StoreOpenError (an SQLite file that is not
@@ -127,6 +195,7 @@ class EventStore:
             raise ValueError(f"commit_window_s must be within 0..1 s, got {commit_window_s!r}")
         db_path = Path(path).absolute()
         db_path.parent.mkdir(parents=True, exist_ok=True)
+        archive_dir = Path(archive_dir).absolute() if archive_dir is not None else None
         writer_conn = await open_connection(
             db_path, synchronous=synchronous, busy_timeout_s=busy_timeout_s, writer=True, rebuild=Projector().rebuild
         )
@@ -145,7 +214,7 @@ class EventStore:
         writer = Writer(
             writer_conn, db_path, subscriptions=subs, commit_window_s=commit_window_s, busy_timeout_s=busy_timeout_s
         )
-        store = cls(db_path, writer_conn, readers, writer, subs, busy_timeout_s)
+        store = cls(db_path, writer_conn, readers, writer, subs, busy_timeout_s, archive_dir)
         store._writer_task = asyncio.get_running_loop().create_task(writer.run(), name=f"jobsup-store-writer {db_path}")
         log.info("store.opened", path=str(db_path), synchronous=synchronous, last_seq=subs.published_seq)
         return store
@@ -301,6 +370,13 @@ class EventStore:
         failed write, cleared by the next commit."""
         problem = self._writer.problem
         return None if problem is None else problem.to_json()
+
+    def storage_incidents(self) -> tuple[int, dict[str, Any] | None]:
+        """How many storage troubles have started since the store opened,
+        and the last one that ended: ``{"kind", "message", "since",
+        "resumed_at", "attempts"}`` (None before any). An appender compares
+        the count before and after its append to learn that it waited."""
+        return self._writer.incidents, self._writer.last_incident
 
     # -- subscriber checkpoints ----------------------------------------------------
 
@@ -497,9 +573,25 @@ class EventStore:
 
     async def log_lines(self, run_id: str, after_line: int = 0, limit: int = 10000) -> list[LogLine]:
         """Up to ``limit`` log lines of ``run_id`` with line_no >
-        ``after_line``, in line_no order. Page on with ``page[-1].line_no``."""
+        ``after_line``, in line_no order. Page on with ``page[-1].line_no``.
+        Archived lines are read from their verified archive; raises
+        LogArchiveError (archive missing or not the recorded file) and
+        LogTextDeletedError (retention deleted the text)."""
         if limit <= 0:
             raise ValueError(f"limit must be > 0, got {limit!r}")
+        archive = await self.log_archive(run_id)
+        if archive is not None and after_line < archive.lines:
+            rows: list[Any] = []
+            cursor, count = after_line, 0
+            while count < limit:
+                blocks = await self._archived_blocks(archive, cursor, _ARCHIVE_READ_BLOCKS)
+                if not blocks:
+                    break
+                for b in blocks:
+                    rows.append((b[0], b[2], b[3], b[4], b[5], b[6], b[7], b[8]))
+                    count += b[0] + b[1] - 1 - max(cursor, b[0] - 1)
+                    cursor = b[0] + b[1] - 1
+            return block_lines(run_id, rows, after_line, limit)
         # The blocks holding lines after_line+1 .. after_line+limit: from the one
         # that holds after_line+1 to the last one starting in that range.
         rows = await self._read(
@@ -516,14 +608,20 @@ class EventStore:
         from at most ``max_blocks`` blocks, as one UTF-8 bytes object (every
         line ends with ``\n``), and the number of the last line it holds
         (``after_line`` when there is none yet). Page on with that number.
-        For plain-text replay: no Python object per line."""
-        rows = await self._read(
-            "SELECT first_line, lines, text FROM log_blocks WHERE run_id = ?1 AND first_line + lines > ?2 + 1"
-            " AND first_line >= COALESCE(("
-            "SELECT first_line FROM log_blocks WHERE run_id = ?1 AND first_line <= ?2 + 1"
-            " ORDER BY first_line DESC LIMIT 1), 1) ORDER BY first_line LIMIT ?3",
-            (run_id, after_line, max_blocks),
-        )
+        For plain-text replay: no Python object per line. Archived lines
+        come from their verified archive (errors as :meth:`log_lines`)."""
+        archive = await self.log_archive(run_id)
+        rows: list[Any]
+        if archive is not None and after_line < archive.lines:
+            rows = [(b[0], b[1], b[8]) for b in await self._archived_blocks(archive, after_line, max_blocks)]
+        else:
+            rows = await self._read(
+                "SELECT first_line, lines, text FROM log_blocks WHERE run_id = ?1 AND first_line + lines > ?2 + 1"
+                " AND first_line >= COALESCE(("
+                "SELECT first_line FROM log_blocks WHERE run_id = ?1 AND first_line <= ?2 + 1"
+                " ORDER BY first_line DESC LIMIT 1), 1) ORDER BY first_line LIMIT ?3",
+                (run_id, after_line, max_blocks),
+            )
         pieces: list[bytes] = []
         last = after_line
         for first_line, lines, text in rows:
@@ -533,7 +631,7 @@ class EventStore:
                 raise StoreError(f"{self.path}: run {run_id}: the text of lines {first_line}.. is not in the database")
             raw = bytes(text)
             if first_line <= after_line:
-                raw = skip_lines(raw, after_line + 1 - first_line)
+                raw = lines_after(raw, after_line + 1 - first_line, lines)
             pieces.append(raw)
             last = first_line + lines - 1
         return last, b"".join(pieces)
@@ -552,7 +650,8 @@ class EventStore:
         """The ``after_line`` for :meth:`log_lines` that yields the last
         ``n`` lines of ``run_id`` (0 when it has ``n`` lines or fewer)."""
         rows = await self._read(
-            "SELECT first_line + lines - 1 FROM log_blocks WHERE run_id = ? ORDER BY first_line DESC LIMIT 1",
+            "SELECT MAX(COALESCE((SELECT first_line + lines - 1 FROM log_blocks WHERE run_id = ?1"
+            " ORDER BY first_line DESC LIMIT 1), 0), COALESCE((SELECT lines FROM log_archives WHERE run_id = ?1), 0))",
             (run_id,),
         )
         return max(0, (int(rows[0][0]) if rows else 0) - max(0, n))
@@ -562,6 +661,216 @@ class EventStore:
         ``source`` (where a tailer resumes), or None if there is none."""
         rows = await self._read("SELECT pos FROM log_sources WHERE run_id = ? AND source = ?", (run_id, source))
         return str(rows[0][0]) if rows else None
+
+    # -- retention: archived log text ---------------------------------------------
+
+    async def log_archive(self, run_id: str) -> LogArchive | None:
+        """Where the archived log text of ``run_id`` is, or None when none
+        of its text was archived."""
+        rows = await self._read(
+            "SELECT run_id, file, sha256, lines, bytes, archived_seq, archived_at, deleted_seq, deleted_at"
+            " FROM log_archives WHERE run_id = ?",
+            (run_id,),
+        )
+        return LogArchive(*rows[0]) if rows else None
+
+    async def log_text_bytes(self, run_id: str) -> int:
+        """Bytes of log text ``run_id`` keeps in the database."""
+        rows = await self._read("SELECT COALESCE(SUM(bytes), 0) FROM log_blocks WHERE run_id = ?", (run_id,))
+        return int(rows[0][0])
+
+    async def log_archives(self) -> list[LogArchive]:
+        """Every ``log_archives`` row, by run id."""
+        rows = await self._read(
+            "SELECT run_id, file, sha256, lines, bytes, archived_seq, archived_at, deleted_seq, deleted_at"
+            " FROM log_archives ORDER BY run_id"
+        )
+        return [LogArchive(*r) for r in rows]
+
+    def archive_path(self, archive: LogArchive) -> Path:
+        """The file of ``archive`` (refuses a name that leaves the archive folder)."""
+        name = archive.file
+        if "/" in name or name in ("", ".", "..") or "\0" in name:
+            raise LogArchiveError(f"run {archive.run_id}: its LogsArchived event names a bad file {name!r}")
+        return self.archive_dir / name
+
+    async def _archived_blocks(self, archive: LogArchive, after_line: int, max_blocks: int) -> list[tuple[Any, ...]]:
+        """Blocks of ``archive`` after ``after_line`` (see
+        :meth:`store.archive.ArchiveReader.blocks`), read and verified in a
+        worker thread."""
+        if archive.deleted_seq is not None:
+            raise LogTextDeletedError(
+                f"run {archive.run_id}: the text of its log lines 1..{archive.lines} was deleted at"
+                f" {archive.deleted_at} (LogsDeleted, event seq {archive.deleted_seq}); it was archived at"
+                f" {archive.archived_at} as {archive.file}, {archive.sha256}"
+            )
+        path = self.archive_path(archive)
+
+        def read() -> list[tuple[Any, ...]]:
+            return arc.archive_reader(path, archive.run_id, archive.sha256).blocks(after_line, max_blocks)
+
+        return await anyio.to_thread.run_sync(read, limiter=self._read_limiter)
+
+    async def check_log_text(self, run_id: str, after_line: int = 0) -> None:
+        """Raise what reading the lines after ``after_line`` would raise
+        (LogArchiveError, LogTextDeletedError) before a reply starts
+        streaming them; checks the archive's digest (once per file
+        version)."""
+        archive = await self.log_archive(run_id)
+        if archive is not None and after_line < archive.lines:
+            await self._archived_blocks(archive, after_line, 1)
+
+    async def archive_logs(self, run_id: str) -> RecordedEvent | None:
+        """Move the log text of ``run_id`` out of the database into one
+        compressed file (:mod:`store.archive`), keeping the audit trail:
+
+        1. write ``<archive dir>/<run>.jslog.partial`` from the blocks (read
+           in small steps; compression in a worker thread), fsync it;
+        2. rename it to ``<run>.jslog``, fsync the folder;
+        3. read it back from disk and check every block's text against the
+           digest computed from the database;
+        4. append ``LogsArchived`` (the file's sha256, line count...) and
+           delete the archived block rows in that same transaction.
+
+        A crash before step 4 commits leaves the text in the database (the
+        next call writes the file again); after it, the text is in a
+        verified file. Events are never changed. Returns the
+        ``LogsArchived`` event, or None when the run has no text in the
+        database or was archived already. The caller picks runs that are
+        terminal and done ingesting. Raises LogArchiveError (verification
+        failed: nothing removed), OSError (the archive folder), and what
+        :meth:`append` raises.
+        """
+        self._check_open()
+        async with self._archive_lock:
+            if await self.log_archive(run_id) is not None:
+                return None
+            first = await self._read(
+                "SELECT first_line FROM log_blocks WHERE run_id = ? ORDER BY first_line LIMIT 1", (run_id,)
+            )
+            if not first:
+                return None
+            final = self.archive_dir / f"{run_id}{arc.ARCHIVE_SUFFIX}"
+            writer = await anyio.to_thread.run_sync(arc.ArchiveWriter, final, run_id, limiter=self._archive_limiter)
+            digests: list[tuple[int, str]] = []
+            blocks = 0
+            try:
+                cursor = 0
+                while True:
+                    rows = await self._read(
+                        f"SELECT {_BLOCK_ROW} FROM log_blocks WHERE run_id = ? AND first_line > ?"
+                        " ORDER BY first_line LIMIT ?",
+                        (run_id, cursor, _ARCHIVE_READ_BLOCKS),
+                    )
+                    if not rows:
+                        break
+                    for r in rows:
+                        if r[10] is None:
+                            raise LogArchiveError(f"run {run_id}: lines {r[0]}.. have no text in the database")
+                    block_rows: list[Any] = [tuple(r) for r in rows]
+                    await anyio.to_thread.run_sync(writer.add, block_rows, limiter=self._archive_limiter)
+                    blocks += len(rows)
+                    cursor = int(rows[-1][0])
+                digests = writer.digests()
+                _fault("writing")
+                sha256, size = await anyio.to_thread.run_sync(writer.finish, limiter=self._archive_limiter)
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(writer.abort)
+                raise
+            _fault("renamed")
+            await anyio.to_thread.run_sync(
+                arc.verify_against, final, run_id, sha256, digests, limiter=self._archive_limiter
+            )
+            lines = writer.lines
+            data = {"file": final.name, "sha256": sha256, "lines": lines, "bytes": writer.bytes,
+                    "file_bytes": size, "blocks": blocks, "sources": writer.sources}  # fmt: skip
+
+            async def drop_blocks(conn: aiosqlite.Connection) -> None:
+                await conn.execute(
+                    "DELETE FROM log_blocks WHERE run_id = ? AND first_line + lines - 1 <= ?", (run_id, lines)
+                )
+
+            data_json = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+            recorded = await self._writer.append(
+                run_id, None, [PreparedEvent(LOGS_ARCHIVED, data_json, json.loads(data_json), 1)], effect=drop_blocks
+            )
+            log.info("store.logs_archived", run_id=run_id, lines=lines, bytes=writer.bytes, file_bytes=size)
+            _fault("committed")
+            return recorded[0]
+
+    async def delete_archived_logs(self, run_id: str) -> RecordedEvent | None:
+        """Delete the archived log text of ``run_id``: append
+        ``LogsDeleted`` (the archive's file name, sha256 and line count),
+        then remove the file and fsync the folder (a crash in between
+        leaves a file :meth:`clean_archive_dir` removes). Returns the event,
+        or None when the run has no archive or it is deleted already."""
+        self._check_open()
+        async with self._archive_lock:
+            archive = await self.log_archive(run_id)
+            if archive is None or archive.deleted_seq is not None:
+                return None
+            path = self.archive_path(archive)
+            data = {"file": archive.file, "sha256": archive.sha256, "lines": archive.lines}
+            data_json = json.dumps(data, separators=(",", ":"))
+            recorded = await self._writer.append(run_id, None, [PreparedEvent(LOGS_DELETED, data_json, data, 1)])
+            await anyio.to_thread.run_sync(_unlink_durably, path)
+            log.info("store.logs_deleted", run_id=run_id, file=archive.file, sha256=archive.sha256)
+            return recorded[0]
+
+    async def clean_archive_dir(self) -> list[Path]:
+        """Remove what an interrupted archive or delete left in the archive
+        folder: ``*.partial`` files, and files no ``LogsArchived`` event
+        points at (the text is still in the database) or whose text a
+        ``LogsDeleted`` event deleted. Returns the removed paths."""
+        self._check_open()
+        async with self._archive_lock:
+            keep = {a.file for a in await self.log_archives() if a.deleted_seq is None}
+
+            def clean() -> list[Path]:
+                removed: list[Path] = []
+                if not self.archive_dir.is_dir():
+                    return removed
+                for entry in self.archive_dir.iterdir():
+                    if entry.is_file() and not entry.is_symlink() and entry.name not in keep:
+                        if entry.name.endswith(arc.ARCHIVE_SUFFIX) or entry.name.endswith(".partial"):
+                            entry.unlink()
+                            arc.forget_reader(entry)
+                            removed.append(entry)
+                if removed:
+                    arc.fsync_dir(self.archive_dir)
+                return removed
+
+            return await anyio.to_thread.run_sync(clean, limiter=self._archive_limiter)
+
+    async def vacuum_step(self, pages: int = 2048) -> int:
+        """Give up to ``pages`` free database pages back to the file system
+        (``PRAGMA incremental_vacuum``: one short write transaction between
+        append batches), then checkpoint the WAL so the file shrinks.
+        Returns the free pages left (call again while > 0)."""
+        self._check_open()
+
+        async def step(conn: aiosqlite.Connection) -> int:
+            # executescript steps the statement to its end: a plain execute
+            # runs one step of the pragma, which frees a single page.
+            await conn.executescript(f"PRAGMA incremental_vacuum({int(pages)});")
+            rows = list(await conn.execute_fetchall("PRAGMA freelist_count"))
+            left = int(rows[0][0])
+            if left == 0:
+                # Copy the WAL back and reset it, so the file shrinks now (a
+                # reader still on an old snapshot only makes this partial).
+                await conn.execute_fetchall("PRAGMA wal_checkpoint(TRUNCATE)")
+            return left
+
+        return int(await self._writer.exclusive(step))
+
+    async def database_pages(self) -> dict[str, int]:
+        """``{"page_size", "page_count", "freelist_count"}`` of the database."""
+        out = {}
+        for name in ("page_size", "page_count", "freelist_count"):
+            rows = await self._read(f"PRAGMA {name}")
+            out[name] = int(rows[0][0])
+        return out
 
     async def rebuild(self) -> None:
         """Drop the projection tables and replay the whole event log into

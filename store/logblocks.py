@@ -32,6 +32,10 @@ lines after it, and a position repeated within the block is kept once.
 No per-line rows are kept for this: the newest position of each source
 (``log_sources``) is enough.
 
+Retention (:mod:`store.archive`) moves a terminal run's blocks into one
+verified file and deletes their rows, in the transaction that records
+``LogsArchived``; reads of those lines then come from the file.
+
 Migration to schema 3 (:func:`migrate_v3`) turns the lines of schema-2
 ``LogLines`` events (which held ``[pos, text]`` pairs) into blocks, by the
 schema-2 rule (a position already recorded adds nothing).
@@ -56,6 +60,8 @@ __all__ = [
     "LogBlock",
     "block_lines",
     "migrate_v3",
+    "last_lines",
+    "lines_after",
     "skip_lines",
     "text_digest",
 ]
@@ -263,6 +269,33 @@ def skip_lines(text: bytes, n: int) -> bytes:
             return b""
         at = nl + 1
     return text[at:]
+
+
+def last_lines(text: bytes, n: int) -> bytes:
+    """The last ``n`` lines of ``text`` (newline-terminated lines), found
+    from the end: a tail of a big block costs ``n`` searches, not one per
+    line of the block."""
+    if n <= 0:
+        return b""
+    at = len(text) - 1  # the last newline
+    for _ in range(n):
+        nl = text.rfind(b"\n", 0, at)
+        if nl < 0:
+            return text
+        at = nl
+    return text[at + 1 :]
+
+
+def lines_after(text: bytes, skip: int, total: int) -> bytes:
+    """``text`` (``total`` lines) without its first ``skip`` lines, from
+    whichever end is nearer."""
+    if skip <= 0:
+        return text
+    if skip >= total:
+        return b""
+    if total - skip < skip:
+        return last_lines(text, total - skip)
+    return skip_lines(text, skip)
 
 
 def block_lines(run_id: str, rows: Iterable[Sequence[Any]], after_line: int, limit: int) -> list[LogLine]:

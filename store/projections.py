@@ -22,6 +22,10 @@ The rules (see :mod:`store.types` for the ``data`` shapes):
   it) takes these from the block the migration made of it.
 * ``LogIngestPending`` sets ``log_ingest`` to ``"pending"``,
   ``LogIngestDone`` to ``"done"``.
+* ``LogsArchived`` records where lines 1..N of the run are
+  (``log_archives``) and, since the blocks have left ``log_blocks``, sets
+  ``log_sources`` and ``log_lines`` from its data; ``LogsDeleted`` marks
+  the ``log_archives`` row deleted.
 * Every event of a run sets its ``updated_at``, ``last_seq`` and ``version``;
   ``log_lines`` is the run's number of recorded lines.
 """
@@ -42,6 +46,8 @@ from store.types import (
     LOG_INGEST_DONE,
     LOG_INGEST_PENDING,
     LOG_LINES,
+    LOGS_ARCHIVED,
+    LOGS_DELETED,
     PHASE_CHANGED,
     PHASES,
     SUBMITTED,
@@ -178,6 +184,15 @@ _LEGACY_LAST: Final = (
     "SELECT last_pos, first_line + lines - 1 FROM log_blocks WHERE seq = ? ORDER BY first_line DESC LIMIT 1"
 )
 
+_UPSERT_ARCHIVE: Final = (
+    "INSERT INTO log_archives (run_id, file, sha256, lines, bytes, archived_seq, archived_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET file = excluded.file,"
+    " sha256 = excluded.sha256, lines = excluded.lines, bytes = excluded.bytes,"
+    " archived_seq = excluded.archived_seq, archived_at = excluded.archived_at,"
+    " deleted_seq = NULL, deleted_at = NULL"
+)
+_MARK_DELETED: Final = "UPDATE log_archives SET deleted_seq = ?, deleted_at = ? WHERE run_id = ?"
+
 _Newest = dict[tuple[str, str], tuple[str, str, str, int]]
 
 
@@ -202,6 +217,18 @@ class Projector:
         counts = await self._line_counts(conn, {e.run_id for e in events if e.type in (LOG_LINES, SUBMITTED)})
         newest: _Newest = {}
         for e in events:
+            if e.type == LOGS_ARCHIVED:
+                d = e.data
+                for source, (last_pos, line_no) in (d.get("sources") or {}).items():
+                    newest[(e.run_id, source)] = (e.run_id, source, str(last_pos), int(line_no))
+                await conn.execute(
+                    _UPSERT_ARCHIVE,
+                    (e.run_id, d["file"], d["sha256"], int(d["lines"]), int(d.get("bytes") or 0), e.seq, e.at),
+                )
+                continue
+            if e.type == LOGS_DELETED:
+                await conn.execute(_MARK_DELETED, (e.seq, e.at, e.run_id))
+                continue
             if e.type != LOG_LINES:
                 continue
             data = e.data
@@ -288,7 +315,11 @@ class Projector:
             elif e.type == LOG_INGEST_DONE:
                 row.log_ingest = "done"
             row.updated_at, row.last_seq, row.version = e.at, e.seq, e.version
-            row.log_lines = counts.get(e.run_id, row.log_lines)
+            row.log_lines = max(row.log_lines, counts.get(e.run_id, row.log_lines))
+            if e.type == LOG_LINES and data.get("line_count"):
+                row.log_lines = max(row.log_lines, int(data["first_line"]) + int(data["line_count"]) - 1)
+            elif e.type == LOGS_ARCHIVED:
+                row.log_lines = max(row.log_lines, int(data["lines"]))
             changed[e.run_id] = row
         if changed:
             await conn.executemany(_UPSERT_RUN, [row.params() for row in changed.values()])

@@ -116,10 +116,24 @@ _LOG_SOURCES_DDL: Final = """CREATE TABLE log_sources (
         PRIMARY KEY (run_id, source)
     ) WITHOUT ROWID"""
 
+# Where each run's archived log text is (retention): from LogsArchived and
+# LogsDeleted events. Lines 1..lines are in the file while deleted_seq is NULL.
+_LOG_ARCHIVES_DDL: Final = """CREATE TABLE log_archives (
+        run_id       TEXT    PRIMARY KEY,
+        file         TEXT    NOT NULL,
+        sha256       TEXT    NOT NULL,
+        lines        INTEGER NOT NULL,
+        bytes        INTEGER NOT NULL,
+        archived_seq INTEGER NOT NULL,
+        archived_at  TEXT    NOT NULL,
+        deleted_seq  INTEGER,
+        deleted_at   TEXT
+    ) WITHOUT ROWID"""
+
 #: The projection tables at :data:`SCHEMA_VERSION`, dropped and recreated by
 #: ``rebuild()``. (``log_blocks``, the log text, is data beside the events,
 #: not a projection: see :mod:`store.logblocks`.)
-PROJECTION_TABLES: Final[tuple[str, ...]] = ("runs", "log_sources")
+PROJECTION_TABLES: Final[tuple[str, ...]] = ("runs", "log_sources", "log_archives")
 
 #: DDL of the projection tables at :data:`SCHEMA_VERSION`. A migration that
 #: changes a projection table changes this and sets ``rebuild_projections``.
@@ -129,6 +143,7 @@ PROJECTION_DDL: Final[tuple[str, ...]] = (
     _RUNS_DDL[0].replace("log_lines   INTEGER NOT NULL", "log_lines   INTEGER NOT NULL,\n        log_ingest  TEXT"),
     *_RUNS_DDL[1:],
     _LOG_SOURCES_DDL,
+    _LOG_ARCHIVES_DDL,
 )
 
 
@@ -198,6 +213,13 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         (),
         rebuild_projections=True,
         run=migrate_v3,
+    ),
+    # No LogsArchived event exists before this step: the table starts empty.
+    # Self-contained and idempotent, so its place can change when branches
+    # adding other steps are merged.
+    Migration(
+        "archived log text (retention): log_archives",
+        (_LOG_ARCHIVES_DDL.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1),),
     ),
 )
 
@@ -297,6 +319,29 @@ async def _migrate(conn: aiosqlite.Connection, path: Path, rebuild: RebuildProje
         raise
 
 
+async def _ensure_incremental_vacuum(conn: aiosqlite.Connection, path: Path) -> None:
+    """Switch a database made before schema 5 to ``auto_vacuum =
+    INCREMENTAL``, once: SQLite applies the change only by rewriting the
+    file (``VACUUM``: about as long as copying it, and it needs that much
+    free space). If that fails (no space, another process reading), the
+    database works as before -- freed pages are reused but the file does
+    not shrink -- and the next start tries again."""
+    rows = list(await conn.execute_fetchall("PRAGMA auto_vacuum"))
+    if int(rows[0][0]) == 2:
+        return
+    started = dt.datetime.now(dt.UTC)
+    size = path.stat().st_size if path.exists() else 0
+    try:
+        await conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        await conn.execute("VACUUM")
+    except sqlite3.Error as exc:
+        log.warning("store.vacuum_skipped", path=str(path), error=str(exc),
+                    hint="the database works; it shrinks after retention only once this VACUUM succeeds")  # fmt: skip
+        return
+    log.info("store.auto_vacuum_enabled", path=str(path), bytes_before=size,
+             bytes_after=path.stat().st_size, seconds=(dt.datetime.now(dt.UTC) - started).total_seconds())  # fmt: skip
+
+
 async def open_connection(
     path: Path,
     *,
@@ -336,6 +381,10 @@ async def open_connection(
                 f" knows up to {SCHEMA_VERSION}); the file was left untouched"
             )
         if writer:
+            if version == 0:
+                # Before any table exists: freed pages can then be given back
+                # to the file system (PRAGMA incremental_vacuum, retention).
+                await conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
             rows = list(await conn.execute_fetchall("PRAGMA journal_mode = WAL"))
             if str(rows[0][0]).lower() != "wal":
                 raise StoreOpenError(f"{path}: cannot switch the database to WAL mode (got {rows[0][0]})")
@@ -346,6 +395,7 @@ async def open_connection(
                 if rebuild is None:
                     raise ValueError("the writer connection needs a rebuild function for migrations")
                 await _migrate(conn, path, rebuild)
+            await _ensure_incremental_vacuum(conn, path)
         else:
             await conn.execute("PRAGMA query_only = ON")
         await conn.execute(f"PRAGMA synchronous = {synchronous}")

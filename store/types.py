@@ -49,6 +49,20 @@ Event types and their ``data`` (all keys optional unless marked *required*):
 ``LogIngestDone``
     The backlog announced by ``LogIngestPending`` is recorded (no data).
     The projection sets ``log_ingest`` to ``"done"``.
+``LogsArchived``
+    Retention moved the text of lines 1..``lines`` of the run into one
+    compressed file (:mod:`store.archive`); their block rows left the
+    database in the same transaction. ``file`` *required* str (its name
+    under the archive folder), ``sha256`` *required* ``"sha256:<hex>"`` of
+    the whole file, ``lines`` *required* int, ``bytes`` int (text bytes),
+    ``file_bytes`` int, ``blocks`` int, ``sources`` {source: [last_pos,
+    line_no]} (the newest line of each source it holds). The projection
+    fills ``log_archives`` (and keeps ``log_lines`` and ``log_sources``
+    whole without the blocks).
+``LogsDeleted``
+    Retention deleted the archived text: ``file``, ``sha256`` *required*
+    (the digest the text's archive had), ``lines`` int. The projection
+    marks the ``log_archives`` row deleted; reads then say when.
 Any other type (jobsup's are cataloged in ``supervisord.events``)
     Recorded in the log and bump the run's ``updated_at``/``last_seq``/
     ``version``, but change no other projected column.
@@ -79,6 +93,8 @@ __all__ = [
     "LOG_INGEST_DONE",
     "CANCEL_REQUESTED",
     "STAGING_STEP",
+    "LOGS_ARCHIVED",
+    "LOGS_DELETED",
 ]
 
 # The run lifecycle's phases are defined here, once (the store validates and
@@ -107,10 +123,21 @@ LOG_INGEST_PENDING: Final = "LogIngestPending"
 LOG_INGEST_DONE: Final = "LogIngestDone"
 CANCEL_REQUESTED: Final = "CancelRequested"
 STAGING_STEP: Final = "StagingStep"
+LOGS_ARCHIVED: Final = "LogsArchived"
+LOGS_DELETED: Final = "LogsDeleted"
 
 #: Event types that change projected columns beyond the bookkeeping ones.
 PROJECTED_TYPES: Final[frozenset[str]] = frozenset(
-    {SUBMITTED, PHASE_CHANGED, HANDLE_RECORDED, LOG_LINES, LOG_INGEST_PENDING, LOG_INGEST_DONE}
+    {
+        SUBMITTED,
+        PHASE_CHANGED,
+        HANDLE_RECORDED,
+        LOG_LINES,
+        LOG_INGEST_PENDING,
+        LOG_INGEST_DONE,
+        LOGS_ARCHIVED,
+        LOGS_DELETED,
+    }
 )
 
 

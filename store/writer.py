@@ -135,6 +135,10 @@ class _AppendJob:
     rows: int
     wait_for_storage: bool = False
     checkpoint: Checkpoint | None = None
+    # Runs inside the transaction once the job's events are inserted and
+    # projected (e.g. retention deleting the blocks its LogsArchived event
+    # records as archived): it commits or rolls back with them.
+    effect: Callable[[aiosqlite.Connection], Awaitable[None]] | None = None
     done: anyio.Event = dataclasses.field(default_factory=anyio.Event)
     result: list[RecordedEvent] | None = None
     error: BaseException | None = None
@@ -188,6 +192,10 @@ class Writer:
         self._last_warning = 0.0
         #: The current storage trouble, None while writes succeed.
         self.problem: StorageProblem | None = None
+        #: Storage troubles so far (each counted when it starts), and the
+        #: last one that ended with ``resumed_at`` (UTC, RFC 3339).
+        self.incidents = 0
+        self.last_incident: dict[str, Any] | None = None
         self.transactions = 0
         self.commit_times: collections.deque[tuple[int, int]] = collections.deque(maxlen=10_000)
 
@@ -209,10 +217,14 @@ class Writer:
         checkpoint: Checkpoint | None = None,
         *,
         wait_for_storage: bool = False,
+        effect: Callable[[aiosqlite.Connection], Awaitable[None]] | None = None,
     ) -> list[RecordedEvent]:
         """Queue one append and wait until its batch committed (or failed).
         ``checkpoint`` moves (forward only) in the same transaction, only if
         the append is accepted; with no ``events`` only the checkpoint moves.
+        ``effect(conn)`` runs in the same transaction after the events are
+        inserted and projected, only if the append is accepted (an error it
+        raises fails the whole batch).
 
         With ``wait_for_storage``, a lock held by another process, a full
         disk or an I/O error does not fail the append: it is retried with
@@ -223,7 +235,7 @@ class Writer:
         still be recorded.
         """
         job = _AppendJob(
-            run_id, expected_version, events, max(1, sum(e.rows for e in events)), wait_for_storage, checkpoint
+            run_id, expected_version, events, max(1, sum(e.rows for e in events)), wait_for_storage, checkpoint, effect
         )
         self._enqueue(job)
         await job.done.wait()
@@ -320,6 +332,8 @@ class Writer:
         now = time.monotonic()
         first = self.problem is None or self.problem.kind != kind
         since = utc_now() if first or self.problem is None else self.problem.since
+        if first:
+            self.incidents += 1
         self.problem = StorageProblem(kind, str(err), since, len(self._retry))
         if first or now - self._last_warning >= _REMIND_S:
             self._last_warning = now
@@ -344,6 +358,8 @@ class Writer:
                 since=self.problem.since,
                 attempts=self._attempts,
             )
+            self.last_incident = {**self.problem.to_json(), "resumed_at": utc_now(), "attempts": self._attempts}
+            self.last_incident.pop("waiting", None)
         self.problem = None
         self._attempts = 0
 
@@ -440,6 +456,9 @@ class Writer:
                     await conn.executemany(_INSERT_EVENT, inserts)
                     await resolver.flush()
                     await self._projector.apply(conn, recorded, [row[5] for row in inserts])
+                for job in accepted:
+                    if job.effect is not None:
+                        await job.effect(conn)
                 if checkpoints:
                     await conn.executemany(_UPSERT_CHECKPOINT, checkpoints)
                 await conn.execute("COMMIT")

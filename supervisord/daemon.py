@@ -49,6 +49,7 @@ from supervisord.hooks.delivery import HookService
 from supervisord.logging import configure_logging
 from supervisord.ownership import check_state_dir, remove_snapshot_leftovers
 from supervisord.paths import Paths
+from supervisord.retention import Retention, RetentionSettings
 from supervisord.scheduler.driver import Scheduler, SchedulerSettings
 from supervisord.scheduler.gpus import inventory as gpu_inventory
 from supervisord.scheduler.rerun import rerun_run
@@ -234,6 +235,8 @@ class Daemon:
                 tg.start_soon(scheduler.run, name="scheduler")
                 hook_service = HookService(store, self.hooks, user_agent=f"jobsup/{_version()}")
                 tg.start_soon(hook_service.run, name="hooks")
+                retention = Retention(store, self.paths, RetentionSettings.from_config(daemon_config))
+                tg.start_soon(retention.run, name="retention")
                 info = {
                     "pid": os.getpid(),
                     "uid": os.getuid(),
@@ -281,6 +284,7 @@ class Daemon:
                     ui=ui,
                     scheduler=scheduler,
                     hooks=hook_service.status,
+                    retention=retention,
                 )
                 config = uvicorn.Config(
                     app,

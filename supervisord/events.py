@@ -20,6 +20,8 @@ from store.types import (
     CANCEL_REQUESTED,
     HANDLE_RECORDED,
     LOG_LINES,
+    LOGS_ARCHIVED,
+    LOGS_DELETED,
     PHASE_CHANGED,
     PROJECTED_TYPES,
     STAGING_STEP,
@@ -50,6 +52,10 @@ __all__ = [
     "LOG_INGEST_PENDING",
     "LOG_INGEST_DONE",
     "LOGS_TRUNCATED",
+    "LOGS_ARCHIVED",
+    "LOGS_DELETED",
+    "RUN_DIR_REMOVED",
+    "STORAGE_TROUBLE",
 ]
 
 
@@ -252,5 +258,45 @@ LOGS_TRUNCATED: Final = define(
         "recorded_bytes": "int",
         "dropped_bytes": "int: not recorded when the event was written",
         "final": "bool: the last one, at the run's end, with the totals",
+    },
+)
+
+# -- retention (supervisord.retention; the store writes the log ones) ---------------
+
+define(
+    LOGS_ARCHIVED,
+    writer="retention (store.EventStore.archive_logs): the run's log text moved into one compressed file",
+    data={
+        "file": "*required* str: its name under <state dir>/archive/",
+        "sha256": "*required* 'sha256:<hex>' of the whole file (checked at every read)",
+        "lines": "*required* int: lines 1..lines are in it",
+        "bytes": "int: their text bytes",
+        "file_bytes": "int: the file's size",
+        "blocks": "int: log blocks moved",
+        "sources": "{source: [last_pos, line_no]}: the newest line of each source",
+    },
+)
+define(
+    LOGS_DELETED,
+    writer="retention (`jobsup prune --delete-archives`): the archived log text was deleted",
+    data={
+        "file": "*required* str: the archive's name",
+        "sha256": "*required* 'sha256:<hex>': the digest the archive had",
+        "lines": "int: how many lines it held",
+    },
+)
+RUN_DIR_REMOVED: Final = define(
+    "RunDirRemoved",
+    writer="retention (retention.run_dirs_after, `jobsup prune --run-dirs`): the run's folder was removed",
+    data={"path": "*required* str: the folder", "bytes": "int: disk space freed", "files": "int: files removed"},
+)
+STORAGE_TROUBLE: Final = define(
+    "StorageTrouble",
+    writer="supervisor, after one of the run's appends waited out storage trouble (a full disk, a held lock)",
+    data={
+        "kind": "*required* disk full | locked | I/O error",
+        "message": "str: the store's error",
+        "since": "str: UTC, when writing stopped",
+        "resumed_at": "str: UTC, when it worked again",
     },
 )

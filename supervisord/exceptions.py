@@ -245,6 +245,7 @@ _STORE_HINTS: dict[str, str] = {
     "StoreLockedError": "another process keeps the jobsup database locked; retry shortly",
     "StoreClosedError": "the daemon's event store is closed (the daemon is stopping); retry",
     "ConcurrencyError": "the run changed meanwhile; retry",
+    "LogArchiveError": "the run's log archive under <state dir>/archive/ is not the file that was archived",
 }
 
 

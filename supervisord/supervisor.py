@@ -38,7 +38,7 @@ from store import (
     RunStatus,
 )
 from supervisord.backends.base import Backend, RunSpec
-from supervisord.events import CANCEL_FAILED
+from supervisord.events import CANCEL_FAILED, STORAGE_TROUBLE
 from supervisord.exceptions import (
     BackendError,
     RunInFlightError,
@@ -141,10 +141,31 @@ class _Reporter:
         StorageFullError instead, with nothing written."""
         st = self._state
         run_id = st.spec.run_id
+        incidents = self._incidents()
         try:
             recorded = await self._store.append(run_id, st.version, events, wait_for_storage=wait_for_storage)
         except ConcurrencyError:
             recorded = await self._store.append(run_id, _AT_THE_END, events, wait_for_storage=wait_for_storage)
+        st.version = recorded[-1].version
+        await self._note_storage_trouble(incidents)
+
+    def _incidents(self) -> int:
+        """The store's storage-trouble count, less one while trouble is on
+        (an append made now waits it out)."""
+        return self._store.storage_incidents()[0] - (1 if self._store.storage_problem() else 0)
+
+    async def _note_storage_trouble(self, incidents_before: int) -> None:
+        """After an append that waited out storage trouble (a full disk, a
+        lock), record it in the run's stream (``StorageTrouble``): the
+        daemon log said it when it began; the run's events say it too."""
+        count, last = self._store.storage_incidents()
+        if count == incidents_before or last is None:
+            return
+        st = self._state
+        data: dict[str, Any] = {k: last[k] for k in ("kind", "message", "since", "resumed_at") if k in last}
+        recorded = await self._store.append(
+            st.spec.run_id, None, [NewEvent(STORAGE_TROUBLE, data)], wait_for_storage=True
+        )
         st.version = recorded[-1].version
 
     async def phase(
@@ -200,11 +221,13 @@ class _Reporter:
         """Record ``block`` as one LogLines event (its text in ``log_blocks``)."""
         st = self._state
         async with st.lock:
+            incidents = self._incidents()
             try:
                 recorded = await self._store.append_log(st.spec.run_id, st.version, [block], wait_for_storage=True)
             except ConcurrencyError:  # stale version: see _AT_THE_END
                 recorded = await self._store.append_log(st.spec.run_id, _AT_THE_END, [block], wait_for_storage=True)
             st.version = recorded[-1].version
+            await self._note_storage_trouble(incidents)
 
     async def log_position(self, source: str) -> str | None:
         return await self._store.last_log_position(self._state.spec.run_id, source)

@@ -327,6 +327,14 @@ class Client:
         """``GET /doctor``: the daemon's checks."""
         return list(self._call("GET", "/doctor", timeout=120.0)["checks"])
 
+    def prune(
+        self, *, older_than: str, dry_run: bool = False, delete_archives: bool = False, run_dirs: bool = False
+    ) -> dict[str, Any]:
+        """``POST /prune``: one retention pass now; the report of
+        :meth:`supervisord.retention.Retention.prune`."""
+        body = {"older_than": older_than, "dry_run": dry_run, "delete_archives": delete_archives, "run_dirs": run_dirs}
+        return dict(self._call("POST", "/prune", json_body=body, timeout=3600.0))
+
     def hooks(self) -> list[dict[str, Any]]:
         """``GET /hooks``: every hook with its checkpoint, lag and last outcome."""
         return list(self._call("GET", "/hooks")["hooks"])

@@ -93,6 +93,9 @@ async def logs_response(request: Request, supervisor: Supervisor, store: EventSt
         raise UsageError("query parameter limit cannot be combined with follow")
     if tail is not None:
         after = max(after, await store.tail_line_no(run_id, tail))
+    # Archived text is checked against its recorded digest before the reply
+    # starts: a changed or deleted archive is an error, never partial text.
+    await store.check_log_text(run_id, after)
     stop = INT_MAX if limit is None else after + limit
 
     async def text_pages(cursor: int) -> AsyncIterator[tuple[int, int, bytes]]:

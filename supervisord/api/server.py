@@ -31,6 +31,7 @@ from supervisord.api.wire import API_PREFIX
 from supervisord.exceptions import UsageError
 from supervisord.health import storage_json
 from supervisord.readside import ReadSide
+from supervisord.retention import Retention, parse_age
 from supervisord.scheduler.driver import Scheduler
 from supervisord.submit import Planner, SubmitRequest
 from supervisord.supervisor import Supervisor
@@ -114,11 +115,13 @@ def create_app(
     scheduler: Scheduler | None = None,
     ui: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None,
     hooks: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
+    retention: Retention | None = None,
 ) -> Starlette:
     """Build the API application over a running supervisor and store (and
     the scheduler, whose routes it adds when given): writes go to the
     supervisor, reads to :class:`~supervisord.readside.ReadSide`. ``hooks``
-    lists the hooks with their checkpoints (``GET /v1/hooks``)."""
+    lists the hooks with their checkpoints (``GET /v1/hooks``); ``retention``
+    answers ``POST /v1/prune``."""
     reads = ReadSide(store)
 
     async def health(request: Request) -> Response:
@@ -193,8 +196,27 @@ def create_app(
             raise UsageError("ui: the request body must be a JSON object")
         return JSONResponse(await ui(body))
 
+    async def prune_route(request: Request) -> Response:
+        if retention is None:
+            raise UsageError("this daemon does not prune")
+        try:
+            body = await request.json()
+        except ValueError:
+            raise UsageError("prune: the request body is not JSON") from None
+        if not isinstance(body, dict):
+            raise UsageError("prune: the request body must be a JSON object")
+        older = parse_age(str(body.get("older_than", "")), what="--older-than", allow_zero=True)
+        report = await retention.prune(
+            older_than_s=older,
+            run_dirs_older_than_s=older if body.get("run_dirs") else None,
+            dry_run=bool(body.get("dry_run")),
+            delete_archives=bool(body.get("delete_archives")),
+        )
+        return JSONResponse(report)
+
     p = API_PREFIX
     routes = [
+        Route(f"{p}/prune", api_errors(prune_route), methods=["POST"]),
         Route(f"{p}/ui", api_errors(ui_route), methods=["POST"]),
         Route(f"{p}/health", api_errors(health), methods=["GET"]),
         Route(f"{p}/runs", api_errors(submit), methods=["POST"]),

@@ -39,6 +39,7 @@ COMMANDS: Final[dict[str, str]] = {
     "rerun": "supervisord.cli.queue_cmd:rerun",
     "ui": "supervisord.cli.ui_cmd:ui",
     "hooks": "supervisord.cli.hooks_cmd:hooks",
+    "prune": "supervisord.cli.prune_cmd:prune",
     "schema": "supervisord.cli.schema_cmd:schema",
     "mcp": "supervisord.cli.mcp_cmd:mcp_command",
 }

@@ -57,6 +57,7 @@ DAEMON_ONLY_KEYS: tuple[KeyPath, ...] = (
     ("kubernetes", "allowed_contexts"),
     ("scheduler",),
     ("ui",),
+    ("retention",),
 )
 
 #: The keys (and everything below them) a task YAML's ``config:`` may set.

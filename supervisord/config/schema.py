@@ -35,6 +35,10 @@ Keys::
     daemon: {synchronous: FULL | NORMAL,
              max_running: int > 0 (the default queue's cap when it sets none),
              log_level: debug | info | warning | error}   daemon-only
+    retention:                          daemon-only (supervisord.retention)
+      archive_logs_after: DURATION      move the log text of runs ended longer ago into <state dir>/archive/
+      run_dirs_after: DURATION          remove the folders of runs ended longer ago (default off)
+                                        DURATION: a whole number > 0 and s | m | h | d, e.g. 30d
     scheduler:                          daemon-only
       gpus: auto | [int >= 0 | str]     GPU indices or UUIDs (default auto)
       queues: {<name>: {max_parallel: int > 0}}
@@ -57,6 +61,7 @@ __all__ = ["CONFIG_SCHEMA", "schema_at", "schema_errors", "validate_document", "
 
 _STR: dict[str, Any] = {"type": "string", "minLength": 1}
 _POS_INT: dict[str, Any] = {"type": "integer", "minimum": 1}
+_DURATION: dict[str, Any] = {"type": "string", "pattern": r"^[1-9][0-9]{0,8}[smhd]$"}
 _STR_MAP: dict[str, Any] = {"type": "object", "additionalProperties": {"type": "string"}}
 _FREE_MAP: dict[str, Any] = {"type": "object"}
 
@@ -179,6 +184,14 @@ CONFIG_SCHEMA: dict[str, Any] = {
                 "synchronous": {"enum": ["FULL", "NORMAL"]},
                 "max_running": _POS_INT,
                 "log_level": {"enum": ["debug", "info", "warning", "error"]},
+            },
+        },
+        "retention": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "archive_logs_after": _DURATION,
+                "run_dirs_after": _DURATION,
             },
         },
         "scheduler": {

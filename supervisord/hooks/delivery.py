@@ -86,6 +86,8 @@ from store import (
     TERMINAL_PHASES,
     Checkpoint,
     EventStore,
+    LogArchiveError,
+    LogTextDeletedError,
     NewEvent,
     RecordedEvent,
     RunStatus,
@@ -466,7 +468,11 @@ class HookRunner:
         if spec.command is not None:
             fields = {**run, **{k: event.data.get(k) for k in ("phase", "reason", "exit_code")}}
             after = await self.store.tail_line_no(event.run_id, STDIN_LINES)
-            lines = await self.store.log_lines(event.run_id, after, STDIN_LINES)
+            try:
+                lines = await self.store.log_lines(event.run_id, after, STDIN_LINES)
+            except (LogArchiveError, LogTextDeletedError) as err:  # retention: the hook still runs
+                log.warning("hook.log_unavailable", hook=spec.name, run_id=event.run_id, error=str(err))
+                lines = []
             stdin = "".join(line.text + "\n" for line in lines).encode("utf-8", errors="replace")
             return await run_command(
                 spec.command,

@@ -59,6 +59,8 @@ from store import (
     SUBMITTED,
     TERMINAL_PHASES,
     EventStore,
+    LogArchiveError,
+    LogTextDeletedError,
     RunStatus,
     StoreClosedError,
 )
@@ -317,12 +319,17 @@ def create_ui_app(
         else:
             after = max(0, before_line - 1 - TAIL_LINES)
         limit = TAIL_LINES if before_line is None else max(0, before_line - 1 - after)
-        lines = await store.log_lines(run_id, after, limit) if limit else []
+        log_error = None
+        try:
+            lines = await store.log_lines(run_id, after, limit) if limit else []
+        except (LogArchiveError, LogTextDeletedError) as err:  # retention: shown, never silently empty
+            lines, log_error = [], str(err)
         last_line = lines[-1].line_no if lines else after
         events = await store.read_all(0, limit=1, run_id=run_id, types=[LOG_LINES])  # any log at all?
         return render(
             "run.html", page, run=run, submitted=facts["submitted"], lines=lines, total_lines=total,
             first_line=after + 1, last_line=last_line, live=before_line is None, has_logs=bool(events),
+            log_error=log_error,
             timeline=await timeline(run_id, run), after_seq=run.last_seq,
             config_yaml=_pretty(facts["submitted"].get("config")),
             handle_json=_pretty(run.handle), env_names=sorted(facts["submitted"].get("env") or {}),

@@ -3,6 +3,8 @@
 python store_proc.py append DB RUN_ID COUNT   append COUNT events to RUN_ID and
                                               COUNT to the run "shared" (retrying
                                               on ConcurrencyError); print "done"
+python store_proc.py archive DB RUN_ID         archive the run's log text (JOBSUP_FAULT_ARCHIVE
+                                              may kill it midway); print "done"
 python store_proc.py lock DB                  hold the write lock (BEGIN IMMEDIATE),
                                               print "locked", release on stdin EOF
 """
@@ -32,6 +34,14 @@ async def append(db: str, run_id: str, count: int) -> None:
     print("done", flush=True)
 
 
+async def archive(db: str, run_id: str) -> None:
+    async with await EventStore.open(db) as store:
+        await store.archive_logs(run_id)
+        while await store.vacuum_step(64):
+            pass
+    print("done", flush=True)
+
+
 def lock(db: str) -> None:
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("BEGIN IMMEDIATE")
@@ -44,6 +54,8 @@ def lock(db: str) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "append":
         anyio.run(append, sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif sys.argv[1] == "archive":
+        anyio.run(archive, sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "lock":
         lock(sys.argv[2])
     else:

@@ -199,3 +199,20 @@ def test_a_non_loopback_host_needs_tls(tmp_path: Path) -> None:
         assert "ui.host" in log and "tls_cert" in log
     finally:
         env.close()
+
+
+def test_a_run_whose_archived_log_is_gone_says_why(js: JobsupEnv, repo: Path) -> None:
+    """Retention: the run page of a run whose archived text was deleted
+    shows when and the digest, instead of failing or showing nothing."""
+    run_id = js.submit(repo, "--", "bash", "quick.sh")
+    js.cli("wait", run_id, "--timeout", "60s", check=False)
+    assert js.show(run_id)["log_lines"] > 0
+    js.cli("prune", "--older-than", "0s", "--delete-archives")
+    url = page_url(js)
+    client = _login(url)
+    try:
+        page = client.get(f"/runs/{run_id}")
+    finally:
+        client.close()
+    assert page.status_code == 200
+    assert 'id="logerror"' in page.text and "was deleted at" in page.text and "sha256:" in page.text
