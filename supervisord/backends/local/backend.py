@@ -24,11 +24,11 @@ from store import LOG_INGEST_DONE, LOG_INGEST_PENDING, LogBlock
 from supervisord.backends.base import RunReporter, RunSpec
 from supervisord.backends.local import runner as _runner_module
 from supervisord.backends.local.runner import (
+    OUTPUT_DATA,
     decode_status,
     group_alive,
     proc_start_time,
 )
-from supervisord.backends.local.runner import OUTPUT_DATA
 from supervisord.backends.local.tail import FileTailer, RecordTailer, record_source
 from supervisord.exceptions import BackendError, PreflightError
 
@@ -177,7 +177,9 @@ class LocalBackend:
                 await reporter.handle(handle)
         signed = "status" in handle  # runners from before signed statuses wrote RUN_DIR/status.json
         local = spec.config.get("local") or {}
-        cap = _LogCap(max_bytes=int(local.get("max_log_bytes") or 0) or None, keep_files=bool(local.get("keep_log_files")))
+        cap = _LogCap(
+            max_bytes=int(local.get("max_log_bytes") or 0) or None, keep_files=bool(local.get("keep_log_files"))
+        )
         tailers = await _open_output(run_dir, handle, reporter, count_recorded=cap.max_bytes is not None)
         tailers.cap = cap
         delay = _POLL_MIN_S
@@ -435,7 +437,9 @@ class _LegacyOutput(_Output):
             t.close()
 
 
-async def _open_output(run_dir: Path, handle: Mapping[str, Any], reporter: RunReporter, *, count_recorded: bool) -> _Output:
+async def _open_output(
+    run_dir: Path, handle: Mapping[str, Any], reporter: RunReporter, *, count_recorded: bool
+) -> _Output:
     """The reader of a run's output, resuming after what is recorded: the
     output record (``output.log``/``output.idx``), or for a run started by
     a runner from before it, the two plain files."""

@@ -399,7 +399,9 @@ class RecordTailer:
         source = record_source(stream)
         consumed = 0
         while True:  # a clean prefix, then (rarely) the pieces of an overlong line after it
-            block, took = split_block(joined[consumed:] if consumed else joined, vbase + consumed, False, stream, source)
+            block, took = split_block(
+                joined[consumed:] if consumed else joined, vbase + consumed, False, stream, source
+            )
             if block is None:
                 break
             if block.positions is not None and consumed < len(held):
