@@ -89,6 +89,7 @@ the job's shell exits.
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import sys
@@ -509,34 +510,40 @@ INDEX_ENTRY = 8
 #: Stream bytes in the index: the job's file descriptor number, in ASCII.
 STDOUT = 0x31  # b"1"
 STDERR = 0x32  # b"2"
-#: One read of a pipe (the size of a default pipe buffer).
+#: One move from a pipe (the size of a default pipe buffer).
 _PIPE_READ = 65536
 
 
 class _Output:
     """The job's stdout and stderr pipes, pumped into the output record.
 
-    Each read (up to 64 KiB) is appended to ``RUN_DIR/output.log`` as it
-    came; when its stream differs from the previous read's, an index entry
-    ``(offset, stream)`` is appended to ``RUN_DIR/output.idx`` first (so
-    whoever reads data and then the index knows the stream of every byte it
-    read). Holds at most one read in memory: while a write fails (a full
-    disk) the pipes are not read (the job blocks on a full pipe: nothing is
-    lost) and the write is retried with back-off (0.1 s doubling to 5 s).
+    Each move from a pipe (up to 64 KiB: what the pipe holds) is appended
+    to ``RUN_DIR/output.log`` as it came -- with ``splice(2)``, so the bytes
+    never pass through this process (a plain read and write where the file
+    system cannot splice); when its stream differs from the previous move's,
+    an index entry ``(offset, stream)`` is written to ``RUN_DIR/output.idx``
+    first (so whoever reads data and then the index knows the stream of
+    every byte it read). Both files are written at explicit offsets, so a
+    short or failed write is simply written again. While a write fails (a
+    full disk) the pipes are not read -- the job blocks on a full pipe:
+    nothing is lost -- and the write is retried with back-off (0.1 s
+    doubling to 5 s). At most one read is held in memory (the fallback).
     """
 
     def __init__(self, run_dir: str) -> None:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
         self.data = os.open(os.path.join(run_dir, OUTPUT_DATA), flags, 0o600)
         self.index = os.open(os.path.join(run_dir, OUTPUT_INDEX), flags, 0o600)
         self.size = os.fstat(self.data).st_size
+        self.index_size = os.fstat(self.index).st_size // INDEX_ENTRY * INDEX_ENTRY
         self.stream = -1
         self.pipes: dict[int, int] = {}  # read end -> stream byte
         self.child_ends: tuple[int, int] = (-1, -1)
-        self.pending: tuple[int, bytes] | None = None  # (stream, bytes not yet written)
-        self.entry_pending = False
+        self.pending: tuple[int, bytes] | None = None  # (stream, read bytes not yet written: the fallback)
+        self.blocked = False  # a write failed: retry at retry_at, read nothing meanwhile
         self.retry_at = 0.0
         self.delay = 0.1
+        self.use_splice = hasattr(os, "splice")
 
     def open_pipes(self) -> tuple[int, int]:
         """Create the two pipes; returns the write ends (for the child's fds 1
@@ -556,80 +563,121 @@ class _Output:
         self.child_ends = (-1, -1)
 
     def readable(self) -> list[int]:
-        """The pipes to wait on: none while a write is pending."""
-        return [] if self.pending is not None else list(self.pipes)
+        """The pipes to wait on: none while a write is to be retried."""
+        return [] if self.blocked else list(self.pipes)
 
     def timeout(self, now: float) -> float | None:
-        """Seconds until the next write retry, if one is pending."""
-        return None if self.pending is None else max(0.0, self.retry_at - now)
+        """Seconds until the next write retry, if one is due."""
+        return max(0.0, self.retry_at - now) if self.blocked else None
 
-    def pump(self, ready: list[int]) -> None:
-        """One read of each pipe in ``ready`` (in that order) into the record;
-        then retry a pending write when its time has come."""
+    def pump(self, ready: list[int]) -> bool:
+        """Retry a failed write when its time has come, then one move from
+        each pipe in ``ready`` (in that order) into the record. Returns
+        whether anything was moved (or a pipe reached its end)."""
+        if self.blocked:
+            if time.monotonic() < self.retry_at:
+                return False
+            self.blocked = False
+            if self.pending is not None:
+                stream, chunk = self.pending
+                self.pending = None
+                if not self._write(stream, chunk):
+                    return False
+        moved = False
         for fd in ready:
-            if self.pending is not None or fd not in self.pipes:
-                continue
-            try:
-                chunk = os.read(fd, _PIPE_READ)
-            except BlockingIOError:
-                continue
-            if not chunk:
-                os.close(fd)
-                del self.pipes[fd]
-                continue
-            self._append(self.pipes[fd], chunk)
-        if self.pending is not None and time.monotonic() >= self.retry_at:
-            stream, chunk = self.pending
-            self.pending = None
-            self._append(stream, chunk)
+            if self.blocked:
+                break
+            if fd in self.pipes:
+                moved = self._move(fd) or moved
+        return moved
 
-    def _append(self, stream: int, chunk: bytes) -> None:
-        """Append ``chunk`` of ``stream``; on a failed write keep the rest pending."""
+    def _failed(self, err: OSError) -> None:
+        if self.delay == 0.1:
+            _note(f"cannot write the job's output ({err}); retrying")
+        self.blocked = True
+        self.retry_at = time.monotonic() + self.delay
+        self.delay = min(self.delay * 2, 5.0)
+
+    def _entry(self, stream: int) -> None:
+        """The index entry for a change to ``stream`` (raises OSError)."""
+        if stream != self.stream:
+            entry = self.size.to_bytes(7, "big") + bytes((stream,))
+            if os.pwrite(self.index, entry, self.index_size) != INDEX_ENTRY:
+                raise OSError("short write of an output index entry")
+            self.index_size += INDEX_ENTRY
+            self.stream = stream
+
+    def _move(self, fd: int) -> bool:
+        """One move from pipe ``fd``; False when it had nothing."""
+        stream = self.pipes[fd]
         try:
-            if stream != self.stream:
-                entry = self.size.to_bytes(7, "big") + bytes((stream,))
-                if os.write(self.index, entry) != INDEX_ENTRY:
-                    raise OSError("short write of an index entry")
-                self.stream = stream
+            if self.use_splice:
+                # The entry goes first (it may then describe no bytes, e.g.
+                # at the pipe's end: a reader applies the last entry at an offset).
+                self._entry(stream)
+                try:
+                    n = os.splice(fd, self.data, _PIPE_READ, offset_dst=self.size, flags=os.SPLICE_F_NONBLOCK)
+                except BlockingIOError:
+                    return False
+                except OSError as err:
+                    if err.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                        raise
+                    self.use_splice = False  # this file system cannot: read and write
+                else:
+                    if n == 0:
+                        self._close_pipe(fd)
+                    self.size += n
+                    self.delay = 0.1
+                    return True
+        except OSError as err:
+            if isinstance(err, BlockingIOError):
+                return False
+            self._failed(err)
+            return False
+        try:
+            chunk = os.read(fd, _PIPE_READ)
+        except BlockingIOError:
+            return False
+        if not chunk:
+            self._close_pipe(fd)
+            return True
+        self._write(stream, chunk)
+        return True
+
+    def _write(self, stream: int, chunk: bytes) -> bool:
+        """Write ``chunk`` of ``stream`` (the fallback); on a failed write keep the rest pending."""
+        try:
+            self._entry(stream)
             while chunk:
-                n = os.write(self.data, chunk)
+                n = os.pwrite(self.data, chunk, self.size)
                 self.size += n
                 chunk = chunk[n:]
         except OSError as err:
-            if self.delay == 0.1:
-                _note(f"cannot write the job's output ({err}); retrying")
             self.pending = (stream, chunk)
-            self.retry_at = time.monotonic() + self.delay
-            self.delay = min(self.delay * 2, 5.0)
-            return
+            self._failed(err)
+            return False
         self.delay = 0.1
+        return True
+
+    def _close_pipe(self, fd: int) -> None:
+        os.close(fd)
+        del self.pipes[fd]
 
     def drain(self) -> None:
         """Everything still in the pipes, once no writer is left (the job's
-        tree is gone): read to EOF (never blocking: a pipe still held
-        elsewhere is read while it has data), writing each read and waiting
-        out a failing write (retried until it succeeds)."""
-        while self.pipes or self.pending is not None:
-            if self.pending is not None:
+        tree is gone): moved until each pipe is empty or at its end (never
+        blocking: a pipe still held elsewhere is read while it has data),
+        waiting out a failing write (retried until it succeeds)."""
+        while self.pipes or self.blocked:
+            if self.blocked:
                 time.sleep(max(0.0, self.retry_at - time.monotonic()))
                 self.pump([])
                 continue
-            got = False
-            for fd in list(self.pipes):
-                try:
-                    chunk = os.read(fd, _PIPE_READ)
-                except BlockingIOError:
-                    os.close(fd)
-                    del self.pipes[fd]
-                    continue
-                if not chunk:
-                    os.close(fd)
-                    del self.pipes[fd]
-                    continue
-                got = True
-                self._append(self.pipes[fd], chunk)
-            if not got and self.pending is None:
+            ready = list(self.pipes)
+            if not self.pump(ready) and not self.blocked:
                 break
+        for fd in list(self.pipes):
+            self._close_pipe(fd)
 
     def close(self) -> None:
         for fd in list(self.pipes):

@@ -5,6 +5,7 @@ resume (what a daemon restart does), whatever the read sizes."""
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -173,3 +174,37 @@ def test_many_switches_are_read_in_bounded_steps(tmp_path: Path) -> None:
         sizes.append(len(items))
     tailer.close()
     assert max(sizes) <= MAX_BLOCKS and sum(sizes) == len(writes)
+
+
+@pytest.mark.parametrize("splice", [True, False])
+def test_the_runner_pumps_both_pipes_into_one_record(tmp_path: Path, splice: bool) -> None:
+    """The runner's side: each move from a pipe is appended as it came, an
+    index entry before each change of stream (with splice(2), and with the
+    read-and-write fallback for file systems that cannot splice)."""
+    from supervisord.backends.local import runner
+
+    output = runner._Output(str(tmp_path))
+    output.use_splice = splice
+    out_w, err_w = output.open_pipes()
+    out_r, err_r = (
+        (fd for fd, s in output.pipes.items() if s == runner.STDOUT),
+        (fd for fd, s in output.pipes.items() if s == runner.STDERR),
+    )
+    out_fd, err_fd = next(out_r), next(err_r)
+    writes = [("stdout", b"out 1\n"), ("stderr", b"err 1\n"), ("stderr", b"err 2\npart"), ("stdout", b"out 2\n")]
+    for stream, chunk in writes:
+        os.write(out_w if stream == "stdout" else err_w, chunk)
+        assert output.pump([out_fd if stream == "stdout" else err_fd])
+    output.close_child_ends()
+    output.drain()
+    output.close()
+    assert not output.pipes
+    store = Store()
+    ingest(tmp_path, store, final=True, max_bytes=1 << 20)
+    assert [(s, t) for s, _, t in store.lines] == [
+        ("stdout", "out 1"), ("stderr", "err 1"), ("stderr", "err 2"), ("stdout", "out 2"), ("stderr", "part"),
+    ]  # fmt: skip
+    assert (tmp_path / OUTPUT_DATA).read_bytes() == b"".join(chunk for _, chunk in writes)
+    # One entry per change of stream (splicing may add one, describing no bytes, at a pipe's end).
+    entries = (tmp_path / OUTPUT_INDEX).stat().st_size // INDEX_ENTRY
+    assert entries == 3 or (splice and entries == 4)
