@@ -208,3 +208,41 @@ def test_the_runner_pumps_both_pipes_into_one_record(tmp_path: Path, splice: boo
     # One entry per change of stream (splicing may add one, describing no bytes, at a pipe's end).
     entries = (tmp_path / OUTPUT_INDEX).stat().st_size // INDEX_ENTRY
     assert entries == 3 or (splice and entries == 4)
+
+
+@pytest.mark.parametrize("splice", [True, False])
+def test_on_a_full_disk_the_runner_waits_and_loses_nothing(tmp_path: Path, splice: bool) -> None:
+    """A write of the output that fails (ENOSPC) leaves the rest in the pipe
+    (or held), stops reading, and is retried once space returns: the record
+    ends up with every byte, in order."""
+    from supervisord.backends.local import runner
+    from tests.supervisord.test_storage_trouble import _fill, _tmpfs
+
+    with _tmpfs(tmp_path / "fs", "1m") as fs:
+        output = runner._Output(str(fs))
+        output.use_splice = splice
+        out_w, err_w = output.open_pipes()
+        os.set_blocking(out_w, False)
+        fds = {s: fd for fd, s in output.pipes.items()}
+        filler = _fill(fs)
+        sent = []
+        for i in range(200):  # 220 KB, more than the pipe holds: the writer waits for the runner
+            chunk = f"line {i:04d} ".encode() * 100 + b"\n"
+            while True:
+                try:
+                    os.write(out_w, chunk)
+                    break
+                except BlockingIOError:
+                    output.pump([fds[runner.STDOUT]])
+                    if output.blocked:
+                        assert output.readable() == []  # nothing is read while the disk is full
+                        filler.unlink()  # space returns
+                        output.retry_at = 0.0
+            sent.append(chunk)
+        os.write(err_w, b"the end\n")
+        output.close_child_ends()
+        output.drain()
+        output.close()
+        data = (fs / OUTPUT_DATA).read_bytes()
+        assert data == b"".join(sent) + b"the end\n"
+        assert not filler.exists()  # the disk was full at least once
