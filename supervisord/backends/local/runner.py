@@ -28,8 +28,9 @@ Three processes take part, so the runner that stays keeps little memory
    after the grace period) and writes its status at each step.
 
 The job's output (issue 12 item 12): the job's stdout and stderr are two
-pipes that the runner reads (``select``, one read of up to 64 KiB per ready
-pipe per wake-up) into one ordered record of two files:
+pipes that the runner reads (``select``, one move of up to 64 KiB per ready
+pipe per wake-up, with ``splice(2)``: the bytes do not pass through the
+runner's memory) into one ordered record of two files:
 
 * ``RUN_DIR/output.log``: the bytes of both streams, each read appended as it
   came -- what a terminal would have shown, to the extent the kernel tells:
@@ -46,9 +47,8 @@ pipe per wake-up) into one ordered record of two files:
 Byte offsets in ``output.log`` are the lines' positions (where the daemon
 resumes after a restart), and a run of one stream is contiguous there, so
 the daemon records it in large blocks without a Python object per line.
-The runner holds one read at a time: while a write fails (a full disk) it
-stops reading (the job blocks on its full pipe: nothing is lost) and retries
-with back-off. After the job's shell exits the runner keeps reading while
+While a write fails (a full disk) the runner stops reading (the job blocks
+on its full pipe: nothing is lost) and retries with back-off. After the job's shell exits the runner keeps reading while
 it stops what is left of the job, then reads the pipes to the end, and only
 then writes the final status: once the daemon sees it, the record is
 complete. If the runner itself dies (kill -9), the job's next write fails
