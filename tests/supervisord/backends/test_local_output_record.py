@@ -246,3 +246,35 @@ def test_on_a_full_disk_the_runner_waits_and_loses_nothing(tmp_path: Path, splic
         data = (fs / OUTPUT_DATA).read_bytes()
         assert data == b"".join(sent) + b"the end\n"
         assert not filler.exists()  # the disk was full at least once
+
+
+class _Positions:
+    """The reporter's ``log_position`` over a fixed table."""
+
+    def __init__(self, table: dict[str, str]) -> None:
+        self.table = table
+
+    async def log_position(self, source: str) -> str | None:
+        return self.table.get(source)
+
+
+@pytest.mark.anyio
+async def test_a_run_started_before_the_record_is_still_read_from_its_two_files(tmp_path: Path) -> None:
+    """Runs in flight across an upgrade (their runner writes stdout.log and
+    stderr.log) keep being ingested from where they were, as before."""
+    from supervisord.backends.local import backend
+
+    (tmp_path / "stdout.log").write_bytes(b"a\nb\nc\n")
+    (tmp_path / "stderr.log").write_bytes(b"e\n")
+    reporter = _Positions({"stdout": "2"})
+    out = await backend._open_output(tmp_path, {"runner_pid": 1}, reporter, count_recorded=False)  # type: ignore[arg-type]
+    assert isinstance(out, backend._LegacyOutput)
+    got = [(b.source, b.text) for b, _ in out.read_blocks(final=True)]
+    out.close()
+    assert got == [("stdout", b"b\nc\n"), ("stderr", b"e\n")]
+    # A run of this version (its handle names the record) reads the record.
+    write_record(tmp_path, [("stdout", b"x\n")])
+    out = await backend._open_output(tmp_path, {"output": "o"}, reporter, count_recorded=False)  # type: ignore[arg-type]
+    assert not isinstance(out, backend._LegacyOutput)
+    assert [(b.source, b.text) for b, _ in out.read_blocks(final=True)] == [("output.log:stdout", b"x\n")]
+    out.close()
