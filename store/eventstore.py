@@ -267,10 +267,16 @@ class EventStore:
         )
 
     async def append_log(
-        self, run_id: str, expected_version: int, blocks: Sequence[LogBlock], *, wait_for_storage: bool = False
+        self,
+        run_id: str,
+        expected_version: int | None,
+        blocks: Sequence[LogBlock],
+        *,
+        wait_for_storage: bool = False,
     ) -> list[RecordedEvent]:
         """Append one ``LogLines`` event per block of ``blocks`` to the
-        stream of ``run_id`` (at ``expected_version``), in one transaction:
+        stream of ``run_id`` (at ``expected_version``; None = at the end of
+        the existing stream, as for :meth:`append`), in one transaction:
         each records only its lines past the newest recorded position of its
         source (:mod:`store.logblocks`). Returns the recorded events (their
         data is the audit record of :data:`store.types.LOG_LINES`; a block
@@ -378,6 +384,29 @@ class EventStore:
         """The run-status projection of ``run_id`` (exact id), or None."""
         rows = await self._read(f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
         return run_status_from_row(rows[0]) if rows else None
+
+    async def get_runs(self, run_ids: Collection[str]) -> dict[str, RunStatus]:
+        """The run-status projections of those of ``run_ids`` (exact ids)
+        that exist, in one query: run id -> RunStatus."""
+        ids = sorted(set(run_ids))
+        if not ids:
+            return {}
+        rows = await self._read(
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE id IN (SELECT value FROM json_each(?))", (json.dumps(ids),)
+        )
+        return {status.id: status for status in map(run_status_from_row, rows)}
+
+    async def first_events(self, run_ids: Collection[str]) -> dict[str, RecordedEvent]:
+        """The first event (version 1: the Submitted event) of each of
+        ``run_ids`` that has one, in one query: run id -> RecordedEvent."""
+        ids = sorted(set(run_ids))
+        if not ids:
+            return {}
+        rows = await self._read(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE version = 1 AND run_id IN (SELECT value FROM json_each(?))",
+            (json.dumps(ids),),
+        )
+        return {event.run_id: event for event in map(_event_from_row, rows)}
 
     async def list_runs(
         self,

@@ -154,7 +154,9 @@ class _RunRow:
     log_ingest: str | None
 
     def params(self) -> tuple[Any, ...]:
-        return dataclasses.astuple(self)
+        # Not dataclasses.astuple: it deep-copies every field (all scalars
+        # here), which showed in the profile of a burst of appends.
+        return tuple(getattr(self, name) for name in _RUN_ROW_COLUMNS)
 
 
 _RUN_ROW_COLUMNS: Final = tuple(f.name for f in dataclasses.fields(_RunRow))

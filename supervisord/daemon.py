@@ -24,7 +24,7 @@ import signal
 import socket
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -177,7 +177,23 @@ class Daemon:
         )
 
     def _backends(self) -> dict[str, Backend]:
-        return {"local": LocalBackend(), "kubernetes": KubernetesBackend()}
+        # What a backend needs arrives here: the kubeconfig the daemon's
+        # environment names (KUBECONFIG, else ~/.kube/config), and the
+        # config doctor checks. Backends read no file of the user's home.
+        kubeconfig = os.pathsep.join(str(f) for f in cfg.kubeconfig_files())
+        return {
+            "local": LocalBackend(),
+            "kubernetes": KubernetesBackend(kubeconfig=kubeconfig, doctor_config=self._kubernetes_doctor_config),
+        }
+
+    def _kubernetes_doctor_config(self) -> Mapping[str, Any]:
+        """The ``kubernetes`` section ``doctor`` checks: the daemon's config
+        and the user's, with the kubeconfig's current context (blocking:
+        reads files). Raises ConfigError."""
+        layers = cfg.load_client_layers(task=None, cli_config=[], cwd=Path.home())
+        eff = cfg.effective_config(self.daemon_layer, layers, context=cfg.current_kube_context())
+        section = eff.data.get("kubernetes") or {}
+        return section if isinstance(section, Mapping) else {}
 
     async def run(self) -> None:
         """Start everything in order (see the module docstring) and serve."""
@@ -319,12 +335,7 @@ def _doctor_not_applicable(backend: str, daemon_layer: cfg.Layer) -> str | None:
     if backend not in allowed:
         return f"the {backend} backend is not allowed (allowed_backends: {', '.join(allowed) or 'none'})"
     if backend == "kubernetes":
-        raw = os.environ.get("KUBECONFIG", "")
-        files = (
-            [Path(p).expanduser() for p in raw.split(os.pathsep) if p.strip()]
-            if raw.strip()
-            else [Path.home() / ".kube" / "config"]
-        )
+        files = cfg.kubeconfig_files()
         if not any(f.is_file() for f in files) and not os.environ.get("KUBERNETES_SERVICE_HOST"):
             return "no kubeconfig (" + os.pathsep.join(str(f) for f in files) + ") and not inside a cluster"
     return None

@@ -3,28 +3,38 @@
 The ``daemon`` command lives outside :mod:`supervisord.cli` so that the CLI
 package never imports the daemon (the layering import-linter enforces), and
 the daemon's modules (uvicorn, starlette, the store) are imported only when
-the daemon runs: every other command starts faster.
+the daemon runs: every other command starts faster. ``runs``, ``show`` and
+``wait`` in their common forms do not even import click
+(:mod:`supervisord.cli.fast`).
 """
 
 from __future__ import annotations
 
-import click
-
-from supervisord.cli.main import cli
-from supervisord.cli.main import main as _cli_main
+import sys
 
 __all__ = ["main"]
 
 
-@click.command("daemon")
-def _daemon() -> None:
-    """Run the daemon in the foreground (systemd runs this)."""
-    from supervisord.daemon import run_daemon
-
-    run_daemon()
-
-
 def main() -> None:
-    """Run ``jobsup``: register ``jobsup daemon`` and hand over to the CLI."""
+    """Run ``jobsup``: the fast path when it takes the arguments, else
+    register ``jobsup daemon`` and hand over to the click CLI."""
+    from supervisord.cli.fast import main as fast_main
+
+    code = fast_main(sys.argv[1:])
+    if code is not None:
+        sys.exit(code)
+
+    import click
+
+    from supervisord.cli.main import cli
+    from supervisord.cli.main import main as cli_main
+
+    @click.command("daemon")
+    def _daemon() -> None:
+        """Run the daemon in the foreground (systemd runs this)."""
+        from supervisord.daemon import run_daemon
+
+        run_daemon()
+
     cli.add_command(_daemon)
-    _cli_main()
+    cli_main()

@@ -173,7 +173,8 @@ LEADER_POD_CHANGED: Final = define(
 )
 CLEANUP_FAILED: Final = define(
     "CleanupFailed",
-    writer="kubernetes backend, when deleting the run's objects after its end failed",
+    writer="kubernetes backend, when deleting the run's objects after its end, or rolling back a failed start, "
+    "failed or ran out of time (the message names what may remain: cleanup pending)",
     data={"message": "str: why"},
 )
 

@@ -16,6 +16,10 @@ Hierarchy (HTTP status on the API in brackets; CLI exit code in braces)::
     ├── BackendError                a backend failed; .run_reason is what the
     │   │                           run records (default "BackendError")   [502]
     │   ├── PreflightError          a preflight check failed               [424]
+    │   │   └── PreflightConfigError    ...because of the user's own config or
+    │   │                               input (kubeconfig, context, namespace,
+    │   │                               the manifest's values); also a
+    │   │                               ConfigError, so bad input           {2}
     │   └── KubernetesApiError      base of every Kubernetes API error (.status,
     │                               .reason = the API Status reason, never the
     │                               run's reason); the Kubernetes backend
@@ -60,6 +64,7 @@ __all__ = [
     "RunInFlightError",
     "BackendError",
     "PreflightError",
+    "PreflightConfigError",
     "KubernetesApiError",
     "StorageError",
     "DaemonError",
@@ -151,6 +156,16 @@ class PreflightError(BackendError):
     def problems(self) -> list[str]:
         """The failures, one line each (the same list as ``errors``)."""
         return self.errors
+
+
+class PreflightConfigError(PreflightError, ConfigError):
+    """A preflight check failed because of the user's own config or input,
+    not because of the backend's system: a kubeconfig that is missing or
+    does not parse, a context it does not have, a namespace the credentials
+    may not use, an object or kind the manifest names that the cluster does
+    not have. Each line names the file or key to fix. Bad input: the CLI
+    exits 2 (a ConfigError), while a PreflightError of the system itself (an
+    API server that does not answer, a 5xx) exits 1."""
 
 
 class KubernetesApiError(BackendError):

@@ -8,12 +8,12 @@ imports besides the exception tree.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import socket
 import stat
 import struct
 from pathlib import Path
+from typing import NamedTuple
 
 from supervisord.exceptions import JobsupError
 
@@ -33,11 +33,11 @@ class UnsafePathError(JobsupError):
     be written by others; ``str()`` names it and says how to fix it."""
 
 
-@dataclasses.dataclass(frozen=True)
-class PeerCred:
+class PeerCred(NamedTuple):
     """The credentials of a Unix socket's peer (``SO_PEERCRED``): the
     process id, user id and group id it had when it connected (client) or
-    called ``listen`` (server)."""
+    called ``listen`` (server). A named tuple: the CLI imports this module,
+    and :mod:`dataclasses` would import :mod:`inspect`."""
 
     pid: int
     uid: int

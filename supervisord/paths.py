@@ -14,17 +14,18 @@ Config file paths live in :mod:`supervisord.config`.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 __all__ = ["Paths"]
 
 
-@dataclasses.dataclass(frozen=True)
-class Paths:
-    """The resolved locations for one daemon (and its clients)."""
+class Paths(NamedTuple):
+    """The resolved locations for one daemon (and its clients). A named
+    tuple, not a dataclass: :mod:`dataclasses` imports :mod:`inspect`,
+    which every CLI command would pay for at start."""
 
     state_dir: Path
     socket: Path

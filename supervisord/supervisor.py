@@ -16,7 +16,7 @@ import os
 import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import anyio.abc
@@ -57,6 +57,15 @@ log = structlog.get_logger("jobsup.supervisor")
 _CANCEL_DRAIN_S = 30.0
 #: The most log lines one LogLines event holds (~400 KB of 100-byte lines).
 MAX_LINES_PER_EVENT = 4000
+#: The expected version of the retry after a ConcurrencyError: at the end of
+#: the stream, whatever its version. The run's own appends are serialised by
+#: its lock, so a stale cached version means that someone else appended an
+#: event that does not bear on the supervisor's state (a hook outcome, which
+#: is appended at any version; an append whose cancelled caller still
+#: committed). Adopting the reported version and retrying once, as before,
+#: lost the append whenever another such event (several hooks answering one
+#: phase change) landed in the same commit batch as the retry.
+_AT_THE_END: Final = None
 
 
 def _env_digests(submitted: Mapping[str, Any]) -> dict[str, str | None]:
@@ -134,11 +143,8 @@ class _Reporter:
         run_id = st.spec.run_id
         try:
             recorded = await self._store.append(run_id, st.version, events, wait_for_storage=wait_for_storage)
-        except ConcurrencyError as err:
-            # Our cached version is stale (e.g. an append whose caller was
-            # cancelled still committed): adopt the stream's and retry once.
-            st.version = err.actual
-            recorded = await self._store.append(run_id, st.version, events, wait_for_storage=wait_for_storage)
+        except ConcurrencyError:
+            recorded = await self._store.append(run_id, _AT_THE_END, events, wait_for_storage=wait_for_storage)
         st.version = recorded[-1].version
 
     async def phase(
@@ -202,9 +208,8 @@ class _Reporter:
         async with st.lock:
             try:
                 recorded = await self._store.append_log(st.spec.run_id, st.version, blocks, wait_for_storage=True)
-            except ConcurrencyError as err:
-                st.version = err.actual
-                recorded = await self._store.append_log(st.spec.run_id, st.version, blocks, wait_for_storage=True)
+            except ConcurrencyError:  # stale version: see _AT_THE_END
+                recorded = await self._store.append_log(st.spec.run_id, _AT_THE_END, blocks, wait_for_storage=True)
             st.version = recorded[-1].version
 
     async def log_position(self, source: str) -> str | None:
@@ -616,8 +621,8 @@ class Supervisor:
         status = await self.get(run_id)
         try:
             await self.store.append(run_id, status.version, [NewEvent(type, dict(data))])
-        except ConcurrencyError as err:
-            await self.store.append(run_id, err.actual, [NewEvent(type, dict(data))])
+        except ConcurrencyError:  # see _AT_THE_END
+            await self.store.append(run_id, _AT_THE_END, [NewEvent(type, dict(data))])
 
     def supervised(self) -> int:
         """How many runs have a live supervision task."""

@@ -5,38 +5,27 @@ three server heartbeats, so a daemon that dies mid-stream is noticed.
 When no daemon answers, :meth:`Client.connect` starts one in the background
 (unless ``JOBSUP_NO_AUTOSTART=1``), logging to ``<state dir>/daemon.log``.
 
-Why the standard library's :mod:`http.client` and not httpx: every CLI
-command is a new process, and what it imports is paid on every call by the
-scripts and agents that drive jobsup. Importing httpx costs more than the
-whole budget of a command (target: 100 ms for ``jobsup runs``): httpcore,
-h11, its ``Auth`` module, and, when click and rich are installed (they are,
-for the CLI), its own command line, which imports rich's console and
-progress bars. This client needs none of httpx's features: one local
-socket, no TLS, no proxies, no redirects, no cookies, JSON bodies and
-newline-delimited JSON streams. :class:`_UnixConnection` is
-``http.client.HTTPConnection`` connecting to a Unix socket (its documented
-extension point: override ``connect`` and set ``self.sock``); chunked
-responses, keep-alive framing and header parsing stay the standard
-library's. The daemon side still uses starlette and uvicorn.
+Why not httpx (nor :mod:`http.client`): every CLI command is a new
+process, and what it imports is paid on every call by the scripts and
+agents that drive jobsup (target: 100 ms for ``jobsup runs``). The
+transport is :mod:`supervisord.api.transport`, the little of HTTP/1.1 one
+local socket needs, on the standard library's :mod:`socket`. The daemon
+side uses starlette and uvicorn.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
 
+from supervisord.api.transport import Response, UnixConnection, quote_path, urlencode
 from supervisord.api.wire import API_PREFIX, from_wire
 from supervisord.exceptions import DaemonUnreachableError
-from supervisord.ownership import UnsafePathError, check_private_dir, peer_cred
 from supervisord.paths import Paths
 
 __all__ = ["Client"]
@@ -50,45 +39,7 @@ _AUTOSTART_WAIT_S = 30.0
 #: (it is stopping, or not ready yet).
 _STOPPING_WAIT_S = 10.0
 #: Errors that mean the daemon is not (or no longer) there.
-_TRANSPORT_ERRORS = (OSError, http.client.HTTPException)
-
-
-class _UnixConnection(http.client.HTTPConnection):
-    """An HTTP/1.1 connection to a Unix socket ``path``: ``timeout`` bounds
-    each read after ``connect_timeout`` bounded the connect."""
-
-    def __init__(self, path: str, *, timeout: float, connect_timeout: float = _CONNECT_TIMEOUT_S) -> None:
-        super().__init__("jobsup", timeout=timeout)
-        self.path = path
-        self.connect_timeout = connect_timeout
-
-    def connect(self) -> None:
-        """Connect to the socket, refusing one jobsup must not trust before a
-        byte is sent: its folder must belong to this user and be writable by
-        nobody else (so no other user can have put the socket there), and
-        the process listening on it must run as this user (``SO_PEERCRED``,
-        unix(7)). Raises OSError (refused, missing, timeout), UnsafePathError
-        naming the socket."""
-        folder = os.path.dirname(self.path)
-        try:
-            check_private_dir(Path(folder), what="socket folder", fix=f"refusing to send anything to {self.path}")
-        except FileNotFoundError:
-            raise ConnectionRefusedError(f"no socket folder {folder}") from None
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(self.connect_timeout)
-            sock.connect(self.path)
-            cred = peer_cred(sock)
-            if cred.uid != os.getuid():
-                raise UnsafePathError(
-                    f"the process answering on {self.path} (pid {cred.pid}) runs as uid {cred.uid}, not as you "
-                    f"(uid {os.getuid()}); refusing to send anything to it"
-                )
-            sock.settimeout(self.timeout)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
+_TRANSPORT_ERRORS = (OSError,)
 
 
 class Client:
@@ -186,6 +137,8 @@ class Client:
         fd = os.open(self.paths.daemon_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         os.fchmod(fd, 0o600)
         logf = os.fdopen(fd, "ab")
+        import subprocess  # here: only a command that starts a daemon pays for it
+
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "supervisord", "daemon"],
@@ -222,20 +175,19 @@ class Client:
 
     def _open(
         self, method: str, path: str, *, query: Any = None, json_body: Any = None, timeout: float = _CALL_TIMEOUT_S
-    ) -> tuple[_UnixConnection, http.client.HTTPResponse]:
+    ) -> tuple[UnixConnection, Response]:
         """Send one request to ``API_PREFIX + path`` and return the
         connection and its response (headers read, body not). Raises
-        OSError or http.client.HTTPException."""
-        url = quote(API_PREFIX + path) + (f"?{urlencode(query, doseq=True)}" if query else "")
+        OSError, or UnsafePathError for a socket not to be trusted."""
+        url = quote_path(API_PREFIX + path) + (f"?{urlencode(query)}" if query else "")
         headers = {"Host": "jobsup", "Accept": "application/json"}
         payload = None
         if json_body is not None:
             payload = json.dumps(json_body).encode()
             headers["Content-Type"] = "application/json"
-        conn = _UnixConnection(str(self.paths.socket), timeout=timeout)
+        conn = UnixConnection(str(self.paths.socket), timeout=timeout, connect_timeout=_CONNECT_TIMEOUT_S)
         try:
-            conn.request(method, url, body=payload, headers=headers)
-            return conn, conn.getresponse()
+            return conn, conn.request(method, url, body=payload, headers=headers)
         except BaseException:
             conn.close()
             raise
@@ -380,7 +332,7 @@ class Client:
         return list(self._call("GET", "/hooks")["hooks"])
 
 
-def _ndjson(resp: http.client.HTTPResponse) -> Iterator[dict[str, Any]]:
+def _ndjson(resp: Response) -> Iterator[dict[str, Any]]:
     """The objects of a newline-delimited JSON body, as they arrive.
 
     Lines end at ``\n`` only (``readline`` on bytes), never at U+2028,

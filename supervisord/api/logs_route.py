@@ -41,6 +41,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from store import EventStore, LogLine
+from supervisord.api.query import INT_MAX, flag_param, int_param
 from supervisord.exceptions import UsageError
 from supervisord.supervisor import Supervisor
 
@@ -51,24 +52,10 @@ _HEARTBEAT_S = 5.0
 _NDJSON = "application/x-ndjson"
 #: Blocks read per database query in a replay (each up to 4 MiB).
 _BLOCKS_PER_READ = 4
-_MAX_INT = 2**63 - 1
 
 
 def _dumps(obj: Any) -> bytes:
     return (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
-
-
-def _int_param(request: Request, name: str, default: int | None) -> int | None:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise UsageError(f"query parameter {name}={raw!r} must be an integer") from None
-    if not 0 <= value <= _MAX_INT:
-        raise UsageError(f"query parameter {name}={raw!r} must be within 0..{_MAX_INT}")
-    return value
 
 
 def _line_json(line: LogLine, at: str) -> str:
@@ -95,18 +82,18 @@ async def logs_response(request: Request, supervisor: Supervisor, store: EventSt
     Raises UsageError (400) for a bad parameter, RunNotFoundError."""
     run_id = await supervisor.resolve(request.path_params["ref"])
     await supervisor.get(run_id)
-    follow = request.query_params.get("follow", "").lower() in ("1", "true", "yes")
+    follow = flag_param(request.query_params, "follow")
     fmt = request.query_params.get("format") or "text"
     if fmt not in FORMATS:
         raise UsageError(f"query parameter format={fmt!r}: use one of {', '.join(FORMATS)}")
-    after = _int_param(request, "after_line", 0) or 0
-    tail = _int_param(request, "tail", None)
-    limit = _int_param(request, "limit", None)
+    after = int_param(request.query_params, "after_line", 0) or 0
+    tail = int_param(request.query_params, "tail")
+    limit = int_param(request.query_params, "limit")
     if limit is not None and follow:
         raise UsageError("query parameter limit cannot be combined with follow")
     if tail is not None:
         after = max(after, await store.tail_line_no(run_id, tail))
-    stop = _MAX_INT if limit is None else after + limit
+    stop = INT_MAX if limit is None else after + limit
 
     async def text_pages(cursor: int) -> AsyncIterator[tuple[int, int, bytes]]:
         """``(first_line, last_line, text)`` of what is stored after ``cursor``, up to ``stop``."""

@@ -11,40 +11,20 @@ The queue document is :meth:`supervisord.scheduler.driver.Scheduler.view`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-import structlog
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from supervisord.api.wire import API_PREFIX, encode_error
-from supervisord.exceptions import JobsupError, UsageError
+from supervisord.api.boundary import api_errors
+from supervisord.api.wire import API_PREFIX
+from supervisord.exceptions import UsageError
 from supervisord.scheduler.driver import Scheduler
 from supervisord.scheduler.rerun import rerun_run
 from supervisord.supervisor import Supervisor
 
 __all__ = ["scheduler_routes"]
-
-log = structlog.get_logger("jobsup.api")
-
-Handler = Callable[[Request], Awaitable[Response]]
-
-
-def _errors(fn: Handler) -> Handler:
-    async def wrapped(request: Request) -> Response:
-        try:
-            return await fn(request)
-        except JobsupError as err:
-            status, body = encode_error(err)
-            return JSONResponse(body, status_code=status)
-        except Exception as err:
-            log.exception("request failed", path=request.url.path)
-            status, body = encode_error(err)
-            return JSONResponse(body, status_code=status)
-
-    return wrapped
 
 
 def scheduler_routes(*, supervisor: Supervisor, scheduler: Scheduler, digest_key: bytes) -> list[Route]:
@@ -79,8 +59,8 @@ def scheduler_routes(*, supervisor: Supervisor, scheduler: Scheduler, digest_key
 
     p = API_PREFIX
     return [
-        Route(f"{p}/queue", _errors(queue), methods=["GET"]),
-        Route(f"{p}/runs/{{ref}}/hold", _errors(hold), methods=["POST"]),
-        Route(f"{p}/runs/{{ref}}/release", _errors(release), methods=["POST"]),
-        Route(f"{p}/runs/{{ref}}/rerun", _errors(rerun), methods=["POST"]),
+        Route(f"{p}/queue", api_errors(queue), methods=["GET"]),
+        Route(f"{p}/runs/{{ref}}/hold", api_errors(hold), methods=["POST"]),
+        Route(f"{p}/runs/{{ref}}/release", api_errors(release), methods=["POST"]),
+        Route(f"{p}/runs/{{ref}}/rerun", api_errors(rerun), methods=["POST"]),
     ]

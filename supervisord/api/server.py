@@ -23,10 +23,12 @@ from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from store import EventStore, LogLine
+from supervisord.api.boundary import api_errors
 from supervisord.api.logs_route import logs_response
+from supervisord.api.query import flag_param, float_param, int_param
 from supervisord.api.scheduler_routes import scheduler_routes
-from supervisord.api.wire import API_PREFIX, to_wire
-from supervisord.exceptions import JobsupError, StorageError, UsageError, map_store_errors
+from supervisord.api.wire import API_PREFIX
+from supervisord.exceptions import UsageError
 from supervisord.health import storage_json
 from supervisord.readside import ReadSide
 from supervisord.scheduler.driver import Scheduler
@@ -102,70 +104,6 @@ async def _ndjson_pages(pages: AsyncIterator[list[dict[str, Any]]]) -> AsyncIter
         yield b"".join(_dumps(item) for item in page)
 
 
-def _flag(request: Request, name: str) -> bool:
-    return request.query_params.get(name, "").lower() in ("1", "true", "yes")
-
-
-#: The largest value an integer query parameter may have: SQLite's INTEGER
-#: (a signed 64-bit number).
-_INT_MAX = 2**63 - 1
-
-
-def _int(request: Request, name: str, default: int | None = None, *, minimum: int = 0) -> int | None:
-    """Query parameter ``name`` as a whole number in ``minimum..2^63-1``
-    (every integer parameter is a count, a cursor or a limit), or
-    ``default`` when absent. Raises UsageError (HTTP 400) naming it, before
-    any response starts."""
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise UsageError(f"query parameter {name}={raw[:40]!r} must be an integer") from None
-    if not minimum <= value <= _INT_MAX:
-        raise UsageError(f"query parameter {name}={raw[:40]!r} must be in {minimum}..{_INT_MAX}")
-    return value
-
-
-def _float(request: Request, name: str) -> float | None:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        raise UsageError(f"query parameter {name}={raw[:40]!r} must be a number") from None
-    if not 0 <= value < float("inf"):
-        raise UsageError(f"query parameter {name}={raw[:40]!r} must be a finite number, not negative")
-    return value
-
-
-Handler = Callable[[Request], Awaitable[Response]]
-
-
-def _errors(fn: Handler) -> Handler:
-    """The API boundary: a JobsupError becomes its wire error; a store error
-    becomes a StorageError first (:func:`map_store_errors`); anything else is
-    logged with its traceback and answered as an InternalError."""
-
-    async def wrapped(request: Request) -> Response:
-        try:
-            with map_store_errors("the jobsup daemon's event store failed"):
-                return await fn(request)
-        except JobsupError as err:
-            if isinstance(err, StorageError):
-                log.warning("store error", path=request.url.path, error=str(err))
-            status, body = to_wire(err)
-            return JSONResponse(body, status_code=status)
-        except Exception as err:
-            log.exception("request failed", path=request.url.path)
-            status, body = to_wire(err)
-            return JSONResponse(body, status_code=status)
-
-    return wrapped
-
-
 def create_app(
     *,
     supervisor: Supervisor,
@@ -202,7 +140,7 @@ def create_app(
 
     async def list_runs(request: Request) -> Response:
         runs = await reads.list_runs(
-            all=_flag(request, "all"),
+            all=flag_param(request.query_params, "all"),
             project=request.query_params.get("project"),
             phase=request.query_params.get("phase"),
         )
@@ -223,8 +161,8 @@ def create_app(
         stream = await reads.open_wait(
             [r for r in request.query_params.getlist("run") if r],
             cond=request.query_params.get("for") or "terminal",
-            after=_int(request, "after"),
-            timeout=_float(request, "timeout"),
+            after=int_param(request.query_params, "after"),
+            timeout=float_param(request.query_params, "timeout"),
         )
         return StreamingResponse(_ndjson(stream), media_type=_NDJSON)
 
@@ -232,9 +170,9 @@ def create_app(
         ref = request.query_params.get("run")
         pages = reads.events(
             run_id=await reads.resolve(ref) if ref else None,
-            after=_int(request, "after", 0) or 0,
-            follow=_flag(request, "follow"),
-            limit=_int(request, "limit", 1000, minimum=1) or 1000,
+            after=int_param(request.query_params, "after", 0) or 0,
+            follow=flag_param(request.query_params, "follow"),
+            limit=int_param(request.query_params, "limit", 1000, minimum=1) or 1000,
         )
         return StreamingResponse(_ndjson_pages(pages), media_type=_NDJSON)
 
@@ -257,17 +195,17 @@ def create_app(
 
     p = API_PREFIX
     routes = [
-        Route(f"{p}/ui", _errors(ui_route), methods=["POST"]),
-        Route(f"{p}/health", _errors(health), methods=["GET"]),
-        Route(f"{p}/runs", _errors(submit), methods=["POST"]),
-        Route(f"{p}/runs", _errors(list_runs), methods=["GET"]),
-        Route(f"{p}/runs/{{ref}}", _errors(show), methods=["GET"]),
-        Route(f"{p}/runs/{{ref}}/cancel", _errors(cancel), methods=["POST"]),
-        Route(f"{p}/runs/{{ref}}/logs", _errors(logs), methods=["GET"]),
-        Route(f"{p}/wait", _errors(wait), methods=["GET"]),
-        Route(f"{p}/events", _errors(events), methods=["GET"]),
-        Route(f"{p}/doctor", _errors(doctor_route), methods=["GET"]),
-        Route(f"{p}/hooks", _errors(hooks_route), methods=["GET"]),
+        Route(f"{p}/ui", api_errors(ui_route), methods=["POST"]),
+        Route(f"{p}/health", api_errors(health), methods=["GET"]),
+        Route(f"{p}/runs", api_errors(submit), methods=["POST"]),
+        Route(f"{p}/runs", api_errors(list_runs), methods=["GET"]),
+        Route(f"{p}/runs/{{ref}}", api_errors(show), methods=["GET"]),
+        Route(f"{p}/runs/{{ref}}/cancel", api_errors(cancel), methods=["POST"]),
+        Route(f"{p}/runs/{{ref}}/logs", api_errors(logs), methods=["GET"]),
+        Route(f"{p}/wait", api_errors(wait), methods=["GET"]),
+        Route(f"{p}/events", api_errors(events), methods=["GET"]),
+        Route(f"{p}/doctor", api_errors(doctor_route), methods=["GET"]),
+        Route(f"{p}/hooks", api_errors(hooks_route), methods=["GET"]),
     ]
     if scheduler is not None:
         routes += scheduler_routes(supervisor=supervisor, scheduler=scheduler, digest_key=planner.digest_key)

@@ -35,12 +35,10 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from store.types import PHASES
 from supervisord import exceptions as exc
 
 __all__ = [
     "API_PREFIX",
-    "PHASES",
     "ERROR_STATUS",
     "WAIT_EXIT_CODES",
     "EXIT_WAIT_TIMEOUT",

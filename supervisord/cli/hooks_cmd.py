@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from supervisord.cli.output import emit, info, output_option
-from supervisord.cli.runs_cmd import _client
+from supervisord.cli.reads import connected_client
 
 __all__ = ["hooks"]
 
@@ -30,7 +30,7 @@ def _last(outcome: dict[str, Any] | None) -> str | None:
 def hooks(output: str) -> None:
     """List the daemon's hooks: checkpoint (last event seq finished with),
     lag (events after it) and the last outcome this daemon recorded."""
-    rows = _client().hooks()
+    rows = connected_client().hooks()
     if output != "table":
         emit(rows, output)
         return

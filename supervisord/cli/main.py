@@ -17,13 +17,7 @@ from typing import Any, Final
 
 import click
 
-from supervisord.exceptions import (
-    AmbiguousRunError,
-    DaemonUnreachableError,
-    JobsupError,
-    RunNotFoundError,
-    UsageError,
-)
+from supervisord.exceptions import JobsupError
 
 __all__ = ["COMMANDS", "LazyGroup", "cli", "main"]
 
@@ -98,16 +92,11 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
-    except DaemonUnreachableError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(69)
-    except (UsageError, RunNotFoundError, AmbiguousRunError) as exc:
-        # A run id that names no run, or several, is bad input too.
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
     except JobsupError as exc:
+        from supervisord.cli.reads import error_exit_code
+
         click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+        sys.exit(error_exit_code(exc))
     # With standalone_mode=False click returns ctx.exit()'s code.
     sys.exit(rv if isinstance(rv, int) else 0)
 

@@ -36,10 +36,10 @@ import structlog
 from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
-from supervisord import config as cfg
+from store.types import PHASES
 from supervisord import schemas
 from supervisord.api.client import Client
-from supervisord.api.wire import EXIT_WAIT_TIMEOUT, PHASES, exit_code_for_phase
+from supervisord.api.wire import EXIT_WAIT_TIMEOUT, exit_code_for_phase
 from supervisord.exceptions import (
     AmbiguousRunError,
     DaemonUnreachableError,
@@ -48,7 +48,7 @@ from supervisord.exceptions import (
     TaskError,
 )
 from supervisord.lifecycle import ACTIVE_PHASES
-from supervisord.task import BACKENDS, Task
+from supervisord.task import BACKENDS
 
 __all__ = ["TOOLS", "Handlers", "JobsupTools", "Tool", "ToolError", "build_server", "serve", "triage_suggestion"]
 
@@ -454,56 +454,38 @@ class JobsupTools:
         except (RunNotFoundError, AmbiguousRunError) as err:
             raise _ref_error(field, err) from None
 
-    def _task(self, args: dict[str, Any], cwd: Path) -> Task:
-        from supervisord.task import check_name, load_task, parse_duration
-
-        task_file = args.get("task_file")
-        task = load_task(cwd / task_file) if task_file else Task()
-        command = args.get("command")
-        run = None
-        if isinstance(command, list):
-            import shlex
-
-            run = command[0] if len(command) == 1 else shlex.join(command)
-        elif isinstance(command, str):
-            run = command
-        return task.with_overrides(
-            name=check_name(args["name"], what="name") if args.get("name") is not None else None,
-            run=run,
-            backend=args.get("backend"),
-            timeout_s=parse_duration(args["timeout"], what="timeout") if args.get("timeout") is not None else None,
-            env=dict(args.get("env") or {}),
-            manifest=args.get("manifest"),
-        )
-
     def submit(self, args: dict[str, Any]) -> dict[str, Any]:
         """Submit a run: the same request as ``jobsup submit`` (scheduling
         options in the task, ``hold`` in the body, a ``request_id`` and the
         server's umask)."""
-        import secrets
-
-        from supervisord.cli.runs_cmd import _current_umask, task_wire
+        from supervisord.cli.submit_request import build_task, submit_body
 
         cwd = self._path(args.get("cwd"))
         if not cwd.is_dir():
             raise ToolError(f"cwd: {cwd} is not a folder")
-        task = self._task(args, cwd)
+        task_file = args.get("task_file")
         sched = {k: args[k] for k in _SCHEDULING_FIELDS if k != "hold" and args.get(k) not in (None, [])}
-        if sched:
-            task = task.with_overrides(scheduling=sched)
+        task = build_task(
+            cwd / task_file if task_file else None,
+            args.get("command"),
+            name=args.get("name"),
+            backend=args.get("backend"),
+            timeout=args.get("timeout"),
+            manifest=args.get("manifest"),
+            env=dict(args.get("env") or {}),
+            scheduling=sched or None,
+            flag_prefix="",
+        )
         if not task.run:
             raise TaskError("command: no command: give `command` or a task file with `run:`")
-        layers = cfg.load_client_layers(task=task, cli_config=list(args.get("config") or []), cwd=cwd)
-        body = {
-            "task": task_wire(task),
-            "layers": cfg.layers_to_wire(layers),
-            "cwd": str(cwd),
-            "rev": args.get("rev") or "HEAD",
-            "force": bool(args.get("force")),
-            "hold": bool(args.get("hold")),
-            "request_id": secrets.token_hex(8),
-            "umask": f"{_current_umask():04o}",
-        }
+        body = submit_body(
+            task,
+            config_args=list(args.get("config") or []),
+            cwd=cwd,
+            rev=args.get("rev") or "HEAD",
+            force=bool(args.get("force")),
+            hold=bool(args.get("hold")),
+        )
         result = self.client.submit(body)
         return {"run": result["run"], "warnings": list(result.get("warnings") or [])}
 
@@ -542,21 +524,9 @@ class JobsupTools:
 
     def show(self, args: dict[str, Any]) -> dict[str, Any]:
         """``jobsup show RUN -o json``."""
-        doc = self._run("run", args["run"])
-        sub = doc.get("submitted") or {}
-        full = {
-            **doc["run"],
-            "command": sub.get("command"),
-            "timeout_s": sub.get("timeout_s"),
-            "source": sub.get("source"),
-            "env": sub.get("env"),
-            "config": sub.get("config"),
-        }
-        if sub.get("on_done"):
-            full["on_done"] = sub["on_done"]
-        if doc.get("hooks"):
-            full["hooks"] = [{"type": e["type"], "seq": e["seq"], "at": e["at"], **e["data"]} for e in doc["hooks"]]
-        return full
+        from supervisord.cli.reads import show_document
+
+        return show_document(self._run("run", args["run"]))
 
     def _lines(
         self, ref: str, *, tail: int | None = None, after_line: int = 0

@@ -1,6 +1,8 @@
 """Output for the CLI: machine output on stdout, human messages on stderr.
 
 Every listing command takes ``-o table|json|yaml`` (README, "Commands").
+Importing this module does not import click (:mod:`supervisord.cli.fast`
+uses it without click); :func:`echo` writes as ``click.echo`` does.
 """
 
 from __future__ import annotations
@@ -10,9 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-import click
-
-__all__ = ["OUTPUT_FORMATS", "output_option", "emit", "warn", "info"]
+__all__ = ["OUTPUT_FORMATS", "output_option", "echo", "emit", "warn", "info"]
 
 OUTPUT_FORMATS = ("table", "json", "yaml")
 
@@ -21,6 +21,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def output_option(*, default: str = "table", choices: Sequence[str] = OUTPUT_FORMATS) -> Callable[[F], F]:
     """The ``-o/--output`` click option, as every listing command takes it."""
+    import click
+
     return click.option(
         "-o",
         "--output",
@@ -41,12 +43,12 @@ def emit(data: Any, fmt: str, *, columns: Sequence[str] | None = None) -> None:
     YAML with keys in their given order.
     """
     if fmt == "json":
-        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+        echo(json.dumps(data, indent=2, ensure_ascii=False))
         return
     if fmt == "yaml":
         import yaml
 
-        click.echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), nl=False)
+        echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), nl=False)
         return
     rows = data if isinstance(data, list) else [data]
     if not rows:
@@ -65,9 +67,9 @@ def emit(data: Any, fmt: str, *, columns: Sequence[str] | None = None) -> None:
         Console().print(table)
         return
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
-    click.echo("  ".join(c.upper().ljust(w) for c, w in zip(cols, widths)).rstrip())
+    echo("  ".join(c.upper().ljust(w) for c, w in zip(cols, widths)).rstrip())
     for row in cells:
-        click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+        echo("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
 
 
 def _cell(value: Any) -> str:
@@ -80,9 +82,26 @@ def _cell(value: Any) -> str:
 
 def warn(message: str) -> None:
     """One warning line on stderr, prefixed ``warning:``."""
-    click.echo(f"warning: {message}", err=True)
+    echo(f"warning: {message}", err=True)
 
 
 def info(message: str) -> None:
     """One human message line on stderr."""
-    click.echo(message, err=True)
+    echo(message, err=True)
+
+
+#: An ANSI escape sequence, as click strips them (``click._compat._ansi_re``).
+_ANSI_PATTERN = r"\033\[[0-?]*[ -/]*[@-~]"
+
+
+def echo(message: str, *, err: bool = False, nl: bool = True) -> None:
+    """Write ``message`` (and a newline) to stdout, or stderr with ``err``,
+    and flush: what ``click.echo`` does with a string, including removing
+    ANSI escape sequences when the stream is not a terminal."""
+    stream = sys.stderr if err else sys.stdout
+    if "\033" in message and not stream.isatty():
+        import re
+
+        message = re.sub(_ANSI_PATTERN, "", message)
+    stream.write(message + "\n" if nl else message)
+    stream.flush()

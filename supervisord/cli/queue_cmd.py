@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from supervisord.cli.output import emit, info, output_option, warn
+from supervisord.cli.reads import connected_client
 from supervisord.task import parse_env_pairs
 
 __all__ = ["hold", "queue", "release", "rerun", "scheduling_options", "take_scheduling"]
@@ -52,25 +53,6 @@ def take_scheduling(kwargs: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     return {k: v for k, v in sched.items() if v not in (None, [])}, hold
 
 
-def _client() -> Any:
-    """A connected API client; exit 69 with one line when no daemon answers
-    (as every run command; not imported from runs_cmd, which imports this
-    module: no cycle)."""
-    import sys
-
-    from supervisord.api.client import Client
-    from supervisord.api.wire import EXIT_UNREACHABLE
-    from supervisord.exceptions import DaemonUnreachableError
-
-    client = Client()
-    try:
-        client.connect()
-    except DaemonUnreachableError as err:
-        click.echo(f"error: {err}", err=True)
-        sys.exit(EXIT_UNREACHABLE)
-    return client
-
-
 _WAIT_COLUMNS = ("position", "id", "name", "queue", "priority", "gpus", "reason", "message")
 _GPU_COLUMNS = ("index", "uuid", "name", "holder", "since")
 
@@ -79,7 +61,7 @@ _GPU_COLUMNS = ("index", "uuid", "name", "holder", "since")
 @output_option()
 def queue(output: str) -> None:
     """Waiting runs in start order with why they wait, then each GPU and its holder."""
-    doc = _client().queue()
+    doc = connected_client().queue()
     if output != "table":
         emit(doc, output)
         return
@@ -105,7 +87,7 @@ def queue(output: str) -> None:
 
 
 def _hold_or_release(action: str, runs_: tuple[str, ...], output: str) -> None:
-    client = _client()
+    client = connected_client()
     done = [client.hold(ref) if action == "hold" else client.release(ref) for ref in runs_]
     if output != "table":
         emit(done, output)
@@ -142,7 +124,7 @@ def rerun(run: str, env_pairs: tuple[str, ...], hold: bool, force: bool) -> None
     as a new run; print its id. Env values are not stored: each of the run's
     env names takes its value from --env, else from this environment."""
     given = parse_env_pairs(env_pairs)
-    client = _client()
+    client = connected_client()
     names = sorted((client.show(run).get("submitted") or {}).get("env") or {})
     unknown = sorted(set(given) - set(names))
     if unknown:

@@ -4,8 +4,9 @@ Needs no cluster and no daemon: the manifest is read from the recorded commit
 of the local repository, the config layers from their files, and
 :func:`supervisord.backends.kubernetes.render_run` does the rest. stdout gets
 the objects only (YAML documents, or one JSON List); notes about overridden
-values go to stderr. A manifest that breaks the contract exits 1 with every
-violation on stderr.
+values go to stderr. A manifest that breaks the contract (or cannot be read:
+not committed, not valid YAML, over the YAML caps) is bad input: exit 2 with
+every violation on stderr.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def render_command(
 
     The manifest comes from the recorded commit (--rev, default HEAD), never
     from the working tree. The command comes from the task file's `run:` or
-    from the words after `--`. Exit 1 with every contract violation.
+    from the words after `--`. Exit 2 with every contract violation.
     """
     reject_shape_flags({"image": image, "gpus": gpus, "cpus": cpus, "memory": memory})
     task_file = args[0] if args and _is_task_file(args[0]) else None
@@ -104,8 +105,9 @@ def render_command(
             warn=warn,
         )
     except ManifestError as exc:
+        # Bad input, as every UsageError: README, "exit codes".
         click.echo(f"error: {exc}", err=True)
-        ctx.exit(1)
+        ctx.exit(2)
     for note in rendered.notes:
         warn(note)
     text = objects_to_json(rendered.objects) if output == "json" else objects_to_yaml(rendered.objects)

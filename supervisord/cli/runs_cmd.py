@@ -5,28 +5,34 @@ They talk to the daemon only through :class:`supervisord.api.client.Client`.
 
 from __future__ import annotations
 
-import os
-import secrets
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 
+from store.types import PHASES
 from supervisord.api.client import Client
-from supervisord.api.wire import EXIT_UNREACHABLE, EXIT_WAIT_TIMEOUT, PHASES, WAIT_EXIT_CODES, exit_code_for_phase
+from supervisord.api.wire import exit_code_for_phase
 from supervisord.cli.output import emit, info, output_option, warn
 from supervisord.cli.queue_cmd import scheduling_options, take_scheduling
+from supervisord.cli.reads import (
+    EXIT_OTHER_PHASE,
+    RUN_COLUMNS,
+    connected_client,
+    reconnecting,
+    runs_command,
+    show_command,
+    wait_command,
+    wait_timeout_s,
+)
 from supervisord.cli.shape import reject_shape_flags, shape_flag_options_without
 from supervisord.exceptions import AmbiguousRunError, DaemonUnreachableError, RunNotFoundError, TaskError, UsageError
-from supervisord.hooks.config import parse_on_done
-from supervisord.task import BACKENDS, Task, check_name, load_task, parse_duration, parse_env_pairs
+from supervisord.task import BACKENDS, parse_env_pairs
 
-__all__ = ["submit", "runs", "show", "logs", "wait", "cancel", "events", "doctor"]
-
-RUN_COLUMNS = ("id", "project", "name", "backend", "phase", "reason", "exit_code", "created_at")
+__all__ = ["submit", "runs", "show", "logs", "wait", "cancel", "events", "doctor", "EXIT_OTHER_PHASE", "RUN_COLUMNS"]
 
 
 class _DashDashCommand(click.Command):
@@ -39,87 +45,6 @@ class _DashDashCommand(click.Command):
             ctx.meta["jobsup.command"] = args[i + 1 :]
             args = args[:i]
         return super().parse_args(ctx, args)
-
-
-_RECONNECT_WINDOW_S = 120.0
-
-
-def _reconnecting(client: Client, open_stream: Callable[[], Iterator[dict[str, Any]]]) -> Iterator[dict[str, Any]]:
-    """Items of ``open_stream()``; when the daemon goes away mid-stream (a
-    restart, ``kill -9``), reconnect — autostarting one when allowed — and
-    call ``open_stream()`` again, which resumes from the caller's cursor.
-    Gives up with DaemonUnreachableError after two minutes without a daemon."""
-    while True:
-        try:
-            yield from open_stream()
-            return
-        except DaemonUnreachableError as err:
-            info(f"lost the jobsup daemon ({err}); reconnecting")
-            deadline = time.monotonic() + _RECONNECT_WINDOW_S
-            while True:
-                try:
-                    client.connect()
-                    break
-                except DaemonUnreachableError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.5)
-
-
-def _client() -> Client:
-    client = Client()
-    try:
-        client.connect()
-    except DaemonUnreachableError as err:
-        click.echo(f"error: {err}", err=True)
-        sys.exit(EXIT_UNREACHABLE)
-    return client
-
-
-def build_task(
-    task_file: str | None,
-    command: list[str] | None,
-    *,
-    name: str | None,
-    backend: str | None,
-    timeout: str | None,
-    manifest: str | None,
-    env_pairs: tuple[str, ...],
-    scheduling: dict[str, Any] | None = None,
-) -> Task:
-    """The task from an optional task file and the flags (flags win).
-
-    Raises TaskError naming the file or flag at fault.
-    """
-    task = load_task(task_file) if task_file else Task()
-    run = None
-    if command:
-        import shlex
-
-        run = command[0] if len(command) == 1 else shlex.join(command)
-    return task.with_overrides(
-        name=check_name(name) if name is not None else None,
-        run=run,
-        backend=backend,
-        timeout_s=parse_duration(timeout, what="--timeout") if timeout is not None else None,
-        env=parse_env_pairs(env_pairs),
-        manifest=manifest,
-        scheduling=scheduling,
-    )
-
-
-def task_wire(task: Task) -> dict[str, Any]:
-    """The ``task`` object of a submit request."""
-    return {
-        "name": task.name,
-        "run": task.run,
-        "backend": task.backend,
-        "timeout_s": task.timeout_s,
-        "env": task.env,
-        "manifest": task.manifest,
-        "path": str(task.path) if task.path else None,
-        **task.scheduling,
-    }
 
 
 @click.command("submit", cls=_DashDashCommand)
@@ -166,39 +91,28 @@ def submit(
     **shape: Any,
 ) -> None:
     """Queue a run of TASK.yaml and/or `-- CMD...`; print its id on stdout."""
+    from supervisord.cli.submit_request import build_task, submit_body
+    from supervisord.hooks.config import parse_on_done
+
     sched, hold = take_scheduling(shape)
     reject_shape_flags(shape)
     on_done_argv = parse_on_done(on_done) if on_done is not None else None
-    command = ctx.meta.get("jobsup.command")
     task = build_task(
         task_file,
-        command,
+        ctx.meta.get("jobsup.command"),
         name=name,
         backend=backend,
         timeout=timeout,
         manifest=manifest,
-        env_pairs=env_pairs,
+        env=parse_env_pairs(env_pairs),
         scheduling=sched,
     )
     if not task.run:
         raise TaskError("no command: give `run:` in the task file or `-- CMD...` after the options")
-    from supervisord import config as cfg
-
-    layers = cfg.load_client_layers(task=task, cli_config=list(config_args), cwd=Path.cwd())
-    client = _client()
-    wire = task_wire(task)
-    if on_done_argv is not None:
-        wire["on_done"] = on_done_argv
-    body = {
-        "task": wire,
-        "layers": cfg.layers_to_wire(layers),
-        "cwd": os.getcwd(),
-        "rev": rev,
-        "force": force,
-        "hold": hold,
-        "request_id": secrets.token_hex(8),
-        "umask": f"{_current_umask():04o}",
-    }
+    body = submit_body(
+        task, config_args=config_args, cwd=Path.cwd(), rev=rev, force=force, hold=hold, on_done=on_done_argv
+    )
+    client = connected_client()
     try:
         result = client.submit(body)
     except DaemonUnreachableError as err:
@@ -215,14 +129,6 @@ def submit(
 
 
 _LOST_SUBMIT_WAIT_S = 30.0
-
-
-def _current_umask() -> int:
-    """This process's umask (that of the shell that ran jobsup): a local run
-    creates its files with it, not with the daemon's private 077."""
-    mask = os.umask(0o077)
-    os.umask(mask)
-    return mask
 
 
 def _find_submitted(client: Client, request_id: str, err: DaemonUnreachableError) -> dict[str, Any]:
@@ -279,7 +185,7 @@ def _follow_logs(client: Client, ref: str, *, tail: int | None = None, output: s
                 return
         raise DaemonUnreachableError("the daemon closed the log stream before the run ended")
 
-    for obj in _reconnecting(client, open_stream):
+    for obj in reconnecting(client, open_stream):
         if "last_line" in obj:
             cursor["after"] = obj["last_line"]
             sys.stdout.write(obj["text"])
@@ -322,17 +228,7 @@ def emit_json_line(obj: dict[str, Any]) -> None:
 @output_option()
 def runs(all_: bool, project: str | None, phase: str | None, output: str) -> None:
     """List runs, newest first."""
-    client = _client()
-    rows = client.runs(all=all_, project=project, phase=phase)
-    if client.storage:
-        click.echo(f"warning: {client.storage.get('summary') or client.storage}", err=True)
-    if output == "table":
-        if not rows:
-            info("no runs")
-            return
-        emit(rows, output, columns=RUN_COLUMNS)
-    else:
-        emit(rows, output)
+    runs_command(connected_client(), all_=all_, project=project, phase=phase, output=output)
 
 
 @click.command("show")
@@ -340,58 +236,7 @@ def runs(all_: bool, project: str | None, phase: str | None, output: str) -> Non
 @output_option()
 def show(run: str, output: str) -> None:
     """One run: phase, reason, times, handle, effective config."""
-    doc = _client().show(run)
-    r = doc["run"]
-    sub = doc.get("submitted") or {}
-    full = {
-        **r,
-        "command": sub.get("command"),
-        "timeout_s": sub.get("timeout_s"),
-        "source": sub.get("source"),
-        "env": sub.get("env"),
-        "config": sub.get("config"),
-    }
-    if sub.get("on_done"):
-        full["on_done"] = sub["on_done"]
-    if doc.get("hooks"):
-        # Each attempt of a hook at this run: HookDelivered / HookFailed data.
-        full["hooks"] = [{"type": e["type"], "seq": e["seq"], "at": e["at"], **e["data"]} for e in doc["hooks"]]
-    if output != "table":
-        emit(full, output)
-        return
-    import yaml
-
-    for key in (
-        "id",
-        "project",
-        "name",
-        "backend",
-        "phase",
-        "reason",
-        "message",
-        "exit_code",
-        "created_at",
-        "updated_at",
-        "last_seq",
-        "log_lines",
-        "log_ingest",
-        "command",
-        "timeout_s",
-    ):
-        click.echo(f"{key + ':':<12} {'-' if full.get(key) is None else full.get(key)}")
-    for h in full.get("hooks") or []:
-        result = (
-            h.get("error")
-            or f"{'exit code' if h.get('kind') == 'command' else 'HTTP'} {h.get('exit_code', h.get('status'))}"
-        )
-        click.echo(
-            f"{'hook:':<12} {h.get('hook')} {h['type']} for seq {h.get('event_seq')} (attempt {h.get('attempt')}): {result}"
-        )
-    for key in ("source", "handle", "env", "config"):
-        value = full.get(key)
-        click.echo(f"{key}:" + (" -" if not value else ""))
-        if value:
-            click.echo("  " + yaml.safe_dump(value, sort_keys=False).rstrip().replace("\n", "\n  "))
+    show_command(connected_client(), run, output)
 
 
 @click.command("logs")
@@ -401,7 +246,7 @@ def show(run: str, output: str) -> None:
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def logs(run: str, follow: bool, tail: int | None, output: str) -> None:
     """Replay the run's stored log lines, then follow live ones with -f."""
-    client = _client()
+    client = connected_client()
     if follow:
         _follow_logs(client, run, tail=tail, output=output)
         return
@@ -415,30 +260,6 @@ def logs(run: str, follow: bool, tail: int | None, output: str) -> None:
     for chunk in client.logs_text(run, tail=tail):
         out.write(chunk)
     out.flush()
-
-
-#: ``wait --for PHASE`` with a terminal PHASE: the run ended COMPLETED instead.
-EXIT_OTHER_PHASE = 5
-
-
-def _wait_exit_code(cond: str, runs: list[dict[str, Any]]) -> int:
-    """The exit code of ``wait --for cond`` once the daemon says it is over:
-    0 only when every run reached what was asked (for a terminal PHASE,
-    exactly that phase); else the code of the first run, in argument order,
-    that did not: its own phase's code (1 ERROR, 3 CANCELED, 4 DELETED), or
-    :data:`EXIT_OTHER_PHASE` when it ended COMPLETED but another terminal
-    phase was asked for."""
-    if cond == "change":
-        return 0
-    target = cond.upper()
-    for r in runs:
-        if cond == "terminal" or r["phase"] != target:
-            code = exit_code_for_phase(r["phase"])
-            if code == 0 and cond != "terminal" and target in WAIT_EXIT_CODES and r["phase"] in WAIT_EXIT_CODES:
-                code = EXIT_OTHER_PHASE
-            if code != 0:
-                return code
-    return 0
 
 
 @click.command("wait")
@@ -456,34 +277,9 @@ def wait(
     Exit codes: 0 COMPLETED (or the condition met), 1 ERROR, 3 CANCELED,
     4 DELETED, 124 timeout, 69 daemon unreachable.
     """
-    timeout_s = parse_duration(timeout, what="--timeout") if timeout is not None else None
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    client = _client()
-    cursor: dict[str, Any] = {"after": after}
-
-    def open_stream() -> Iterator[dict[str, Any]]:
-        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        for obj in client.wait(list(runs_), for_=for_, after=cursor["after"], timeout=remaining):
-            yield obj
-            if "result" in obj:
-                return
-        raise DaemonUnreachableError("the daemon closed the wait stream before answering")
-
-    result: dict[str, Any] = {}
-    for obj in _reconnecting(client, open_stream):
-        if "after" in obj and cursor["after"] is None:
-            cursor["after"] = obj["after"]
-        if "result" in obj:
-            result = obj["result"]
-    runs_out = result.get("runs") or []
-    if output != "table":
-        emit(runs_out, output)
-    for r in runs_out:
-        info(f"run {r['id']}: {r['phase']}" + (f" ({r['reason']})" if r.get("reason") else ""))
-    if result.get("timed_out"):
-        info("wait: timed out")
-        ctx.exit(EXIT_WAIT_TIMEOUT)
-    ctx.exit(_wait_exit_code(for_, runs_out))
+    timeout_s = wait_timeout_s(timeout)
+    code = wait_command(connected_client(), list(runs_), for_=for_, timeout_s=timeout_s, after=after, output=output)
+    ctx.exit(code)
 
 
 @click.command("cancel")
@@ -494,7 +290,7 @@ def cancel(runs_: tuple[str, ...], output: str) -> None:
 
     Every id is resolved first: one that names no run (or several) exits 2
     naming it, and nothing is cancelled."""
-    client = _client()
+    client = connected_client()
     run_ids = resolve_run_ids(client, runs_)
     done = [client.cancel(run_id) for run_id in run_ids]
     if output != "table":
@@ -526,7 +322,7 @@ def resolve_run_ids(client: Client, refs: tuple[str, ...] | list[str]) -> list[s
 
 def _events(client: Client, run: str | None, after: int, follow: bool) -> Iterator[dict[str, Any]]:
     cursor = {"after": after}
-    for obj in _reconnecting(client, lambda: client.events(run=run, after=cursor["after"], follow=follow)):
+    for obj in reconnecting(client, lambda: client.events(run=run, after=cursor["after"], follow=follow)):
         if "seq" in obj:
             cursor["after"] = obj["seq"]
             yield obj
@@ -541,7 +337,7 @@ def events(run: str | None, after: int, follow: bool, output: str) -> None:
     """The audit trail, oldest first: seq, time, run, version, type, data."""
     import json
 
-    client = _client()
+    client = connected_client()
     for ev in _events(client, run, after, follow):
         if output == "json":
             emit_json_line(ev)

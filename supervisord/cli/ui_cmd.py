@@ -7,10 +7,8 @@ import sys
 
 import click
 
-from supervisord.api.client import Client
-from supervisord.api.wire import EXIT_UNREACHABLE
 from supervisord.cli.output import info
-from supervisord.exceptions import DaemonUnreachableError
+from supervisord.cli.reads import connected_client
 
 __all__ = ["ui"]
 
@@ -28,12 +26,7 @@ def ui(port: int | None, no_open: bool, stop: bool) -> None:
 
     The address carries a one-time token: open it once, and the browser keeps
     a session cookie. Run `jobsup ui` again for a new address."""
-    client = Client()
-    try:
-        client.connect()
-    except DaemonUnreachableError as err:
-        click.echo(f"error: {err}", err=True)
-        sys.exit(EXIT_UNREACHABLE)
+    client = connected_client()
     if stop:
         client.ui(stop=True)
         info("the page is off")

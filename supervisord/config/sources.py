@@ -49,6 +49,7 @@ __all__ = [
     "layers_to_wire",
     "layers_from_wire",
     "current_kube_context",
+    "kubeconfig_files",
     "json_compatible_errors",
     "load_user_layer",
 ]
@@ -274,19 +275,23 @@ def layers_from_wire(items: Any) -> list[Layer]:
     return layers
 
 
-def current_kube_context(env: Mapping[str, str] = os.environ) -> str | None:
-    """The kubeconfig's ``current-context`` (files from ``KUBECONFIG``, a
-    ``os.pathsep``-separated list, else ``~/.kube/config``; the first file that
-    sets it wins, as kubectl merges them; missing files are skipped). None
-    when no kubeconfig sets one. Raises ConfigError naming a kubeconfig file
-    that is not valid YAML."""
+def kubeconfig_files(env: Mapping[str, str] = os.environ) -> list[Path]:
+    """The kubeconfig files kubectl would read: ``KUBECONFIG`` (an
+    ``os.pathsep``-separated list, ``~`` expanded), else ``~/.kube/config``
+    (``HOME`` of ``env``). Missing files included: the caller decides."""
     raw = env.get("KUBECONFIG", "")
     if raw.strip():
-        files = [Path(p).expanduser() for p in raw.split(os.pathsep) if p.strip()]
-    else:
-        home = env.get("HOME")
-        files = [(Path(home) if home else Path.home()) / ".kube" / "config"]
-    for file in files:
+        return [Path(p).expanduser() for p in raw.split(os.pathsep) if p.strip()]
+    home = env.get("HOME")
+    return [(Path(home) if home else Path.home()) / ".kube" / "config"]
+
+
+def current_kube_context(env: Mapping[str, str] = os.environ) -> str | None:
+    """The kubeconfig's ``current-context`` (files from
+    :func:`kubeconfig_files`; the first file that sets it wins, as kubectl
+    merges them; missing files are skipped). None when no kubeconfig sets
+    one. Raises ConfigError naming a kubeconfig file that is not valid YAML."""
+    for file in kubeconfig_files(env):
         if not file.is_file():
             continue
         try:

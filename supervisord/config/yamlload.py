@@ -1,6 +1,12 @@
 """Reading config YAML strictly: duplicate and non-string keys are errors
 with their line, dates stay strings (config is JSON data). Used by the
 config sources, ``--config KEY=VALUE`` parsing and task files.
+
+The caps on what one YAML document may cost (:data:`MAX_YAML_BYTES` of
+text, :data:`MAX_YAML_NODES` values once aliases are expanded, no recursive
+alias) live here once: :class:`BoundedLoader` applies them to every
+document it constructs, and :func:`check_yaml_size` checks the text. The
+config loader and the Kubernetes manifest loader both build on them.
 """
 
 from __future__ import annotations
@@ -14,10 +20,84 @@ import yaml.resolver
 
 from supervisord.exceptions import ConfigError
 
-__all__ = ["ConfigLoader", "load_yaml"]
+__all__ = [
+    "MAX_YAML_BYTES",
+    "MAX_YAML_NODES",
+    "BoundedLoader",
+    "ConfigLoader",
+    "check_expansion",
+    "check_yaml_size",
+    "load_yaml",
+]
 
 
-class ConfigLoader(yaml.SafeLoader):
+#: The largest YAML document read as config or a task file (bytes of text).
+MAX_YAML_BYTES = 4 * 1024 * 1024
+#: The most nodes a document may have once its aliases are expanded: a few
+#: aliases of aliases ("billion laughs") otherwise make a tiny file expand
+#: to gigabytes in whatever walks the data next.
+MAX_YAML_NODES = 200_000
+
+
+def check_expansion(root: yaml.nodes.Node) -> None:
+    """Raise ``yaml.constructor.ConstructorError`` when ``root`` (a composed
+    document), with every alias expanded, has more than
+    :data:`MAX_YAML_NODES` nodes or an alias refers to a node that contains
+    it (counted once per distinct node: linear time)."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.nodes.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_nodes:
+            raise yaml.constructor.ConstructorError(
+                None, None, "an alias refers to a node that contains it (recursive alias)", node.start_mark
+            )
+        open_nodes.add(key)
+        total = 1
+        if isinstance(node, yaml.nodes.SequenceNode):
+            total += sum(size(child) for child in node.value)
+        elif isinstance(node, yaml.nodes.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        open_nodes.discard(key)
+        if total > MAX_YAML_NODES:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"the document expands to more than {MAX_YAML_NODES} values (aliases of aliases?); refusing it",
+                node.start_mark,
+            )
+        sizes[key] = total
+        return total
+
+    size(root)
+
+
+def check_yaml_size(text: str) -> str | None:
+    """The problem with ``text`` as one YAML stream when it is longer than
+    :data:`MAX_YAML_BYTES` characters (for the caller's error, which names
+    the file), else None."""
+    if len(text) > MAX_YAML_BYTES:
+        return f"{len(text)} characters is over the limit of {MAX_YAML_BYTES} for a YAML document"
+    return None
+
+
+class BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses, before constructing anything, a
+    document with more than :data:`MAX_YAML_NODES` values once its aliases
+    are expanded or with a recursive alias (:func:`check_expansion`; a
+    ``yaml.constructor.ConstructorError`` with the node's line). Subclass it
+    for a stricter loader."""
+
+    def construct_document(self, node: yaml.nodes.Node) -> Any:
+        """Check ``node``'s expanded size, then construct it as SafeLoader does."""
+        check_expansion(node)
+        return super().construct_document(node)
+
+
+class ConfigLoader(BoundedLoader):
     """PyYAML's safe loader, stricter: duplicate keys and non-string keys are
     errors (with their line), and dates stay strings (config is JSON data)."""
 
@@ -56,64 +136,15 @@ def _construct_mapping(loader: ConfigLoader, node: yaml.nodes.MappingNode) -> di
 
 ConfigLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
-#: The largest YAML document read as config or a task file (bytes of text).
-MAX_YAML_BYTES = 4 * 1024 * 1024
-#: The most nodes a document may have once its aliases are expanded: a few
-#: aliases of aliases ("billion laughs") otherwise make a tiny file expand
-#: to gigabytes in whatever walks the data next.
-MAX_YAML_NODES = 200_000
-
-
-def _expanded_nodes(root: yaml.nodes.Node) -> None:
-    """Raise ConstructorError when ``root``, with every alias expanded, has
-    more than :data:`MAX_YAML_NODES` nodes or an alias refers to a node
-    that contains it (counted once per distinct node: linear time)."""
-    sizes: dict[int, int] = {}
-    open_nodes: set[int] = set()
-
-    def size(node: yaml.nodes.Node) -> int:
-        key = id(node)
-        if key in sizes:
-            return sizes[key]
-        if key in open_nodes:
-            raise yaml.constructor.ConstructorError(
-                None, None, "an alias refers to a node that contains it (recursive alias)", node.start_mark
-            )
-        open_nodes.add(key)
-        total = 1
-        if isinstance(node, yaml.nodes.SequenceNode):
-            total += sum(size(child) for child in node.value)
-        elif isinstance(node, yaml.nodes.MappingNode):
-            total += sum(size(k) + size(v) for k, v in node.value)
-        open_nodes.discard(key)
-        if total > MAX_YAML_NODES:
-            raise yaml.constructor.ConstructorError(
-                None,
-                None,
-                f"the document expands to more than {MAX_YAML_NODES} values (aliases of aliases?); refusing it",
-                node.start_mark,
-            )
-        sizes[key] = total
-        return total
-
-    size(root)
-
-
-def _construct_checked_document(loader: ConfigLoader, node: yaml.nodes.Node) -> Any:
-    _expanded_nodes(node)
-    return yaml.SafeLoader.construct_document(loader, node)
-
-
-ConfigLoader.construct_document = _construct_checked_document  # type: ignore[method-assign,assignment]
-
 
 def load_yaml(text: str, *, source: str) -> Any:
     """Parse ``text`` with :class:`ConfigLoader`. Raises ConfigError
     ``"<source>: line N: not valid YAML: <problem>"``, also for a document
     over :data:`MAX_YAML_BYTES`, one that expands to more than
     :data:`MAX_YAML_NODES` values, or one nested too deeply to parse."""
-    if len(text) > MAX_YAML_BYTES:
-        raise ConfigError(f"{source}: {len(text)} characters is over the limit of {MAX_YAML_BYTES} for a YAML document")
+    too_large = check_yaml_size(text)
+    if too_large is not None:
+        raise ConfigError(f"{source}: {too_large}")
     try:
         return yaml.load(text, Loader=ConfigLoader)  # noqa: S506 - ConfigLoader is a SafeLoader
     except RecursionError:

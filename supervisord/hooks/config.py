@@ -20,6 +20,7 @@ commands that run on this machine). Each layer's ``hooks`` is a list of::
         secret_env: JOBSUP_HOOK_SECRET   # the daemon's env variable holding the HMAC key
         timeout_s: 10               # one request (default 10)
         retry_for_s: 3600           # keep retrying for this long (default 3600)
+        in_flight: 8                # deliveries under way at once, for different runs (default 8; 1 = one at a time)
       backfill: false               # a new hook starts at the end of the log unless true
 
 ``when`` is not ``on``: YAML 1.1 reads a bare ``on`` as true.
@@ -46,6 +47,7 @@ from supervisord.exceptions import ConfigError, TaskError
 
 __all__ = [
     "DEFAULT_COMMAND_TIMEOUT_S",
+    "DEFAULT_IN_FLIGHT",
     "DEFAULT_RETRY_FOR_S",
     "DEFAULT_WEBHOOK_TIMEOUT_S",
     "HOOK_LAYERS",
@@ -68,13 +70,16 @@ MATCH_KEYS: Final = ("project", "name", "backend", "reason")
 DEFAULT_COMMAND_TIMEOUT_S: Final = 30
 DEFAULT_WEBHOOK_TIMEOUT_S: Final = 10
 DEFAULT_RETRY_FOR_S: Final = 3600
+#: Webhook deliveries of one hook under way at once (for different runs).
+DEFAULT_IN_FLIGHT: Final = 1
+MAX_IN_FLIGHT: Final = 64
 #: The longest timeout or retry window accepted: a week.
 _MAX_S: Final = 7 * 86400
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOOK_KEYS: Final = ("name", "when", "match", "command", "timeout_s", "webhook", "backfill")
-_WEBHOOK_KEYS: Final = ("url", "secret_env", "timeout_s", "retry_for_s")
+_WEBHOOK_KEYS: Final = ("url", "secret_env", "timeout_s", "retry_for_s", "in_flight")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,12 +87,16 @@ class WebhookTarget:
     """Where a webhook POSTs: ``url`` (http or https; a secret: never logged
     or recorded), ``secret_env`` (the daemon's environment variable holding
     the HMAC key, or None for no signature), ``timeout_s`` (one request,
-    seconds), ``retry_for_s`` (how long to keep retrying one event)."""
+    seconds), ``retry_for_s`` (how long to keep retrying one event),
+    ``in_flight`` (how many deliveries may be under way at once, each for a
+    different run; they start in event order: see
+    :mod:`supervisord.hooks.delivery`)."""
 
     url: str = dataclasses.field(repr=False)  # a secret: kept out of reprs and logs
     secret_env: str | None = None
     timeout_s: float = DEFAULT_WEBHOOK_TIMEOUT_S
     retry_for_s: float = DEFAULT_RETRY_FOR_S
+    in_flight: int = DEFAULT_IN_FLIGHT
 
     def shown_url(self) -> str:
         """The URL without path, query or credentials (``https://host:port``):
@@ -183,7 +192,8 @@ def _globs(value: Any, what: str, errors: list[str]) -> tuple[str, ...]:
 def _webhook(raw: Any, at: str, errors: list[str], env: Mapping[str, str]) -> WebhookTarget | None:
     if not isinstance(raw, Mapping):
         errors.append(
-            f"{at}.webhook: must be a mapping with url (and secret_env, timeout_s, retry_for_s), got {_show(raw)}"
+            f"{at}.webhook: must be a mapping with url (and secret_env, timeout_s, retry_for_s, in_flight), "
+            f"got {_show(raw)}"
         )
         return None
     for key in raw:
@@ -216,10 +226,14 @@ def _webhook(raw: Any, at: str, errors: list[str], env: Mapping[str, str]) -> We
             ok = False
     timeout_s = _seconds(raw.get("timeout_s"), f"{at}.webhook.timeout_s", errors, DEFAULT_WEBHOOK_TIMEOUT_S)
     retry_for_s = _seconds(raw.get("retry_for_s"), f"{at}.webhook.retry_for_s", errors, DEFAULT_RETRY_FOR_S)
+    in_flight = raw.get("in_flight", DEFAULT_IN_FLIGHT)
+    if isinstance(in_flight, bool) or not isinstance(in_flight, int) or not 1 <= in_flight <= MAX_IN_FLIGHT:
+        errors.append(f"{at}.webhook.in_flight: must be a whole number in 1..{MAX_IN_FLIGHT}, got {_show(in_flight)}")
+        ok = False
     if not ok:
         return None
     assert isinstance(url, str)
-    return WebhookTarget(url, secret_env, timeout_s, retry_for_s)
+    return WebhookTarget(url, secret_env, timeout_s, retry_for_s, in_flight)
 
 
 def _one_hook(raw: Any, at: str, source: str, errors: list[str], env: Mapping[str, str]) -> HookSpec | None:

@@ -15,7 +15,28 @@ never skips one: the position only passes events already looked at.
 Hooks are independent tasks: a slow or failing hook delays only its own
 later events (in order per hook), never other hooks, run supervision or
 appends (their attempts run in child processes or as async HTTP requests;
-nothing blocks the event loop). Webhook failures worth retrying are tried
+nothing blocks the event loop).
+
+"In order per hook", exactly: deliveries *start* in event seq order. With
+``in_flight`` 1 (command hooks, and webhooks by default) one delivery is
+under way at a time, so a receiver sees a hook's events strictly in order.
+A webhook with ``webhook.in_flight`` N > 1 keeps up to N deliveries under
+way at once, each for a different run: a run's next event starts only once
+its previous delivery ended (final outcome or given up), so a receiver sees
+``X-Jobsup-Event`` increasing per run, while events of different runs may
+arrive out of order; no new delivery starts while one of the hook's waits
+for a retry. Either way the checkpoint moves only past events whose final
+outcome is committed (see :meth:`HookRunner._safe`): the outcome of the
+earliest unfinished event carries it forward, in its own transaction.
+After a restart the hook resumes at the checkpoint; events after it whose
+final outcome was already recorded (a window finishes out of order) are not
+delivered again, and attempt numbers go on from the recorded ones.
+
+Run objects (the ``run`` of a webhook body) are read for a batch of events
+in two queries (:meth:`store.EventStore.get_runs`,
+:meth:`store.EventStore.first_events`), again when older than
+:data:`_RUNS_FRESH_S`. Webhooks go out through the lean kept-alive client of
+:mod:`supervisord.hooks.http1`. Webhook failures worth retrying are tried
 again after capped exponential back-off (:func:`backoff_s`, or the server's
 ``Retry-After`` when longer) until ``webhook.retry_for_s`` has passed since
 the first attempt; every attempt is an event.
@@ -55,6 +76,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import anyio
+import anyio.abc
 import httpx
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -66,12 +88,14 @@ from store import (
     EventStore,
     NewEvent,
     RecordedEvent,
+    RunStatus,
     StoreClosedError,
     StoreError,
 )
 from supervisord.hooks.attempt import Attempt
 from supervisord.hooks.command import hook_env, run_command
 from supervisord.hooks.config import ON_DONE_HOOK, HookSpec, on_done_spec
+from supervisord.hooks.http1 import Http1Client, proxied
 from supervisord.hooks.match import is_candidate, matches
 from supervisord.hooks.webhook import post_event
 
@@ -102,9 +126,13 @@ BACKOFF_CAP_S: Final = 300.0
 _FLUSH_EVERY_S: Final = 10.0
 #: The most outcome events of one hook waiting to be appended.
 _OUTBOX: Final = 256
+#: How long the recorder gathers outcomes into one group before appending (seconds).
+_GATHER_S: Final = 0.02
 #: A hook task that fails unexpectedly starts again from its checkpoint after this.
 _RESTART_S: Final = 5.0
 _SUBMITTED_CACHE: Final = 1024
+#: Run objects read for a batch of events are read again when older than this (seconds).
+_RUNS_FRESH_S: Final = 1.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -120,6 +148,12 @@ def _store_closed(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return all(_store_closed(e) for e in exc.exceptions)
     return isinstance(exc, StoreClosedError)
+
+
+def _fields(obj: RunStatus | RecordedEvent) -> dict[str, Any]:
+    """``obj.to_json()`` without its deep copy (``dataclasses.asdict``
+    copies every nested value; the result here is only read or serialised)."""
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
 
 
 def backoff_s(attempt: int, base_s: float = BACKOFF_BASE_S, cap_s: float = BACKOFF_CAP_S) -> float:
@@ -145,12 +179,14 @@ def run_object(status: Mapping[str, Any], submitted: Mapping[str, Any]) -> dict[
 class HookRunner:
     """The subscription of one hook (see the module doc). ``run()`` loops
     until cancelled; ``position`` (the last event looked at), ``saved`` (the
-    stored checkpoint as this runner knows it), ``delivering`` (the event
-    seq being delivered, or None) and ``last_outcome`` (the data of the
+    stored checkpoint as this runner knows it), ``delivering`` (the first
+    event seq under way, or None) and ``last_outcome`` (the data of the
     last outcome event this daemon recorded) are for listings.
 
     ``on_done``: this is the ``on-done`` hook (``spec`` is then a stand-in
-    whose target comes from each run's Submitted data).
+    whose target comes from each run's Submitted data). ``in_flight``: how
+    many deliveries may be under way at once (a webhook's
+    ``webhook.in_flight``; 1 for command hooks).
     """
 
     def __init__(
@@ -159,7 +195,7 @@ class HookRunner:
         store: EventStore,
         *,
         env: Mapping[str, str],
-        http: httpx.AsyncClient | None = None,
+        http: Http1Client | httpx.AsyncClient | None = None,
         on_done: bool = False,
         user_agent: str = "jobsup",
     ) -> None:
@@ -169,15 +205,52 @@ class HookRunner:
         self.http = http
         self.on_done = on_done
         self.user_agent = user_agent
+        self.in_flight = spec.webhook.in_flight if spec.webhook is not None else 1
         self.position = 0
         self.saved = 0
-        self.delivering: int | None = None
         self.last_outcome: dict[str, Any] | None = None
         self._submitted: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
         self._outbox: MemoryObjectSendStream[_Outcome] | None = None
         self._pending = 0
         self._drained = anyio.Event()
         self._drained.set()
+        self._reset()
+
+    def _reset(self) -> None:
+        # Deliveries started and not yet finished with (their final outcome
+        # not committed), in seq order: seq -> finished.
+        self._ledger: dict[int, bool] = {}
+        # run id -> set when that run's delivery under way has ended.
+        self._busy: dict[str, anyio.Event] = {}
+        self._slots = anyio.Semaphore(self.in_flight)
+        self._backing_off = 0
+        self._calm = anyio.Event()
+        self._calm.set()
+        # Outcomes recorded before this start, of events after the checkpoint:
+        # event seq -> (attempts, final).
+        self._recorded: dict[int, tuple[int, bool]] = {}
+
+    @property
+    def delivering(self) -> int | None:
+        """The first event seq whose delivery is under way, or None."""
+        return next((seq for seq, done in self._ledger.items() if not done), None)
+
+    def _safe(self, finishing: int | None = None) -> int:
+        """The furthest the checkpoint may move now: before the first event
+        under way (or whose final outcome is not committed), else to
+        ``position``. ``finishing``: an event whose final outcome goes into
+        the transaction this checkpoint moves in (it counts as finished; the
+        events before it have all been looked at, even if ``position`` does
+        not say so yet)."""
+        while self._ledger:
+            seq, done = next(iter(self._ledger.items()))
+            if not done:
+                break
+            del self._ledger[seq]
+        for seq, done in self._ledger.items():
+            if not done and seq != finishing:
+                return seq - 1
+        return max(self.position, finishing or 0)
 
     # -- the loop ------------------------------------------------------------
 
@@ -191,7 +264,6 @@ class HookRunner:
                 if _store_closed(exc):
                     return
                 log.exception("hook.failed", hook=self.spec.name, restart_in_s=_RESTART_S)
-                self.delivering = None
                 await anyio.sleep(_RESTART_S)
 
     async def run(self) -> None:
@@ -206,23 +278,42 @@ class HookRunner:
         self._outbox, self._pending = send, 0
         self._drained = anyio.Event()
         self._drained.set()
+        self._reset()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._recorder, receive)
             try:
-                await self._follow()
+                async with anyio.create_task_group() as deliveries:
+                    await self._follow(deliveries)
             finally:
                 tg.cancel_scope.cancel()
 
-    async def _follow(self) -> None:
+    async def _load_recorded(self, after_seq: int) -> None:
+        """Note this hook's outcomes recorded after ``after_seq`` (before a
+        restart): attempts so far and whether one was final, per event."""
+        cursor = after_seq
+        while True:
+            page = await self.store.read_all(cursor, limit=1000, types=[HOOK_DELIVERED, HOOK_FAILED])
+            for e in page:
+                if e.data.get("hook") != self.spec.name or not isinstance(e.data.get("event_seq"), int):
+                    continue
+                attempts, final = self._recorded.get(e.data["event_seq"], (0, False))
+                done = e.type == HOOK_DELIVERED or e.data.get("final") is True
+                self._recorded[e.data["event_seq"]] = (attempts + 1, final or done)
+            if len(page) < 1000:
+                return
+            cursor = page[-1].seq
+
+    async def _follow(self, deliveries: anyio.abc.TaskGroup) -> None:
         name = self.spec.checkpoint_name
         stored = await self.store.get_checkpoint(name)
         if stored is None:
             stored = 0 if self.spec.backfill else await self.store.last_seq()
             await self.store.save_checkpoint(Checkpoint(name, stored))
             log.info("hook.new", hook=self.spec.name, starts_after_seq=stored, backfill=self.spec.backfill)
+        else:
+            await self._load_recorded(stored)
         self.position = self.saved = stored
         saved_at = time.monotonic()
-        resume = True
         while True:
             end = await self.store.last_seq()
             events = await self.store.wait_for_events(
@@ -236,73 +327,138 @@ class HookRunner:
                 # (once the outcomes of the events before are recorded).
                 self.position = max(self.position, end)
                 await self._drained.wait()
-                if self.position > self.saved:
-                    await self.store.save_checkpoint(Checkpoint(name, self.position))
-                    self.saved = self.position
+                safe = self._safe()
+                if safe > self.saved:
+                    await self.store.save_checkpoint(Checkpoint(name, safe))
+                    self.saved = max(self.saved, safe)
                 continue
-            for event in events:
-                target = await self._target(event)
-                if target is not None:
-                    spec, run, cwd = target
-                    await self._deliver(spec, event, run, cwd, resume=resume)
-                    resume = False
-                self.position = event.seq
+            await self._dispatch(events, deliveries)
             # While phase changes keep coming, a hook that wants none of them
             # still moves its checkpoint now and then.
             if self.position > self.saved and time.monotonic() - saved_at > _FLUSH_EVERY_S:
                 await self._drained.wait()
-                await self.store.save_checkpoint(Checkpoint(name, self.position))
-                self.saved = max(self.saved, self.position)
+                safe = self._safe()
+                if safe > self.saved:
+                    await self.store.save_checkpoint(Checkpoint(name, safe))
+                    self.saved = max(self.saved, safe)
                 saved_at = time.monotonic()
+
+    async def _dispatch(self, events: Sequence[RecordedEvent], deliveries: anyio.abc.TaskGroup) -> None:
+        """Start the deliveries ``events`` call for, in seq order (each
+        waits for a free slot, for the end of its run's delivery under way,
+        and while a delivery of this hook waits to be retried). An event
+        whose final outcome was recorded before a restart is not delivered
+        again. Run objects are read for several events at once, again when
+        older than :data:`_RUNS_FRESH_S`."""
+        wanted = [e for e in events if is_candidate(self.spec, e) and not self._recorded.get(e.seq, (0, False))[1]]
+        wanted_seqs = {e.seq for e in wanted}
+        runs: dict[str, tuple[RunStatus, dict[str, Any]]] = {}
+        loaded_at: float | None = None
+        for event in events:
+            if event.seq in wanted_seqs:
+                if loaded_at is None or time.monotonic() - loaded_at > _RUNS_FRESH_S:
+                    runs = await self._run_objects({e.run_id for e in wanted if e.seq >= event.seq})
+                    loaded_at = time.monotonic()
+                target = self._target(event, runs.get(event.run_id))
+                if target is not None:
+                    await self._start(deliveries, *target, event)
+            self.position = event.seq
+
+    async def _start(
+        self,
+        deliveries: anyio.abc.TaskGroup,
+        spec: HookSpec,
+        run: Mapping[str, Any],
+        cwd: str | None,
+        event: RecordedEvent,
+    ) -> None:
+        await self._slots.acquire()
+        try:
+            previous = self._busy.get(event.run_id)
+            if previous is not None:
+                await previous.wait()
+            while self._backing_off:
+                await self._calm.wait()
+        except BaseException:
+            self._slots.release()
+            raise
+        ended = anyio.Event()
+        self._busy[event.run_id] = ended
+        self._ledger[event.seq] = False
+
+        async def deliver() -> None:
+            try:
+                await self._deliver(spec, event, run, cwd)
+            finally:
+                ended.set()
+                if self._busy.get(event.run_id) is ended:
+                    del self._busy[event.run_id]
+                self._slots.release()
+
+        if self.in_flight == 1:
+            await deliver()  # one at a time: no task to spawn
+        else:
+            deliveries.start_soon(deliver)
 
     # -- what to deliver ------------------------------------------------------
 
-    async def _submitted_data(self, run_id: str) -> dict[str, Any]:
-        data = self._submitted.get(run_id)
-        if data is None:
-            first = await self.store.read_all(0, limit=1, run_id=run_id)
-            data = first[0].data if first else {}
-            self._submitted[run_id] = data
-            if len(self._submitted) > _SUBMITTED_CACHE:
-                self._submitted.popitem(last=False)
-        return data
+    async def _run_objects(self, run_ids: set[str]) -> dict[str, tuple[RunStatus, dict[str, Any]]]:
+        """run id -> (its run status, its Submitted data) for those of
+        ``run_ids`` that exist, in two queries at most (the Submitted data of
+        runs seen before is cached)."""
+        missing = [r for r in run_ids if r not in self._submitted]
+        firsts: dict[str, RecordedEvent] = {}
+        statuses: dict[str, RunStatus] = {}
 
-    async def _run_object(self, run_id: str) -> dict[str, Any] | None:
-        status = await self.store.get_run(run_id)
-        if status is None:
-            return None
-        return run_object(status.to_json(), await self._submitted_data(run_id))
+        async def read_firsts() -> None:
+            firsts.update(await self.store.first_events(missing))
 
-    async def _target(self, event: RecordedEvent) -> tuple[HookSpec, dict[str, Any], str | None] | None:
-        """(the hook to run, the run object, the working folder) for an
-        event this hook wants, else None."""
-        if not is_candidate(self.spec, event):
-            return None
+        async def read_statuses() -> None:
+            statuses.update(await self.store.get_runs(run_ids))
+
+        if self.on_done:  # the statuses of the runs submitted with --on-done only: after the Submitted data
+            if missing:
+                await read_firsts()
+        else:  # both at once (the store has two read connections)
+            async with anyio.create_task_group() as tg:
+                if missing:
+                    tg.start_soon(read_firsts)
+                tg.start_soon(read_statuses)
+        submitted: dict[str, dict[str, Any]] = {}
+        for run_id in run_ids:
+            data = self._submitted.get(run_id)
+            if data is None:
+                first = firsts.get(run_id)
+                data = first.data if first is not None else {}
+                self._submitted[run_id] = data
+            submitted[run_id] = data
+        while len(self._submitted) > _SUBMITTED_CACHE:
+            self._submitted.popitem(last=False)
         if self.on_done:
-            submitted = await self._submitted_data(event.run_id)
+            statuses.update(await self.store.get_runs({r for r in run_ids if submitted[r].get("on_done")}))
+        return {r: (status, submitted[r]) for r, status in statuses.items()}
+
+    def _target(
+        self, event: RecordedEvent, found: tuple[RunStatus, dict[str, Any]] | None
+    ) -> tuple[HookSpec, dict[str, Any], str | None] | None:
+        """(the hook to run, the run object, the working folder) for an
+        event this hook wants, else None. ``found``: (run status, Submitted
+        data), None for a run that does not exist."""
+        if found is None or not is_candidate(self.spec, event):
+            return None
+        status, submitted = found
+        if self.on_done:
             argv = submitted.get("on_done")
             if not isinstance(argv, list) or not argv or not all(isinstance(w, str) and w for w in argv):
                 return None
-            run = await self._run_object(event.run_id)
-            if run is None:
-                return None
             cwd = submitted.get("cwd")
-            return on_done_spec(argv), run, cwd if isinstance(cwd, str) else None
-        run = await self._run_object(event.run_id)
-        if run is None or not matches(self.spec, event, run):
+            return on_done_spec(argv), run_object(_fields(status), submitted), cwd if isinstance(cwd, str) else None
+        run = run_object(_fields(status), submitted)
+        if not matches(self.spec, event, run):
             return None
         return self.spec, run, None
 
     # -- delivering one event -------------------------------------------------
-
-    async def _prior_attempts(self, event: RecordedEvent) -> int:
-        """Attempts at ``event`` recorded before a restart."""
-        stream = await self.store.read_stream(event.run_id, from_version=event.version + 1)
-        return sum(
-            1
-            for e in stream
-            if e.type == HOOK_FAILED and e.data.get("hook") == self.spec.name and e.data.get("event_seq") == event.seq
-        )
 
     async def _attempt(
         self, spec: HookSpec, event: RecordedEvent, run: Mapping[str, Any], cwd: str | None, body: bytes
@@ -324,55 +480,57 @@ class HookRunner:
         secret = self.env.get(secret_env, "").encode() if secret_env else None
         return await post_event(self.http, spec.webhook, body, event.seq, secret or None, self.user_agent)
 
-    async def _deliver(
-        self, spec: HookSpec, event: RecordedEvent, run: Mapping[str, Any], cwd: str | None, *, resume: bool
-    ) -> None:
-        attempt_no = 1 + (await self._prior_attempts(event) if resume else 0)
+    async def _deliver(self, spec: HookSpec, event: RecordedEvent, run: Mapping[str, Any], cwd: str | None) -> None:
+        attempt_no = 1 + self._recorded.pop(event.seq, (0, False))[0]
         retry_for_s = spec.webhook.retry_for_s if spec.webhook is not None else 0.0
-        body = json.dumps({"event": event.to_json(), "run": run}, ensure_ascii=False, separators=(",", ":")).encode()
+        body = json.dumps({"event": _fields(event), "run": run}, ensure_ascii=False, separators=(",", ":")).encode()
         first_at = time.monotonic()
-        self.delivering = event.seq
-        try:
-            while True:
-                result = await self._attempt(spec, event, run, cwd, body)
-                final = result.ok or not result.retry
-                delay = 0.0
-                error = result.error
+        while True:
+            result = await self._attempt(spec, event, run, cwd, body)
+            final = result.ok or not result.retry
+            delay = 0.0
+            error = result.error
+            if not final:
+                delay = max(backoff_s(attempt_no), result.retry_after_s or 0.0)
+                if time.monotonic() - first_at + delay > retry_for_s:
+                    final = True
+                    error = f"{error}; gave up (the next attempt would be after retry_for_s={retry_for_s:g})"
+            data: dict[str, Any] = {
+                "hook": spec.name,
+                "kind": spec.kind,
+                "event_seq": event.seq,
+                "phase": event.data.get("phase"),
+                "attempt": attempt_no,
+                "duration_s": round(result.duration_s, 3),
+            }
+            if spec.kind == "command":
+                data["exit_code"] = result.exit_code
+            else:
+                data["status"] = result.status
+            if result.output:
+                data["output"] = result.output
+            if not result.ok:
+                data["error"] = error
+                data["final"] = final
                 if not final:
-                    delay = max(backoff_s(attempt_no), result.retry_after_s or 0.0)
-                    if time.monotonic() - first_at + delay > retry_for_s:
-                        final = True
-                        error = f"{error}; gave up (the next attempt would be after retry_for_s={retry_for_s:g})"
-                data: dict[str, Any] = {
-                    "hook": spec.name,
-                    "kind": spec.kind,
-                    "event_seq": event.seq,
-                    "phase": event.data.get("phase"),
-                    "attempt": attempt_no,
-                    "duration_s": round(result.duration_s, 3),
-                }
-                if spec.kind == "command":
-                    data["exit_code"] = result.exit_code
-                else:
-                    data["status"] = result.status
-                if result.output:
-                    data["output"] = result.output
-                if not result.ok:
-                    data["error"] = error
-                    data["final"] = final
-                    if not final:
-                        data["retry_in_s"] = round(delay, 3)
-                await self._record(event, HOOK_DELIVERED if result.ok else HOOK_FAILED, data, final=final)
-                log.info(
-                    "hook.delivered" if result.ok else "hook.failed_attempt",
-                    hook=spec.name, run=event.run_id, event_seq=event.seq, attempt=attempt_no, error=error,
-                )  # fmt: skip
-                if final:
-                    return
+                    data["retry_in_s"] = round(delay, 3)
+            await self._record(event, HOOK_DELIVERED if result.ok else HOOK_FAILED, data, final=final)
+            log.info(
+                "hook.delivered" if result.ok else "hook.failed_attempt",
+                hook=spec.name, run=event.run_id, event_seq=event.seq, attempt=attempt_no, error=error,
+            )  # fmt: skip
+            if final:
+                return
+            self._backing_off += 1
+            if self._calm.is_set():
+                self._calm = anyio.Event()
+            try:
                 await anyio.sleep(delay)
-                attempt_no += 1
-        finally:
-            self.delivering = None
+            finally:
+                self._backing_off -= 1
+                if not self._backing_off:
+                    self._calm.set()
+            attempt_no += 1
 
     async def _record(self, event: RecordedEvent, etype: str, data: dict[str, Any], *, final: bool) -> None:
         """Hand the outcome to the recorder (waits while :data:`_OUTBOX`
@@ -384,17 +542,19 @@ class HookRunner:
         await self._outbox.send(_Outcome(event, etype, data, final))
 
     async def _recorder(self, receive: MemoryObjectReceiveStream[_Outcome]) -> None:
-        """Append the outcomes in the order they were handed over: all those
-        waiting at once, concurrently (they share the store's transactions);
-        the next group after the last one is recorded."""
+        """Append the outcomes in the order they were handed over: those
+        handed over within :data:`_GATHER_S` of the first, concurrently
+        (they share the store's transactions); the next group after the
+        last one is recorded."""
         async with receive:
             async for first in receive:
                 group = [first]
-                while True:
-                    try:
-                        group.append(receive.receive_nowait())
-                    except anyio.WouldBlock:
-                        break
+                # Gather what else comes within a moment: a burst's outcomes
+                # then share a few transactions instead of one each, and
+                # their appends stay out of the way of the deliveries.
+                with anyio.move_on_after(_GATHER_S):
+                    while len(group) < _OUTBOX:
+                        group.append(await receive.receive())
                 async with anyio.create_task_group() as tg:
                     for outcome in group:
                         tg.start_soon(self._append_outcome, outcome)
@@ -404,11 +564,17 @@ class HookRunner:
 
     async def _append_outcome(self, outcome: _Outcome) -> None:
         """Append one outcome to the run's stream; a final one moves the
-        checkpoint to its event in the same transaction. A store failure
-        (disk full, lock) is retried: the attempt happened and must be
-        recorded."""
+        checkpoint in the same transaction, as far as :meth:`_safe` allows
+        counting this event as finished (not past an earlier event still
+        under way or whose outcome is not committed yet: that one's outcome
+        moves it later, or the idle flush does). A store failure (disk full,
+        lock) is retried: the attempt happened and must be recorded."""
         event = outcome.event
-        checkpoint = Checkpoint(self.spec.checkpoint_name, event.seq) if outcome.final else None
+        checkpoint = None
+        if outcome.final:
+            safe = self._safe(finishing=event.seq)
+            if safe > self.saved:
+                checkpoint = Checkpoint(self.spec.checkpoint_name, safe)
         pause = 1.0
         while True:
             try:
@@ -425,7 +591,10 @@ class HookRunner:
                 await anyio.sleep(pause)
                 pause = min(pause * 2, 30.0)
         if outcome.final:
-            self.saved = max(self.saved, event.seq)
+            if event.seq in self._ledger:
+                self._ledger[event.seq] = True
+            if checkpoint is not None:
+                self.saved = max(self.saved, checkpoint.seq)
 
 
 class HookService:
@@ -450,14 +619,26 @@ class HookService:
 
     async def run(self) -> None:
         """Run every hook until cancelled (or the store closes). The HTTP
-        client (and its TLS context) is made only when a webhook is configured."""
+        clients are made only when a webhook needs them: the lean
+        :class:`~supervisord.hooks.http1.Http1Client` (kept-alive connections,
+        shared by every webhook), httpx for URLs an environment proxy applies
+        to."""
         async with contextlib.AsyncExitStack() as stack:
-            http = None
-            if any(runner.spec.webhook is not None for runner in self.runners):
-                http = await stack.enter_async_context(httpx.AsyncClient(follow_redirects=False))
+            lean: Http1Client | None = None
+            proxy: httpx.AsyncClient | None = None
+            for runner in self.runners:
+                if runner.spec.webhook is None:
+                    continue
+                if proxied(runner.spec.webhook.url):
+                    if proxy is None:
+                        proxy = await stack.enter_async_context(httpx.AsyncClient(follow_redirects=False))
+                    runner.http = proxy
+                else:
+                    if lean is None:
+                        lean = await stack.enter_async_context(Http1Client())
+                    runner.http = lean
             tg = await stack.enter_async_context(anyio.create_task_group())
             for runner in self.runners:
-                runner.http = http
                 tg.start_soon(runner.run_forever, name=f"hook-{runner.spec.name}")
 
     async def status(self) -> list[dict[str, Any]]:

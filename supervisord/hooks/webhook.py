@@ -4,8 +4,10 @@ Headers: ``Content-Type: application/json``, ``X-Jobsup-Event: <seq>`` (the
 idempotency key: the same for every attempt at one event, also after a
 daemon restart) and, when the hook has a secret,
 ``X-Jobsup-Signature: sha256=<hex HMAC-SHA256 of the body>`` (the scheme
-GitHub uses for ``X-Hub-Signature-256``). Certificates are verified for
-https (httpx's default, against certifi's CA bundle); redirects are not
+GitHub uses for ``X-Hub-Signature-256``). Sent with the lean HTTP/1.1
+client of :mod:`supervisord.hooks.http1` (kept-alive connections), or with
+httpx where an environment proxy applies. Certificates are verified for
+https (httpx's default context: certifi's CA bundle); redirects are not
 followed (a redirected POST is not a delivery).
 
 Outcome: 2xx delivered; 408, 429 and 5xx, timeouts and connection errors
@@ -24,6 +26,7 @@ import httpx
 
 from supervisord.hooks.attempt import OUTPUT_BYTES, Attempt
 from supervisord.hooks.config import WebhookTarget
+from supervisord.hooks.http1 import Http1Client, HttpError, HttpTimeout
 
 __all__ = ["RETRIED_STATUSES", "post_event", "retry_after_seconds", "signature"]
 
@@ -63,7 +66,7 @@ def _describe_error(exc: httpx.HTTPError, target: WebhookTarget) -> str:
 
 
 async def post_event(
-    client: httpx.AsyncClient,
+    client: Http1Client | httpx.AsyncClient,
     target: WebhookTarget,
     body: bytes,
     event_seq: int,
@@ -72,7 +75,11 @@ async def post_event(
 ) -> Attempt:
     """POST ``body`` (JSON) to ``target.url`` once and classify the answer
     (see the module doc). Reads at most :data:`OUTPUT_BYTES` of the
-    response body. Raises nothing for network or HTTP failures."""
+    response body. Raises nothing for network or HTTP failures.
+
+    ``client``: the lean :class:`~supervisord.hooks.http1.Http1Client`, or
+    an httpx client for a URL an environment proxy applies to
+    (:func:`~supervisord.hooks.http1.proxied`)."""
     headers = {
         "Content-Type": "application/json",
         "User-Agent": user_agent,
@@ -81,6 +88,17 @@ async def post_event(
     if secret is not None:
         headers["X-Jobsup-Signature"] = signature(secret, body)
     started = time.monotonic()
+    if isinstance(client, Http1Client):
+        try:
+            answer = await client.post(
+                target.url, body, headers, timeout_s=target.timeout_s, excerpt_bytes=OUTPUT_BYTES
+            )
+        except HttpError as exc:
+            error = str(exc).replace(target.url, target.shown_url())[:300]
+            if isinstance(exc, HttpTimeout):
+                error = f"no answer within {target.timeout_s:g} s (timeout)"
+            return Attempt(ok=False, duration_s=time.monotonic() - started, retry=True, error=error)
+        return _classify(answer.status, answer.excerpt, answer.headers.get("retry-after"), time.monotonic() - started)
     try:
         async with client.stream(
             "POST", target.url, content=body, headers=headers, timeout=target.timeout_s
@@ -91,11 +109,15 @@ async def post_event(
                 if len(excerpt) >= OUTPUT_BYTES:
                     break
             status = response.status_code
-            retry_after = retry_after_seconds(response.headers.get("Retry-After"))
     except httpx.HTTPError as exc:
         return Attempt(ok=False, duration_s=time.monotonic() - started, retry=True, error=_describe_error(exc, target))
-    duration = time.monotonic() - started
-    text = bytes(excerpt).decode("utf-8", errors="replace")
+    return _classify(status, bytes(excerpt), response.headers.get("Retry-After"), time.monotonic() - started)
+
+
+def _classify(status: int, excerpt: bytes, retry_after_header: str | None, duration: float) -> Attempt:
+    """The attempt an HTTP answer makes (see the module doc)."""
+    retry_after = retry_after_seconds(retry_after_header)
+    text = excerpt.decode("utf-8", errors="replace")
     if 200 <= status < 300:
         return Attempt(ok=True, duration_s=duration, status=status, output=text)
     retry = status >= 500 or status in RETRIED_STATUSES

@@ -62,7 +62,8 @@ from store import (
     RunStatus,
     StoreClosedError,
 )
-from supervisord.exceptions import JobsupError
+from supervisord.api.query import int_param
+from supervisord.exceptions import JobsupError, UsageError
 from supervisord.ui.auth import COOKIE_NAME, SESSION_TTL_S, UiAuth
 
 __all__ = ["HEARTBEAT_S", "PAGE_RUNS", "TAIL_LINES", "UiActions", "create_ui_app"]
@@ -141,16 +142,11 @@ def _duration(s: float) -> str:
 
 
 def _int_param(request: Request, name: str, default: int | None = None, lo: int = 0, hi: int = 2**62) -> int | None:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return default
+    """:func:`supervisord.api.query.int_param`, answered as the page's plain 400."""
     try:
-        value = int(raw)
-    except ValueError:
-        raise _BadRequest(f"query parameter {name}={raw!r} must be an integer") from None
-    if not lo <= value <= hi:
-        raise _BadRequest(f"query parameter {name}={value} must be between {lo} and {hi}")
-    return value
+        return int_param(request.query_params, name, default, minimum=lo, maximum=hi)
+    except UsageError as err:
+        raise _BadRequest(str(err)) from None
 
 
 class _BadRequest(Exception):

@@ -9,7 +9,6 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,13 +16,6 @@ import pytest
 from tests.supervisord.jobsup_env import JobsupEnv
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def js(tmp_path: Path) -> Iterator[JobsupEnv]:
-    env = JobsupEnv(tmp_path)
-    yield env
-    env.close()
 
 
 def test_socket_modes_and_clean_sigterm(js: JobsupEnv) -> None:

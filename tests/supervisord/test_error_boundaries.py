@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +26,6 @@ from supervisord.supervisor import Supervisor
 from tests.supervisord.jobsup_env import JobsupEnv
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def js(tmp_path: Path) -> Iterator[JobsupEnv]:
-    env = JobsupEnv(tmp_path)
-    yield env
-    env.close()
 
 
 # -- defect 1: a corrupt database at daemon start ------------------------------
@@ -255,3 +248,35 @@ async def test_backend_error_records_the_runs_reason(tmp_path: Path, error: Exce
             final = await sup.get(run.id)
         assert (final.phase, final.reason) == ("ERROR", reason)
         assert final.message == str(error)
+
+
+def test_store_error_in_a_scheduler_route_is_a_storage_error() -> None:
+    """The scheduler's routes (queue, hold, release, rerun) share the API
+    boundary: a store error there is a 503 StorageError too, not a 500."""
+    from types import SimpleNamespace
+
+    from starlette.testclient import TestClient
+
+    from supervisord.api.server import create_app
+
+    class BrokenScheduler:
+        def view(self) -> Any:
+            raise StorageFullError("database or disk is full")
+
+    async def doctor() -> list[dict[str, Any]]:
+        return []
+
+    planner = SimpleNamespace(digest_key=b"k" * 32)
+    app = create_app(
+        supervisor=None,  # type: ignore[arg-type]
+        planner=planner,  # type: ignore[arg-type]
+        store=None,  # type: ignore[arg-type]
+        info={},
+        doctor=doctor,
+        scheduler=BrokenScheduler(),  # type: ignore[arg-type]
+    )
+    with TestClient(app) as http:
+        resp = http.get("/v1/queue")
+    assert resp.status_code == 503, resp.text
+    err = from_wire(resp.status_code, resp.json())
+    assert isinstance(err, exc.StorageError) and err.store_error == "StorageFullError"

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,13 +25,6 @@ needs_root = pytest.mark.skipif(
     os.getuid() != 0 or not os.access(_SYSTEM_PYTHON, os.X_OK),
     reason="needs root (and /usr/bin/python3) to act as another user",
 )
-
-
-@pytest.fixture
-def js(tmp_path: Path) -> Iterator[JobsupEnv]:
-    env = JobsupEnv(tmp_path)
-    yield env
-    env.close()
 
 
 @pytest.fixture
@@ -283,12 +275,6 @@ def test_env_without_equals_is_not_echoed(js: JobsupEnv, repo: Path) -> None:
 
 
 # -- issue 12 item 9: wait --for PHASE exit codes -----------------------------------
-
-
-@pytest.fixture
-def live(js: JobsupEnv) -> JobsupEnv:
-    js.start_daemon()
-    return js
 
 
 def test_wait_for_a_terminal_phase_exits_0_only_when_reached(live: JobsupEnv, repo: Path) -> None:

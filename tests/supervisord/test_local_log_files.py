@@ -6,26 +6,17 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.daemon]
 
 N = 40_000
 EMIT = "import sys\nsys.stdout.write(''.join('line %07d the quick brown fox jumps over the lazy dog 0123456789 abcdef\\n' % i for i in range(40000)))\n"
 LINE_BYTES = 75
-
-
-@pytest.fixture
-def js(tmp_path: Path) -> Iterator[JobsupEnv]:
-    env = JobsupEnv(tmp_path)
-    env.start_daemon()
-    yield env
-    env.close()
 
 
 def _stdout_log(js: JobsupEnv, run_id: str) -> os.stat_result:

@@ -4,7 +4,6 @@ heartbeats, against the real daemon over its socket."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -14,15 +13,7 @@ from supervisord.api.client import Client
 from supervisord.paths import Paths
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
-pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def js(tmp_path: Path) -> Iterator[JobsupEnv]:
-    env = JobsupEnv(tmp_path)
-    env.start_daemon()
-    yield env
-    env.close()
+pytestmark = [pytest.mark.timeout(180), pytest.mark.daemon]
 
 
 def test_follow_from_a_line_still_to_come_gets_heartbeats(js: JobsupEnv, tmp_path: Path) -> None:

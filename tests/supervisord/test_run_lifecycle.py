@@ -8,29 +8,15 @@ import os
 import secrets
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from supervisord.backends.local.backend import run_processes
-from tests.supervisord.jobsup_env import JobsupEnv, make_repo
+from tests.supervisord.jobsup_env import JobsupEnv
 
-pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture
-def js(tmp_path: Path) -> Iterator[JobsupEnv]:
-    env = JobsupEnv(tmp_path)
-    env.start_daemon()
-    yield env
-    env.close()
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    return make_repo(tmp_path / "proj", {"README": "x\n"})
+pytestmark = [pytest.mark.timeout(300), pytest.mark.daemon]
 
 
 def _alive_with_arg(marker: str) -> list[int]:

@@ -8,7 +8,6 @@ import hashlib
 import hmac
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,13 +26,6 @@ def _unkeyed(value: str) -> str:
 
 def _keyed(value: str, key: bytes) -> str:
     return hmac.new(key, value.encode(), hashlib.sha256).hexdigest()
-
-
-@pytest.fixture
-def js(tmp_path: Path) -> Iterator[JobsupEnv]:
-    env = JobsupEnv(tmp_path)
-    yield env
-    env.close()
 
 
 def test_config_show_uses_the_daemons_keyed_digest(js: JobsupEnv, tmp_path: Path) -> None:

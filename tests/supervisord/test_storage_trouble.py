@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.supervisord.jobsup_env import JobsupEnv, make_repo
+from tests.supervisord.jobsup_env import JobsupEnv
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.daemon]
 
 _HOLD_LOCK = (
     "import sqlite3, sys\n"
@@ -28,19 +28,6 @@ _HOLD_LOCK = (
     "sys.stdin.read()\n"
     "conn.execute('ROLLBACK')\n"
 )
-
-
-@pytest.fixture
-def js(tmp_path: Path) -> Iterator[JobsupEnv]:
-    env = JobsupEnv(tmp_path)
-    env.start_daemon()
-    yield env
-    env.close()
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    return make_repo(tmp_path / "proj", {"README": "x\n"})
 
 
 def _daemon_log_events(js: JobsupEnv) -> list[dict[str, object]]:

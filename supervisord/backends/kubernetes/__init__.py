@@ -17,9 +17,20 @@ Layout:
 - ``client/`` — the cluster: ``access`` (kubeconfig, clients, retries),
   ``errors`` (API errors by status, KubeconfigError), ``resources``
   (objects and their paths), ``watches`` (the shared Job/Pod watches);
-- runtime: ``phase`` (Job/pod -> phase and reason, pure), ``preflight``,
-  ``staging``, ``logs``, and ``backend`` (the Backend protocol; it still
-  holds launch/rollback, cancel and the per-run supervision loop).
+- runtime, modules named for what they do: ``runstate`` (a run's settings
+  from its RunSpec, in-memory state, the errors that end it),
+  ``connections`` (clusters, resolvers, the shared watches), ``preflight``
+  (checks and doctor, with a cache of cluster facts), ``launch`` (start:
+  dry runs, creates, staging, one budget), ``cleanup`` (rollback, cancel,
+  end-of-run deletions), ``reconciler`` (the per-run supervision loop; it
+  receives its collaborators), ``phase`` (Job/pod -> phase and reason,
+  pure), ``staging`` (the exec upload), ``logs``;
+- ``backend`` — :class:`KubernetesBackend`, the Backend protocol by
+  delegation to the runtime modules.
+
+Import contracts in pyproject.toml hold the layering: ``manifest`` imports
+nothing of the client, the runtime, the store or httpx; ``client`` imports
+nothing of the runtime; the runtime modules never import ``backend``.
 """
 
 from __future__ import annotations

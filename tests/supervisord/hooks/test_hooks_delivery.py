@@ -74,6 +74,7 @@ def _webhook(name: str, url: str, **kw: Any) -> HookSpec:
         secret_env=kw.pop("secret_env", None),
         timeout_s=kw.pop("timeout_s", 5),
         retry_for_s=kw.pop("retry_for_s", 3600),
+        in_flight=kw.pop("in_flight", 1),
     )
     return HookSpec(name=name, when=kw.pop("when", TERMINAL), webhook=target, **kw)
 
@@ -318,3 +319,95 @@ async def test_200_runs_ending_at_once_with_3_hooks_each_deliver_exactly_once(st
         assert seqs == sorted(seqs) and len(seqs) == n
     assert last == await store.last_seq()  # nothing appended after the outcomes
     assert all(h["lag"] == 0 for h in status)
+
+
+async def test_in_flight_window_starts_in_order_one_per_run_and_holds_the_checkpoint(store: EventStore) -> None:
+    release = threading.Event()
+    try:
+        with WebhookServer(default=Reply(hold=release)) as srv:
+            hook = _webhook("win", srv.url, timeout_s=60, when=frozenset({"RUNNING", "COMPLETED"}), in_flight=2)
+            async with Running(store, [hook]):
+                before = await store.last_seq()
+                # Run 1 RUNNING and COMPLETED: its second event waits for its first.
+                one = await _run(store, "aaaa00000001")
+                two = await _run(store, "aaaa00000002")
+                await anyio.to_thread.run_sync(srv.wait_for, 1)
+                await anyio.sleep(0.5)
+                # Two under way at most; run 1's COMPLETED does not start before
+                # its RUNNING ended, and nothing later starts before it (in order).
+                assert [int(r.headers["x-jobsup-event"]) for r in srv.received] == [one[-2].seq]
+                assert await store.get_checkpoint("hook:win") == before
+                release.set()
+                outcomes = await _outcomes(store, 4)
+                with anyio.fail_after(30):
+                    while await store.get_checkpoint("hook:win") != two[-1].seq:
+                        await anyio.sleep(0.1)
+    finally:
+        release.set()
+    assert [o.type for o in outcomes] == [HOOK_DELIVERED] * 4
+    seqs = [int(r.headers["x-jobsup-event"]) for r in srv.received]
+    assert sorted(seqs) == [one[-2].seq, one[-1].seq, two[-2].seq, two[-1].seq]
+    for run in (one, two):  # a receiver sees each run's events in order
+        mine = [s for s in seqs if s in (run[-2].seq, run[-1].seq)]
+        assert mine == sorted(mine)
+
+
+async def test_in_flight_window_runs_different_runs_at_once(store: EventStore) -> None:
+    release = threading.Event()
+    try:
+        with WebhookServer(default=Reply(hold=release)) as srv:
+            hook = _webhook("win", srv.url, timeout_s=60, in_flight=2)
+            async with Running(store, [hook]):
+                before = await store.last_seq()
+                runs = [await _run(store, f"aaaa0000000{i}") for i in range(3)]
+                await anyio.to_thread.run_sync(srv.wait_for, 2)
+                await anyio.sleep(0.5)
+                started = [int(r.headers["x-jobsup-event"]) for r in srv.received]
+                assert sorted(started) == [runs[0][-1].seq, runs[1][-1].seq]  # the window: two, the first two
+                assert await store.get_checkpoint("hook:win") == before  # not past an event under way
+                release.set()
+                await _outcomes(store, 3)
+                with anyio.fail_after(30):
+                    while await store.get_checkpoint("hook:win") != runs[2][-1].seq:
+                        await anyio.sleep(0.1)
+    finally:
+        release.set()
+    assert len(srv.received) == 3
+
+
+async def test_after_a_restart_events_with_a_final_outcome_are_not_delivered_again(store: EventStore) -> None:
+    with WebhookServer() as srv:
+        async with Running(store, [_webhook("chat", srv.url)]):
+            pass
+        checkpoint = await store.get_checkpoint("hook:chat")
+        first = await _run(store, "aaaa00000001")
+        second = await _run(store, "aaaa00000002")
+        # As a window leaves it after kill -9: the second event's outcome is
+        # recorded, the first one's is not (the checkpoint is before both).
+        data = {"hook": "chat", "kind": "webhook", "event_seq": second[-1].seq, "phase": "COMPLETED",
+                "attempt": 1, "duration_s": 0.01, "status": 200}  # fmt: skip
+        await store.append("aaaa00000002", None, [NewEvent(HOOK_DELIVERED, data)])
+        failed = {**data, "event_seq": first[-1].seq, "status": 503, "error": "HTTP 503", "final": False}
+        await store.append("aaaa00000001", None, [NewEvent(HOOK_FAILED, failed)])
+        assert await store.get_checkpoint("hook:chat") == checkpoint
+        async with Running(store, [_webhook("chat", srv.url)]):
+            outcomes = await _outcomes(store, 3)
+            with anyio.fail_after(30):
+                while await store.get_checkpoint("hook:chat") != await store.last_seq():
+                    await anyio.sleep(0.1)
+    assert [r.json["run"]["id"] for r in srv.received] == ["aaaa00000001"]
+    assert outcomes[-1].data["event_seq"] == first[-1].seq and outcomes[-1].data["attempt"] == 2
+
+
+async def test_a_url_behind_an_environment_proxy_goes_through_the_proxy(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("https_proxy", "all_proxy", "no_proxy", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "HTTP_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    with WebhookServer() as proxy:
+        monkeypatch.setenv("http_proxy", proxy.url.rsplit("/hook", 1)[0])
+        async with Running(store, [_webhook("chat", "http://hooks.example.invalid/in")]):
+            await _run(store, "aaaa00000001")
+            [outcome] = await _outcomes(store, 1)
+    assert outcome.type == HOOK_DELIVERED
+    assert [r.path for r in proxy.received] == ["http://hooks.example.invalid/in"]  # absolute form: a proxy request

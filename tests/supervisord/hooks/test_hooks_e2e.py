@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +27,6 @@ def _user_config(js: JobsupEnv, text: str) -> Path:
     path = folder / "config.yaml"
     path.write_text(text)
     return path
-
-
-@pytest.fixture
-def js(tmp_path: Path) -> Iterator[JobsupEnv]:
-    env = JobsupEnv(tmp_path)
-    yield env
-    env.close()
 
 
 @pytest.fixture

@@ -78,7 +78,7 @@ def test_every_error_is_reported_at_once() -> None:
     layer = Layer("user", "/u.yaml", {"hooks": [
         {"name": "bad name!", "command": []},
         {"name": "on-done", "command": ["x"], "match": {"phase": "x", "project": 3}},
-        {"name": "w", "webhook": {"url": "https://x", "extra": 1}, "timeout_s": 5, "backfill": "yes"},
+        {"name": "w", "webhook": {"url": "https://x", "extra": 1, "in_flight": 0}, "timeout_s": 5, "backfill": "yes"},
         "not a mapping",
     ]})  # fmt: skip
     _, errors = hooks_from_layers([layer], env={})
@@ -88,7 +88,8 @@ def test_every_error_is_reported_at_once() -> None:
         "/u.yaml (user config): hooks[1].name: 'on-done' is reserved for `submit --on-done`",
         "/u.yaml (user config): hooks[1].match.phase: unknown key; allowed: project, name, backend, reason",
         "/u.yaml (user config): hooks[1].match.project: must be a non-empty string (a glob) or a list of them, got 3",
-        "/u.yaml (user config): hooks[2].webhook.extra: unknown key; allowed: url, secret_env, timeout_s, retry_for_s",
+        "/u.yaml (user config): hooks[2].webhook.extra: unknown key; allowed: url, secret_env, timeout_s, retry_for_s, in_flight",
+        "/u.yaml (user config): hooks[2].webhook.in_flight: must be a whole number in 1..64, got 0",
         "/u.yaml (user config): hooks[2].timeout_s: is for command hooks; a webhook's is webhook.timeout_s",
         "/u.yaml (user config): hooks[2].backfill: must be true or false, got 'yes' (a string)",
         "/u.yaml (user config): hooks[3]: must be a mapping (name, when, match, command or webhook), got 'not a mapping' (a string)",

@@ -21,6 +21,7 @@ class Received:
     headers: dict[str, str]
     body: bytes
     at: float  # time.time() when the body was read
+    peer: tuple[str, int] = ("", 0)  # the client's address: one per connection
 
     @property
     def json(self) -> Any:
@@ -58,7 +59,9 @@ class WebhookServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
-                got = Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.time())
+                got = Received(
+                    self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.time(), self.client_address
+                )
                 with server.lock:
                     server.received.append(got)
                     reply = server.replies.pop(0) if server.replies else server.default

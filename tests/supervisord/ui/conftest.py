@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,11 +11,11 @@ from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
 
 @pytest.fixture
-def js(tmp_path: Path) -> Iterator[JobsupEnv]:
-    env = JobsupEnv(tmp_path)
-    env.start_daemon()
-    yield env
-    env.close()
+def js(js: JobsupEnv) -> JobsupEnv:
+    """The harness's environment (tests/supervisord/conftest.py), with its
+    daemon running for every page test."""
+    js.start_daemon()
+    return js
 
 
 @pytest.fixture

@@ -2,9 +2,10 @@
 retries (jobsup issue 7, part 1).
 
 Credentials come from the kubeconfig exactly as the official ``kubernetes``
-client loads it (``KUBECONFIG``, a ``:``-separated list, else
-``~/.kube/config``; exec credential plugins, bearer tokens, client
-certificates, CA data), or from the pod's service account when jobsup runs
+client loads it (exec credential plugins, bearer tokens, client
+certificates, CA data), from the path list it is given (the daemon resolves
+``KUBECONFIG``, else ``~/.kube/config``: nothing here reads the user's home
+or ``KUBECONFIG``), or from the pod's service account when jobsup runs
 inside a cluster and no kubeconfig exists. One :class:`Cluster` per context
 is loaded once and kept.
 
@@ -366,8 +367,9 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
 class ClusterAccess:
     """Loads and keeps one :class:`Cluster` per kubeconfig context.
 
-    ``kubeconfig``: the kubeconfig path(s) (``os.pathsep``-separated); None
-    reads ``KUBECONFIG`` at each load (else ``~/.kube/config``).
+    ``kubeconfig``: the kubeconfig path(s) (``os.pathsep``-separated), as
+    resolved by the caller; None or empty: no kubeconfig (the pod's service
+    account inside a cluster).
     ``short_calls`` / ``exec_sessions``: how many blocking short calls / exec
     sessions may run at once (worker threads).
     """
@@ -389,13 +391,12 @@ class ClusterAccess:
         self._lock = anyio.Lock()
 
     def kubeconfig_paths(self) -> str:
-        """The kubeconfig path list in effect (``os.pathsep``-separated)."""
-        if self.kubeconfig:
-            return self.kubeconfig
-        return os.environ.get("KUBECONFIG", "").strip() or str(Path("~/.kube/config").expanduser())
+        """The kubeconfig path list in effect (``os.pathsep``-separated; ""
+        when none was given)."""
+        return (self.kubeconfig or "").strip()
 
     def _kubeconfig_exists(self) -> bool:
-        return any(Path(p).expanduser().is_file() for p in self.kubeconfig_paths().split(os.pathsep) if p.strip())
+        return any(Path(p).is_file() for p in self.kubeconfig_paths().split(os.pathsep) if p.strip())
 
     def current_context(self) -> str:
         """The kubeconfig's current context (blocking: reads the files), or
@@ -408,8 +409,8 @@ class ClusterAccess:
             if os.environ.get("KUBERNETES_SERVICE_HOST"):
                 return IN_CLUSTER_CONTEXT
             raise KubeconfigError(
-                f"no kubeconfig at {paths}: set KUBECONFIG or create ~/.kube/config "
-                "(`kubectl config view` should show your cluster)"
+                f"no kubeconfig at {paths or '(none given)'}: set KUBECONFIG for the daemon or create "
+                "~/.kube/config (`kubectl config view` should show your cluster)"
             )
         try:
             _contexts, active = k8s_config.list_kube_config_contexts(config_file=paths)
@@ -439,7 +440,9 @@ class ClusterAccess:
             ns = ns_file.read_text().strip() if ns_file.is_file() else None
             return self._make(IN_CLUSTER_CONTEXT, configuration, ns)
         if not self._kubeconfig_exists():
-            raise KubeconfigError(f"no kubeconfig at {paths}: set KUBECONFIG or create ~/.kube/config")
+            raise KubeconfigError(
+                f"no kubeconfig at {paths or '(none given)'}: set KUBECONFIG for the daemon or create ~/.kube/config"
+            )
         try:
             contexts, _active = k8s_config.list_kube_config_contexts(config_file=paths)
             entry = next((c for c in contexts or [] if c.get("name") == context), None)

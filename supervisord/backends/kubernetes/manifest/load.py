@@ -17,7 +17,11 @@ Text handling, in order:
 The YAML loader is PyYAML's safe loader with two changes that match how the
 Kubernetes API machinery reads YAML: timestamps stay strings (``2024-01-01``
 is not turned into a date), and a mapping key given twice is an error naming
-both lines (``kubectl`` rejects duplicate keys too).
+both lines (``kubectl`` rejects duplicate keys too). It has the same caps as
+config files (:mod:`supervisord.config.yamlload`: the text's size, the
+values a document expands to through its aliases, no recursive alias), so
+a cloned repository's manifest cannot make a submit or ``jobsup render``
+hang or run out of memory ("billion laughs").
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from supervisord.config.yamlload import BoundedLoader, check_yaml_size
 from supervisord.exceptions import ManifestError
 from supervisord.source import read_file_at
 
@@ -118,8 +123,9 @@ def substitute_run_token(text: str, run_id: str) -> str:
     return text.replace(RUN_TOKEN, check_run_id(run_id))
 
 
-class _ManifestLoader(yaml.SafeLoader):
-    """Safe loader: timestamps stay strings, duplicate mapping keys are errors."""
+class _ManifestLoader(BoundedLoader):
+    """Safe loader with the YAML caps: timestamps stay strings, duplicate
+    mapping keys are errors."""
 
     yaml_implicit_resolvers = {
         first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
@@ -154,10 +160,18 @@ def parse_manifest(text: str, *, manifest_path: str = DEFAULT_MANIFEST_PATH) -> 
     skipped. Each returned object is a fresh dict the caller may change.
 
     Raises ManifestError naming ``manifest_path``, the document number
-    (1-based) and the line for a YAML syntax error or duplicate key; naming
+    (1-based) and the line for a YAML syntax error, a duplicate key, a
+    document that expands through its aliases to more than
+    :data:`~supervisord.config.yamlload.MAX_YAML_NODES` values or has a
+    recursive alias; naming ``manifest_path`` for text over
+    :data:`~supervisord.config.yamlload.MAX_YAML_BYTES` or nested too
+    deeply to parse; naming
     the document for one that is not a mapping or a List without an
     ``items`` list; and saying so when there are no objects at all.
     """
+    too_large = check_yaml_size(text)
+    if too_large is not None:
+        raise ManifestError(f"{manifest_path}: {too_large}")
     objects: list[dict[str, Any]] = []
     docs = yaml.load_all(text, Loader=_ManifestLoader)
     number = 0
@@ -169,6 +183,8 @@ def parse_manifest(text: str, *, manifest_path: str = DEFAULT_MANIFEST_PATH) -> 
             break
         except yaml.YAMLError as exc:
             raise ManifestError(f"{manifest_path}: {_yaml_error(exc, number)}") from None
+        except RecursionError:
+            raise ManifestError(f"{manifest_path}: document {number}: not valid YAML: nested too deeply") from None
         if doc is None:
             continue
         _flatten(doc, f"{manifest_path}: document {number}", objects)

@@ -436,7 +436,7 @@ async def test_watch_410_mid_run_relists_and_completes(tmp_path: Path, sim: SimC
     async with k8s_env(tmp_path, sim) as env:
         run_id = await env.submit(ticker(40, 0.05), manifest=M, files={M: job_manifest()})
         await env.wait_until(run_id, lambda r: r.phase == "RUNNING")
-        watch = next(iter(env.backend._watches.values()))
+        watch = next(iter(env.backend.connections.watches.values()))
         before = watch.relists
         sim.expire_watches()
         run = await env.terminal(run_id)
@@ -592,6 +592,57 @@ async def test_cancel_while_the_api_server_hangs_is_recorded_as_failed_in_time(t
         run = await env.supervisor.cancel(run_id)
         assert run.phase == "CANCELED", run
         await no_pods_left(sim, run_id)
+
+
+async def test_start_while_the_api_server_hangs_ends_in_time_and_leaves_nothing(
+    tmp_path: Path, sim: SimCluster
+) -> None:
+    # Preflight passed, then the server hangs (accepts, never answers): the
+    # start gives up within its one budget (each call's retries alone took
+    # minutes), the run is ERROR StartTimeout naming the step, and nothing
+    # of it is left once the server is back.
+    async with k8s_env(tmp_path, sim, start_timeout_s=6.0, cancel_timeout_s=6.0) as env:
+        env.supervisor.gated = True  # hold it in QUEUED past its preflight
+        run_id = await env.submit("echo never", manifest=M, files={M: job_manifest()})
+        await anyio.to_thread.run_sync(sim.hang)
+        try:
+            started = anyio.current_time()
+            assert await env.supervisor.admit(run_id, {"queue": "default"}, {}, "admitted by the test")
+            run = await env.terminal(run_id, timeout_s=90)
+            took = anyio.current_time() - started
+            assert run.phase == "ERROR" and run.reason == "StartTimeout", run
+            assert "did not start within 6s" in (run.message or "") and "does not answer" in (run.message or "")
+            assert took < 45, f"start outlived its budget: {took:.1f}s"
+        finally:
+            await anyio.to_thread.run_sync(sim.restart)
+        await anyio.sleep(1.0)
+        for resource in ("jobs.batch", "secrets", "pods"):
+            assert run_objects(sim, run_id, resource) == [], resource
+
+
+async def test_start_timing_out_after_creating_records_the_pending_cleanup(tmp_path: Path, sim: SimCluster) -> None:
+    # The objects exist and the pod waits when the server hangs: the start
+    # runs out of its budget, its rollback out of its own, and what may
+    # remain is named in the run's message and a CleanupFailed event.
+    sim.faults.set_unschedulable("t-")
+    async with k8s_env(tmp_path, sim, start_timeout_s=8.0, cancel_timeout_s=4.0) as env:
+        run_id = await env.submit("echo never", manifest=M, files={M: job_manifest()})
+        await env.wait_until(run_id, lambda r: bool(r.handle and r.handle.get("created")))
+        await anyio.to_thread.run_sync(sim.hang)
+        try:
+            run = await env.terminal(run_id, timeout_s=90)
+            assert run.phase == "ERROR" and run.reason == "StartTimeout", run
+            assert "cleanup pending" in (run.message or "") and f"Job/t-{run_id}" in (run.message or ""), run
+            failed = await env.events(run_id, "CleanupFailed")
+            assert len(failed) == 1, failed
+            assert f"Job/t-{run_id}" in failed[0].data["message"]
+            assert f"Secret/jobsup-env-{run_id}" in failed[0].data["message"]
+        finally:
+            await anyio.to_thread.run_sync(sim.restart)
+    # What the event named is indeed there: the test cleans it up.
+    assert [o["metadata"]["name"] for o in run_objects(sim, run_id, "jobs.batch")] == [f"t-{run_id}"]
+    sim.delete_object("jobs.batch", f"t-{run_id}")
+    await no_pods_left(sim, run_id)
 
 
 async def test_api_server_hanging_mid_run_then_back(tmp_path: Path, sim: SimCluster) -> None:

@@ -142,3 +142,107 @@ def test_doctor_checks_kubernetes(js: JobsupEnv, sim: SimCluster) -> None:
     assert names["kubernetes api"]["ok"]
     assert names["rbac: create pods/exec"]["ok"]
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _commit(repo: Path, files: dict[str, str]) -> None:
+    import subprocess
+
+    for rel, text in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@e.invalid", "-C", str(repo)]
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "change"], check=True)
+
+
+def test_an_alias_bomb_manifest_is_refused_at_submit_and_nothing_recorded(js: JobsupEnv, repo: Path) -> None:
+    # Before the caps the submit was recorded and the daemon then expanded
+    # 10**10 values when it serialised the Job (hung, then MemoryError).
+    import subprocess
+
+    from tests.supervisord.backends.kubernetes.test_k8s_render_cli import alias_bomb_manifest
+
+    _commit(repo, {"bomb.yaml": alias_bomb_manifest()})
+    try:
+        r = js.cli(
+            "submit",
+            "--backend",
+            "kubernetes",
+            "--manifest",
+            "bomb.yaml",
+            "--",
+            "true",
+            cwd=repo,
+            check=False,
+            timeout=60,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("submit hung on an alias-bomb manifest")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "bomb.yaml" in r.stderr and "expands to more than 200000 values" in r.stderr
+    assert json.loads(js.cli("runs", "--all", "-o", "json", timeout=30).stdout) == []
+
+
+# ------------------------------------------- preflight: whose fault is it?
+
+
+def _refused(js: JobsupEnv, repo: Path, *args: str) -> str:
+    """Submit; assert exit 2 (bad input) and nothing recorded; the stderr."""
+    r = js.cli("submit", "--backend", "kubernetes", *args, "--", "true", cwd=repo, check=False, timeout=90)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert json.loads(js.cli("runs", "--all", "-o", "json").stdout) == []
+    return r.stderr
+
+
+def test_preflight_unknown_context_is_bad_input_naming_the_kubeconfig_and_key(
+    js: JobsupEnv, repo: Path, sim: SimCluster
+) -> None:
+    err = _refused(js, repo, "--config", "kubernetes.context=no-such-context")
+    assert "no-such-context" in err and str(sim.kubeconfig_path) in err and "kubernetes.context" in err
+
+
+def test_preflight_namespace_not_allowed_is_bad_input_naming_the_key(
+    js: JobsupEnv, repo: Path, sim: SimCluster
+) -> None:
+    from tests.k8s_sim import AccessRule
+
+    sim.set_access_rules([AccessRule(namespaces=(sim.namespace,))])
+    try:
+        err = _refused(js, repo, "--config", "kubernetes.namespace=elsewhere")
+    finally:
+        sim.set_access_rules([AccessRule()])
+    assert "not allowed to create jobs.batch in namespace elsewhere" in err and "kubernetes.namespace" in err
+
+
+def test_preflight_missing_secret_in_the_manifest_is_bad_input(js: JobsupEnv, repo: Path) -> None:
+    _commit(repo, {"vol.yaml": job_manifest(volumes=[{"name": "a", "secret": {"secretName": "absent-secret"}}])})
+    err = _refused(js, repo, "--manifest", "vol.yaml")
+    assert "Secret absent-secret" in err and "does not exist" in err
+
+
+def test_preflight_a_kubeconfig_that_does_not_parse_is_bad_input_naming_it(
+    tmp_path: Path, repo: Path, sim: SimCluster
+) -> None:
+    env = JobsupEnv(tmp_path / "broken")
+    broken = tmp_path / "broken-kubeconfig"
+    for text in ("clusters: [unclosed\n", "apiVersion: v1\nkind: Config\nclusters: 5\ncontexts: 7\nusers: []\n"):
+        broken.write_text(text)
+        env.env["KUBECONFIG"] = str(broken)
+        env.start_daemon()
+        try:
+            err = _refused(env, repo, "--config", f"kubernetes.context={sim.contexts[0]}")
+            assert str(broken) in err, err
+        finally:
+            env.stop_daemon()
+    env.close()
+
+
+def test_preflight_an_api_server_failing_with_5xx_stays_exit_1(js: JobsupEnv, repo: Path, sim: SimCluster) -> None:
+    sim.faults.fail_requests(500, path_contains="/version")
+    try:
+        r = js.cli("submit", "--backend", "kubernetes", "--", "true", cwd=repo, check=False, timeout=90)
+    finally:
+        sim.faults.clear_request_failures()
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "does not answer" in r.stderr
+    assert json.loads(js.cli("runs", "--all", "-o", "json").stdout) == []

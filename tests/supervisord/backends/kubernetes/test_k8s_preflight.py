@@ -221,3 +221,62 @@ async def test_a_hung_api_server_fails_preflight_in_bounded_time(tmp_path: Path,
         await anyio.to_thread.run_sync(sim.restart)
         await b.aclose()
     assert nothing_created(sim)
+
+
+# -------------------------------------- doctor: nothing read from the user's home
+
+
+async def test_doctor_uses_the_kubeconfig_it_is_given_not_the_home(
+    tmp_path: Path, sim: SimCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The daemon resolves the kubeconfig and the config doctor checks; the
+    # backend must not read ~/.kube/config (here broken) or KUBECONFIG.
+    home = tmp_path / "home"
+    (home / ".kube").mkdir(parents=True)
+    (home / ".kube" / "config").write_text("clusters: [unclosed\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("JOBSUP_DAEMON_CONFIG", raising=False)
+    monkeypatch.delenv("JOBSUP_CONFIG", raising=False)
+    b = make_backend(sim)
+    try:
+        checks = await b.doctor()
+    finally:
+        await b.aclose()
+    assert checks and all(c["ok"] for c in checks), checks
+    names = {c["name"]: c for c in checks}
+    assert str(sim.kubeconfig_path) in names["kubeconfig"]["detail"]
+
+
+async def test_doctor_checks_the_context_and_namespace_the_daemon_gives(tmp_path: Path, sim: SimCluster) -> None:
+    b = make_backend(sim, doctor_config=lambda: {"context": "no-such-context", "namespace": sim.namespace})
+    try:
+        checks = await b.doctor()
+    finally:
+        await b.aclose()
+    assert [c["name"] for c in checks] == ["kubeconfig"] and not checks[0]["ok"]
+    assert "no-such-context" in checks[0]["detail"]
+
+
+def test_the_kubernetes_backend_reads_nothing_from_the_home_or_the_environment_s_kubeconfig() -> None:
+    # Everything it needs arrives through RunSpec or its constructor: no
+    # Path.home(), no expanduser(), no KUBECONFIG, no config layers read.
+    import ast
+
+    import supervisord.backends.kubernetes as pkg
+
+    root = Path(pkg.__file__).parent
+    forbidden_names = {"home", "expanduser", "load_client_layers", "load_daemon_layer", "current_kube_context"}
+    found: list[str] = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+            if name in forbidden_names:
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {name}")
+            if isinstance(node, ast.Constant) and node.value == "KUBECONFIG":
+                found.append(f"{path.relative_to(root)}:{node.lineno}: the KUBECONFIG variable")
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("supervisord.config.sources"):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: imports {node.module}")
+    assert found == []

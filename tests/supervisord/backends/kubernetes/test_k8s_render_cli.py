@@ -273,7 +273,7 @@ def test_random_run_id_without_the_flag(tmp_path: Path) -> None:
     assert len(ids) == 2
 
 
-def test_contract_violations_exit_1_with_every_error(tmp_path: Path) -> None:
+def test_contract_violations_exit_2_with_every_error(tmp_path: Path) -> None:
     bad = (MANIFESTS / "pytorch-gpu.yaml").read_text()
     bad = bad.replace("restartPolicy: Never", "restartPolicy: OnFailure")
     bad = bad.replace('"eval \\"$JOBSUP_SCRIPT\\""', '"$JOBSUP_SCRIPT"')
@@ -281,7 +281,7 @@ def test_contract_violations_exit_1_with_every_error(tmp_path: Path) -> None:
     assert bad.count("OnFailure") == 1 and "generateName" in bad and '"$JOBSUP_SCRIPT"]' in bad
     repo = make_repo(tmp_path, {".jobsup/k8s.yaml": bad, "task.yaml": TRAIN_TASK})
     proc = jobsup(repo, "render", "task.yaml", "--run-id", RUN_ID)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert proc.stdout == ""
     assert "(3 problems)" in proc.stderr
     assert "generateName" in proc.stderr
@@ -289,12 +289,12 @@ def test_contract_violations_exit_1_with_every_error(tmp_path: Path) -> None:
     assert "eval" in proc.stderr
 
 
-def test_missing_manifest_exits_1_and_says_to_commit_it(tmp_path: Path) -> None:
+def test_missing_manifest_exits_2_and_says_to_commit_it(tmp_path: Path) -> None:
     repo = make_repo(tmp_path, {"task.yaml": TRAIN_TASK})
     (repo / ".jobsup").mkdir()
     (repo / ".jobsup/k8s.yaml").write_text((MANIFESTS / "pytorch-gpu.yaml").read_text())  # not committed
     proc = jobsup(repo, "render", "task.yaml", "--run-id", RUN_ID)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert proc.stdout == ""
     assert "no Kubernetes manifest at '.jobsup/k8s.yaml'" in proc.stderr
     assert "--manifest PATH" in proc.stderr
@@ -331,3 +331,52 @@ def test_no_command_is_a_usage_error(tmp_path: Path) -> None:
 def test_golden_files_have_no_leftovers() -> None:
     expected = {"pytorch-gpu", "headless-service", "init-volumes", "example-digits"} | {c[0] for c in SANDBOX_CASES}
     assert {p.stem for p in GOLDEN.glob("*.yaml")} == expected
+
+
+def alias_bomb_manifest() -> str:
+    """A valid Job whose annotations hold a "billion laughs": ten levels of
+    ten aliases each, 10**10 strings once expanded, in under 2 KB of text."""
+    levels = ['    l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, 10):
+        levels.append(f"    l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]")
+    bomb = "\n".join(levels)
+    return (
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: t-{{JOBSUP_RUN}}\n"
+        f"spec:\n  bomb:\n{bomb}\n"
+        "  template:\n    spec:\n      restartPolicy: Never\n      containers:\n"
+        "        - name: main\n          image: python:3.12\n"
+        '          command: [bash, -c, "eval \\"$JOBSUP_SCRIPT\\""]\n'
+    )
+
+
+def test_an_alias_bomb_manifest_is_refused_naming_the_file(tmp_path: Path) -> None:
+    # A cloned repository's manifest expanding to 10**10 values must not
+    # hang render (or exhaust memory): the YAML caps of config files apply.
+    text = alias_bomb_manifest()
+    assert len(text) < 2000
+    repo = make_repo(tmp_path, {".jobsup/k8s.yaml": text, "task.yaml": TRAIN_TASK})
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", "from supervisord.cli.main import main; main()", "render", "task.yaml"],
+            cwd=repo,
+            env=_env(repo.parent),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("jobsup render hung on an alias-bomb manifest")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stdout == ""
+    assert "Traceback" not in proc.stderr
+    assert ".jobsup/k8s.yaml" in proc.stderr and "expands to more than 200000 values" in proc.stderr
+
+
+def test_a_recursive_alias_and_an_oversized_manifest_are_refused(tmp_path: Path) -> None:
+    from supervisord.backends.kubernetes.manifest.load import parse_manifest
+    from supervisord.exceptions import ManifestError
+
+    with pytest.raises(ManifestError, match=r"^m\.yaml: document 1, line \d+.*recursive alias"):
+        parse_manifest("apiVersion: v1\nkind: ConfigMap\nmetadata: &m {name: x, self: *m}\n", manifest_path="m.yaml")
+    with pytest.raises(ManifestError, match=r"^m\.yaml: \d+ characters is over the limit"):
+        parse_manifest("# " + "x" * (4 * 1024 * 1024) + "\n", manifest_path="m.yaml")

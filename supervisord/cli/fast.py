@@ -1,0 +1,152 @@
+"""The CLI's fast path: ``jobsup runs``, ``show`` and ``wait`` in their
+common forms without importing click.
+
+These are what scripts and agents call most, as a new process each time,
+and importing click alone costs about a third of the 100 ms a call may
+take (bench/cli_latency.py). :func:`main` parses argument lists it is sure
+of exactly as the click commands in :mod:`supervisord.cli.runs_cmd` would,
+and runs the same bodies (:mod:`supervisord.cli.reads`): the output and
+exit codes are the click path's. Anything else — ``--help``, an option it
+does not know, a value click would check (``--phase``), a repeated option,
+``--``, a value that starts with ``-``, a non-UTF-8 argument — returns
+None, and the caller hands the arguments to click, which then answers
+(or reports the error) as it always did.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["main", "parse"]
+
+_OUTPUT = ("table", "json", "yaml")
+
+#: command -> (options taking a value, flags, (least, most) arguments).
+_GRAMMAR: dict[str, tuple[dict[str, str], dict[str, str], tuple[int, int | None]]] = {
+    "runs": ({"-o": "output", "--output": "output", "--project": "project"}, {"--all": "all_"}, (0, 0)),
+    "show": ({"-o": "output", "--output": "output"}, {}, (1, 1)),
+    "wait": (
+        {"-o": "output", "--output": "output", "--for": "for_", "--timeout": "timeout", "--after": "after"},
+        {},
+        (1, None),
+    ),
+}
+
+
+def parse(argv: list[str]) -> tuple[str, dict[str, Any], list[str]] | None:
+    """``(command, options, arguments)`` for an argument list this module
+    runs, with the click commands' defaults filled in; None for any other."""
+    if not argv or argv[0] not in _GRAMMAR:
+        return None
+    takes_value, flags, (least, most) = _GRAMMAR[argv[0]]
+    options: dict[str, Any] = {}
+    args: list[str] = []
+    rest = argv[1:]
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        i += 1
+        try:
+            word.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
+        if not word.startswith("-"):
+            args.append(word)
+            continue
+        name, eq, value = word.partition("=") if word.startswith("--") else (word[:2], "", word[2:])
+        given: bool | str
+        if name in flags and not eq and not value:
+            key, given = flags[name], True
+        elif name in takes_value:
+            if not eq and not value:
+                if i >= len(rest) or rest[i].startswith("-"):
+                    return None
+                value = rest[i]
+                i += 1
+            key, given = takes_value[name], value
+        else:
+            return None  # --help, -h, --, an unknown option, -oVALUE of a flag...
+        if key in options:
+            return None
+        options[key] = given
+    if len(args) < least or (most is not None and len(args) > most):
+        return None
+    output = options.setdefault("output", "table")
+    if output not in _OUTPUT:
+        return None
+    if "after" in options:
+        if not options["after"].isdigit() or not options["after"].isascii():
+            return None
+        options["after"] = int(options["after"])
+    return argv[0], options, args
+
+
+def _runs(options: dict[str, Any], args: list[str]) -> int:
+    from supervisord.cli.reads import connected_client, runs_command
+
+    return runs_command(
+        connected_client(),
+        all_=bool(options.get("all_")),
+        project=options.get("project"),
+        phase=None,
+        output=options["output"],
+    )
+
+
+def _show(options: dict[str, Any], args: list[str]) -> int:
+    from supervisord.cli.reads import connected_client, show_command
+
+    return show_command(connected_client(), args[0], options["output"])
+
+
+def _wait(options: dict[str, Any], args: list[str]) -> int:
+    from supervisord.cli.reads import connected_client, wait_command, wait_timeout_s
+
+    timeout_s = wait_timeout_s(options.get("timeout"))
+    return wait_command(
+        connected_client(),
+        args,
+        for_=options.get("for_", "terminal"),
+        timeout_s=timeout_s,
+        after=options.get("after"),
+        output=options["output"],
+    )
+
+
+_RUN: dict[str, Callable[[dict[str, Any], list[str]], int]] = {"runs": _runs, "show": _show, "wait": _wait}
+
+
+def main(argv: list[str]) -> int | None:
+    """Run ``argv`` (without the program name) and return its exit code, or
+    None when this module does not handle it (see the module docstring).
+    Errors are reported as the click path's ``main`` reports them: one
+    ``error:`` line and exit 69, 2 or 1; ``aborted`` and 130 on Ctrl-C;
+    exit 1 when stdout is a closed pipe."""
+    parsed = parse(argv)
+    if parsed is None:
+        return None
+    command, options, args = parsed
+    from supervisord.cli.output import echo
+    from supervisord.cli.reads import error_exit_code
+    from supervisord.exceptions import JobsupError
+
+    try:
+        return _RUN[command](options, args)
+    except (KeyboardInterrupt, EOFError):
+        echo("", err=True)
+        echo("aborted", err=True)
+        return 130
+    except JobsupError as err:
+        echo(f"error: {err}", err=True)
+        return error_exit_code(err)
+    except OSError as err:
+        if err.errno != errno.EPIPE:
+            raise
+        # As click does: nothing more reaches the closed pipe, exit 1.
+        devnull = open(os.devnull, "w")  # noqa: SIM115 - lives until exit
+        sys.stdout = sys.stderr = devnull
+        return 1

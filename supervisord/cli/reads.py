@@ -1,0 +1,238 @@
+"""The bodies of the read commands ``runs``, ``show`` and ``wait``, and what
+every command that talks to the daemon shares, without click.
+
+The click commands in :mod:`supervisord.cli.runs_cmd` parse their options
+and call these; so does :mod:`supervisord.cli.fast`, which parses the
+common forms of these three commands itself (click's import costs more
+than a whole ``jobsup runs`` may take). One implementation, whichever
+parser ran: the same output and exit codes.
+
+Each ``*_command`` function writes the command's output (machine output
+on stdout, human messages on stderr) and returns its exit code; it raises
+JobsupError for the caller to report (:func:`error_exit_code`).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from supervisord.api.client import Client
+from supervisord.api.wire import EXIT_UNREACHABLE, EXIT_WAIT_TIMEOUT, WAIT_EXIT_CODES, exit_code_for_phase
+from supervisord.cli.output import echo, emit, info
+from supervisord.exceptions import AmbiguousRunError, DaemonUnreachableError, JobsupError, RunNotFoundError, UsageError
+
+__all__ = [
+    "EXIT_OTHER_PHASE",
+    "RUN_COLUMNS",
+    "connected_client",
+    "error_exit_code",
+    "reconnecting",
+    "runs_command",
+    "show_command",
+    "show_document",
+    "wait_command",
+    "wait_exit_code",
+    "wait_timeout_s",
+]
+
+RUN_COLUMNS = ("id", "project", "name", "backend", "phase", "reason", "exit_code", "created_at")
+
+#: ``wait --for PHASE`` with a terminal PHASE: the run ended COMPLETED instead.
+EXIT_OTHER_PHASE = 5
+
+_RECONNECT_WINDOW_S = 120.0
+
+
+def error_exit_code(err: JobsupError) -> int:
+    """The CLI's exit code for an error it reports as one ``error:`` line:
+    69 when no daemon answers, 2 for bad input (usage, a run id that names
+    no run or several), 1 for any other."""
+    if isinstance(err, DaemonUnreachableError):
+        return EXIT_UNREACHABLE
+    if isinstance(err, (UsageError, RunNotFoundError, AmbiguousRunError)):
+        return 2
+    return 1
+
+
+def connected_client() -> Client:
+    """A client whose daemon answers (one is started when none does and
+    autostart is allowed); else one ``error:`` line and exit 69."""
+    client = Client()
+    try:
+        client.connect()
+    except DaemonUnreachableError as err:
+        echo(f"error: {err}", err=True)
+        sys.exit(EXIT_UNREACHABLE)
+    return client
+
+
+def reconnecting(client: Client, open_stream: Callable[[], Iterator[dict[str, Any]]]) -> Iterator[dict[str, Any]]:
+    """Items of ``open_stream()``; when the daemon goes away mid-stream (a
+    restart, ``kill -9``), reconnect — autostarting one when allowed — and
+    call ``open_stream()`` again, which resumes from the caller's cursor.
+    Gives up with DaemonUnreachableError after two minutes without a daemon."""
+    while True:
+        try:
+            yield from open_stream()
+            return
+        except DaemonUnreachableError as err:
+            info(f"lost the jobsup daemon ({err}); reconnecting")
+            deadline = time.monotonic() + _RECONNECT_WINDOW_S
+            while True:
+                try:
+                    client.connect()
+                    break
+                except DaemonUnreachableError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+
+
+def runs_command(client: Client, *, all_: bool, project: str | None, phase: str | None, output: str) -> int:
+    """``jobsup runs``: the runs, newest first (``phase`` already checked)."""
+    rows = client.runs(all=all_, project=project, phase=phase)
+    if client.storage:
+        echo(f"warning: {client.storage.get('summary') or client.storage}", err=True)
+    if output == "table":
+        if not rows:
+            info("no runs")
+            return 0
+        emit(rows, output, columns=RUN_COLUMNS)
+    else:
+        emit(rows, output)
+    return 0
+
+
+def show_document(doc: dict[str, Any]) -> dict[str, Any]:
+    """What ``jobsup show -o json`` prints (and the MCP ``show`` tool
+    returns) for the daemon's ``GET /runs/{ref}`` document: the run, what
+    was submitted (command, timeout, source, env, config, on_done) and the
+    attempts of hooks at it (HookDelivered / HookFailed data)."""
+    sub = doc.get("submitted") or {}
+    full = {
+        **doc["run"],
+        "command": sub.get("command"),
+        "timeout_s": sub.get("timeout_s"),
+        "source": sub.get("source"),
+        "env": sub.get("env"),
+        "config": sub.get("config"),
+    }
+    if sub.get("on_done"):
+        full["on_done"] = sub["on_done"]
+    if doc.get("hooks"):
+        full["hooks"] = [{"type": e["type"], "seq": e["seq"], "at": e["at"], **e["data"]} for e in doc["hooks"]]
+    return full
+
+
+_SHOW_FIELDS = (
+    "id",
+    "project",
+    "name",
+    "backend",
+    "phase",
+    "reason",
+    "message",
+    "exit_code",
+    "created_at",
+    "updated_at",
+    "last_seq",
+    "log_lines",
+    "log_ingest",
+    "command",
+    "timeout_s",
+)
+
+
+def show_command(client: Client, run: str, output: str) -> int:
+    """``jobsup show RUN``: one run, its facts one a line, then its source,
+    handle, env and config as indented YAML (``-o json|yaml``: the whole
+    :func:`show_document`)."""
+    full = show_document(client.show(run))
+    if output != "table":
+        emit(full, output)
+        return 0
+    from supervisord.cli.blockyaml import dump
+
+    for key in _SHOW_FIELDS:
+        echo(f"{key + ':':<12} {'-' if full.get(key) is None else full.get(key)}")
+    for h in full.get("hooks") or []:
+        result = (
+            h.get("error")
+            or f"{'exit code' if h.get('kind') == 'command' else 'HTTP'} {h.get('exit_code', h.get('status'))}"
+        )
+        echo(
+            f"{'hook:':<12} {h.get('hook')} {h['type']} for seq {h.get('event_seq')} (attempt {h.get('attempt')}): {result}"
+        )
+    for key in ("source", "handle", "env", "config"):
+        value = full.get(key)
+        echo(f"{key}:" + (" -" if not value else ""))
+        if value:
+            echo("  " + dump(value).rstrip().replace("\n", "\n  "))
+    return 0
+
+
+def wait_exit_code(cond: str, runs: list[dict[str, Any]]) -> int:
+    """The exit code of ``wait --for cond`` once the daemon says it is over:
+    0 only when every run reached what was asked (for a terminal PHASE,
+    exactly that phase); else the code of the first run, in argument order,
+    that did not: its own phase's code (1 ERROR, 3 CANCELED, 4 DELETED), or
+    :data:`EXIT_OTHER_PHASE` when it ended COMPLETED but another terminal
+    phase was asked for."""
+    if cond == "change":
+        return 0
+    target = cond.upper()
+    for r in runs:
+        if cond == "terminal" or r["phase"] != target:
+            code = exit_code_for_phase(r["phase"])
+            if code == 0 and cond != "terminal" and target in WAIT_EXIT_CODES and r["phase"] in WAIT_EXIT_CODES:
+                code = EXIT_OTHER_PHASE
+            if code != 0:
+                return code
+    return 0
+
+
+def wait_timeout_s(timeout: str | None) -> int | None:
+    """``wait --timeout`` in seconds (None: none given). Raises TaskError
+    naming ``--timeout`` for a bad duration: check it before connecting."""
+    if timeout is None:
+        return None
+    from supervisord.task import parse_duration
+
+    return parse_duration(timeout, what="--timeout")
+
+
+def wait_command(
+    client: Client, refs: list[str], *, for_: str, timeout_s: int | None, after: int | None, output: str
+) -> int:
+    """``jobsup wait RUN...``: block until the runs reach ``for_``; the exit
+    code of :func:`wait_exit_code`, or 124 when ``timeout_s``
+    (:func:`wait_timeout_s`) passed first."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    cursor: dict[str, Any] = {"after": after}
+
+    def open_stream() -> Iterator[dict[str, Any]]:
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        for obj in client.wait(refs, for_=for_, after=cursor["after"], timeout=remaining):
+            yield obj
+            if "result" in obj:
+                return
+        raise DaemonUnreachableError("the daemon closed the wait stream before answering")
+
+    result: dict[str, Any] = {}
+    for obj in reconnecting(client, open_stream):
+        if "after" in obj and cursor["after"] is None:
+            cursor["after"] = obj["after"]
+        if "result" in obj:
+            result = obj["result"]
+    runs_out = result.get("runs") or []
+    if output != "table":
+        emit(runs_out, output)
+    for r in runs_out:
+        info(f"run {r['id']}: {r['phase']}" + (f" ({r['reason']})" if r.get("reason") else ""))
+    if result.get("timed_out"):
+        info("wait: timed out")
+        return EXIT_WAIT_TIMEOUT
+    return wait_exit_code(for_, runs_out)
