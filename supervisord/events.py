@@ -131,7 +131,7 @@ define(
     writer="backend, through the reporter",
     data={
         "stream": "*required* stdout | stderr",
-        "source": "*required* str: where positions are measured (a file, or pod/container)",
+        "source": "*required* str: where positions are measured (a local run: output.log:stdout / output.log:stderr, offsets in its output record; pod/container)",
         "lines": "*required* [[pos: str, text: str], ...]: pos unique within (run, source)",
     },
 )

@@ -219,13 +219,19 @@ class _Reporter:
 
     async def log_block(self, block: LogBlock) -> None:
         """Record ``block`` as one LogLines event (its text in ``log_blocks``)."""
+        await self.log_blocks([block])
+
+    async def log_blocks(self, blocks: Sequence[LogBlock]) -> None:
+        """Record ``blocks`` as one LogLines event each, in one append."""
+        if not blocks:
+            return
         st = self._state
         async with st.lock:
             incidents = self._incidents()
             try:
-                recorded = await self._store.append_log(st.spec.run_id, st.version, [block], wait_for_storage=True)
+                recorded = await self._store.append_log(st.spec.run_id, st.version, blocks, wait_for_storage=True)
             except ConcurrencyError:  # stale version: see _AT_THE_END
-                recorded = await self._store.append_log(st.spec.run_id, _AT_THE_END, [block], wait_for_storage=True)
+                recorded = await self._store.append_log(st.spec.run_id, _AT_THE_END, blocks, wait_for_storage=True)
             st.version = recorded[-1].version
             await self._note_storage_trouble(incidents)
 

@@ -117,6 +117,12 @@ class RunReporter(Protocol):
         bulk form (local files): one event and one transaction per block."""
         ...
 
+    async def log_blocks(self, blocks: Sequence[LogBlock]) -> None:
+        """Record ``blocks`` (one event each, in order) in one transaction:
+        the local backend's blocks of one read of its output record, which
+        alternate between stdout and stderr as the job wrote them."""
+        ...
+
     async def log_position(self, source: str) -> str | None:
         """The position of the newest recorded line from ``source``."""
         ...

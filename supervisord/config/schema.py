@@ -13,7 +13,7 @@ Keys::
     env: {NAME: str}                    env for every run (secret values)
     local: {kill_grace_s: int > 0, shell: str,
             max_log_bytes: int > 0      stop recording a run's output past this many bytes (LogsTruncated)
-            keep_log_files: bool        keep stdout.log/stderr.log whole (default: their recorded
+            keep_log_files: bool        keep the run's output.log whole (default: its recorded
                                         ranges are freed, hole-punched, once committed)}
     kubernetes:
       context: str                      unset = the kubeconfig's current context

@@ -66,7 +66,7 @@ def test_submit_logs_wait_completed(js: JobsupEnv, repo: Path) -> None:
     w = js.cli("wait", run_id, check=False)
     assert w.returncode == 0, w.stderr
     lines = js.cli("logs", run_id).stdout.splitlines()
-    # stdout and stderr are separate files; each keeps its order.
+    # Each stream keeps its order (their interleaving: test_local_output_order.py).
     assert [l for l in lines if l.startswith("out") or l.startswith("last")] == ["out-1", "out-2", "last-no-newline"]
     assert "err-1" in lines and len(lines) == 4
     shown = js.show(run_id)

@@ -20,7 +20,8 @@ LINE_BYTES = 75
 
 
 def _stdout_log(js: JobsupEnv, run_id: str) -> os.stat_result:
-    [path] = list(Path(js.env["JOBSUP_STATE_DIR"]).glob(f"runs/{run_id}/stdout.log"))
+    """The run's output record data file (both streams; issue 12 item 12)."""
+    [path] = list(Path(js.env["JOBSUP_STATE_DIR"]).glob(f"runs/{run_id}/output.log"))
     return os.stat(path)
 
 

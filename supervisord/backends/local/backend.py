@@ -20,15 +20,16 @@ from typing import Any
 import anyio
 import structlog
 
-from store import LOG_INGEST_DONE, LOG_INGEST_PENDING
+from store import LOG_INGEST_DONE, LOG_INGEST_PENDING, LogBlock
 from supervisord.backends.base import RunReporter, RunSpec
 from supervisord.backends.local import runner as _runner_module
 from supervisord.backends.local.runner import (
+    OUTPUT_DATA,
     decode_status,
     group_alive,
     proc_start_time,
 )
-from supervisord.backends.local.tail import FileTailer
+from supervisord.backends.local.tail import FileTailer, RecordTailer, record_source
 from supervisord.exceptions import BackendError, PreflightError
 
 __all__ = ["LocalBackend", "run_processes"]
@@ -138,6 +139,7 @@ class LocalBackend:
             "runner_start": info["start"],
             "run_dir": str(spec.run_dir),
             "status": str(status_path),
+            "output": str(spec.run_dir / OUTPUT_DATA),
         }
         await reporter.handle(handle)
         return handle
@@ -170,18 +172,16 @@ class LocalBackend:
                     "runner_start": status.get("runner_start"),
                     "run_dir": str(run_dir),
                     "status": str(_status_path(run_dir)),
+                    "output": str(run_dir / OUTPUT_DATA),
                 }
                 await reporter.handle(handle)
         signed = "status" in handle  # runners from before signed statuses wrote RUN_DIR/status.json
-        tailers: dict[str, FileTailer] = {}
-        for stream in _STREAMS:
-            pos = await reporter.log_position(stream)
-            tailers[stream] = FileTailer(run_dir / f"{stream}.log", int(pos) if pos else 0)
         local = spec.config.get("local") or {}
-        tailers = _Outputs(tailers)
-        tailers.cap = _LogCap(
+        cap = _LogCap(
             max_bytes=int(local.get("max_log_bytes") or 0) or None, keep_files=bool(local.get("keep_log_files"))
         )
+        tailers = await _open_output(run_dir, handle, reporter, count_recorded=cap.max_bytes is not None)
+        tailers.cap = cap
         delay = _POLL_MIN_S
         status_file = _StatusFile(run_dir, signed)
         try:
@@ -217,49 +217,57 @@ class LocalBackend:
         finally:
             self._naps.pop(spec.run_id, None)
             self._woken.discard(spec.run_id)
-            for t in tailers.values():
-                t.close()
+            tailers.close()
 
     @staticmethod
-    async def _drain(tailers: Mapping[str, FileTailer], reporter: RunReporter, *, final: bool) -> int:
-        """Record what each output file holds past its tailer's offset, one
-        block (one append: a transaction and fsync) per read of up to
-        ``_READ_BYTES``; reading waits for each commit, so a flood is read
-        no faster than it is recorded (and memory holds one block). Past
-        ``local.max_log_bytes`` nothing more is recorded (see
-        :class:`_LogCap`); committed ranges are freed from the files unless
-        ``local.keep_log_files``. Returns the bytes recorded."""
-        cap = tailers.cap if isinstance(tailers, _Outputs) else _LogCap(max_bytes=None, keep_files=True)
+    async def _drain(tailers: _Output, reporter: RunReporter, *, final: bool) -> int:
+        """Record what the run's output holds past the reader's position:
+        each read step (up to ``_READ_BYTES`` of the record, at most
+        :data:`~supervisord.backends.local.tail.MAX_BLOCKS` blocks) is one
+        append (one transaction and fsync); reading waits for each commit,
+        so a flood is read no faster than it is recorded (and memory holds
+        one step). Past ``local.max_log_bytes`` nothing more is recorded
+        (see :class:`_LogCap`); committed ranges are freed from the record
+        unless ``local.keep_log_files``. Returns the bytes recorded."""
+        cap = tailers.cap
         total = 0
-        for stream, tailer in tailers.items():
-            while True:
+        while True:
+            if cap.truncated:
+                cap.dropped += tailers.skip_to_end()
+                break
+            mark = tailers.mark()
+            items = tailers.read_blocks(final=final, max_bytes=_READ_BYTES)
+            if not items:
+                break
+            blocks = []
+            if cap.max_bytes is not None:
+                recorded = tailers.recorded - sum(raw for _, raw in items)
+                for block, raw in items:
+                    if recorded + raw > cap.max_bytes:
+                        cap.truncated = True
+                        break
+                    blocks.append(block)
+                    recorded += raw
                 if cap.truncated:
-                    cap.dropped += tailer.skip_to_end()
-                    break
-                before = tailer.offset
-                block = tailer.read_block(stream, final=final, max_bytes=_READ_BYTES)
-                if block is None:
-                    break
-                if not cap.allows(len(block.text), tailers):
-                    cap.truncated = True
-                    cap.dropped += len(block.text)
-                    continue
+                    cap.dropped += tailers.recorded - recorded
+                    tailers.recorded = recorded
+            else:
+                blocks = [block for block, _ in items]
+            if blocks:
                 try:
-                    await reporter.log_block(block)
+                    await reporter.log_blocks(blocks)
                 except BaseException:
-                    tailer.rewind(before)
+                    tailers.rewind(mark)
                     raise
-                total += len(block.text)
+                total += sum(len(b.text) for b in blocks)
                 if not cap.keep_files:
-                    tailer.release()
-            if cap.truncated and not cap.reported:
-                cap.reported = True
-                await reporter.record(LOGS_TRUNCATED, cap.event_data(tailers))
+                    tailers.release()
+        if cap.truncated and not cap.reported:
+            cap.reported = True
+            await reporter.record(LOGS_TRUNCATED, cap.event_data(tailers))
         return total
 
-    async def _finish(
-        self, tailers: Mapping[str, FileTailer], status: Mapping[str, Any], reporter: RunReporter
-    ) -> None:
+    async def _finish(self, tailers: _Output, status: Mapping[str, Any], reporter: RunReporter) -> None:
         """The process has ended: record the rest of its output and its outcome.
 
         A small backlog is recorded before the outcome (so once ``wait``
@@ -276,7 +284,7 @@ class LocalBackend:
             await self._report_truncation(tailers, reporter)
             await self._report_outcome(status, reporter)
             return
-        backlog = sum(max(0, _file_size(t.path) - t.offset) for t in tailers.values())
+        backlog = tailers.backlog()
         await reporter.record(LOG_INGEST_PENDING, {"bytes": backlog})
         await self._report_outcome(status, reporter)
         await self._drain(tailers, reporter, final=True)
@@ -284,9 +292,9 @@ class LocalBackend:
         await reporter.record(LOG_INGEST_DONE, {})
 
     @staticmethod
-    async def _report_truncation(tailers: Mapping[str, FileTailer], reporter: RunReporter) -> None:
+    async def _report_truncation(tailers: _Output, reporter: RunReporter) -> None:
         """At the end of a truncated run: a last ``LogsTruncated`` with the totals (``"final": true``)."""
-        if isinstance(tailers, _Outputs) and tailers.cap.truncated:
+        if tailers.cap.truncated:
             await reporter.record(LOGS_TRUNCATED, {**tailers.cap.event_data(tailers), "final": True})
 
     @staticmethod
@@ -352,10 +360,10 @@ LOGS_TRUNCATED = "LogsTruncated"
 class _LogCap:
     """A run's ``local.max_log_bytes`` (None: no cap) and ``keep_log_files``.
 
-    The bytes recorded are the tailers' committed offsets (byte offsets of
-    the files: what a restart resumes from), so the cap holds across
-    restarts. Once a block would pass the cap, nothing more is recorded:
-    the run goes on, and one ``LogsTruncated`` event says so::
+    The bytes recorded are counted in the output record (at a resume: each
+    stream's bytes below its newest recorded position), so the cap holds
+    across restarts. Once a block would pass the cap, nothing more is
+    recorded: the run goes on, and one ``LogsTruncated`` event says so::
 
         {"max_log_bytes": int, "recorded_bytes": int, "dropped_bytes": int}
 
@@ -369,22 +377,83 @@ class _LogCap:
     reported: bool = False
     dropped: int = 0
 
-    def allows(self, size: int, tailers: Mapping[str, FileTailer]) -> bool:
-        if self.max_bytes is None:
-            return True
-        # The committed offsets: each tailer's offset before this block was read.
-        recorded = sum(t.offset for t in tailers.values()) - size
-        return recorded + size <= self.max_bytes
-
-    def event_data(self, tailers: Mapping[str, FileTailer]) -> dict[str, Any]:
-        recorded = sum(t.offset for t in tailers.values()) - self.dropped
-        return {"max_log_bytes": self.max_bytes, "recorded_bytes": recorded, "dropped_bytes": self.dropped}
+    def event_data(self, tailers: _Output) -> dict[str, Any]:
+        return {"max_log_bytes": self.max_bytes, "recorded_bytes": tailers.recorded, "dropped_bytes": self.dropped}
 
 
-class _Outputs(dict[str, FileTailer]):
-    """A run's tailers by stream, with its :class:`_LogCap`."""
+class _Output(RecordTailer):
+    """A run's output reader, with its :class:`_LogCap`."""
 
     cap: _LogCap
+
+
+class _LegacyOutput(_Output):
+    """The output of a run whose runner predates the output record (in
+    flight across an upgrade): ``stdout.log`` and ``stderr.log``, each read
+    by a :class:`FileTailer` (sources ``stdout`` and ``stderr``; positions
+    are offsets in each file), stdout's lines first in each step."""
+
+    def __init__(self, run_dir: Path, positions: dict[str, int]) -> None:
+        super().__init__(run_dir, {})
+        self.files = {s: FileTailer(run_dir / f"{s}.log", positions[s]) for s in _STREAMS}
+        self.path = run_dir / "stdout.log"
+
+    def read_blocks(self, *, final: bool = False, max_bytes: int = 4 << 20) -> list[tuple[LogBlock, int]]:
+        out = []
+        for stream, tailer in self.files.items():
+            before = tailer.offset
+            block = tailer.read_block(stream, final=final, max_bytes=max_bytes)
+            if block is not None:
+                out.append((block, tailer.offset - before))
+        return out
+
+    def mark(self) -> Any:
+        return {s: t.offset for s, t in self.files.items()}
+
+    def rewind(self, mark: Any) -> None:
+        for s, t in self.files.items():
+            t.rewind(mark[s])
+
+    @property
+    def recorded(self) -> int:
+        return sum(t.offset for t in self.files.values()) - self.cap.dropped
+
+    @recorded.setter
+    def recorded(self, value: int) -> None:
+        pass  # derived from the offsets
+
+    def backlog(self) -> int:
+        return sum(max(0, _file_size(t.path) - t.offset) for t in self.files.values())
+
+    def release(self) -> None:
+        for t in self.files.values():
+            t.release()
+
+    def skip_to_end(self) -> int:
+        return sum(t.skip_to_end() for t in self.files.values())
+
+    def close(self) -> None:
+        for t in self.files.values():
+            t.close()
+
+
+async def _open_output(
+    run_dir: Path, handle: Mapping[str, Any], reporter: RunReporter, *, count_recorded: bool
+) -> _Output:
+    """The reader of a run's output, resuming after what is recorded: the
+    output record (``output.log``/``output.idx``), or for a run started by
+    a runner from before it, the two plain files."""
+    if "output" not in handle and (run_dir / "stdout.log").exists() and not (run_dir / OUTPUT_DATA).exists():
+        legacy = {}
+        for stream in _STREAMS:
+            pos = await reporter.log_position(stream)
+            legacy[stream] = int(pos) if pos else 0
+        return _LegacyOutput(run_dir, legacy)
+    positions: dict[str, int | None] = {}
+    for stream in _STREAMS:
+        pos = await reporter.log_position(record_source(stream))
+        positions[stream] = int(pos) if pos else None
+    return _Output(run_dir, positions, count_recorded=count_recorded)
 
 
 def _file_size(path: Path) -> int:

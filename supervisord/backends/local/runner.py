@@ -27,9 +27,32 @@ Three processes take part, so the runner that stays keeps little memory
    ``subprocess``), enforces the timeout (SIGTERM to the whole group, SIGKILL
    after the grace period) and writes its status at each step.
 
-The job's output: the job writes ``RUN_DIR/stdout.log`` and
-``RUN_DIR/stderr.log`` directly (see :func:`_open_output`): nothing is lost if
-the runner or the daemon dies.
+The job's output (issue 12 item 12): the job's stdout and stderr are two
+pipes that the runner reads (``select``, one move of up to 64 KiB per ready
+pipe per wake-up, with ``splice(2)``: the bytes do not pass through the
+runner's memory) into one ordered record of two files:
+
+* ``RUN_DIR/output.log``: the bytes of both streams, each read appended as it
+  came -- what a terminal would have shown, to the extent the kernel tells:
+  within one pipe the order is the job's own; across the two pipes it is the
+  order in which the runner received the reads (bytes written to stdout and
+  to stderr while the runner was not looking arrive in one read each, and
+  the read of stdout comes first);
+* ``RUN_DIR/output.idx``: where each stream's bytes begin: one 8-byte entry
+  ``<data offset: 7 bytes big-endian><stream: b"1" stdout | b"2" stderr>``
+  each time the stream changes, written *before* the data it describes, so
+  a reader that reads data and then the index knows the stream of every
+  byte it read.
+
+Byte offsets in ``output.log`` are the lines' positions (where the daemon
+resumes after a restart), and a run of one stream is contiguous there, so
+the daemon records it in large blocks without a Python object per line.
+While a write fails (a full disk) the runner stops reading (the job blocks
+on its full pipe: nothing is lost) and retries with back-off. After the job's shell exits the runner keeps reading while
+it stops what is left of the job, then reads the pipes to the end, and only
+then writes the final status: once the daemon sees it, the record is
+complete. If the runner itself dies (kill -9), the job's next write fails
+(SIGPIPE) -- the run is then ``Lost`` and its processes are killed anyway.
 
 Status (issue 12 items 6 and 8). The status lives at ``status_path``, outside
 the job's working tree (``RUN_DIR/repo``), in one file preallocated at start
@@ -66,6 +89,7 @@ the job's shell exits.
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import sys
@@ -408,9 +432,30 @@ def _signal_tree(pgid: int, sig: int) -> None:
             pass
 
 
-def _stop_tree(pgid: int, grace: float) -> None:
+def _pause(seconds: float, output: _Output | None) -> None:
+    """Sleep ``seconds`` while pumping the job's output (what is left of the
+    job may still write: it must not block on a full pipe meanwhile)."""
+    if output is None:
+        time.sleep(seconds)
+        return
+    end = time.monotonic() + seconds
+    while True:
+        now = time.monotonic()
+        if now >= end:
+            return
+        retry = output.timeout(now)
+        wait = end - now if retry is None else min(end - now, retry)
+        try:
+            ready, _, _ = select.select(output.readable(), [], [], wait)
+        except InterruptedError:
+            ready = []
+        output.pump(ready)
+
+
+def _stop_tree(pgid: int, grace: float, output: _Output | None = None) -> None:
     """SIGTERM what is left of the job, SIGKILL after ``grace`` seconds, and
-    return once nothing of it remains (all reaped)."""
+    return once nothing of it remains (all reaped), pumping ``output``
+    meanwhile."""
 
     def left() -> bool:
         _reap(-1)
@@ -421,10 +466,10 @@ def _stop_tree(pgid: int, grace: float) -> None:
     _signal_tree(pgid, signal.SIGTERM)
     end = time.monotonic() + grace
     while left() and time.monotonic() < end:
-        time.sleep(0.05)
+        _pause(0.05, output)
     while left():
         _signal_tree(pgid, signal.SIGKILL)
-        time.sleep(0.02)
+        _pause(0.02, output)
 
 
 def _signal_name(sig: int) -> str:
@@ -456,15 +501,194 @@ def _read_all(fd: int) -> bytes:
 
 # -- the job's output ------------------------------------------------------------
 
+#: The output record (see the module docstring): the data file and its stream index.
+OUTPUT_DATA = "output.log"
+OUTPUT_INDEX = "output.idx"
+#: One index entry: the data offset (7 bytes, big-endian) from which on the
+#: bytes are of one stream, then the stream byte.
+INDEX_ENTRY = 8
+#: Stream bytes in the index: the job's file descriptor number, in ASCII.
+STDOUT = 0x31  # b"1"
+STDERR = 0x32  # b"2"
+#: One move from a pipe (the size of a default pipe buffer).
+_PIPE_READ = 65536
 
-def _open_output(run_dir: str) -> tuple[int, int]:
-    """The job's stdout and stderr: ``RUN_DIR/stdout.log`` and
-    ``RUN_DIR/stderr.log``, opened for append (the child writes them
-    directly). The caller closes both."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-    out = os.open(os.path.join(run_dir, "stdout.log"), flags, 0o600)
-    err = os.open(os.path.join(run_dir, "stderr.log"), flags, 0o600)
-    return out, err
+
+class _Output:
+    """The job's stdout and stderr pipes, pumped into the output record.
+
+    Each move from a pipe (up to 64 KiB: what the pipe holds) is appended
+    to ``RUN_DIR/output.log`` as it came -- with ``splice(2)``, so the bytes
+    never pass through this process (a plain read and write where the file
+    system cannot splice); when its stream differs from the previous move's,
+    an index entry ``(offset, stream)`` is written to ``RUN_DIR/output.idx``
+    first (so whoever reads data and then the index knows the stream of
+    every byte it read). Both files are written at explicit offsets, so a
+    short or failed write is simply written again. While a write fails (a
+    full disk) the pipes are not read -- the job blocks on a full pipe:
+    nothing is lost -- and the write is retried with back-off (0.1 s
+    doubling to 5 s). At most one read is held in memory (the fallback).
+    """
+
+    def __init__(self, run_dir: str) -> None:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
+        self.data = os.open(os.path.join(run_dir, OUTPUT_DATA), flags, 0o600)
+        self.index = os.open(os.path.join(run_dir, OUTPUT_INDEX), flags, 0o600)
+        self.size = os.fstat(self.data).st_size
+        self.index_size = os.fstat(self.index).st_size // INDEX_ENTRY * INDEX_ENTRY
+        self.stream = -1
+        self.pipes: dict[int, int] = {}  # read end -> stream byte
+        self.child_ends: tuple[int, int] = (-1, -1)
+        self.pending: tuple[int, bytes] | None = None  # (stream, read bytes not yet written: the fallback)
+        self.blocked = False  # a write failed: retry at retry_at, read nothing meanwhile
+        self.retry_at = 0.0
+        self.delay = 0.1
+        self.use_splice = hasattr(os, "splice")
+
+    def open_pipes(self) -> tuple[int, int]:
+        """Create the two pipes; returns the write ends (for the child's fds 1
+        and 2; close them with :meth:`close_child_ends` once it has started)."""
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        for fd in (out_r, err_r):
+            os.set_blocking(fd, False)
+        self.pipes = {out_r: STDOUT, err_r: STDERR}
+        self.child_ends = (out_w, err_w)
+        return out_w, err_w
+
+    def close_child_ends(self) -> None:
+        for fd in self.child_ends:
+            if fd >= 0:
+                os.close(fd)
+        self.child_ends = (-1, -1)
+
+    def readable(self) -> list[int]:
+        """The pipes to wait on: none while a write is to be retried."""
+        return [] if self.blocked else list(self.pipes)
+
+    def timeout(self, now: float) -> float | None:
+        """Seconds until the next write retry, if one is due."""
+        return max(0.0, self.retry_at - now) if self.blocked else None
+
+    def pump(self, ready: list[int]) -> bool:
+        """Retry a failed write when its time has come, then one move from
+        each pipe in ``ready`` (in that order) into the record. Returns
+        whether anything was moved (or a pipe reached its end)."""
+        if self.blocked:
+            if time.monotonic() < self.retry_at:
+                return False
+            self.blocked = False
+            if self.pending is not None:
+                stream, chunk = self.pending
+                self.pending = None
+                if not self._write(stream, chunk):
+                    return False
+        moved = False
+        for fd in ready:
+            if self.blocked:
+                break
+            if fd in self.pipes:
+                moved = self._move(fd) or moved
+        return moved
+
+    def _failed(self, err: OSError) -> None:
+        if self.delay == 0.1:
+            _note(f"cannot write the job's output ({err}); retrying")
+        self.blocked = True
+        self.retry_at = time.monotonic() + self.delay
+        self.delay = min(self.delay * 2, 5.0)
+
+    def _entry(self, stream: int) -> None:
+        """The index entry for a change to ``stream`` (raises OSError)."""
+        if stream != self.stream:
+            entry = self.size.to_bytes(7, "big") + bytes((stream,))
+            if os.pwrite(self.index, entry, self.index_size) != INDEX_ENTRY:
+                raise OSError("short write of an output index entry")
+            self.index_size += INDEX_ENTRY
+            self.stream = stream
+
+    def _move(self, fd: int) -> bool:
+        """One move from pipe ``fd``; False when it had nothing."""
+        stream = self.pipes[fd]
+        try:
+            if self.use_splice:
+                # The entry goes first (it may then describe no bytes, e.g.
+                # at the pipe's end: a reader applies the last entry at an offset).
+                self._entry(stream)
+                try:
+                    n = os.splice(fd, self.data, _PIPE_READ, offset_dst=self.size, flags=os.SPLICE_F_NONBLOCK)
+                except BlockingIOError:
+                    return False
+                except OSError as err:
+                    if err.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                        raise
+                    self.use_splice = False  # this file system cannot: read and write
+                else:
+                    if n == 0:
+                        self._close_pipe(fd)
+                    self.size += n
+                    self.delay = 0.1
+                    return True
+        except OSError as err:
+            if isinstance(err, BlockingIOError):
+                return False
+            self._failed(err)
+            return False
+        try:
+            chunk = os.read(fd, _PIPE_READ)
+        except BlockingIOError:
+            return False
+        if not chunk:
+            self._close_pipe(fd)
+            return True
+        self._write(stream, chunk)
+        return True
+
+    def _write(self, stream: int, chunk: bytes) -> bool:
+        """Write ``chunk`` of ``stream`` (the fallback); on a failed write keep the rest pending."""
+        try:
+            self._entry(stream)
+            while chunk:
+                n = os.pwrite(self.data, chunk, self.size)
+                self.size += n
+                chunk = chunk[n:]
+        except OSError as err:
+            self.pending = (stream, chunk)
+            self._failed(err)
+            return False
+        self.delay = 0.1
+        return True
+
+    def _close_pipe(self, fd: int) -> None:
+        os.close(fd)
+        del self.pipes[fd]
+
+    def drain(self) -> None:
+        """Everything still in the pipes, once no writer is left (the job's
+        tree is gone): moved until each pipe is empty or at its end (never
+        blocking: a pipe still held elsewhere is read while it has data),
+        waiting out a failing write (retried until it succeeds)."""
+        while self.pipes or self.blocked:
+            if self.blocked:
+                time.sleep(max(0.0, self.retry_at - time.monotonic()))
+                self.pump([])
+                continue
+            ready = list(self.pipes)
+            if not self.pump(ready) and not self.blocked:
+                break
+        for fd in list(self.pipes):
+            self._close_pipe(fd)
+
+    def close(self) -> None:
+        for fd in list(self.pipes):
+            os.close(fd)
+        self.pipes = {}
+        self.close_child_ends()
+        for fd in (self.data, self.index):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 # -- the runner ------------------------------------------------------------------
@@ -477,6 +701,7 @@ class _Runner:
         self.base: dict[str, Any] = {"runner_pid": os.getpid(), "runner_start": proc_start_time(os.getpid())}
         self.cancel_requested = False
         self.status_file = _StatusWriter(spec["status_path"], bytes.fromhex(spec["status_key"]))
+        self.output: _Output
         rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.wake_r = rfd
         signal.set_wakeup_fd(wfd)
@@ -554,10 +779,11 @@ class _Runner:
 
     def _spawn(self, shell: str, cwd: str, env: dict[str, str]) -> int:
         """Fork and exec ``shell -c command`` in ``cwd`` with ``env``, in its
-        own process group, stdin from /dev/null, output as
-        :func:`_open_output` gives it, default signal dispositions. Raises
-        OSError when the exec (or the set-up before it) failed."""
-        out, err = _open_output(self.run_dir)
+        own process group, stdin from /dev/null, stdout and stderr the pipes
+        of :attr:`output`, default signal dispositions. Raises OSError when
+        the exec (or the set-up before it) failed."""
+        self.output = _Output(self.run_dir)
+        out, err = self.output.open_pipes()
         rfd, wfd = os.pipe2(os.O_CLOEXEC)
         try:
             pid = os.fork()
@@ -591,8 +817,7 @@ class _Runner:
             wfd = -1
             failure = _read_all(rfd)  # EOF at exec (close-on-exec): started
         finally:
-            os.close(out)
-            os.close(err)
+            self.output.close_child_ends()
             if wfd >= 0:
                 os.close(wfd)
         if failure:
@@ -605,6 +830,8 @@ class _Runner:
         grace = float(self.spec["kill_grace_s"])
         outcome: str | None = None
         kill_at: float | None = None
+        output = self.output
+        restored_at = time.monotonic()
         code = _reap(child)
         while code is None:
             now = time.monotonic()
@@ -621,22 +848,31 @@ class _Runner:
             # SIGCHLD and SIGTERM wake the select through the wakeup fd; the
             # cap bounds how long a missed wake-up, or a status file changed
             # by something else (restored below), could go unnoticed.
-            timeout = min([max(0.0, t - now) for t in wake] + [2.0])
+            retry = output.timeout(now)
+            timeout = min([max(0.0, t - now) for t in wake] + [2.0] + ([] if retry is None else [retry]))
+            # The job's output: one read of each pipe that has data, in the
+            # order select lists them, appended to the record as it comes.
             try:
-                select.select([self.wake_r], [], [], timeout)
+                ready, _, _ = select.select([self.wake_r, *output.readable()], [], [], timeout)
             except InterruptedError:
-                pass
-            try:
-                while os.read(self.wake_r, 512):
+                ready = []
+            output.pump([fd for fd in ready if fd != self.wake_r])
+            if self.wake_r in ready or not ready or now - restored_at >= 1.0:
+                try:
+                    while os.read(self.wake_r, 512):
+                        pass
+                except BlockingIOError:
                     pass
-            except BlockingIOError:
-                pass
-            code = _reap(child)
-            self.status_file.restore()
+                code = _reap(child)
+                self.status_file.restore()
+                restored_at = now
         # The run is over when its shell exits: stop everything it left
         # behind — its process group, and any descendant that left the group
-        # (setsid, double fork): as child subreaper the runner inherits those.
-        _stop_tree(pgid, grace)
+        # (setsid, double fork): as child subreaper the runner inherits those
+        # -- reading their output meanwhile, then what is left in the pipes.
+        _stop_tree(pgid, grace, output)
+        output.drain()
+        output.close()
         exit_code = code if code >= 0 else None
         sig = -code if code < 0 else None
         if outcome == "Canceled":
