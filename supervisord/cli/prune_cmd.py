@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from supervisord.cli.output import emit, info, output_option
-from supervisord.cli.runs_cmd import _client
+from supervisord.cli.reads import connected_client
 from supervisord.exceptions import UsageError
 
 __all__ = ["prune"]
@@ -44,7 +44,7 @@ def prune(older_than: str, dry_run: bool, delete_archives: bool, run_dirs: bool,
     before). Events are never deleted."""
     if not _AGE.match(older_than.strip()):
         raise UsageError(f"--older-than: {older_than!r} is not a duration; use e.g. 90s, 30m, 4h or 30d")
-    report = _client().prune(
+    report = connected_client().prune(
         older_than=older_than.strip(), dry_run=dry_run, delete_archives=delete_archives, run_dirs=run_dirs
     )
     if output != "table":

@@ -58,14 +58,14 @@ def test_yes_for_3_seconds_is_ingested_once_in_bounded_memory(js: JobsupEnv, tmp
     events = [json.loads(line) for line in js.cli("events", run_id, "-o", "json").stdout.splitlines()]
     recorded = sum(e["data"].get("bytes", 0) for e in events if e["type"] == "LogLines")
     lines = js.show(run_id)["log_lines"]
-    stdout_log = js.state_dir / "runs" / run_id / "stdout.log"
+    output_log = js.state_dir / "runs" / run_id / "output.log"
     print(
         f"flood: {recorded:,} bytes, {lines:,} lines; daemon RSS peak {peak / 2**20:.0f} MB, VmHWM {hwm / 2**20:.0f} MB"
     )
     assert recorded > 50 * 2**20, recorded  # a real flood, even on a loaded machine
     assert recorded == 2 * lines  # "y\n", each line once
-    assert stdout_log.stat().st_size == recorded  # every byte the job wrote, recorded once
-    assert stdout_log.stat().st_blocks * 512 < 16 * 2**20  # the run's file was the buffer: freed
+    assert output_log.stat().st_size == recorded  # every byte the job wrote, recorded once
+    assert output_log.stat().st_blocks * 512 < 16 * 2**20  # the run's file was the buffer: freed
     assert hwm < MAX_RSS, hwm
     # The text is stored once: the database grew by about the log's size.
     db_growth = _db_bytes(js.state_dir) - db_before
