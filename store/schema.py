@@ -41,6 +41,7 @@ __all__ = [
     "Migration",
     "CHECKPOINTS_DDL",
     "MIGRATION_CHECKPOINTS",
+    "PAGE_SIZE",
     "RebuildProjections",
     "PROJECTION_TABLES",
     "PROJECTION_DDL",
@@ -61,6 +62,11 @@ _SQLITE_LOCKED: Final = 6
 _SQLITE_CORRUPT: Final = 11
 _SQLITE_FULL: Final = 13
 _SQLITE_NOTADB: Final = 26
+
+#: The page size of a new database, in bytes (see :func:`open_connection`).
+PAGE_SIZE: Final = 65536
+#: The WAL is checkpointed into the database about every this many bytes.
+_CHECKPOINT_BYTES: Final = 32 << 20
 
 _EVENTS_DDL: Final[tuple[str, ...]] = (
     """CREATE TABLE events (
@@ -382,15 +388,25 @@ async def open_connection(
             )
         if writer:
             if version == 0:
+                # First, before auto_vacuum and WAL (SQLite ignores it after
+                # either): most bytes are log text in blobs of up to a few
+                # MiB, which SQLite writes page by page (a WAL frame, then
+                # the checkpoint's copy): 64 KiB pages make 16x fewer of
+                # those writes than the default 4 KiB (about half the
+                # writer's CPU per logged byte). Existing databases keep
+                # their page size.
+                await conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
                 # Before any table exists: freed pages can then be given back
                 # to the file system (PRAGMA incremental_vacuum, retention).
                 await conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
             rows = list(await conn.execute_fetchall("PRAGMA journal_mode = WAL"))
             if str(rows[0][0]).lower() != "wal":
                 raise StoreOpenError(f"{path}: cannot switch the database to WAL mode (got {rows[0][0]})")
-            # Checkpoint every ~32 MiB of WAL rather than SQLite's 4 MiB: a log
-            # block is up to 4 MiB, and each checkpoint costs a sync of the database.
-            await conn.execute("PRAGMA wal_autocheckpoint = 8192")
+            # Checkpoint every ~32 MiB of WAL rather than SQLite's 1000 pages:
+            # a log block is up to 4 MiB, and each checkpoint costs a sync of
+            # the database.
+            rows = list(await conn.execute_fetchall("PRAGMA page_size"))
+            await conn.execute(f"PRAGMA wal_autocheckpoint = {max(1, _CHECKPOINT_BYTES // int(rows[0][0]))}")
             if version < SCHEMA_VERSION:
                 if rebuild is None:
                     raise ValueError("the writer connection needs a rebuild function for migrations")

@@ -77,7 +77,8 @@ async def _views(store: EventStore, run_id: str) -> dict[str, object]:
 async def test_archive_moves_the_text_out_reads_stay_identical_and_events_are_untouched(tmp_path: Path) -> None:
     db = tmp_path / "state" / "jobsup.db"
     async with await EventStore.open(db) as store:
-        expected = await _fill(store, "r1", 5000)
+        # Enough text for many free pages at any page size (64 KiB: ~50).
+        expected = await _fill(store, "r1", 80_000)
         await _fill(store, "r2", 300)
         before = await _views(store, "r1")
         assert before["text"] == expected
@@ -87,7 +88,7 @@ async def test_archive_moves_the_text_out_reads_stay_identical_and_events_are_un
         event = await store.archive_logs("r1")
         assert event is not None and event.type == "LogsArchived"
         path = store.archive_dir / "r1.jslog"
-        assert event.data["file"] == "r1.jslog" and event.data["lines"] == 5002
+        assert event.data["file"] == "r1.jslog" and event.data["lines"] == 80_002
         assert event.data["sha256"].startswith("sha256:") and path.stat().st_size == event.data["file_bytes"]
         assert path.stat().st_size < len(expected) / 3  # compressed
         assert await store.archive_logs("r1") is None  # once
