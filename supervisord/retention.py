@@ -59,8 +59,9 @@ log = structlog.get_logger("jobsup.retention")
 PASS_INTERVAL_S: Final = 3600.0
 #: Seconds after start before the first background pass.
 FIRST_PASS_S: Final = 60.0
-#: Pages given back per incremental-vacuum step (4 KiB each: 8 MiB).
-VACUUM_PAGES: Final = 2048
+#: Bytes of free pages given back per incremental-vacuum step (8 MiB:
+#: 2048 pages of 4 KiB, 128 of 64 KiB).
+VACUUM_BYTES: Final = 8 << 20
 _AGE: Final = re.compile(r"^\s*(\d{1,9})\s*([smhd])\s*$")
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -257,7 +258,8 @@ class Retention:
     async def vacuum(self) -> None:
         """Give the database's free pages back in small steps (each a short
         write transaction between append batches), yielding between them."""
-        while await self.store.vacuum_step(VACUUM_PAGES):
+        pages = max(1, VACUUM_BYTES // (await self.store.database_pages())["page_size"])
+        while await self.store.vacuum_step(pages):
             await anyio.sleep(0.05)
 
     async def _run_dirs(

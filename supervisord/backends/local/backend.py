@@ -29,7 +29,7 @@ from supervisord.backends.local.runner import (
     group_alive,
     proc_start_time,
 )
-from supervisord.backends.local.tail import FileTailer, RecordTailer, record_source
+from supervisord.backends.local.tail import MAX_BLOCKS, FileTailer, RecordTailer, record_source
 from supervisord.exceptions import BackendError, PreflightError
 
 __all__ = ["LocalBackend", "run_processes"]
@@ -45,6 +45,13 @@ _READ_BYTES = 4 << 20
 _EXIT_DRAIN_S = 2.0
 _POLL_MIN_S = 0.02
 _POLL_MAX_S = 1.0
+# While output arrives, the loop still polls every _POLL_MIN_S (so the
+# job's exit is seen as soon), but records it only once _DRAIN_BYTES are
+# waiting or _DRAIN_EVERY_S after the last recording: a flood is then
+# recorded in a few big steps (transactions) rather than one small step
+# per poll. Lines show up live at most _DRAIN_EVERY_S late.
+_DRAIN_BYTES = _READ_BYTES // 2
+_DRAIN_EVERY_S = 0.1
 
 # Final runner reasons -> (phase, reason recorded on the run).
 _OUTCOMES: dict[str, str] = {
@@ -183,6 +190,7 @@ class LocalBackend:
         tailers = await _open_output(run_dir, handle, reporter, count_recorded=cap.max_bytes is not None)
         tailers.cap = cap
         delay = _POLL_MIN_S
+        drained_at = 0.0  # time.monotonic() of the last drain
         status_file = _StatusFile(run_dir, signed)
         try:
             while True:
@@ -206,8 +214,13 @@ class LocalBackend:
                 if state == "exited":
                     await self._finish(tailers, status, reporter)
                     return
-                got = await self._drain(tailers, reporter, final=False) if state == "running" else 0
-                delay = _POLL_MIN_S if got else min(delay * 2, _POLL_MAX_S)
+                got = unread = 0
+                if state == "running":
+                    unread = tailers.unread()
+                    if unread >= _DRAIN_BYTES or (unread and time.monotonic() - drained_at >= _DRAIN_EVERY_S):
+                        got = await self._drain(tailers, reporter, final=False)
+                        drained_at = time.monotonic()
+                delay = _POLL_MIN_S if got or unread else min(delay * 2, _POLL_MAX_S)
                 if spec.run_id in self._woken:
                     self._woken.discard(spec.run_id)
                     continue
@@ -226,9 +239,12 @@ class LocalBackend:
         :data:`~supervisord.backends.local.tail.MAX_BLOCKS` blocks) is one
         append (one transaction and fsync); reading waits for each commit,
         so a flood is read no faster than it is recorded (and memory holds
-        one step). Past ``local.max_log_bytes`` nothing more is recorded
-        (see :class:`_LogCap`); committed ranges are freed from the record
-        unless ``local.keep_log_files``. Returns the bytes recorded."""
+        one step). Unless ``final``, it stops after a step that was not
+        full (what arrived while that step committed waits for the next
+        poll, rather than being recorded in a string of ever smaller
+        steps). Past ``local.max_log_bytes`` nothing more is recorded (see
+        :class:`_LogCap`); committed ranges are freed from the record unless
+        ``local.keep_log_files``. Returns the bytes recorded."""
         cap = tailers.cap
         total = 0
         while True:
@@ -262,6 +278,8 @@ class LocalBackend:
                 total += sum(len(b.text) for b in blocks)
                 if not cap.keep_files:
                     tailers.release()
+            if not final and len(items) < MAX_BLOCKS and sum(raw for _, raw in items) < _DRAIN_BYTES:
+                break  # caught up: the rest is for a later poll
         if cap.truncated and not cap.reported:
             cap.reported = True
             await reporter.record(LOGS_TRUNCATED, cap.event_data(tailers))
@@ -424,6 +442,9 @@ class _LegacyOutput(_Output):
 
     def backlog(self) -> int:
         return sum(max(0, _file_size(t.path) - t.offset) for t in self.files.values())
+
+    def unread(self) -> int:
+        return self.backlog()
 
     def release(self) -> None:
         for t in self.files.values():

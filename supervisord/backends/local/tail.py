@@ -450,6 +450,10 @@ class RecordTailer:
         held = sum(len(data) for data, _ in self._state.pending.values())
         return max(0, _file_size(self.path) - self._state.offset) + held
 
+    def unread(self) -> int:
+        """Bytes of the record not yet read (a ``stat``; held lines not counted)."""
+        return max(0, _file_size(self.path) - self._state.offset)
+
     def release(self) -> None:
         """Free the disk space of ``output.log`` below the first byte still
         needed (the next to read, or the start of a held line): call once
