@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -49,6 +50,25 @@ async def test_empty_file_is_initialised(db_path: Path) -> None:
     db_path.write_bytes(b"")
     async with await EventStore.open(db_path) as store:
         assert await store.last_seq() == 0
+
+
+async def test_a_new_database_has_64k_pages_and_an_old_one_keeps_its_own(db_path: Path, tmp_path: Path) -> None:
+    # New: 64 KiB pages (log blobs are written in 16x fewer pages); the WAL
+    # is checkpointed every 32 MiB whatever the page size.
+    async with await EventStore.open(db_path) as store:
+        await store.append("r1", 0, [submitted()])
+        assert (await store.database_pages())["page_size"] == 65536
+        rows = list(await store._writer_conn.execute_fetchall("PRAGMA wal_autocheckpoint"))
+        assert rows[0][0] == (32 << 20) // 65536
+    # A database made by an older jobsup (4 KiB pages) keeps them.
+    old = tmp_path / "old" / "jobsup.db"
+    old.parent.mkdir()
+    shutil.copyfile(Path(__file__).parent / "fixtures" / "v2.db", old)
+    async with await EventStore.open(old) as store:
+        await store.append("r1", 0, [submitted()])
+        assert (await store.database_pages())["page_size"] == 4096
+        rows = list(await store._writer_conn.execute_fetchall("PRAGMA wal_autocheckpoint"))
+        assert rows[0][0] == (32 << 20) // 4096
 
 
 async def test_an_older_schema_is_migrated_forward_with_its_projections_rebuilt(db_path: Path) -> None:
