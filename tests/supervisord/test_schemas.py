@@ -155,9 +155,11 @@ def test_local_outputs_match_their_schemas(js: JobsupEnv) -> None:
 def test_scheduler_and_hook_outputs_match_their_schemas(js: JobsupEnv) -> None:
     """Queued, held, released and hooked runs: `queue`, `hold`/`release`,
     `show` (with its on_done and hooks) and the events they record."""
-    repo = make_repo(
-        js.root / "sched", {"nap.sh": "sleep 3\necho ok\n", "ok.sh": "echo ok\n", "hook.sh": "echo hooked\nexit 3\n"}
-    )
+    # `first` runs until the test lets it go (a fixed sleep let it end, and
+    # `held` with it, before `hold` on a loaded machine).
+    go = js.root / "go"
+    nap = f"for i in $(seq 1200); do [ -e {go} ] && break; sleep 0.1; done\necho ok\n"
+    repo = make_repo(js.root / "sched", {"nap.sh": nap, "ok.sh": "echo ok\n", "hook.sh": "echo hooked\nexit 3\n"})
     first = js.submit(repo, "--name", "first", "--", "sh", "nap.sh")
     held = js.submit(
         repo,
@@ -179,6 +181,7 @@ def test_scheduler_and_hook_outputs_match_their_schemas(js: JobsupEnv) -> None:
     queue = json.loads(js.cli("queue", "-o", "json").stdout)
     check("queue", queue)
     assert any(w["id"] == held and w["held"] and w["queue"] == "batch" for w in queue["waiting"]), queue
+    go.touch()
     check("runs", json.loads(js.cli("release", held, "-o", "json").stdout))
     assert js.cli("wait", held, "--timeout", "60s", check=False).returncode == 0
     # The on-done hook (exit 3) is recorded after the terminal phase.
