@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.supervisord.jobsup_env import JobsupEnv
+from tests.supervisord.jobsup_env import JobsupEnv, jobsup_env
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.daemon]
 
@@ -127,13 +127,10 @@ def _fill(folder: Path) -> Path:
 @pytest.fixture
 def full_js(tmp_path: Path) -> Iterator[JobsupEnv]:
     with _tmpfs(tmp_path / "fs", "48m") as fs:
-        env = JobsupEnv(tmp_path)
-        env.env["JOBSUP_STATE_DIR"] = str(fs / "state")
-        env.daemon_log = fs / "daemon-test.log"  # the daemon's log fills up with the rest
-        try:
+        with jobsup_env(tmp_path) as env:
+            env.env["JOBSUP_STATE_DIR"] = str(fs / "state")
+            env.daemon_log = fs / "daemon-test.log"  # the daemon's log fills up with the rest
             yield env
-        finally:
-            env.close()
 
 
 def test_a_full_disk_keeps_the_daemon_up_and_ingests_everything_once_space_returns(
@@ -203,8 +200,7 @@ def test_a_daemon_that_cannot_start_on_a_full_disk_says_why_and_exits(tmp_path: 
     the daemon exits (no hang, no traceback) and the CLI's error says the
     disk is full, although the daemon could not write its log there."""
     with _tmpfs(tmp_path / "fs", "2m") as fs:
-        env = JobsupEnv(tmp_path)
-        try:
+        with jobsup_env(tmp_path) as env:
             env.env["JOBSUP_STATE_DIR"] = str(fs / "state")
             del env.env["JOBSUP_NO_AUTOSTART"]
             _fill(fs)
@@ -217,5 +213,3 @@ def test_a_daemon_that_cannot_start_on_a_full_disk_says_why_and_exits(tmp_path: 
 
             with lock.open("rb") as f:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        finally:
-            env.close()
