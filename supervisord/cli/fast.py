@@ -4,10 +4,11 @@ their common forms without importing click.
 These are what scripts and agents call most, as a new process each time,
 and importing click alone costs about a third of the 100 ms a call may
 take (bench/cli_latency.py); ``jobsup logs RUN --tail 100`` should answer
-as fast as ``tail -n 100`` of a file (bench/local_logs_replay.py). :func:`main` parses argument lists it is sure
-of exactly as the click commands in :mod:`supervisord.cli.runs_cmd` would,
-and runs the same bodies (:mod:`supervisord.cli.reads`): the output and
-exit codes are the click path's. Anything else — ``--help``, an option it
+about as fast as ``tail -n 100`` of a file (bench/local_logs_replay.py).
+:func:`main` parses argument lists it is sure of exactly as the click
+commands in :mod:`supervisord.cli.runs_cmd` would, and runs the same
+bodies (:mod:`supervisord.cli.reads`): the output and exit codes are the
+click path's. Anything else — ``--help``, an option it
 does not know, a value click would check (``--phase``; ``--tail`` other
 than ASCII digits), a repeated option, combined short flags (``-fo``),
 ``--``, a value that starts with ``-``, a non-UTF-8 argument — returns
