@@ -15,7 +15,7 @@ of another revision, e.g. ``git archive main | tar -x -C DIR``) the same
 commands run with that tree's CLI too (``PYTHONPATH=DIR``), interleaved
 with this tree's so that both see the same machine load, and the figures
 print side by side with the ratio before/after. Target: median <= 100 ms
-each (``logs --tail 100``: <= 150 ms, issue 13's aim). Python itself (``python -c pass``) is measured as the floor.
+each (``logs --tail 100``: <= 150 ms). Python itself (``python -c pass``) is measured as the floor.
 
 Each tree's modules are byte-compiled first (``compileall``) and one
 unmeasured round runs before the measured ones, as on any installed

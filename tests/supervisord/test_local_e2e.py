@@ -222,7 +222,7 @@ def test_logs_tail_and_follow(js: JobsupEnv, repo: Path) -> None:
     tail = js.cli("logs", run_id, "--tail", "3").stdout.splitlines()
     assert tail == ["line-49", "line-50", "late"]
     as_json = [json.loads(l) for l in js.cli("logs", run_id, "--tail", "1", "-o", "json").stdout.splitlines()]
-    # -o json: each line's stream and time (when it was recorded), issue 12 item 12
+    # -o json: each line's stream and time (when it was recorded)
     assert as_json[0]["at"].endswith("Z")
     assert as_json == [{"line_no": 51, "stream": "stdout", "at": as_json[0]["at"], "text": "late"}]
 

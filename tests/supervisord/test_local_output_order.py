@@ -1,5 +1,5 @@
 """Interleaved stdout and stderr come back in the order the job wrote them
-(issue 12 item 12): ``logs`` and ``logs -o json`` show the lines in the
+``logs`` and ``logs -o json`` show the lines in the
 order the runner received them, each with its stream, also across a
 ``kill -9`` of the daemon."""
 

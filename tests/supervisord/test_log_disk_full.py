@@ -1,4 +1,4 @@
-"""Disk full while a run's output is ingested (issue 13 item 9): the
+"""Disk full while a run's output is ingested: the
 database's disk fills while the job keeps printing. Appends fail with a
 clear error in the daemon log, the job keeps running (its own files are on
 another disk and are the buffer), and once space returns ingestion catches

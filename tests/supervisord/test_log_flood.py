@@ -1,4 +1,4 @@
-"""A flood is bounded (issue 13 item 7): `yes` for 3 seconds. The daemon's
+"""A flood is bounded: `yes` for 3 seconds. The daemon's
 memory stays under 150 MB while it ingests (backpressure: it reads no
 faster than it commits), every byte is recorded once, and the text is kept
 once (database bytes per log byte at most 1.3, the run's own file freed)."""

@@ -1,4 +1,4 @@
-"""Retention through the real daemon and CLI (issue 13 items 6 and 8):
+"""Retention through the real daemon and CLI:
 `jobsup prune` archives the log text of ended runs into verified files,
 `jobsup logs` reads them as before (whole, --tail, -o json), a changed
 archive is an error, `--delete-archives` leaves a digest and a date, run

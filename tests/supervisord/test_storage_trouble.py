@@ -1,6 +1,6 @@
 """Storage trouble never decides a run's outcome: a write lock held by a
 second process, a full disk (a small tmpfs). Real daemon, real CLI, real
-processes and SQLite files (issue 12, items 1, 2 and 8)."""
+processes and SQLite files."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def _daemon_log_events(js: JobsupEnv) -> list[dict[str, object]]:
 
 
 def test_a_locked_database_never_ends_a_run(js: JobsupEnv, repo: Path, tmp_path: Path) -> None:
-    """Item 1: a second process holds the write lock for longer than the
+    """A second process holds the write lock for longer than the
     busy timeout (5 s) while a run writes output and ends: the run stays
     RUNNING, its lines wait and are all recorded, the daemon log warns, and
     the outcome is the process's own."""
@@ -136,7 +136,7 @@ def full_js(tmp_path: Path) -> Iterator[JobsupEnv]:
 def test_a_full_disk_keeps_the_daemon_up_and_ingests_everything_once_space_returns(
     full_js: JobsupEnv, repo: Path, tmp_path: Path
 ) -> None:
-    """Items 2 and 8: the state dir's disk fills while a run's output waits
+    """The state dir's disk fills while a run's output waits
     to be ingested and while the run ends. The daemon stays up and serves
     reads, `runs` and `doctor` say "disk full", the run stays supervised (not
     Lost, not ERROR), and once space returns every line is ingested and the
@@ -196,7 +196,7 @@ def test_a_full_disk_keeps_the_daemon_up_and_ingests_everything_once_space_retur
 
 
 def test_a_daemon_that_cannot_start_on_a_full_disk_says_why_and_exits(tmp_path: Path) -> None:
-    """Item 2: the CLI autostarts a daemon whose state dir is on a full disk:
+    """The CLI autostarts a daemon whose state dir is on a full disk:
     the daemon exits (no hang, no traceback) and the CLI's error says the
     disk is full, although the daemon could not write its log there."""
     with _tmpfs(tmp_path / "fs", "2m") as fs:

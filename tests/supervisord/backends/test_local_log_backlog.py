@@ -1,4 +1,4 @@
-"""A run's outcome does not wait for its output backlog (issue 12 items 3, 4).
+"""A run's outcome does not wait for its output backlog.
 
 The backlog is made deterministic by supervising from a second supervisor
 started after the job ended (as after a daemon restart): at its first look

@@ -853,7 +853,7 @@ async def test_reattach_mid_submit_rolls_back(tmp_path: Path, sim: SimCluster) -
         assert sim.get_object("secrets", f"jobsup-env-{run_id}") is None
 
 
-# ------------------------------------------------- sandbox options (issue 8)
+# ------------------------------------------------- sandbox options ---------
 
 
 async def test_secret_mount_and_read_only_pvc_mount(tmp_path: Path, sim: SimCluster) -> None:
