@@ -8,8 +8,9 @@ an exception, on SIGINT/SIGTERM) kills the daemon and every runner and job
 process group recorded under its state dir, then removes its folders.
 
 Also: process figures read from ``/proc`` (CPU seconds, RSS; proc(5)), a git
-repository to submit from, percentiles, and the output every benchmark
-prints: a short table, then one JSON line with the numbers.
+repository to submit from (the tests' :func:`make_repo`), percentiles, and
+the output every benchmark prints: a short table, then one JSON line with
+the numbers.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ if str(ROOT) not in sys.path:
 from supervisord.api.client import Client  # noqa: E402
 from supervisord.backends.local.runner import proc_start_time  # noqa: E402
 from supervisord.paths import Paths  # noqa: E402
+
+# The one repository builder, shared with the tests.
+from tests.supervisord.jobsup_env import make_repo  # noqa: E402
 
 __all__ = [
     "EMIT_PY",
@@ -157,21 +161,6 @@ def percentile(values: Sequence[float], q: float) -> float:
     k = (len(ordered) - 1) * q / 100.0
     lo, hi = math.floor(k), math.ceil(k)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
-
-
-def make_repo(path: Path, files: Mapping[str, str]) -> Path:
-    """A git repository at ``path`` with ``files`` (relative path -> text)
-    committed on branch ``main``. Raises CalledProcessError when git fails."""
-    path.mkdir(parents=True, exist_ok=True)
-    for rel, text in files.items():
-        f = path / rel
-        f.parent.mkdir(parents=True, exist_ok=True)
-        f.write_text(text)
-    git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.invalid"]
-    subprocess.run([*git, "init", "-q", "-b", "main", str(path)], check=True)
-    subprocess.run([*git, "-C", str(path), "add", "-A"], check=True)
-    subprocess.run([*git, "-C", str(path), "commit", "-qm", "bench"], check=True)
-    return path
 
 
 class Figure:

@@ -1,4 +1,4 @@
-"""Bench: hook delivery (jobsup issue 16).
+"""Bench: hook delivery.
 
 1. Latency, from a run's terminal event to the webhook's arrival at a local
    HTTP server, with 100 runs ending at once: an event store on a real

@@ -26,8 +26,18 @@ bench reads in 64 KiB chunks, counting newlines:
   text is archived (``jobsup prune``; the first read checks the archive's
   digest, the figure is the median of the later ones).
 
+With ``--before DIR`` (a checkout of another revision, e.g. ``git archive
+main | tar -x -C DIR``) that tree's CLI (``PYTHONPATH=DIR``, against this
+tree's daemon) is timed too, interleaved with this tree's so both see the
+same load: ``before_first_line_s``, ``before_lines_per_s``,
+``before_tail_s``. Both trees are byte-compiled first (``compileall``), as
+on an installed machine: with ``PYTHONDONTWRITEBYTECODE=1`` in the
+environment Python would otherwise compile every module the CLI imports
+from source on each call, which costs more than the 150 ms aims.
+
     python bench/local_logs_replay.py            # N = 1,000,000; tail of 10,000,000
     python bench/local_logs_replay.py --small    # N = 100,000; tail of 1,000,000
+    python bench/local_logs_replay.py --before /tmp/jobsup-main
 """
 
 from __future__ import annotations
@@ -41,16 +51,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _harness import EMIT_PY, BenchEnv, Figure, cpu_seconds, load_average, make_repo, report
+from _harness import EMIT_PY, ROOT, BenchEnv, Figure, cpu_seconds, load_average, make_repo, report
 
 
-def replay(env: BenchEnv, run_id: str, daemon_pid: int, n: int, argv: list[str] | None = None) -> dict[str, float]:
-    """One ``jobsup logs RUN`` (or ``argv``, the peer) through a pipe; the
-    figures of the module docstring."""
+def replay(
+    env: BenchEnv, run_id: str, daemon_pid: int, n: int, argv: list[str] | None = None, tree: Path | None = None
+) -> dict[str, float]:
+    """One ``jobsup logs RUN`` (or ``argv``, the peer; ``tree``: another
+    tree's CLI) through a pipe; the figures of the module docstring."""
     cpu0 = cpu_seconds(daemon_pid)
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        argv or env.cli_argv("logs", run_id), env=env.env, cwd=env.root, stdout=subprocess.PIPE,
+        argv or env.cli_argv("logs", run_id), env=tree_env(env, tree), cwd=env.root, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )  # fmt: skip
     assert proc.stdout is not None
@@ -86,11 +98,18 @@ def replay(env: BenchEnv, run_id: str, daemon_pid: int, n: int, argv: list[str] 
     }
 
 
-def timed(env: BenchEnv, argv: list[str], out: Path) -> float:
-    """Seconds from spawning ``argv`` (stdout into the file ``out``) until it exited 0."""
+def tree_env(env: BenchEnv, tree: Path | None) -> dict[str, str]:
+    """The environment for a CLI of ``tree`` (None: this tree's, as installed)."""
+    return env.env if tree is None else {**env.env, "PYTHONPATH": str(tree)}
+
+
+def timed(env: BenchEnv, argv: list[str], out: Path, tree: Path | None = None) -> float:
+    """Seconds from spawning ``argv`` (stdout into the file ``out``; ``tree``:
+    another tree's CLI) until it exited 0."""
     with out.open("wb") as f:
         t0 = time.perf_counter()
-        proc = subprocess.run(argv, env=env.env, cwd=env.root, stdout=f, stderr=subprocess.PIPE, check=False)
+        proc = subprocess.run(argv, env=tree_env(env, tree), cwd=env.root, stdout=f, stderr=subprocess.PIPE,
+                              check=False)  # fmt: skip
         took = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"{argv[:4]} exited {proc.returncode}: {proc.stderr.decode(errors='replace').strip()}")
@@ -131,7 +150,12 @@ def main() -> None:
     parser.add_argument("-n", type=int, help="lines")
     parser.add_argument("--repeat", type=int, default=3, help="replays (median reported)")
     parser.add_argument("--tail-lines", type=int, help="lines of the --tail run (default 10,000,000; 0: skip)")
+    parser.add_argument("--before", type=Path, help="another tree's root: its CLI timed side by side")
     args = parser.parse_args()
+    before: Path | None = args.before.resolve() if args.before else None
+    for tree in [ROOT] + ([before] if before else []):
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "supervisord"), str(tree / "store")],
+                       check=True, stdout=subprocess.DEVNULL)  # fmt: skip
     n = args.n or (100_000 if args.small else 1_000_000)
     tail_n = args.tail_lines if args.tail_lines is not None else (1_000_000 if args.small else 10_000_000)
 
@@ -142,8 +166,13 @@ def main() -> None:
         copy = env.root / "copy.log"
         timed(env, env.cli_argv("logs", run_id), copy)  # the peer's bytes: the same text, in a file
         load_before = load_average()
+        for tree in (None, before):  # unmeasured: the page cache warm for both CLIs
+            timed(env, env.cli_argv("logs", run_id, "--tail", "1"), env.root / "warm.out", tree)
         runs, peers, to_file, peer_to_file = [], [], [], []
+        before_runs: list[dict[str, float]] = []
         for _ in range(args.repeat):
+            if before:
+                before_runs.append(replay(env, run_id, pid, n, tree=before))
             runs.append(replay(env, run_id, pid, n))
             peers.append(replay(env, run_id, pid, n, argv=["cat", str(copy)]))
             to_file.append(n / timed(env, env.cli_argv("logs", run_id), env.root / "out.log"))
@@ -153,11 +182,16 @@ def main() -> None:
         archived_tails: list[float] = []
         api_tails: list[float] = []
         archived_api_tails: list[float] = []
+        before_tails: list[float] = []
         if tail_n:
             big = run_emit(env, repo, tail_n, "big")
             big_copy = env.root / "big.log"
             timed(env, env.cli_argv("logs", big), big_copy)
             for _ in range(max(3, args.repeat)):
+                if before:
+                    before_tails.append(
+                        timed(env, env.cli_argv("logs", big, "--tail", "100"), env.root / "tail.out", before)
+                    )
                 tails.append(timed(env, env.cli_argv("logs", big, "--tail", "100"), env.root / "tail.out"))
                 peer_tails.append(timed(env, ["tail", "-n", "100", str(big_copy)], env.root / "tail.out"))
                 api_tails.append(api_tail(env, big))
@@ -193,6 +227,11 @@ def main() -> None:
         Figure("peer_cat_to_file_lines_per_s", statistics.median(peer_to_file), "lines/s"),
     ]  # fmt: skip
     figures[1].target, figures[1].met = "< 0.150", med("first_line_s") < 0.150
+    if before_runs:
+        figures += [
+            Figure("before_first_line_s", med("first_line_s", before_runs), "s"),
+            Figure("before_lines_per_s", med("lines_per_s", before_runs), "lines/s"),
+        ]
     if tails:
         figures += [
             Figure("tail_run_lines", tail_n, "lines"),
@@ -203,12 +242,18 @@ def main() -> None:
             Figure("tail_archived_s", statistics.median(archived_tails[1:]), "s"),
             Figure("tail_archived_api_s", statistics.median(archived_api_tails), "s"),
         ]
+        if before_tails:
+            figures.append(Figure("before_tail_s", statistics.median(before_tails), "s"))
     report(
         "local_logs_replay",
         figures,
         {
             "repeat": args.repeat,
             "runs": [{k: round(v, 4) for k, v in r.items()} for r in runs],
+            "tails": [round(t, 4) for t in tails],
+            "peer_tails": [round(t, 4) for t in peer_tails],
+            "before": str(before) if before else None,
+            "before_tails": [round(t, 4) for t in before_tails],
             "load_before": load_before,
             "load_after": load_after,
             "cores": os.cpu_count(),

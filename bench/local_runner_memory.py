@@ -1,4 +1,4 @@
-"""Bench: the private memory of idle local runners (issue 12, item 17).
+"""Bench: the private memory of idle local runners.
 
 Set-up: one private daemon; N local runs submitted over the API (8 client
 threads), each ``sleep 3600`` (idle). Once every run is RUNNING, each

@@ -44,6 +44,7 @@ from store.types import (
     NewEvent,
     RecordedEvent,
     RunStatus,
+    StoreStatistics,
 )
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "NewEvent",
     "RecordedEvent",
     "RunStatus",
+    "StoreStatistics",
     "LogLine",
     "LogBlock",
     "Checkpoint",

@@ -23,7 +23,7 @@ from store.errors import LogArchiveError, LogTextDeletedError, StoreClosedError,
 from store.logblocks import LogBlock, block_lines, lines_after
 from store.projections import RUN_COLUMNS, Projector, run_status_from_row, validate_event
 from store.schema import Synchronous, open_connection, translate_error
-from store.subscriptions import Subscriptions
+from store.subscriptions import RECENT_EVENTS, Subscriptions
 from store.types import (
     LOG_LINES,
     LOGS_ARCHIVED,
@@ -34,6 +34,7 @@ from store.types import (
     NewEvent,
     RecordedEvent,
     RunStatus,
+    StoreStatistics,
 )
 from store.writer import PreparedEvent, Writer
 
@@ -152,6 +153,7 @@ class EventStore:
         self._writer = writer
         self._subs = subscriptions
         self._busy_timeout_s = busy_timeout_s
+        self._reads = 0  # queries run on the read connections (statistics())
         self._writer_task: asyncio.Task[None] | None = None
         self._closed = False
         self._close_lock = anyio.Lock()
@@ -167,6 +169,7 @@ class EventStore:
         busy_timeout_s: float = 5.0,
         commit_window_s: float = 0.002,
         archive_dir: str | os.PathLike[str] | None = None,
+        recent_events: int = RECENT_EVENTS,
     ) -> EventStore:
         """Open the database at ``path`` (creating it and its folder if
         missing), apply forward migrations and start the writer task.
@@ -180,7 +183,9 @@ class EventStore:
         :class:`StoreLockedError`. ``commit_window_s``: how long the writer
         keeps collecting appends into one transaction (0 = only what is
         already queued). ``archive_dir``: where retention puts archived log
-        text (default: ``archive`` beside the database).
+        text (default: ``archive`` beside the database). ``recent_events``:
+        how many just-published events are kept in memory to answer a
+        waiter's re-check without a query (0 = always query).
 
         Raises NotADatabaseError (not SQLite or corrupt), SchemaTooNewError
         (from a newer jobsup), StoreOpenError (an SQLite file that is not
@@ -193,6 +198,8 @@ class EventStore:
             raise ValueError(f"busy_timeout_s must be >= 0, got {busy_timeout_s!r}")
         if not 0 <= commit_window_s <= 1:
             raise ValueError(f"commit_window_s must be within 0..1 s, got {commit_window_s!r}")
+        if recent_events < 0:
+            raise ValueError(f"recent_events must be >= 0, got {recent_events!r}")
         db_path = Path(path).absolute()
         db_path.parent.mkdir(parents=True, exist_ok=True)
         archive_dir = Path(archive_dir).absolute() if archive_dir is not None else None
@@ -210,7 +217,7 @@ class EventStore:
             for conn in [writer_conn, *readers]:
                 await conn.close()
             raise
-        subs = Subscriptions(published_seq=int(rows[0][0]))
+        subs = Subscriptions(published_seq=int(rows[0][0]), max_recent_events=recent_events)
         writer = Writer(
             writer_conn, db_path, subscriptions=subs, commit_window_s=commit_window_s, busy_timeout_s=busy_timeout_s
         )
@@ -259,6 +266,7 @@ class EventStore:
     async def _read(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """Run one query on a read connection; rows as tuples."""
         self._check_open()
+        self._reads += 1
         try:
             return list(await next(self._next_reader).execute_fetchall(sql, params))
         except sqlite3.Error as exc:
@@ -377,6 +385,19 @@ class EventStore:
         "resumed_at", "attempts"}`` (None before any). An appender compares
         the count before and after its append to learn that it waited."""
         return self._writer.incidents, self._writer.last_incident
+
+    def statistics(self) -> StoreStatistics:
+        """The store's counters since it opened (see :class:`StoreStatistics`);
+        read from memory, so cheap enough for every health check."""
+        waiters, waited_runs = self._subs.counts()
+        return StoreStatistics(
+            last_seq=self._subs.published_seq,
+            transactions=self._writer.transactions,
+            reads=self._reads,
+            waiters=waiters,
+            waited_runs=waited_runs,
+            storage_incidents=self._writer.incidents,
+        )
 
     # -- subscriber checkpoints ----------------------------------------------------
 

@@ -157,6 +157,12 @@ class Subscriptions:
                 self._by_run.setdefault(run_id, set()).add(waiter)
         return waiter
 
+    def counts(self) -> tuple[int, int]:
+        """``(waiters, runs)``: the waiters registered now, and how many
+        distinct runs the run-filtered ones name."""
+        by_run = {w for ws in self._by_run.values() for w in ws}
+        return len(self._any_run) + len(by_run), len(self._by_run)
+
     def unregister(self, waiter: Waiter) -> None:
         """Forget ``waiter`` (idempotent)."""
         if waiter.run_ids is None:

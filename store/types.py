@@ -74,6 +74,7 @@ import dataclasses
 from typing import Any, Final, Literal, get_args
 
 __all__ = [
+    "StoreStatistics",
     "PHASES",
     "INITIAL_PHASE",
     "TERMINAL_PHASES",
@@ -237,3 +238,25 @@ class LogLine:
     def to_json(self) -> dict[str, Any]:
         """The wire shape used by the API."""
         return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoreStatistics:
+    """Counters of one open :class:`~store.EventStore`, from
+    :meth:`~store.EventStore.statistics` (read from memory: no query).
+
+    ``last_seq``: the highest seq committed and published. ``transactions``:
+    append batches committed since the store opened (many appends share one
+    when they arrive together). ``reads``: queries run on the read
+    connections since it opened. ``waiters``: ``wait_for_events`` /
+    ``subscribe`` callers registered right now; ``waited_runs``: how many
+    distinct runs those waiting on given runs name. ``storage_incidents``:
+    storage troubles (disk full, locked, I/O error) started since it opened.
+    """
+
+    last_seq: int
+    transactions: int
+    reads: int
+    waiters: int
+    waited_runs: int
+    storage_incidents: int

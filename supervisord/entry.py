@@ -3,8 +3,8 @@
 The ``daemon`` command lives outside :mod:`supervisord.cli` so that the CLI
 package never imports the daemon (the layering import-linter enforces), and
 the daemon's modules (uvicorn, starlette, the store) are imported only when
-the daemon runs: every other command starts faster. ``runs``, ``show`` and
-``wait`` in their common forms do not even import click
+the daemon runs: every other command starts faster. ``runs``, ``show``,
+``wait`` and ``logs`` in their common forms do not even import click
 (:mod:`supervisord.cli.fast`).
 """
 

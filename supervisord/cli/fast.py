@@ -1,13 +1,16 @@
-"""The CLI's fast path: ``jobsup runs``, ``show`` and ``wait`` in their
-common forms without importing click.
+"""The CLI's fast path: ``jobsup runs``, ``show``, ``wait`` and ``logs`` in
+their common forms without importing click.
 
 These are what scripts and agents call most, as a new process each time,
 and importing click alone costs about a third of the 100 ms a call may
-take (bench/cli_latency.py). :func:`main` parses argument lists it is sure
-of exactly as the click commands in :mod:`supervisord.cli.runs_cmd` would,
-and runs the same bodies (:mod:`supervisord.cli.reads`): the output and
-exit codes are the click path's. Anything else — ``--help``, an option it
-does not know, a value click would check (``--phase``), a repeated option,
+take (bench/cli_latency.py); ``jobsup logs RUN --tail 100`` should answer
+about as fast as ``tail -n 100`` of a file (bench/local_logs_replay.py).
+:func:`main` parses argument lists it is sure of exactly as the click
+commands in :mod:`supervisord.cli.runs_cmd` would, and runs the same
+bodies (:mod:`supervisord.cli.reads`): the output and exit codes are the
+click path's. Anything else — ``--help``, an option it
+does not know, a value click would check (``--phase``; ``--tail`` other
+than ASCII digits), a repeated option, combined short flags (``-fo``),
 ``--``, a value that starts with ``-``, a non-UTF-8 argument — returns
 None, and the caller hands the arguments to click, which then answers
 (or reports the error) as it always did.
@@ -25,16 +28,28 @@ __all__ = ["main", "parse"]
 
 _OUTPUT = ("table", "json", "yaml")
 
-#: command -> (options taking a value, flags, (least, most) arguments).
-_GRAMMAR: dict[str, tuple[dict[str, str], dict[str, str], tuple[int, int | None]]] = {
-    "runs": ({"-o": "output", "--output": "output", "--project": "project"}, {"--all": "all_"}, (0, 0)),
-    "show": ({"-o": "output", "--output": "output"}, {}, (1, 1)),
+#: command -> (options taking a value, flags, (least, most) arguments,
+#: the ``-o`` choices, the first being the default).
+_GRAMMAR: dict[str, tuple[dict[str, str], dict[str, str], tuple[int, int | None], tuple[str, ...]]] = {
+    "runs": ({"-o": "output", "--output": "output", "--project": "project"}, {"--all": "all_"}, (0, 0), _OUTPUT),
+    "show": ({"-o": "output", "--output": "output"}, {}, (1, 1), _OUTPUT),
     "wait": (
         {"-o": "output", "--output": "output", "--for": "for_", "--timeout": "timeout", "--after": "after"},
         {},
         (1, None),
+        _OUTPUT,
+    ),
+    "logs": (
+        {"-o": "output", "--output": "output", "--tail": "tail"},
+        {"-f": "follow", "--follow": "follow"},
+        (1, 1),
+        ("text", "json"),
     ),
 }
+
+#: Options whose value is a count (click's ``IntRange(min=0)``): only
+#: ASCII digits are taken here, anything else is left to click.
+_COUNTS = ("after", "tail")
 
 
 def parse(argv: list[str]) -> tuple[str, dict[str, Any], list[str]] | None:
@@ -42,7 +57,7 @@ def parse(argv: list[str]) -> tuple[str, dict[str, Any], list[str]] | None:
     runs, with the click commands' defaults filled in; None for any other."""
     if not argv or argv[0] not in _GRAMMAR:
         return None
-    takes_value, flags, (least, most) = _GRAMMAR[argv[0]]
+    takes_value, flags, (least, most), outputs = _GRAMMAR[argv[0]]
     options: dict[str, Any] = {}
     args: list[str] = []
     rest = argv[1:]
@@ -75,13 +90,14 @@ def parse(argv: list[str]) -> tuple[str, dict[str, Any], list[str]] | None:
         options[key] = given
     if len(args) < least or (most is not None and len(args) > most):
         return None
-    output = options.setdefault("output", "table")
-    if output not in _OUTPUT:
+    output = options.setdefault("output", outputs[0])
+    if output not in outputs:
         return None
-    if "after" in options:
-        if not options["after"].isdigit() or not options["after"].isascii():
-            return None
-        options["after"] = int(options["after"])
+    for key in _COUNTS:
+        if key in options:
+            if not options[key].isdigit() or not options[key].isascii():
+                return None
+            options[key] = int(options[key])
     return argv[0], options, args
 
 
@@ -117,7 +133,24 @@ def _wait(options: dict[str, Any], args: list[str]) -> int:
     )
 
 
-_RUN: dict[str, Callable[[dict[str, Any], list[str]], int]] = {"runs": _runs, "show": _show, "wait": _wait}
+def _logs(options: dict[str, Any], args: list[str]) -> int:
+    from supervisord.cli.reads import connected_client, logs_command
+
+    return logs_command(
+        connected_client(),
+        args[0],
+        follow=bool(options.get("follow")),
+        tail=options.get("tail"),
+        output=options["output"],
+    )
+
+
+_RUN: dict[str, Callable[[dict[str, Any], list[str]], int]] = {
+    "runs": _runs,
+    "show": _show,
+    "wait": _wait,
+    "logs": _logs,
+}
 
 
 def main(argv: list[str]) -> int | None:

@@ -1,9 +1,9 @@
-"""The bodies of the read commands ``runs``, ``show`` and ``wait``, and what
-every command that talks to the daemon shares, without click.
+"""The bodies of the read commands ``runs``, ``show``, ``wait`` and ``logs``,
+and what every command that talks to the daemon shares, without click.
 
 The click commands in :mod:`supervisord.cli.runs_cmd` parse their options
 and call these; so does :mod:`supervisord.cli.fast`, which parses the
-common forms of these three commands itself (click's import costs more
+common forms of these four commands itself (click's import costs more
 than a whole ``jobsup runs`` may take). One implementation, whichever
 parser ran: the same output and exit codes.
 
@@ -14,6 +14,7 @@ JobsupError for the caller to report (:func:`error_exit_code`).
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -28,12 +29,17 @@ __all__ = [
     "EXIT_OTHER_PHASE",
     "RUN_COLUMNS",
     "connected_client",
+    "emit_json_line",
     "error_exit_code",
+    "follow_logs",
+    "logs_command",
     "reconnecting",
     "runs_command",
     "show_command",
     "show_document",
+    "tail_start",
     "wait_command",
+    "write_stdout_bytes",
     "wait_exit_code",
     "wait_timeout_s",
 ]
@@ -236,3 +242,107 @@ def wait_command(
         info("wait: timed out")
         return EXIT_WAIT_TIMEOUT
     return wait_exit_code(for_, runs_out)
+
+
+def emit_json_line(obj: dict[str, Any], *, flush: bool = True) -> None:
+    """``obj`` as one JSON object on one stdout line (``json.dumps`` with
+    ``ensure_ascii=False``); flushed unless ``flush`` is False."""
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    if flush:
+        sys.stdout.flush()
+
+
+def tail_start(client: Client, ref: str, tail: int | None) -> int:
+    """The line number after which the last ``tail`` lines of run ``ref``
+    start (0: from the first line; ``tail`` None: every line)."""
+    if tail is None:
+        return 0
+    recorded = int(client.show(ref)["run"].get("log_lines") or 0)
+    return max(0, recorded - tail)
+
+
+def follow_logs(client: Client, ref: str, *, tail: int | None = None, output: str = "text") -> dict[str, Any]:
+    """Print run ``ref``'s log lines (the last ``tail`` first, when given)
+    and then its new ones as they are recorded, until the run has ended and
+    its output is recorded; ``output`` ``text`` (the lines) or ``json`` (one
+    object per line, as ``GET /runs/{ref}/logs?format=ndjson``). When the
+    daemon goes away it reconnects and resumes after the last line printed
+    (:func:`reconnecting`). Returns the ended run (``{}`` if the stream
+    ended without one); says on stderr how it ended."""
+    end: dict[str, Any] = {}
+    # The cursor is a line number from the start, also with --tail: the
+    # tail's first line is found once (lines are numbered 1..log_lines), so
+    # a reconnect resumes from the line reached, never re-applies the tail
+    # (which would skip every line written while the daemon was away).
+    cursor: dict[str, Any] = {"after": tail_start(client, ref, tail)}
+
+    fmt = "ndjson" if output == "json" else "blocks"
+
+    def open_stream() -> Iterator[dict[str, Any]]:
+        stream = client.logs(ref, follow=True, after_line=cursor["after"], format=fmt)
+        for obj in stream:
+            yield obj
+            if "end" in obj:
+                return
+        raise DaemonUnreachableError("the daemon closed the log stream before the run ended")
+
+    for obj in reconnecting(client, open_stream):
+        if "last_line" in obj:
+            cursor["after"] = obj["last_line"]
+            write_stdout_bytes(obj["text"].encode())
+        elif "line_no" in obj:  # -o json; or a daemon older than format=blocks
+            cursor["after"] = obj["line_no"]
+            if output == "json":
+                emit_json_line(obj)
+            else:
+                write_stdout_bytes(obj["text"].encode() + b"\n")
+        elif "end" in obj:
+            end = obj["end"]
+    if end:
+        info(
+            f"run {end['id']}: {end['phase']}" + (f" ({end['reason']}: {end['message']})" if end.get("reason") else "")
+        )
+    return end
+
+
+def logs_command(client: Client, run: str, *, follow: bool, tail: int | None, output: str) -> int:
+    """``jobsup logs RUN``: the run's stored lines (the last ``tail`` when
+    given; ``output`` ``text``: the daemon's plain-text bytes copied to
+    stdout as they arrive, ``json``: one object per line), then with
+    ``follow`` the new ones until the run ends (:func:`follow_logs`).
+    Raises JobsupError: RunNotFoundError, AmbiguousRunError, a StorageError
+    when the run's archived text is missing, altered or deleted."""
+    if follow:
+        follow_logs(client, run, tail=tail, output=output)
+        return 0
+    if output == "json":
+        for obj in client.logs(run, follow=False, tail=tail):
+            if "line_no" in obj:
+                emit_json_line(obj, flush=False)
+        sys.stdout.flush()
+        return 0
+    # Plain text: the daemon's bytes go to stdout as they come, in the
+    # large pieces the socket gives (no per-line work).
+    for chunk in client.logs_text(run, tail=tail):
+        write_stdout_bytes(chunk)
+    return 0
+
+
+def write_stdout_bytes(data: bytes) -> None:
+    """Write all of ``data`` to stdout's binary layer now (after what the
+    text layer holds). Also when that layer is unbuffered
+    (``PYTHONUNBUFFERED``: a raw file, whose ``write`` may take only part
+    of the bytes, e.g. when a signal interrupts a write to a full pipe).
+    Raises OSError (``EPIPE`` when the reader has gone)."""
+    sys.stdout.flush()
+    out = sys.stdout.buffer
+    view = memoryview(data)
+    while view:
+        n = out.write(view)
+        if n is None:  # a non-blocking stdout that is full
+            import select
+
+            select.select([], [out], [])
+            continue
+        view = view[n:]
+    out.flush()

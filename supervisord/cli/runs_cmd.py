@@ -5,7 +5,6 @@ They talk to the daemon only through :class:`supervisord.api.client.Client`.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,9 @@ from supervisord.cli.reads import (
     EXIT_OTHER_PHASE,
     RUN_COLUMNS,
     connected_client,
+    emit_json_line,
+    follow_logs,
+    logs_command,
     reconnecting,
     runs_command,
     show_command,
@@ -124,7 +126,7 @@ def submit(
         click.echo(run_id)
         return
     info(f"submitted run {run_id}")
-    run = _follow_logs(client, run_id)
+    run = follow_logs(client, run_id)
     ctx.exit(exit_code_for_phase(run["phase"]))
 
 
@@ -159,68 +161,6 @@ def _find_submitted(client: Client, request_id: str, err: DaemonUnreachableError
     raise DaemonUnreachableError(f"{err}; the run was NOT recorded (nothing will run): submit it again")
 
 
-def _print_line(obj: dict[str, Any], *, flush: bool = False) -> None:
-    # sys.stdout directly: click.echo re-checks the stream on every call,
-    # which dominated the CPU of a million-line replay.
-    sys.stdout.write(obj["text"] + "\n")
-    if flush:
-        sys.stdout.flush()
-
-
-def _follow_logs(client: Client, ref: str, *, tail: int | None = None, output: str = "text") -> dict[str, Any]:
-    end: dict[str, Any] = {}
-    # The cursor is a line number from the start, also with --tail: the
-    # tail's first line is found once (lines are numbered 1..log_lines), so
-    # a reconnect resumes from the line reached, never re-applies the tail
-    # (which would skip every line written while the daemon was away).
-    cursor: dict[str, Any] = {"after": _tail_start(client, ref, tail)}
-
-    fmt = "ndjson" if output == "json" else "blocks"
-
-    def open_stream() -> Iterator[dict[str, Any]]:
-        stream = client.logs(ref, follow=True, after_line=cursor["after"], format=fmt)
-        for obj in stream:
-            yield obj
-            if "end" in obj:
-                return
-        raise DaemonUnreachableError("the daemon closed the log stream before the run ended")
-
-    for obj in reconnecting(client, open_stream):
-        if "last_line" in obj:
-            cursor["after"] = obj["last_line"]
-            sys.stdout.write(obj["text"])
-            sys.stdout.flush()
-        elif "line_no" in obj:
-            cursor["after"] = obj["line_no"]
-            if output == "json":
-                emit_json_line(obj)
-            else:
-                _print_line(obj, flush=True)
-        elif "end" in obj:
-            end = obj["end"]
-    if end:
-        info(
-            f"run {end['id']}: {end['phase']}" + (f" ({end['reason']}: {end['message']})" if end.get("reason") else "")
-        )
-    return end
-
-
-def _tail_start(client: Client, ref: str, tail: int | None) -> int:
-    """The line number after which the last ``tail`` lines of run ``ref``
-    start (0: from the first line)."""
-    if tail is None:
-        return 0
-    recorded = int(client.show(ref)["run"].get("log_lines") or 0)
-    return max(0, recorded - tail)
-
-
-def emit_json_line(obj: dict[str, Any]) -> None:
-    """One JSON object on one stdout line."""
-    import json
-
-    click.echo(json.dumps(obj, ensure_ascii=False))
-
-
 @click.command("runs")
 @click.option("--all", "all_", is_flag=True, help="Include every finished run (default: in flight and the 20 newest).")
 @click.option("--project", help="Only runs of this project.")
@@ -246,20 +186,7 @@ def show(run: str, output: str) -> None:
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def logs(run: str, follow: bool, tail: int | None, output: str) -> None:
     """Replay the run's stored log lines, then follow live ones with -f."""
-    client = connected_client()
-    if follow:
-        _follow_logs(client, run, tail=tail, output=output)
-        return
-    if output == "json":
-        for obj in client.logs(run, follow=False, tail=tail):
-            if "line_no" in obj:
-                emit_json_line(obj)
-        return
-    # Plain text: the daemon's bytes go to stdout as they come.
-    out = sys.stdout.buffer
-    for chunk in client.logs_text(run, tail=tail):
-        out.write(chunk)
-    out.flush()
+    logs_command(connected_client(), run, follow=follow, tail=tail, output=output)
 
 
 @click.command("wait")

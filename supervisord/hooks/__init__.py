@@ -1,5 +1,5 @@
 """Hooks: commands and webhooks run when a run reaches a phase, delivered at
-least once from the event log (DESIGN.md "Hooks", jobsup issue 16).
+least once from the event log (README.md, "Hooks").
 
 - :mod:`supervisord.hooks.config`: the ``hooks:`` config model and its
   validation (daemon and user config only), and ``submit --on-done``.

@@ -1,6 +1,6 @@
 """The ``hooks:`` config: its model, its validation, and ``submit --on-done``.
 
-Hooks come from the daemon config and the user config only (DESIGN.md
+Hooks come from the daemon config and the user config only (README.md,
 "Hooks"): a project file, a task file or ``--config`` that holds ``hooks``
 is refused with an error naming the file (a cloned repository must not add
 commands that run on this machine). Each layer's ``hooks`` is a list of::

@@ -1,5 +1,5 @@
 """The workstation scheduler: QUEUED runs, GPUs, queues, priorities,
-dependencies, hold/release (DESIGN.md "Scheduling on the workstation").
+dependencies, hold/release (README.md, "Scheduling").
 
 * :mod:`~supervisord.scheduler.policy`: the pure decision function (no I/O).
 * :mod:`~supervisord.scheduler.gpus`: the machine's GPUs and a run's GPU env.

@@ -7,7 +7,7 @@ the machine's GPUs, queue caps, dependency phases, ``now``) and returns a
 :class:`Decision`. The driver (:mod:`supervisord.scheduler.driver`) records
 each decision as events and acts on it.
 
-Rules (DESIGN.md "Scheduling on the workstation"):
+Rules (README.md, "Scheduling"):
 
 * Start order: higher ``priority`` first, then oldest (submit order).
 * A run waits, with the first reason that applies: ``Held``;

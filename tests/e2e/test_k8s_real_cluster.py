@@ -145,14 +145,15 @@ async def test_job_deleted_behind_our_back_is_deleted(tmp_path: Path) -> None:
 
 
 async def test_preflight_refuses_a_missing_secret(tmp_path: Path) -> None:
-    from tests.supervisord.backends.conformance import make_git_repo
+    from supervisord.source import resolve_commit
+    from tests.supervisord.jobsup_env import make_repo
 
     doc = yaml.safe_load(manifest())
     pod = doc["spec"]["template"]["spec"]
     pod["volumes"] = [{"name": "s", "secret": {"secretName": f"jobsup-e2e-absent-{int(time.time())}"}}]
     pod["containers"][0]["volumeMounts"] = [{"name": "s", "mountPath": "/secrets"}]
     repo = tmp_path / "repo"
-    commit = make_git_repo(repo, {MANIFEST_PATH: yaml.safe_dump(doc)})
+    commit = resolve_commit(make_repo(repo, {MANIFEST_PATH: yaml.safe_dump(doc)}), "HEAD")
     spec = RunSpec(
         run_id="e2e000000001",
         project="e2e",

@@ -67,7 +67,7 @@ async def test_conflicting_appends_in_one_batch_fail_alone(db_path: Path) -> Non
                 tg.start_soon(append, f"same{i}", "shared")
                 tg.start_soon(append, f"own{i}", f"own{i}")
 
-        assert store._writer.transactions == 1  # all 20 in one batch
+        assert store.statistics().transactions == 1  # all 20 in one batch
         winners = [k for k, v in outcomes.items() if k.startswith("same") and isinstance(v, list)]
         losers = [v for k, v in outcomes.items() if k.startswith("same") and isinstance(v, ConcurrencyError)]
         assert len(winners) == 1 and len(losers) == 9
@@ -93,7 +93,7 @@ async def test_concurrent_appenders_share_few_transactions_and_survive_reopen(db
         async with anyio.create_task_group() as tg:
             for i in range(n):
                 tg.start_soon(collect, i)
-        transactions = store._writer.transactions
+        transactions = store.statistics().transactions
         assert transactions < n / 10, transactions
         # one transaction stamps one `at`: far fewer distinct times than appends
         assert len({e.at for e in results}) == transactions
@@ -109,7 +109,7 @@ async def test_sequential_appends_each_commit_before_returning(db_path: Path) ->
     async with await EventStore.open(db_path, commit_window_s=0) as store:
         for v in range(5):
             await store.append("r", v, [NewEvent("Tick", {"n": v})])
-        assert store._writer.transactions == 5
+        assert store.statistics().transactions == 5
     async with await EventStore.open(db_path) as reopened:
         assert [e.data["n"] for e in await reopened.read_stream("r")] == [0, 1, 2, 3, 4]
 

@@ -237,7 +237,7 @@ async def test_randomized_history_rebuild_equals_incremental_and_the_model(db_pa
         while page := await store.read_all(after_seq=log[-1].seq if log else 0, limit=1000):
             log.extend(page)
         assert len(log) >= n_events and len({e.run_id for e in log}) == n_runs
-        assert store._writer.transactions < len(log) / 2  # batches mixed many runs
+        assert store.statistics().transactions < len(log) / 2  # batches mixed many runs
         model = Model()
         for event in log:
             model.apply(event, appended)

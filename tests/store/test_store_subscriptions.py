@@ -19,17 +19,9 @@ pytestmark = pytest.mark.anyio
 HELPER = str(Path(__file__).with_name("store_proc.py"))
 
 
-def _count_reads(store: EventStore) -> list[str]:
-    """Record every SQL query the store's readers run."""
-    queries: list[str] = []
-    original = store._read
-
-    async def counting(sql: str, params: Any = ()) -> Any:
-        queries.append(sql)
-        return await original(sql, params)
-
-    store._read = counting  # type: ignore[method-assign]
-    return queries
+def _reads(store: EventStore) -> int:
+    """How many queries the store's readers have run (its statistics)."""
+    return store.statistics().reads
 
 
 async def test_wait_returns_already_committed_events_at_once(store: EventStore) -> None:
@@ -43,7 +35,7 @@ async def test_wait_returns_already_committed_events_at_once(store: EventStore) 
 
 async def test_wait_sleeps_without_polling_until_a_commit(store: EventStore) -> None:
     await store.append("r1", 0, [submitted()])
-    queries = _count_reads(store)
+    reads = _reads(store)
     got: list[RecordedEvent] = []
 
     async def wait() -> None:
@@ -52,20 +44,19 @@ async def test_wait_sleeps_without_polling_until_a_commit(store: EventStore) -> 
     async with anyio.create_task_group() as tg:
         tg.start_soon(wait)
         await anyio.sleep(0.3)
-        assert got == [] and queries == []  # cursor at the head: registered, no query, no polling
+        assert got == [] and _reads(store) == reads  # cursor at the head: registered, no query, no polling
         [event] = await store.append("r1", 1, [phase("RUNNING")])
         # the waiter is woken before append returns (notified right after COMMIT)
         await anyio.sleep(0)
-    assert got == [event] and queries == []
+    assert got == [event] and _reads(store) == reads
 
 
 async def test_recent_events_answer_a_recheck_without_a_query(db_path: Path) -> None:
-    async with await EventStore.open(db_path) as store:
+    async with await EventStore.open(db_path, recent_events=7) as store:
         for i in range(10):  # seqs 2i+1, 2i+2 for run ri, one commit each
             await store.append(f"r{i}", 0, [submitted(), phase("RUNNING")])
-        store._subs.max_recent_events = 7
         await store.append("r0", 2, [NewEvent("Tick")])  # seq 21; memory keeps whole commits: seqs 15..21
-        queries = _count_reads(store)
+        reads = _reads(store)
         assert [(e.run_id, e.type) for e in await store.wait_for_events(17, timeout_s=0)] == [
             ("r8", "PhaseChanged"), ("r9", "Submitted"), ("r9", "PhaseChanged"), ("r0", "Tick"),
         ]  # fmt: skip
@@ -73,10 +64,10 @@ async def test_recent_events_answer_a_recheck_without_a_query(db_path: Path) -> 
         assert [e.seq for e in await store.wait_for_events(14, run_ids=["r8"], limit=1)] == [17]
         assert [e.seq for e in await store.wait_for_events(14, types=["Tick"], timeout_s=0)] == [21]
         assert await store.wait_for_events(14, run_ids=["r1"], timeout_s=0) == []
-        assert queries == []
+        assert _reads(store) == reads
         # further behind than memory reaches: the database answers
         assert [e.seq for e in await store.wait_for_events(13, run_ids=["r6", "r0"], timeout_s=0)] == [14, 21]
-        assert len(queries) == 1
+        assert _reads(store) == reads + 1
 
 
 async def test_wait_times_out_with_an_empty_list(store: EventStore) -> None:
@@ -105,7 +96,7 @@ async def test_filters_route_events_to_the_right_waiters(db_path: Path) -> None:
             async with anyio.create_task_group() as batch:  # one transaction
                 batch.start_soon(store.append, "b", 1, [NewEvent("Tick"), phase("RUNNING")])
                 batch.start_soon(store.append, "a", 1, [NewEvent("Tick")])
-            assert store._writer.transactions == 4
+            assert store.statistics().transactions == 4
             assert set(got) == {"a", "a+b", "phase", "b-phase", "any"}
 
         def seqs(key: str) -> list[tuple[str, str]]:
@@ -122,8 +113,10 @@ async def test_filters_route_events_to_the_right_waiters(db_path: Path) -> None:
 async def test_randomized_interleavings_never_lose_a_wakeup(db_path: Path, recent_events: int) -> None:
     rng = random.Random(42)
     runs = [f"run{i}" for i in range(8)]
-    async with await EventStore.open(db_path, synchronous="OFF", commit_window_s=0) as store:
-        store._subs.max_recent_events = recent_events  # where re-checks find recent events
+    # recent_events: where re-checks find recent events (memory or the database)
+    async with await EventStore.open(
+        db_path, synchronous="OFF", commit_window_s=0, recent_events=recent_events
+    ) as store:
         versions = {r: (await store.append(r, 0, [submitted()]))[-1].version for r in runs}
         # Widen the race windows: the waiter's re-check read may be slow to start and
         # slow to come back, so commits land before, during and after it.
@@ -191,7 +184,7 @@ async def test_a_cancelled_wait_leaves_nothing_registered(store: EventStore) -> 
     assert scope.cancelled_caught
     with anyio.move_on_after(0.05):
         await store.wait_for_events(1, timeout_s=30)
-    assert not store._subs._by_run and not store._subs._any_run
+    assert (store.statistics().waiters, store.statistics().waited_runs) == (0, 0)
     await store.append("r1", 1, [phase("RUNNING")])  # publishing to nobody is fine
     assert [e.seq for e in await store.wait_for_events(1, run_ids=["r1"], timeout_s=1)] == [2]
 
@@ -212,6 +205,25 @@ async def test_close_wakes_waiters_with_store_closed(db_path: Path) -> None:
         await anyio.sleep(0.05)
         await store.close()
     assert len(errors) == 3
+
+
+async def test_statistics_count_commits_reads_and_waiters(store: EventStore) -> None:
+    first = store.statistics()
+    assert (first.last_seq, first.transactions, first.waiters, first.waited_runs) == (0, 0, 0, 0)
+    await store.append("r1", 0, [submitted()])
+    await store.read_stream("r1")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(partial(store.wait_for_events, 1, run_ids=["r1", "r2"], timeout_s=30))
+        tg.start_soon(partial(store.wait_for_events, 1, run_ids=["r2"], timeout_s=30))
+        tg.start_soon(partial(store.wait_for_events, 1, timeout_s=30))
+        with anyio.fail_after(30):
+            while store.statistics().waiters < 3:
+                await anyio.sleep(0.01)
+        assert store.statistics().waited_runs == 2  # r1 and r2
+        await store.append("r2", 0, [submitted()])
+    stats = store.statistics()
+    assert (stats.last_seq, stats.transactions, stats.waiters, stats.waited_runs) == (2, 2, 0, 0)
+    assert stats.reads > first.reads and stats.storage_incidents == 0
 
 
 async def test_subscribe_yields_every_matching_event_in_order(store: EventStore) -> None:

@@ -7,6 +7,9 @@
 * ``live``: ``js`` with its daemon running.
 * ``repo``: a git repository with one committed file to submit from; a
   module that needs other files overrides it with :func:`make_repo`.
+
+A module that shares one environment between its tests (a daemon started
+once) defines a module-scoped ``js`` from :func:`jobsup_env`.
 """
 
 from __future__ import annotations
@@ -16,18 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.supervisord.jobsup_env import JobsupEnv, make_repo
+from tests.supervisord.jobsup_env import JobsupEnv, jobsup_env, make_repo
 
 
 @pytest.fixture
 def js(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JobsupEnv]:
-    env = JobsupEnv(tmp_path)
-    try:
-        if request.node.get_closest_marker("daemon") is not None:
-            env.start_daemon()
+    with jobsup_env(tmp_path, daemon=request.node.get_closest_marker("daemon") is not None) as env:
         yield env
-    finally:
-        env.close()
 
 
 @pytest.fixture

@@ -12,14 +12,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["JobsupEnv", "make_repo"]
+__all__ = ["JobsupEnv", "jobsup_env", "make_repo"]
 
 
-def make_repo(path: Path, files: dict[str, str]) -> Path:
-    """A git repository at ``path`` with ``files`` committed."""
+def make_repo(path: Path, files: Mapping[str, str]) -> Path:
+    """A git repository at ``path`` with ``files`` (relative path -> text)
+    committed on branch ``main``; the one repository builder of the tests
+    and of bench/. Raises CalledProcessError when git fails."""
     path.mkdir(parents=True, exist_ok=True)
     for rel, text in files.items():
         f = path / rel
@@ -30,6 +34,20 @@ def make_repo(path: Path, files: dict[str, str]) -> Path:
     subprocess.run(git + ["-C", str(path), "add", "-A"], check=True)
     subprocess.run(git + ["-C", str(path), "commit", "-qm", "init"], check=True)
     return path
+
+
+@contextmanager
+def jobsup_env(root: Path, *, daemon: bool = False) -> Iterator[JobsupEnv]:
+    """A :class:`JobsupEnv` under ``root``, its daemon started when
+    ``daemon``; closed (daemon stopped) on leaving. The ``js`` fixture of
+    every scope comes from here (tests/supervisord/conftest.py)."""
+    env = JobsupEnv(root)
+    try:
+        if daemon:
+            env.start_daemon()
+        yield env
+    finally:
+        env.close()
 
 
 class JobsupEnv:
@@ -62,6 +80,20 @@ class JobsupEnv:
     @property
     def state_dir(self) -> Path:
         return Path(self.env["JOBSUP_STATE_DIR"])
+
+    def user_config(self, text: str) -> Path:
+        """Write the user's config file (``$XDG_CONFIG_HOME/jobsup/config.yaml``)."""
+        return self._write_config("config.yaml", text)
+
+    def daemon_config(self, text: str) -> Path:
+        """Write the daemon's config file (``$XDG_CONFIG_HOME/jobsup/daemon.yaml``)."""
+        return self._write_config("daemon.yaml", text)
+
+    def _write_config(self, name: str, text: str) -> Path:
+        path = Path(self.env["XDG_CONFIG_HOME"]) / "jobsup" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return path
 
     def start_daemon(self, *, extra_env: dict[str, str] | None = None, wait: bool = True) -> subprocess.Popen[bytes]:
         env = {**self.env, **(extra_env or {})}

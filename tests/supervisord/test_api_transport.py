@@ -22,7 +22,10 @@ def _response(raw: bytes, *, piece: int = 1) -> Response:
     def send() -> None:
         with b:
             for i in range(0, len(raw), piece):
-                b.sendall(raw[i : i + piece])
+                try:
+                    b.sendall(raw[i : i + piece])
+                except BrokenPipeError:
+                    return  # the reader stopped at a broken response: the rest is not needed
 
     threading.Thread(target=send, daemon=True).start()
     a.settimeout(10)

@@ -1,5 +1,4 @@
-"""Security and input hardening (issue 14 items 1-10, issue 12 items 9-11,
-14-16): the real daemon and the real CLI as processes."""
+"""Security and input hardening: the real daemon and the real CLI as processes."""
 
 from __future__ import annotations
 
@@ -94,7 +93,7 @@ def _nobody_dir() -> Path:
     return d
 
 
-# -- issue 14 item 1: the client checks who it talks to --------------------------
+# -- the client checks who it talks to --------------------------
 
 
 @needs_root
@@ -142,7 +141,7 @@ def test_client_refuses_peer_of_another_uid(js: JobsupEnv, repo: Path) -> None:
         subprocess.run(["rm", "-rf", str(foreign)], check=False)
 
 
-# -- issue 14 item 2: the state dir, file modes, the snapshot digest -------------
+# -- the state dir, file modes, the snapshot digest -------------
 
 
 def _daemon(js: JobsupEnv) -> subprocess.CompletedProcess[str]:
@@ -264,7 +263,7 @@ def test_runner_refuses_a_snapshot_changed_after_submit(tmp_path: Path) -> None:
     assert not (run_dir / "ran.txt").exists()
 
 
-# -- issue 14 item 3: --env without '=' -------------------------------------------
+# -- --env without '=' -------------------------------------------
 
 
 def test_env_without_equals_is_not_echoed(js: JobsupEnv, repo: Path) -> None:
@@ -274,7 +273,7 @@ def test_env_without_equals_is_not_echoed(js: JobsupEnv, repo: Path) -> None:
     assert "s3cr3t" not in r.stderr + r.stdout
 
 
-# -- issue 12 item 9: wait --for PHASE exit codes -----------------------------------
+# -- wait --for PHASE exit codes -----------------------------------
 
 
 def test_wait_for_a_terminal_phase_exits_0_only_when_reached(live: JobsupEnv, repo: Path) -> None:
@@ -295,7 +294,7 @@ def test_wait_for_a_terminal_phase_exits_0_only_when_reached(live: JobsupEnv, re
     assert live.cli("wait", ok, "--for", "RUNNING").returncode == 0
 
 
-# -- issue 12 item 10: cancel resolves every id first --------------------------------
+# -- cancel resolves every id first --------------------------------
 
 
 def test_cancel_with_a_bad_id_cancels_nothing(live: JobsupEnv, repo: Path) -> None:
@@ -311,7 +310,7 @@ def test_cancel_with_a_bad_id_cancels_nothing(live: JobsupEnv, repo: Path) -> No
     live.cli("cancel", a, b)
 
 
-# -- issue 12 item 11: logs -f --tail N resumes after a reconnect --------------------
+# -- logs -f --tail N resumes after a reconnect --------------------
 
 
 def test_logs_follow_tail_resumes_from_the_line_reached(live: JobsupEnv, tmp_path: Path) -> None:
@@ -375,7 +374,7 @@ def _wait_connected(pid: int) -> None:
     raise AssertionError("the CLI never connected")
 
 
-# -- issue 12 item 14: a stopping daemon, a lost socket ------------------------------
+# -- a stopping daemon, a lost socket ------------------------------
 
 
 def test_cli_waits_for_a_stopping_daemon_then_starts_one(js: JobsupEnv, repo: Path) -> None:
@@ -421,7 +420,7 @@ def test_cli_names_a_daemon_that_lost_its_socket(live: JobsupEnv) -> None:
     assert f"daemon pid {live.daemon.pid if live.daemon else 0} lost its socket" in r.stderr, r.stderr
 
 
-# -- issue 12 item 15: bad query parameters on streaming endpoints -------------------
+# -- bad query parameters on streaming endpoints -------------------
 
 
 def test_bad_query_parameters_are_400_naming_them(live: JobsupEnv, repo: Path) -> None:
@@ -448,7 +447,7 @@ def test_bad_query_parameters_are_400_naming_them(live: JobsupEnv, repo: Path) -
     assert "Traceback" not in live.daemon_log.read_text()
 
 
-# -- issue 12 item 16: env values no process can be given ----------------------------
+# -- env values no process can be given ----------------------------
 
 
 def test_env_values_no_process_can_take_are_refused_at_submit(live: JobsupEnv, tmp_path: Path) -> None:
@@ -468,7 +467,7 @@ def test_env_values_no_process_can_take_are_refused_at_submit(live: JobsupEnv, t
     assert json.loads(live.cli("runs", "--all", "-o", "json").stdout) == []
 
 
-# -- issue 14 item 4: env scalars as written ---------------------------------------
+# -- env scalars as written ---------------------------------------
 
 
 def test_task_env_scalars_are_taken_as_written(live: JobsupEnv, tmp_path: Path) -> None:
@@ -486,7 +485,7 @@ def test_task_env_scalars_are_taken_as_written(live: JobsupEnv, tmp_path: Path) 
     assert live.cli("logs", run).stdout.splitlines() == ["1.10 02134 off 12:30 007"]
 
 
-# -- issue 14 item 5: a local run's umask --------------------------------------------
+# -- a local run's umask --------------------------------------------
 
 
 def test_local_run_gets_the_umask_of_the_submitting_shell(live: JobsupEnv, repo: Path) -> None:
@@ -508,7 +507,7 @@ def test_local_run_gets_the_umask_of_the_submitting_shell(live: JobsupEnv, repo:
         assert submitted["data"]["umask"] == f"{mask:04o}"
 
 
-# -- issue 14 item 6: arguments that are not UTF-8 -----------------------------------
+# -- arguments that are not UTF-8 -----------------------------------
 
 
 def test_non_utf8_argument_is_one_line_and_exit_2(live: JobsupEnv, repo: Path) -> None:
@@ -526,7 +525,7 @@ def test_non_utf8_argument_is_one_line_and_exit_2(live: JobsupEnv, repo: Path) -
     assert json.loads(live.cli("runs", "--all", "-o", "json").stdout) == []
 
 
-# -- issue 14 item 7: YAML alias bombs and document size -----------------------------
+# -- YAML alias bombs and document size -----------------------------
 
 
 def _bomb(levels: int) -> str:
@@ -548,7 +547,7 @@ def test_yaml_alias_bomb_in_a_config_layer_is_refused_naming_the_file(live: Jobs
     assert r.returncode == 2 and str(big) in r.stderr and "over the limit" in r.stderr, r.stderr[:300]
 
 
-# -- issue 14 item 8: exit codes -----------------------------------------------------
+# -- exit codes -----------------------------------------------------
 
 
 def test_unknown_run_id_and_bad_user_config_exit_2(live: JobsupEnv, repo: Path) -> None:
@@ -570,7 +569,7 @@ def test_unknown_run_id_and_bad_user_config_exit_2(live: JobsupEnv, repo: Path) 
     assert json.loads(live.cli("runs", "--all", "-o", "json").stdout) == []
 
 
-# -- issue 14 item 9: doctor without Kubernetes --------------------------------------
+# -- doctor without Kubernetes --------------------------------------
 
 
 def test_doctor_shows_kubernetes_as_na_without_kubeconfig_or_when_not_allowed(js: JobsupEnv, tmp_path: Path) -> None:
@@ -594,7 +593,7 @@ def test_doctor_shows_kubernetes_as_na_without_kubeconfig_or_when_not_allowed(js
     assert checks["kubernetes"]["detail"].startswith("n/a: the kubernetes backend is not allowed")
 
 
-# -- issue 14 item 10: leftovers -----------------------------------------------------
+# -- leftovers -----------------------------------------------------
 
 
 def test_interrupted_submit_says_it_was_not_recorded_and_leftovers_go(

@@ -9,22 +9,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
-pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def js(tmp_path: Path) -> Iterator[JobsupEnv]:
-    env = JobsupEnv(tmp_path)
-    env.start_daemon()
-    yield env
-    env.close()
+pytestmark = [pytest.mark.timeout(180), pytest.mark.daemon]  # js: the daemon runs
 
 
 @pytest.fixture
@@ -231,7 +222,7 @@ def test_logs_tail_and_follow(js: JobsupEnv, repo: Path) -> None:
     tail = js.cli("logs", run_id, "--tail", "3").stdout.splitlines()
     assert tail == ["line-49", "line-50", "late"]
     as_json = [json.loads(l) for l in js.cli("logs", run_id, "--tail", "1", "-o", "json").stdout.splitlines()]
-    # -o json: each line's stream and time (when it was recorded), issue 12 item 12
+    # -o json: each line's stream and time (when it was recorded)
     assert as_json[0]["at"].endswith("Z")
     assert as_json == [{"line_no": 51, "stream": "stdout", "at": as_json[0]["at"], "text": "late"}]
 

@@ -1,6 +1,6 @@
 """A local run's output files are a buffer: what is committed is freed from
 them (unless ``local.keep_log_files``), and ``local.max_log_bytes`` stops
-recording (not the job) with ``LogsTruncated`` (issue 13 item 7)."""
+recording (not the job) with ``LogsTruncated``."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ LINE_BYTES = 75
 
 
 def _stdout_log(js: JobsupEnv, run_id: str) -> os.stat_result:
-    """The run's output record data file (both streams; issue 12 item 12)."""
+    """The run's output record data file (both streams)."""
     [path] = list(Path(js.env["JOBSUP_STATE_DIR"]).glob(f"runs/{run_id}/output.log"))
     return os.stat(path)
 

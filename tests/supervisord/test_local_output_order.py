@@ -1,5 +1,5 @@
 """Interleaved stdout and stderr come back in the order the job wrote them
-(issue 12 item 12): ``logs`` and ``logs -o json`` show the lines in the
+``logs`` and ``logs -o json`` show the lines in the
 order the runner received them, each with its stream, also across a
 ``kill -9`` of the daemon."""
 
@@ -8,14 +8,13 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.daemon]  # js: the daemon runs
 
 # Alternates "out I" on stdout and "err I" on stderr. After each line it
 # waits until the runner has it in the output record (../output.log grows
@@ -45,14 +44,6 @@ for i in range(n):
     print(f"out {i}", flush=True)
     print(f"err {i}", file=sys.stderr, flush=True)
 """
-
-
-@pytest.fixture
-def js(tmp_path: Path) -> Iterator[JobsupEnv]:
-    env = JobsupEnv(tmp_path)
-    env.start_daemon()
-    yield env
-    env.close()
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Disk full while a run's output is ingested (issue 13 item 9): the
+"""Disk full while a run's output is ingested: the
 database's disk fills while the job keeps printing. Appends fail with a
 clear error in the daemon log, the job keeps running (its own files are on
 another disk and are the buffer), and once space returns ingestion catches
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.supervisord.jobsup_env import JobsupEnv, make_repo
+from tests.supervisord.jobsup_env import JobsupEnv, jobsup_env, make_repo
 from tests.supervisord.test_storage_trouble import _daemon_log_events, _fill, _tmpfs
 
 pytestmark = pytest.mark.timeout(300)
@@ -32,12 +32,9 @@ def split_js(tmp_path: Path) -> Iterator[JobsupEnv]:
         runs.mkdir(parents=True, mode=0o700)
         (fs / "state").chmod(0o700)
         with _tmpfs(runs, "200m"):
-            env = JobsupEnv(tmp_path)
-            env.env["JOBSUP_STATE_DIR"] = str(fs / "state")
-            try:
+            with jobsup_env(tmp_path) as env:
+                env.env["JOBSUP_STATE_DIR"] = str(fs / "state")
                 yield env
-            finally:
-                env.close()
 
 
 def _wait_lines(js: JobsupEnv, run_id: str, n: int, timeout: float = 60) -> None:

@@ -1,4 +1,4 @@
-"""A flood is bounded (issue 13 item 7): `yes` for 3 seconds. The daemon's
+"""A flood is bounded: `yes` for 3 seconds. The daemon's
 memory stays under 150 MB while it ingests (backpressure: it reads no
 faster than it commits), every byte is recorded once, and the text is kept
 once (database bytes per log byte at most 1.3, the run's own file freed)."""
@@ -7,24 +7,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.daemon]  # js: the daemon runs
 
 MAX_RSS = 150 * 1024 * 1024
-
-
-@pytest.fixture
-def js(tmp_path: Path) -> Iterator[JobsupEnv]:
-    env = JobsupEnv(tmp_path)
-    env.start_daemon()
-    yield env
-    env.close()
 
 
 def _status_kb(pid: int, key: str) -> int:

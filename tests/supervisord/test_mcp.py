@@ -23,17 +23,16 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from supervisord import schemas
-from tests.supervisord.jobsup_env import JobsupEnv, make_repo
+from tests.supervisord.jobsup_env import JobsupEnv, jobsup_env, make_repo
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.anyio]
 
 
 @pytest.fixture(scope="module")
 def js(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobsupEnv]:
-    env = JobsupEnv(tmp_path_factory.mktemp("mcp"))
-    env.start_daemon()
-    yield env
-    env.close()
+    """One daemon for the whole module (starting one per test costs more than the tests)."""
+    with jobsup_env(tmp_path_factory.mktemp("mcp"), daemon=True) as env:
+        yield env
 
 
 @pytest.fixture(scope="module")
@@ -350,15 +349,12 @@ async def test_scheduling_options_reach_the_scheduler(js: JobsupEnv, repo: Path)
 
 
 async def test_no_daemon_and_no_autostart_is_a_tool_error(tmp_path: Path) -> None:
-    env = JobsupEnv(tmp_path)  # never started
-    try:
+    with jobsup_env(tmp_path) as env:  # never started
         async with mcp(env, tmp_path) as s:
             msg = await call_error(s, "runs", {})
             assert "no jobsup daemon answers" in msg
             doc = await call(s, "doctor", {})
             assert doc["ok"] is False and doc["checks"][0]["name"] == "daemon"
-    finally:
-        env.close()
 
 
 async def test_cancelled_wait_stops_the_server_side_wait(js: JobsupEnv, repo: Path) -> None:

@@ -1,4 +1,4 @@
-"""Retention through the real daemon and CLI (issue 13 items 6 and 8):
+"""Retention through the real daemon and CLI:
 `jobsup prune` archives the log text of ended runs into verified files,
 `jobsup logs` reads them as before (whole, --tail, -o json), a changed
 archive is an error, `--delete-archives` leaves a digest and a date, run
@@ -11,15 +11,14 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.supervisord.jobsup_env import JobsupEnv, make_repo
+from tests.supervisord.jobsup_env import JobsupEnv, jobsup_env, make_repo
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.daemon]  # js: the daemon runs
 
 N = 30_000
 EMIT = (
@@ -27,14 +26,6 @@ EMIT = (
     "sys.stdout.write(''.join('line %07d the quick brown fox %s\\n' % (i, 'x' * (i % 50)) for i in range(30000)))\n"
     "sys.stderr.write('warning: done\\n')\n"
 )
-
-
-@pytest.fixture
-def js(tmp_path: Path) -> Iterator[JobsupEnv]:
-    env = JobsupEnv(tmp_path)
-    env.start_daemon()
-    yield env
-    env.close()
 
 
 def _events(js: JobsupEnv, run_id: str | None = None) -> list[dict[str, Any]]:
@@ -166,13 +157,13 @@ def test_daemon_killed_mid_archive_loses_nothing(js: JobsupEnv, tmp_path: Path, 
 
 
 def test_retention_config_is_validated_naming_the_key(tmp_path: Path) -> None:
-    js = JobsupEnv(tmp_path)
-    config = tmp_path / "daemon.yaml"
-    config.write_text("retention:\n  archive_logs_after: 30 days\n")
-    js.env["JOBSUP_DAEMON_CONFIG"] = str(config)
-    r = js.cli("config", "validate", check=False)
-    assert r.returncode == 2 and "retention.archive_logs_after" in r.stderr, r.stderr
-    config.write_text("retention:\n  archive_logs_after: 30d\n  run_dirs_after: 7d\n")
-    assert js.cli("config", "validate", check=False).returncode == 0
-    bad = js.cli("prune", "--older-than", "soon", check=False)
-    assert bad.returncode == 2 and "--older-than" in bad.stderr
+    with jobsup_env(tmp_path) as js:  # no daemon needed
+        config = tmp_path / "daemon.yaml"
+        config.write_text("retention:\n  archive_logs_after: 30 days\n")
+        js.env["JOBSUP_DAEMON_CONFIG"] = str(config)
+        r = js.cli("config", "validate", check=False)
+        assert r.returncode == 2 and "retention.archive_logs_after" in r.stderr, r.stderr
+        config.write_text("retention:\n  archive_logs_after: 30d\n  run_dirs_after: 7d\n")
+        assert js.cli("config", "validate", check=False).returncode == 0
+        bad = js.cli("prune", "--older-than", "soon", check=False)
+        assert bad.returncode == 2 and "--older-than" in bad.stderr

@@ -1,5 +1,4 @@
-"""Run lifecycle races and leaks of the local backend (issue 12, items 5, 6,
-7 and 13): the real daemon, the real CLI, real processes and SQLite."""
+"""Run lifecycle races and leaks of the local backend: the real daemon, the real CLI, real processes and SQLite."""
 
 from __future__ import annotations
 
@@ -35,7 +34,7 @@ def _alive_with_arg(marker: str) -> list[int]:
 
 
 def test_cancel_after_a_normal_exit_keeps_completed(js: JobsupEnv, repo: Path) -> None:
-    """Item 5: a run whose process exited 0 before the cancel request (but
+    """A run whose process exited 0 before the cancel request (but
     before the daemon saw it) is COMPLETED, and cancel returns it so."""
     for i in range(5):
         run_id = js.submit(repo, "--name", f"race{i}", "--", "echo hi")
@@ -56,7 +55,7 @@ def test_cancel_after_a_normal_exit_keeps_completed(js: JobsupEnv, repo: Path) -
 
 
 def test_a_job_cannot_rewrite_its_own_status(js: JobsupEnv, repo: Path) -> None:
-    """Item 6: a job that writes `state: exited` where its runner's status
+    """A job that writes `state: exited` where its runner's status
     is (the old `../status.json`, and the new place outside its tree) does
     not end its run: the daemon takes only a status the runner signed, the
     run stays RUNNING, and cancel still stops it."""
@@ -92,7 +91,7 @@ def test_a_job_cannot_rewrite_its_own_status(js: JobsupEnv, repo: Path) -> None:
 
 
 def test_lost_kills_setsid_survivors(js: JobsupEnv, repo: Path) -> None:
-    """Item 7: when the runner dies (kill -9), the run is ERROR Lost and
+    """When the runner dies (kill -9), the run is ERROR Lost and
     every process of its job is stopped, also those that left its process
     group with setsid (found by JOBSUP_RUN_ID in their environment)."""
     run_id = js.submit(repo, "--", "setsid sleep 1031 & ( setsid sleep 1033 & ); echo started; sleep 1035")
@@ -115,7 +114,7 @@ def _rss_kb(pid: int) -> int:
 
 
 def test_terminal_runs_and_env_values_leave_the_daemons_memory(js: JobsupEnv, repo: Path) -> None:
-    """Item 13: the daemon keeps no env value once its run started, and no
+    """The daemon keeps no env value once its run started, and no
     unbounded memory per terminal run: 60 runs with 1 MB of env each (ten
     100 KB values: Linux caps one env string at 128 KB) grow the daemon's RSS
     by far less than the 60 MB they carried.
@@ -171,7 +170,7 @@ def test_terminal_runs_and_env_values_leave_the_daemons_memory(js: JobsupEnv, re
 
 
 def test_an_idle_runner_keeps_less_than_4mb_private(js: JobsupEnv, repo: Path) -> None:
-    """Item 17: a local run's runner is an isolated interpreter (-I -S) with
+    """A local run's runner is an isolated interpreter (-I -S) with
     only what it needs loaded: its Private_Dirty stays under 4 MB (it was
     ~9 MB); bench/local_runner_memory.py measures 5 and 500 of them."""
     run_id = js.submit(repo, "--", "sleep 1041")

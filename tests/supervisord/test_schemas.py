@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 
 from supervisord import schemas
-from tests.supervisord.jobsup_env import JobsupEnv, make_repo
+from tests.supervisord.jobsup_env import JobsupEnv, jobsup_env, make_repo
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -88,24 +88,20 @@ def test_unknown_event_type_and_extra_run_field_are_refused() -> None:
 
 
 def test_schema_command(tmp_path: Path) -> None:
-    env = JobsupEnv(tmp_path)  # no daemon needed
-    try:
+    with jobsup_env(tmp_path) as env:  # no daemon needed
         listed = env.cli("schema").stdout.splitlines()
         assert [line.split("\t")[0] for line in listed] == schemas.names()
         for name in ("run", "event", "config"):
             assert json.loads(env.cli("schema", name).stdout) == schemas.load(name)
         bad = env.cli("schema", "nope", check=False)
         assert bad.returncode == 2 and "nope" in bad.stderr and "run-detail" in bad.stderr and bad.stdout == ""
-    finally:
-        env.close()
 
 
 @pytest.fixture(scope="module")
 def js(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobsupEnv]:
-    env = JobsupEnv(tmp_path_factory.mktemp("schemas"))
-    env.start_daemon()
-    yield env
-    env.close()
+    """One daemon for the whole module (starting one per test costs more than the tests)."""
+    with jobsup_env(tmp_path_factory.mktemp("schemas"), daemon=True) as env:
+        yield env
 
 
 def test_local_outputs_match_their_schemas(js: JobsupEnv) -> None:
@@ -155,9 +151,11 @@ def test_local_outputs_match_their_schemas(js: JobsupEnv) -> None:
 def test_scheduler_and_hook_outputs_match_their_schemas(js: JobsupEnv) -> None:
     """Queued, held, released and hooked runs: `queue`, `hold`/`release`,
     `show` (with its on_done and hooks) and the events they record."""
-    repo = make_repo(
-        js.root / "sched", {"nap.sh": "sleep 3\necho ok\n", "ok.sh": "echo ok\n", "hook.sh": "echo hooked\nexit 3\n"}
-    )
+    # `first` runs until the test lets it go (a fixed sleep let it end, and
+    # `held` with it, before `hold` on a loaded machine).
+    go = js.root / "go"
+    nap = f"for i in $(seq 1200); do [ -e {go} ] && break; sleep 0.1; done\necho ok\n"
+    repo = make_repo(js.root / "sched", {"nap.sh": nap, "ok.sh": "echo ok\n", "hook.sh": "echo hooked\nexit 3\n"})
     first = js.submit(repo, "--name", "first", "--", "sh", "nap.sh")
     held = js.submit(
         repo,
@@ -179,6 +177,7 @@ def test_scheduler_and_hook_outputs_match_their_schemas(js: JobsupEnv) -> None:
     queue = json.loads(js.cli("queue", "-o", "json").stdout)
     check("queue", queue)
     assert any(w["id"] == held and w["held"] and w["queue"] == "batch" for w in queue["waiting"]), queue
+    go.touch()
     check("runs", json.loads(js.cli("release", held, "-o", "json").stdout))
     assert js.cli("wait", held, "--timeout", "60s", check=False).returncode == 0
     # The on-done hook (exit 3) is recorded after the terminal phase.
@@ -201,32 +200,24 @@ def test_kubernetes_outputs_match_their_schemas(tmp_path: Path) -> None:
         MANIFEST_PATH,
         job_manifest,
         sim_cluster,
+        use_sim,
     )
 
-    with sim_cluster(tmp_path / "sim") as sim:
-        env = JobsupEnv(tmp_path / "js")
-        env.env["KUBECONFIG"] = str(sim.kubeconfig_path)
-        user_config = Path(env.env["XDG_CONFIG_HOME"]) / "jobsup" / "config.yaml"
-        user_config.parent.mkdir(parents=True, exist_ok=True)
-        user_config.write_text(
-            f"kubernetes:\n  context: {sim.contexts[0]}\n  namespace: {sim.namespace}\n  pod_ready_timeout_s: 20\n"
-        )
+    with sim_cluster(tmp_path / "sim") as sim, jobsup_env(tmp_path / "js") as env:
+        use_sim(env, sim, pod_ready_timeout_s=20)
         env.start_daemon()
-        try:
-            repo = make_repo(tmp_path / "proj", {MANIFEST_PATH: job_manifest(), "hello.sh": "echo hello\n"})
-            done = env.submit(repo, "--backend", "kubernetes", "--env", "TOKEN=s3cr3t", "--", "sh hello.sh")
-            slow = env.submit(repo, "--backend", "kubernetes", "--name", "slow", "--", "echo started; sleep 300")
-            assert env.cli("wait", done, "--timeout", "2m", check=False).returncode == 0
-            assert env.cli("wait", slow, "--for", "RUNNING", "--timeout", "60s", check=False).returncode == 0
-            check("runs", json.loads(env.cli("cancel", slow, "-o", "json").stdout))
-            for rid in (done, slow):
-                check("run-detail", env.show(rid))
-            events = ndjson(env.cli("events", "-o", "json").stdout)
-            assert {"ObjectCreated", "StagingStep", "CancelRequested"} <= {e["type"] for e in events}
-            for ev in events:
-                check("event", ev)
-            check("doctor", json.loads(env.cli("doctor", "-o", "json", check=False).stdout))
-            render = env.cli("render", "--run-id", "0123456789ab", "-o", "json", "--", "sh hello.sh", cwd=repo)
-            assert json.loads(render.stdout)["kind"] == "List"
-        finally:
-            env.close()
+        repo = make_repo(tmp_path / "proj", {MANIFEST_PATH: job_manifest(), "hello.sh": "echo hello\n"})
+        done = env.submit(repo, "--backend", "kubernetes", "--env", "TOKEN=s3cr3t", "--", "sh hello.sh")
+        slow = env.submit(repo, "--backend", "kubernetes", "--name", "slow", "--", "echo started; sleep 300")
+        assert env.cli("wait", done, "--timeout", "2m", check=False).returncode == 0
+        assert env.cli("wait", slow, "--for", "RUNNING", "--timeout", "60s", check=False).returncode == 0
+        check("runs", json.loads(env.cli("cancel", slow, "-o", "json").stdout))
+        for rid in (done, slow):
+            check("run-detail", env.show(rid))
+        events = ndjson(env.cli("events", "-o", "json").stdout)
+        assert {"ObjectCreated", "StagingStep", "CancelRequested"} <= {e["type"] for e in events}
+        for ev in events:
+            check("event", ev)
+        check("doctor", json.loads(env.cli("doctor", "-o", "json", check=False).stdout))
+        render = env.cli("render", "--run-id", "0123456789ab", "-o", "json", "--", "sh hello.sh", cwd=repo)
+        assert json.loads(render.stdout)["kind"] == "List"

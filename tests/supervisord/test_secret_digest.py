@@ -29,9 +29,7 @@ def _keyed(value: str, key: bytes) -> str:
 
 
 def test_config_show_uses_the_daemons_keyed_digest(js: JobsupEnv, tmp_path: Path) -> None:
-    user = Path(js.env["XDG_CONFIG_HOME"]) / "jobsup" / "config.yaml"
-    user.parent.mkdir(parents=True, exist_ok=True)
-    user.write_text(f"env:\n  PIN: '{SECRET}'\n")
+    js.user_config(f"env:\n  PIN: '{SECRET}'\n")
     js.state_dir.mkdir(parents=True)
     key = load_digest_key(js.state_dir)
     r = js.cli("config", "show", "-o", "json")
@@ -40,9 +38,7 @@ def test_config_show_uses_the_daemons_keyed_digest(js: JobsupEnv, tmp_path: Path
 
 
 def test_config_show_without_a_key_shows_no_digest(js: JobsupEnv) -> None:
-    user = Path(js.env["XDG_CONFIG_HOME"]) / "jobsup" / "config.yaml"
-    user.parent.mkdir(parents=True, exist_ok=True)
-    user.write_text(f"env:\n  PIN: '{SECRET}'\n")
+    js.user_config(f"env:\n  PIN: '{SECRET}'\n")
     r = js.cli("config", "show", "-o", "json")
     assert json.loads(r.stdout)["env"]["PIN"] == "<redacted>"
     assert not (js.state_dir / "digest.key").exists()  # a read-only command creates nothing

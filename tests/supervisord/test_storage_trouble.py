@@ -1,6 +1,6 @@
 """Storage trouble never decides a run's outcome: a write lock held by a
 second process, a full disk (a small tmpfs). Real daemon, real CLI, real
-processes and SQLite files (issue 12, items 1, 2 and 8)."""
+processes and SQLite files."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.supervisord.jobsup_env import JobsupEnv
+from tests.supervisord.jobsup_env import JobsupEnv, jobsup_env
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.daemon]
 
@@ -43,7 +43,7 @@ def _daemon_log_events(js: JobsupEnv) -> list[dict[str, object]]:
 
 
 def test_a_locked_database_never_ends_a_run(js: JobsupEnv, repo: Path, tmp_path: Path) -> None:
-    """Item 1: a second process holds the write lock for longer than the
+    """A second process holds the write lock for longer than the
     busy timeout (5 s) while a run writes output and ends: the run stays
     RUNNING, its lines wait and are all recorded, the daemon log warns, and
     the outcome is the process's own."""
@@ -127,19 +127,16 @@ def _fill(folder: Path) -> Path:
 @pytest.fixture
 def full_js(tmp_path: Path) -> Iterator[JobsupEnv]:
     with _tmpfs(tmp_path / "fs", "48m") as fs:
-        env = JobsupEnv(tmp_path)
-        env.env["JOBSUP_STATE_DIR"] = str(fs / "state")
-        env.daemon_log = fs / "daemon-test.log"  # the daemon's log fills up with the rest
-        try:
+        with jobsup_env(tmp_path) as env:
+            env.env["JOBSUP_STATE_DIR"] = str(fs / "state")
+            env.daemon_log = fs / "daemon-test.log"  # the daemon's log fills up with the rest
             yield env
-        finally:
-            env.close()
 
 
 def test_a_full_disk_keeps_the_daemon_up_and_ingests_everything_once_space_returns(
     full_js: JobsupEnv, repo: Path, tmp_path: Path
 ) -> None:
-    """Items 2 and 8: the state dir's disk fills while a run's output waits
+    """The state dir's disk fills while a run's output waits
     to be ingested and while the run ends. The daemon stays up and serves
     reads, `runs` and `doctor` say "disk full", the run stays supervised (not
     Lost, not ERROR), and once space returns every line is ingested and the
@@ -199,12 +196,11 @@ def test_a_full_disk_keeps_the_daemon_up_and_ingests_everything_once_space_retur
 
 
 def test_a_daemon_that_cannot_start_on_a_full_disk_says_why_and_exits(tmp_path: Path) -> None:
-    """Item 2: the CLI autostarts a daemon whose state dir is on a full disk:
+    """The CLI autostarts a daemon whose state dir is on a full disk:
     the daemon exits (no hang, no traceback) and the CLI's error says the
     disk is full, although the daemon could not write its log there."""
     with _tmpfs(tmp_path / "fs", "2m") as fs:
-        env = JobsupEnv(tmp_path)
-        try:
+        with jobsup_env(tmp_path) as env:
             env.env["JOBSUP_STATE_DIR"] = str(fs / "state")
             del env.env["JOBSUP_NO_AUTOSTART"]
             _fill(fs)
@@ -217,5 +213,3 @@ def test_a_daemon_that_cannot_start_on_a_full_disk_says_why_and_exits(tmp_path: 
 
             with lock.open("rb") as f:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        finally:
-            env.close()

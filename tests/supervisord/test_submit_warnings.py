@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.k8s_sim import SimCluster
-from tests.supervisord.backends.kubernetes.k8s_backend_helpers import MANIFEST_PATH, job_manifest, sim_cluster
+from tests.supervisord.backends.kubernetes.k8s_backend_helpers import MANIFEST_PATH, job_manifest, sim_cluster, use_sim
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
 pytestmark = pytest.mark.timeout(180)
@@ -21,20 +21,13 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
         yield cluster
 
 
-def test_submit_prints_the_preflight_notes(tmp_path: Path, sim: SimCluster) -> None:
-    js = JobsupEnv(tmp_path)
-    js.env["KUBECONFIG"] = str(sim.kubeconfig_path)
-    user_config = Path(js.env["XDG_CONFIG_HOME"]) / "jobsup" / "config.yaml"
-    user_config.parent.mkdir(parents=True, exist_ok=True)
-    user_config.write_text(f"kubernetes:\n  context: {sim.contexts[0]}\n  namespace: {sim.namespace}\n")
+def test_submit_prints_the_preflight_notes(js: JobsupEnv, tmp_path: Path, sim: SimCluster) -> None:
+    use_sim(js, sim)
     # A fixed Job name: the manifest check notes that a rerun would collide.
     repo = make_repo(tmp_path / "proj", {MANIFEST_PATH: job_manifest(name="train-fixed")})
-    try:
-        js.start_daemon()
-        r = js.cli("submit", "--backend", "kubernetes", "--", "echo hi", cwd=repo)
-        assert len(r.stdout.strip()) == 12, r.stdout
-        warnings = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
-        assert any("Job/train-fixed" in w and "AlreadyExists" in w for w in warnings), r.stderr
-        js.cli("wait", r.stdout.strip(), "--timeout", "2m", check=False)
-    finally:
-        js.close()
+    js.start_daemon()
+    r = js.cli("submit", "--backend", "kubernetes", "--", "echo hi", cwd=repo)
+    assert len(r.stdout.strip()) == 12, r.stdout
+    warnings = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
+    assert any("Job/train-fixed" in w and "AlreadyExists" in w for w in warnings), r.stderr
+    js.cli("wait", r.stdout.strip(), "--timeout", "2m", check=False)

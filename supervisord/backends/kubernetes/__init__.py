@@ -3,7 +3,7 @@ proper (:class:`KubernetesBackend`: cluster access, preflight, submit and
 rollback, source staging, shared watches, phase mapping, logs, cancel,
 reattach).
 
-The contract (DESIGN.md, "Kubernetes manifest contract"): the run's shape
+The contract (docs/kubernetes.md): the run's shape
 lives in a manifest committed to the repository; jobsup reads it from the
 recorded commit (:func:`load_manifest_at_commit`), lints and injects the run
 contract, applies the config's pod patch and sandbox options, and gets the

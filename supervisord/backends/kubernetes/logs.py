@@ -1,4 +1,4 @@
-"""Following the leader pod's log, exactly once (jobsup issue 7, "Logs").
+"""Following the leader pod's log, exactly once (docs/kubernetes.md, "While it runs").
 
 The log is read through ``pods/log`` with ``timestamps=true``, so each line
 arrives as ``<RFC 3339 timestamp> <text>``. Every recorded line gets the

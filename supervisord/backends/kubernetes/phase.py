@@ -1,6 +1,6 @@
 """From a Job and its pods to the run's phase: pure functions, no I/O.
 
-Rules (jobsup issue 7, "Supervision"), with the Kubernetes fields they read
+Rules (docs/kubernetes.md, "While it runs"), with the Kubernetes fields they read
 (batch/v1 JobStatus and core/v1 PodStatus; conditions per
 https://kubernetes.io/docs/concepts/workloads/controllers/job/#termination-of-job-pods):
 
@@ -8,8 +8,8 @@ https://kubernetes.io/docs/concepts/workloads/controllers/job/#termination-of-jo
   ``"True"`` -> COMPLETED (the exit code of the script container, if it
   terminated);
 - ``Failed`` or ``FailureTarget`` with status ``"True"`` -> ERROR with the
-  most specific cause a script can act on (the manifest contract in
-  DESIGN.md): the script container's terminated reason (``OOMKilled``;
+  most specific cause a script can act on (README.md, "Phases and
+  reasons"): the script container's terminated reason (``OOMKilled``;
   ``Error`` or any other non-zero exit -> ``NonZeroExit``; a start failure
   such as ``StartError``/``ContainerCannotRun`` -> ``StartFailed``), else
   the pod's (``Evicted``, ``DeadlineExceeded`` from the pod's

@@ -1,5 +1,5 @@
-"""Preflight: can this run start on this cluster? (jobsup issue 7 part 2 and
-issue 8's reference checks.)
+"""Preflight: can this run start on this cluster? (docs/kubernetes.md,
+"Preflight and `jobsup doctor`".)
 
 Checked, each failure one line saying what to fix, nothing created:
 

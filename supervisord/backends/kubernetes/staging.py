@@ -1,5 +1,5 @@
 """Staging the source snapshot into the pod through the exec API (jobsup
-issue 7, "Staging").
+docs/kubernetes.md, "What a submit does").
 
 Two exec sessions on the script container, each judged only by the exec
 status channel:

@@ -10,7 +10,7 @@ stdin::
      "status_path": "/path/ID.status", "status_key": hex}
 
 Three processes take part, so the runner that stays keeps little memory
-(issue 12 item 17: each idle runner's ``Private_Dirty`` stays under 4 MB):
+(each idle runner's ``Private_Dirty`` stays under 4 MB):
 
 1. the launcher (what the daemon starts) reads the spec, forks, prints
    ``{"pid": P, "start": T}`` (the runner's pid and its start time in clock
@@ -27,7 +27,7 @@ Three processes take part, so the runner that stays keeps little memory
    ``subprocess``), enforces the timeout (SIGTERM to the whole group, SIGKILL
    after the grace period) and writes its status at each step.
 
-The job's output (issue 12 item 12): the job's stdout and stderr are two
+The job's output (README.md, "Output of a local run"): the job's stdout and stderr are two
 pipes that the runner reads (``select``, one move of up to 64 KiB per ready
 pipe per wake-up, with ``splice(2)``: the bytes do not pass through the
 runner's memory) into one ordered record of two files:
@@ -54,7 +54,7 @@ then writes the final status: once the daemon sees it, the record is
 complete. If the runner itself dies (kill -9), the job's next write fails
 (SIGPIPE) -- the run is then ``Lost`` and its processes are killed anyway.
 
-Status (issue 12 items 6 and 8). The status lives at ``status_path``, outside
+Status. The status lives at ``status_path``, outside
 the job's working tree (``RUN_DIR/repo``), in one file preallocated at start
 and rewritten in place, so the final status never needs a new disk block (a
 full disk cannot turn a finished run into a lost one; a write that fails

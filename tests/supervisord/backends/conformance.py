@@ -10,7 +10,6 @@ daemon records.
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,9 @@ from supervisord.backends.base import Backend
 from supervisord.paths import Paths
 from supervisord.source import SnapshotStore, resolve_commit
 from supervisord.supervisor import Supervisor
+from tests.supervisord.jobsup_env import make_repo
 
-__all__ = ["BackendHarness", "SupervisorHarness", "make_git_repo"]
+__all__ = ["BackendHarness", "SupervisorHarness"]
 
 
 @dataclasses.dataclass
@@ -44,19 +44,6 @@ class BackendHarness:
     stderr_stream: str = "stderr"
 
 
-def make_git_repo(path: Path, files: Mapping[str, str]) -> str:
-    """Create a git repository with ``files`` committed; return the commit."""
-    path.mkdir(parents=True, exist_ok=True)
-    for rel, text in files.items():
-        (path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (path / rel).write_text(text)
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-C", str(path)]
-    subprocess.run(["git", "init", "-q", str(path)], check=True)
-    subprocess.run(git + ["add", "-A"], check=True)
-    subprocess.run(git + ["commit", "-qm", "init"], check=True)
-    return resolve_commit(path, "HEAD")
-
-
 class SupervisorHarness:
     """A supervisor over a real store, with one backend, in a task group."""
 
@@ -70,7 +57,7 @@ class SupervisorHarness:
             "hello.sh": "echo hello-out\necho hello-err >&2\nprintf 'tail-no-newline'\n",
             **harness.repo_files,
         }
-        self.commit = make_git_repo(self.repo, files)
+        self.commit = resolve_commit(make_repo(self.repo, files), "HEAD")
         self.snapshot = SnapshotStore(root / "state" / "snapshots").create(self.repo, self.commit)
 
     @classmethod

@@ -1,4 +1,4 @@
-"""A run's outcome does not wait for its output backlog (issue 12 items 3, 4).
+"""A run's outcome does not wait for its output backlog.
 
 The backlog is made deterministic by supervising from a second supervisor
 started after the job ended (as after a daemon restart): at its first look
@@ -18,9 +18,9 @@ import supervisord.backends.local.backend as local_backend
 from store import EventStore
 from supervisord.backends.local import LocalBackend
 from supervisord.paths import Paths
-from supervisord.source import SnapshotStore
+from supervisord.source import SnapshotStore, resolve_commit
 from supervisord.supervisor import Supervisor
-from tests.supervisord.backends.conformance import make_git_repo
+from tests.supervisord.jobsup_env import make_repo
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240)]
 
@@ -32,7 +32,7 @@ async def _submit_and_leave(root: Path, command: str, timeout_s: int) -> tuple[s
     """Submit ``command`` and stop supervising (as a daemon that is killed); return the run id and its folder."""
     paths = Paths(state_dir=root / "state", socket=root / "s.sock")
     paths.runs_dir.mkdir(parents=True, exist_ok=True)
-    commit = make_git_repo(root / "repo", {"README": "x\n"})
+    commit = resolve_commit(make_repo(root / "repo", {"README": "x\n"}), "HEAD")
     snapshot = SnapshotStore(paths.state_dir / "snapshots").create(root / "repo", commit)
     async with await EventStore.open(paths.database) as store:
         async with anyio.create_task_group() as tg:

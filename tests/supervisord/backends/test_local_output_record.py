@@ -1,4 +1,4 @@
-"""The local output record (issue 12 item 12): ``RecordTailer`` turns the
+"""The local output record: ``RecordTailer`` turns the
 runner's ``output.log`` + ``output.idx`` into blocks in the order the runner
 received the output, each line under its stream, exactly once across any
 resume (what a daemon restart does), whatever the read sizes."""

@@ -21,14 +21,6 @@ from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 pytestmark = pytest.mark.timeout(240)
 
 
-def _user_config(js: JobsupEnv, text: str) -> Path:
-    folder = js.root / "home" / ".config" / "jobsup"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "config.yaml"
-    path.write_text(text)
-    return path
-
-
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     return make_repo(tmp_path / "proj", {"job.sh": "echo one\necho two\n"})
@@ -54,7 +46,7 @@ def test_kill_9_while_a_webhook_is_held_open_redelivers_after_restart(js: Jobsup
     release = threading.Event()
     with WebhookServer() as srv:
         srv.replies = [Reply(hold=release)]
-        _user_config(js, f"hooks:\n  - name: chat\n    webhook: {{url: '{srv.url}', timeout_s: 60}}\n")
+        js.user_config(f"hooks:\n  - name: chat\n    webhook: {{url: '{srv.url}', timeout_s: 60}}\n")
         js.start_daemon()
         run_id = js.submit(repo, "--", "bash", "job.sh")
         first = srv.wait_for(1, timeout=60)[0]
@@ -99,8 +91,7 @@ def test_a_hanging_hook_is_killed_at_its_timeout_and_supervision_goes_on(
     pidfile = tmp_path / "child.pid"
     # The hook starts a background child in its process group, then hangs.
     script = f"sleep 300 & echo $! > {pidfile}; echo started; wait"
-    _user_config(
-        js,
+    js.user_config(
         "hooks:\n"
         f"  - name: hang\n    timeout_s: 25\n    match: {{name: first}}\n    command: [sh, -c, '{script}']\n"
         "  - name: note\n    when: [COMPLETED]\n    match: {name: second}\n"
@@ -197,7 +188,7 @@ hooks:
 
 
 def test_daemon_start_refuses_bad_hooks_with_every_error(js: JobsupEnv) -> None:
-    path = _user_config(js, _BAD_HOOKS.replace("    on:", "    'on':"))
+    path = js.user_config(_BAD_HOOKS.replace("    on:", "    'on':"))
     proc = subprocess.run(
         [sys.executable, "-m", "supervisord", "daemon"],
         check=False,
@@ -223,15 +214,15 @@ def test_daemon_start_refuses_bad_hooks_with_every_error(js: JobsupEnv) -> None:
 
 
 def test_config_validate_reports_hook_errors_and_a_bare_on(js: JobsupEnv, tmp_path: Path) -> None:
-    path = _user_config(js, _BAD_HOOKS)  # a bare `on:` is read as the boolean true
+    path = js.user_config(_BAD_HOOKS)  # a bare `on:` is read as the boolean true
     r = js.cli("config", "validate", check=False, cwd=tmp_path)
     assert r.returncode == 2
     assert f"{path}: line 3, column 5: not valid YAML" in r.stderr
     assert "a hook's phases go under `when:`" in r.stderr
-    _user_config(js, _BAD_HOOKS.replace("    on:", "    when:"))
+    js.user_config(_BAD_HOOKS.replace("    on:", "    when:"))
     r = js.cli("config", "validate", check=False, cwd=tmp_path)
     assert r.returncode == 2
     assert r.stderr.count("hooks[") >= 5, r.stderr
-    _user_config(js, "hooks:\n  - name: ok\n    command: ['true']\n")
+    js.user_config("hooks:\n  - name: ok\n    command: ['true']\n")
     r = js.cli("config", "validate", cwd=tmp_path)
     assert "config OK" in r.stderr

@@ -7,7 +7,6 @@ import json
 import os
 import random
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +33,12 @@ REC = (
 )
 
 
-def _env(tmp_path: Path, daemon_yaml: str | None, fake_smi: str | None = None) -> JobsupEnv:
-    js = JobsupEnv(tmp_path)
+def _configure(js: JobsupEnv, daemon_yaml: str | None, fake_smi: str | None = None) -> None:
+    """Before its daemon starts: ``daemon_yaml`` as the daemon's config, and
+    PATH with a fake ``nvidia-smi`` printing ``fake_smi`` (None: none)."""
     if daemon_yaml is not None:
-        cfg = Path(js.env["XDG_CONFIG_HOME"]) / "jobsup" / "daemon.yaml"
-        cfg.parent.mkdir(parents=True, exist_ok=True)
-        cfg.write_text(daemon_yaml)
-    bin_dir = tmp_path / "bin"
+        js.daemon_config(daemon_yaml)
+    bin_dir = js.root / "bin"
     bin_dir.mkdir()
     if fake_smi is not None:
         smi = bin_dir / "nvidia-smi"
@@ -48,7 +46,6 @@ def _env(tmp_path: Path, daemon_yaml: str | None, fake_smi: str | None = None) -
         smi.chmod(0o755)
     # Only our bin dir and the system's: no real nvidia-smi sneaks in.
     js.env["PATH"] = f"{bin_dir}:/usr/bin:/bin"
-    return js
 
 
 @pytest.fixture
@@ -57,11 +54,11 @@ def repo(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def four(tmp_path: Path) -> Iterator[JobsupEnv]:
-    js = _env(tmp_path, "scheduler:\n  gpus: [0, 1, 2, 3]\n  queues:\n    two: {max_parallel: 2}\n")
+def four(js: JobsupEnv) -> JobsupEnv:
+    """A daemon with 4 GPUs and a queue ``two`` of at most 2 runs at once."""
+    _configure(js, "scheduler:\n  gpus: [0, 1, 2, 3]\n  queues:\n    two: {max_parallel: 2}\n")
     js.start_daemon()
-    yield js
-    js.close()
+    return js
 
 
 def _submit(js: JobsupEnv, repo: Path, out: Path, tag: str, secs: float | str, *flags: str, code: int = 0) -> str:
@@ -115,46 +112,40 @@ def _overlaps(recs: dict[str, dict[str, Any]]) -> list[tuple[str, str, str]]:
     return bad
 
 
-def test_auto_gpus_from_nvidia_smi_env_and_doctor(tmp_path: Path, repo: Path) -> None:
+def test_auto_gpus_from_nvidia_smi_env_and_doctor(js: JobsupEnv, tmp_path: Path, repo: Path) -> None:
     smi = "0, GPU-aaaa-0000, NVIDIA Fake 80GB, 81920 MiB\n1, GPU-bbbb-1111, NVIDIA Fake 80GB, 81920 MiB\n"
-    js = _env(tmp_path, None, fake_smi=smi)
+    _configure(js, None, fake_smi=smi)
     js.start_daemon()
-    try:
-        out = tmp_path / "rec.jsonl"
-        one = _submit(js, repo, out, "one", 0.1, "--gpus", "1", "--env", "TOKEN=t0k")
-        cpu = _submit(js, repo, out, "cpu", 0.1)
-        _wait_all(js, [one, cpu])
-        recs = _records(out)
-        assert recs["one"]["cvd"] == "GPU-aaaa-0000" and recs["one"]["order"] == "PCI_BUS_ID"
-        assert recs["one"]["gpus"] == "0" and recs["one"]["secret"] == "t0k"
-        assert recs["cpu"]["cvd"] == ""  # the daemon manages GPUs: CPU runs see none
-        admitted = [e for e in _events(js, one) if e["type"] == "Admitted"]
-        assert admitted[0]["data"]["gpus"][0]["uuid"] == "GPU-aaaa-0000"
-        assert any(e["type"] == "ResourcesFreed" for e in _events(js, one))
-        checks = json.loads(js.cli("doctor", "-o", "json", check=False).stdout)
-        gpu_check = next(c for c in checks if c["name"] == "gpus")
-        assert "2 GPU(s) from nvidia-smi" in gpu_check["detail"]
-        r = js.cli("submit", "--name", "big", "--gpus", "3", "--", "true", cwd=repo, check=False)
-        assert r.returncode == 2 and "--gpus" in r.stderr and "has 2" in r.stderr
-    finally:
-        js.close()
+    out = tmp_path / "rec.jsonl"
+    one = _submit(js, repo, out, "one", 0.1, "--gpus", "1", "--env", "TOKEN=t0k")
+    cpu = _submit(js, repo, out, "cpu", 0.1)
+    _wait_all(js, [one, cpu])
+    recs = _records(out)
+    assert recs["one"]["cvd"] == "GPU-aaaa-0000" and recs["one"]["order"] == "PCI_BUS_ID"
+    assert recs["one"]["gpus"] == "0" and recs["one"]["secret"] == "t0k"
+    assert recs["cpu"]["cvd"] == ""  # the daemon manages GPUs: CPU runs see none
+    admitted = [e for e in _events(js, one) if e["type"] == "Admitted"]
+    assert admitted[0]["data"]["gpus"][0]["uuid"] == "GPU-aaaa-0000"
+    assert any(e["type"] == "ResourcesFreed" for e in _events(js, one))
+    checks = json.loads(js.cli("doctor", "-o", "json", check=False).stdout)
+    gpu_check = next(c for c in checks if c["name"] == "gpus")
+    assert "2 GPU(s) from nvidia-smi" in gpu_check["detail"]
+    r = js.cli("submit", "--name", "big", "--gpus", "3", "--", "true", cwd=repo, check=False)
+    assert r.returncode == 2 and "--gpus" in r.stderr and "has 2" in r.stderr
 
 
-def test_no_nvidia_smi_is_a_doctor_note(tmp_path: Path, repo: Path) -> None:
-    js = _env(tmp_path, None)
+def test_no_nvidia_smi_is_a_doctor_note(js: JobsupEnv, tmp_path: Path, repo: Path) -> None:
+    _configure(js, None)
     js.start_daemon()
-    try:
-        checks = json.loads(js.cli("doctor", "-o", "json", check=False).stdout)
-        gpu_check = next(c for c in checks if c["name"] == "gpus")
-        assert gpu_check["ok"] and "nvidia-smi is not on PATH" in gpu_check["detail"]
-        r = js.cli("submit", "--gpus", "1", "--", "true", cwd=repo, check=False)
-        assert r.returncode == 2 and "has 0" in r.stderr
-        out = tmp_path / "rec.jsonl"
-        cpu = _submit(js, repo, out, "cpu", 0.1)
-        _wait_all(js, [cpu])
-        assert _records(out)["cpu"]["cvd"] is None  # no GPUs managed: env untouched
-    finally:
-        js.close()
+    checks = json.loads(js.cli("doctor", "-o", "json", check=False).stdout)
+    gpu_check = next(c for c in checks if c["name"] == "gpus")
+    assert gpu_check["ok"] and "nvidia-smi is not on PATH" in gpu_check["detail"]
+    r = js.cli("submit", "--gpus", "1", "--", "true", cwd=repo, check=False)
+    assert r.returncode == 2 and "has 0" in r.stderr
+    out = tmp_path / "rec.jsonl"
+    cpu = _submit(js, repo, out, "cpu", 0.1)
+    _wait_all(js, [cpu])
+    assert _records(out)["cpu"]["cvd"] is None  # no GPUs managed: env untouched
 
 
 @pytest.mark.timeout(1200)  # 30 CLI submits: minutes on a loaded machine

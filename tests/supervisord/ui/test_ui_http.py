@@ -15,7 +15,7 @@ import httpx
 import psutil
 
 from store import EventStore, NewEvent
-from tests.supervisord.jobsup_env import JobsupEnv
+from tests.supervisord.jobsup_env import JobsupEnv, jobsup_env
 from tests.supervisord.ui.conftest import page_url
 
 
@@ -130,11 +130,10 @@ def _seed_runs(db: Path, n: int) -> list[str]:
 
 
 def test_runs_page_is_paged_on_the_server(tmp_path: Path) -> None:
-    env = JobsupEnv(tmp_path)
-    env.state_dir.mkdir(mode=0o700, parents=True)
-    ids = _seed_runs(env.state_dir / "jobsup.db", 10_000)
-    # The order of a concurrent append is the commit order: read it back.
-    try:
+    with jobsup_env(tmp_path) as env:
+        env.state_dir.mkdir(mode=0o700, parents=True)
+        ids = _seed_runs(env.state_dir / "jobsup.db", 10_000)
+        # The order of a concurrent append is the commit order: read it back.
         env.start_daemon()
         client = _login(page_url(env))
         newest = [r["id"] for r in json.loads(env.cli("runs", "--all", "-o", "json").stdout)]
@@ -152,8 +151,6 @@ def test_runs_page_is_paged_on_the_server(tmp_path: Path) -> None:
         assert seen == newest[:200]
         # Filters page too, on the server.
         assert client.get("/?phase=RUNNING").text.count('data-run="') == 0
-    finally:
-        env.close()
 
 
 def test_page_state_is_private_and_stop_closes_the_port(js: JobsupEnv) -> None:
@@ -187,18 +184,15 @@ def test_page_is_off_until_asked_for(js: JobsupEnv) -> None:
 
 
 def test_a_non_loopback_host_needs_tls(tmp_path: Path) -> None:
-    env = JobsupEnv(tmp_path)
-    cfg = tmp_path / "daemon.yaml"
-    cfg.write_text("ui:\n  host: 0.0.0.0\n")
-    try:
+    with jobsup_env(tmp_path) as env:
+        cfg = tmp_path / "daemon.yaml"
+        cfg.write_text("ui:\n  host: 0.0.0.0\n")
         env.start_daemon(extra_env={"JOBSUP_DAEMON_CONFIG": str(cfg)}, wait=False)
         assert env.daemon is not None
         rc = env.daemon.wait(timeout=60)
         assert rc != 0
         log = env.daemon_log.read_text()
         assert "ui.host" in log and "tls_cert" in log
-    finally:
-        env.close()
 
 
 def test_a_run_whose_archived_log_is_gone_says_why(js: JobsupEnv, repo: Path) -> None:

@@ -1,5 +1,5 @@
 """Cluster access: kubeconfig, one client per context, limiters, timeouts,
-retries (jobsup issue 7, part 1).
+retries (docs/kubernetes.md, "Access").
 
 Credentials come from the kubeconfig exactly as the official ``kubernetes``
 client loads it (exec credential plugins, bearer tokens, client

@@ -1,5 +1,5 @@
 """The run's objects on the API server: where each kind lives, the per-run
-env Secret, dry run, create, delete (jobsup issue 7, "Env Secret",
+env Secret, dry run, create, delete (docs/kubernetes.md, "What jobsup adds",
 "Submit", "Cancel").
 
 Any kind a manifest holds is reached by its REST path, found once per

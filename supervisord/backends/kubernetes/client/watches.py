@@ -1,5 +1,5 @@
 """Shared watches: one watch on Jobs and one on Pods per namespace, for
-every run at once (jobsup issue 7, "Supervision").
+every run at once (docs/kubernetes.md, "While it runs").
 
 Both watches select ``jobsup.io/run`` (the label jobsup puts on every object
 and on the primary pod template), keep an in-memory cache of what they saw,

@@ -1,5 +1,5 @@
-"""Inject the run contract into a linted manifest (DESIGN.md, "Kubernetes
-manifest contract").
+"""Inject the run contract into a linted manifest (docs/kubernetes.md,
+"What jobsup adds").
 
 On every object: ``metadata.namespace`` and the labels ``jobsup.io/run``,
 ``jobsup.io/project``, ``jobsup.io/name`` (jobsup's values win over the
@@ -50,8 +50,8 @@ ENV_SECRET = "jobsup-env"
 
 def env_secret_name(run_id: str) -> str:
     """The run's env Secret: ``jobsup-env-<run id>``, one per run, so
-    concurrent submits never overwrite each other's values (DESIGN.md names a
-    single ``jobsup-env``; a shared Secret races between submits)."""
+    concurrent submits never overwrite each other's values (not one shared
+    ``jobsup-env``: a shared Secret races between submits)."""
     return f"{ENV_SECRET}-{run_id}"
 
 

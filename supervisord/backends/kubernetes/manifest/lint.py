@@ -2,7 +2,7 @@
 
 :func:`lint_manifest` checks every rule and reports every violation at once
 (one line each, naming the object as ``Kind/name`` and what to change), in a
-single ManifestError. The rules (DESIGN.md, "Kubernetes manifest contract"):
+single ManifestError. The rules (docs/kubernetes.md, "The rules"):
 
 - every object has ``apiVersion``, ``kind`` and ``metadata.name``;
   ``generateName`` is rejected (jobsup must know exactly what it created, to

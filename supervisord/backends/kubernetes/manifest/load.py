@@ -2,8 +2,8 @@
 
 The manifest is the run's shape (image, resources, GPUs, volumes); it is read
 from the recorded commit (``git show COMMIT:PATH``), never from the working
-tree, so uncommitted edits never run (DESIGN.md, "Kubernetes manifest
-contract").
+tree, so uncommitted edits never run (docs/kubernetes.md, "Where the
+manifest comes from").
 
 Text handling, in order:
 
@@ -58,7 +58,7 @@ _RUN_ID = re.compile(r"^[0-9a-f]{12}$")
 
 def check_run_id(run_id: str) -> str:
     """Return ``run_id`` when it is a run id: 12 lowercase hex characters
-    (DESIGN.md, "Words"), which is also DNS-safe. Raises ManifestError otherwise."""
+    (README.md, "Commands"), which is also DNS-safe. Raises ManifestError otherwise."""
     if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
         raise ManifestError(f"run id {run_id!r} is not 12 lowercase hex characters (e.g. 3f2a9c1e7b04)")
     return run_id

@@ -1,5 +1,5 @@
 """Apply the ``kubernetes:`` sandbox options of the effective config to the
-primary Job's pod template (jobsup issue 8, the render half).
+primary Job's pod template (docs/kubernetes.md, "Sandbox options").
 
 The values were validated by :mod:`supervisord.config` (mount path rules
 and so on); this module only places them:

@@ -12,6 +12,7 @@ import yaml
 
 from supervisord.backends.kubernetes import KubernetesBackend
 from tests.k8s_sim import SimCluster
+from tests.supervisord.jobsup_env import JobsupEnv
 
 EVAL = ["bash", "-c", 'eval "$JOBSUP_SCRIPT"']
 MANIFEST_PATH = ".jobsup/k8s.yaml"
@@ -76,6 +77,17 @@ def kube_config(sim: SimCluster, **extra: Any) -> dict[str, Any]:
     kube: dict[str, Any] = {"context": sim.contexts[0], "namespace": sim.namespace, "pod_ready_timeout_s": 30}
     kube.update(extra)
     return {"kubernetes": kube, "env": {}}
+
+
+def use_sim(env: JobsupEnv, sim: SimCluster, *, pod_ready_timeout_s: int | None = None) -> None:
+    """Point ``env``'s daemon and CLI at ``sim``: its kubeconfig through
+    KUBECONFIG, its first context and namespace in the user's config (and a
+    short pod-ready budget when ``pod_ready_timeout_s`` is given)."""
+    env.env["KUBECONFIG"] = str(sim.kubeconfig_path)
+    text = f"kubernetes:\n  context: {sim.contexts[0]}\n  namespace: {sim.namespace}\n"
+    if pod_ready_timeout_s is not None:
+        text += f"  pod_ready_timeout_s: {pod_ready_timeout_s}\n"
+    env.user_config(text)
 
 
 def run_objects(sim: SimCluster, run_id: str, resource: str) -> list[Mapping[str, Any]]:

@@ -15,11 +15,11 @@ from store import EventStore, RecordedEvent, RunStatus
 from supervisord.backends.kubernetes import KubernetesBackend
 from supervisord.paths import Paths
 from supervisord.secret import env_digest
-from supervisord.source import SnapshotStore
+from supervisord.source import SnapshotStore, resolve_commit
 from supervisord.supervisor import Supervisor
 from tests.k8s_sim import SimCluster
-from tests.supervisord.backends.conformance import make_git_repo
 from tests.supervisord.backends.kubernetes.k8s_backend_helpers import kube_config, make_backend
+from tests.supervisord.jobsup_env import make_repo
 
 #: The env-digest key of these tests' "daemon".
 DIGEST_KEY = b"k8s-e2e-digest-key"
@@ -42,7 +42,7 @@ class K8sEnv:
     def commit(self, files: Mapping[str, str]) -> str:
         """Commit ``files`` into the env's repository (made on first use)."""
         if not (self.repo / ".git").exists():
-            return make_git_repo(self.repo, files)
+            return resolve_commit(make_repo(self.repo, files), "HEAD")
         import subprocess
 
         for rel, text in files.items():

@@ -213,6 +213,8 @@ async def test_cancel_deletes_everything_and_is_canceled(tmp_path: Path, sim: Si
         run_id = await env.submit("echo started; sleep 300", manifest=M, files={M: job_manifest()})
         await env.wait_until(run_id, lambda r: r.phase == "RUNNING")
         await env.wait_until(run_id, lambda r: r.log_lines >= 1)
+        spec = env.supervisor.run_spec(run_id)
+        assert spec is not None
         run = await env.supervisor.cancel(run_id)
         assert run.phase == "CANCELED"
         assert not run_objects(sim, run_id, "pods")
@@ -221,7 +223,7 @@ async def test_cancel_deletes_everything_and_is_canceled(tmp_path: Path, sim: Si
         again = await env.supervisor.cancel(run_id)
         assert again.phase == "CANCELED" and again.version == run.version
         # The backend's cancel is idempotent on its own too.
-        await env.backend.cancel(env.supervisor._runs[run_id].spec, run.handle)
+        await env.backend.cancel(spec, run.handle)
 
 
 # ---------------------------------------------------------- pod not ready
@@ -851,7 +853,7 @@ async def test_reattach_mid_submit_rolls_back(tmp_path: Path, sim: SimCluster) -
         assert sim.get_object("secrets", f"jobsup-env-{run_id}") is None
 
 
-# ------------------------------------------------- sandbox options (issue 8)
+# ------------------------------------------------- sandbox options ---------
 
 
 async def test_secret_mount_and_read_only_pvc_mount(tmp_path: Path, sim: SimCluster) -> None:

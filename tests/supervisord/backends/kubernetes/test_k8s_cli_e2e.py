@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.k8s_sim import SimCluster
-from tests.supervisord.backends.kubernetes.k8s_backend_helpers import MANIFEST_PATH, job_manifest, sim_cluster
-from tests.supervisord.jobsup_env import JobsupEnv, make_repo
+from tests.supervisord.backends.kubernetes.k8s_backend_helpers import MANIFEST_PATH, job_manifest, sim_cluster, use_sim
+from tests.supervisord.jobsup_env import JobsupEnv, jobsup_env, make_repo
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -26,18 +26,12 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
 
 
 @pytest.fixture
-def js(tmp_path: Path, sim: SimCluster) -> Iterator[JobsupEnv]:
-    env = JobsupEnv(tmp_path)
-    env.env["KUBECONFIG"] = str(sim.kubeconfig_path)
-    # The user's config: which namespace, a short pod-ready budget.
-    user_config = Path(env.env["XDG_CONFIG_HOME"]) / "jobsup" / "config.yaml"
-    user_config.parent.mkdir(parents=True, exist_ok=True)
-    user_config.write_text(
-        f"kubernetes:\n  context: {sim.contexts[0]}\n  namespace: {sim.namespace}\n  pod_ready_timeout_s: 20\n"
-    )
-    env.start_daemon()
-    yield env
-    env.close()
+def js(js: JobsupEnv, sim: SimCluster) -> JobsupEnv:
+    """The harness's environment (tests/supervisord/conftest.py) on the
+    simulator, with a short pod-ready budget, its daemon running."""
+    use_sim(js, sim, pod_ready_timeout_s=20)
+    js.start_daemon()
+    return js
 
 
 @pytest.fixture
@@ -223,18 +217,17 @@ def test_preflight_missing_secret_in_the_manifest_is_bad_input(js: JobsupEnv, re
 def test_preflight_a_kubeconfig_that_does_not_parse_is_bad_input_naming_it(
     tmp_path: Path, repo: Path, sim: SimCluster
 ) -> None:
-    env = JobsupEnv(tmp_path / "broken")
     broken = tmp_path / "broken-kubeconfig"
-    for text in ("clusters: [unclosed\n", "apiVersion: v1\nkind: Config\nclusters: 5\ncontexts: 7\nusers: []\n"):
-        broken.write_text(text)
-        env.env["KUBECONFIG"] = str(broken)
-        env.start_daemon()
-        try:
-            err = _refused(env, repo, "--config", f"kubernetes.context={sim.contexts[0]}")
-            assert str(broken) in err, err
-        finally:
-            env.stop_daemon()
-    env.close()
+    with jobsup_env(tmp_path / "broken") as env:
+        for text in ("clusters: [unclosed\n", "apiVersion: v1\nkind: Config\nclusters: 5\ncontexts: 7\nusers: []\n"):
+            broken.write_text(text)
+            env.env["KUBECONFIG"] = str(broken)
+            env.start_daemon()
+            try:
+                err = _refused(env, repo, "--config", f"kubernetes.context={sim.contexts[0]}")
+                assert str(broken) in err, err
+            finally:
+                env.stop_daemon()
 
 
 def test_preflight_an_api_server_failing_with_5xx_stays_exit_1(js: JobsupEnv, repo: Path, sim: SimCluster) -> None:

@@ -9,9 +9,11 @@ import pytest
 
 from supervisord.backends.kubernetes import load_manifest_at_commit
 from supervisord.exceptions import ManifestError
+from tests.supervisord.jobsup_env import make_repo
 
 
 def git(repo: Path, *args: str) -> str:
+    """Run git in ``repo`` (as a committer named t); its stdout, stripped."""
     env = {
         "GIT_AUTHOR_NAME": "t",
         "GIT_AUTHOR_EMAIL": "t@example.com",
@@ -26,14 +28,9 @@ def git(repo: Path, *args: str) -> str:
 
 @pytest.fixture()
 def repo(tmp_path: Path) -> Path:
-    git(tmp_path, "init", "-q")
-    (tmp_path / ".jobsup").mkdir()
-    (tmp_path / ".jobsup" / "k8s.yaml").write_text("kind: Job  # committed\n")
-    (tmp_path / "infra").mkdir()
-    (tmp_path / "infra" / "run.yaml").write_text("kind: Job  # infra\n")
-    git(tmp_path, "add", "-A")
-    git(tmp_path, "commit", "-q", "-m", "one")
-    return tmp_path
+    return make_repo(
+        tmp_path / "repo", {".jobsup/k8s.yaml": "kind: Job  # committed\n", "infra/run.yaml": "kind: Job  # infra\n"}
+    )
 
 
 def test_reads_the_committed_text_not_the_working_tree(repo: Path) -> None:

@@ -14,8 +14,8 @@ import pytest
 from supervisord.backends.base import RunSpec
 from supervisord.backends.kubernetes import KubernetesBackend
 from supervisord.exceptions import ManifestError, PreflightError
+from supervisord.source import resolve_commit
 from tests.k8s_sim import AccessRule, SimCluster
-from tests.supervisord.backends.conformance import make_git_repo
 from tests.supervisord.backends.kubernetes.k8s_backend_helpers import (
     MANIFEST_PATH,
     job_manifest,
@@ -24,6 +24,7 @@ from tests.supervisord.backends.kubernetes.k8s_backend_helpers import (
     run_objects,
     sim_cluster,
 )
+from tests.supervisord.jobsup_env import make_repo
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -58,7 +59,7 @@ async def backend(sim: SimCluster) -> AsyncIterator[KubernetesBackend]:
 
 def spec(tmp_path: Path, sim: SimCluster, manifest: str, **kube: Any) -> RunSpec:
     repo = tmp_path / "repo"
-    commit = make_git_repo(repo, {MANIFEST_PATH: manifest, "x.txt": "x\n"})
+    commit = resolve_commit(make_repo(repo, {MANIFEST_PATH: manifest, "x.txt": "x\n"}), "HEAD")
     config = kube_config(sim, **kube)
     return RunSpec(
         run_id=RUN_ID,

@@ -21,6 +21,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.supervisord.jobsup_env import make_repo
+
 HERE = Path(__file__).parent
 MANIFESTS = HERE / "manifests"
 GOLDEN = HERE / "golden"
@@ -50,18 +52,11 @@ def _env(root: Path) -> dict[str, str]:
     return env
 
 
-def make_repo(tmp_path: Path, files: dict[str, str]) -> Path:
-    """A git repository named ``demo`` (the project name) with ``files`` committed."""
-    repo = tmp_path / "demo"
-    repo.mkdir()
+def demo_repo(tmp_path: Path, files: dict[str, str]) -> Path:
+    """The harness's repository (:func:`make_repo`) named ``demo`` (the
+    project name) with ``files`` committed, beside an empty home folder."""
     (tmp_path / "home").mkdir()
-    _git(repo, "init", "-q")
-    for rel, text in files.items():
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_text(text)
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "init")
-    return repo
+    return make_repo(tmp_path / "demo", files)
 
 
 def jobsup(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -108,7 +103,7 @@ def render_ok(repo: Path, *args: str) -> tuple[str, str]:
     ],
 )
 def test_golden_render_of_realistic_manifests(tmp_path: Path, name: str, notes: list[str]) -> None:
-    repo = make_repo(tmp_path, {".jobsup/k8s.yaml": (MANIFESTS / f"{name}.yaml").read_text(), "task.yaml": TRAIN_TASK})
+    repo = demo_repo(tmp_path, {".jobsup/k8s.yaml": (MANIFESTS / f"{name}.yaml").read_text(), "task.yaml": TRAIN_TASK})
     out, err = render_ok(repo, "task.yaml", "--run-id", RUN_ID)
     objects = list(yaml.safe_load_all(out))
     validate(objects)
@@ -170,7 +165,7 @@ def added_paths(base: Any, new: Any, path: str = "") -> set[str]:
 def test_golden_sandbox_options_add_exactly_their_fields(
     tmp_path: Path, name: str, options: dict[str, Any], expected: set[str]
 ) -> None:
-    repo = make_repo(
+    repo = demo_repo(
         tmp_path,
         {
             ".jobsup/k8s.yaml": (MANIFESTS / "pytorch-gpu.yaml").read_text(),
@@ -189,7 +184,7 @@ def test_golden_sandbox_options_add_exactly_their_fields(
 
 def test_without_sandbox_options_output_is_byte_identical(tmp_path: Path) -> None:
     unrelated = {"kubernetes": {"namespace": "default", "pod_ready_timeout_s": 120}, "backend": "kubernetes"}
-    repo = make_repo(
+    repo = demo_repo(
         tmp_path,
         {
             ".jobsup/k8s.yaml": (MANIFESTS / "pytorch-gpu.yaml").read_text(),
@@ -206,7 +201,7 @@ def test_the_shipped_example_renders_and_validates(tmp_path: Path) -> None:
         "examples/kubernetes/task.yaml": (EXAMPLES / "kubernetes" / "task.yaml").read_text(),
         "examples/kubernetes/.jobsup/k8s.yaml": (EXAMPLES / "kubernetes" / ".jobsup" / "k8s.yaml").read_text(),
     }
-    repo = make_repo(tmp_path, files)
+    repo = demo_repo(tmp_path, files)
     out, err = render_ok(repo, "examples/kubernetes/task.yaml", "--run-id", RUN_ID)
     assert err == ""
     objects = list(yaml.safe_load_all(out))
@@ -218,7 +213,7 @@ def test_the_shipped_example_renders_and_validates(tmp_path: Path) -> None:
 
 
 def test_json_output_is_a_list_of_the_same_objects(tmp_path: Path) -> None:
-    repo = make_repo(
+    repo = demo_repo(
         tmp_path, {".jobsup/k8s.yaml": (MANIFESTS / "headless-service.yaml").read_text(), "task.yaml": TRAIN_TASK}
     )
     out_yaml, _ = render_ok(repo, "task.yaml", "--run-id", RUN_ID)
@@ -230,7 +225,7 @@ def test_json_output_is_a_list_of_the_same_objects(tmp_path: Path) -> None:
 
 
 def test_manifest_is_read_from_the_commit_and_rev(tmp_path: Path) -> None:
-    repo = make_repo(
+    repo = demo_repo(
         tmp_path, {"infra/run.yaml": (MANIFESTS / "pytorch-gpu.yaml").read_text(), "task.yaml": TRAIN_TASK}
     )
     first = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
@@ -247,7 +242,7 @@ def test_manifest_is_read_from_the_commit_and_rev(tmp_path: Path) -> None:
 
 def test_task_manifest_key_and_command_after_dashes(tmp_path: Path) -> None:
     task = "kubernetes:\n  manifest: infra/run.yaml\n"
-    repo = make_repo(tmp_path, {"infra/run.yaml": (MANIFESTS / "pytorch-gpu.yaml").read_text(), "t.yml": task})
+    repo = demo_repo(tmp_path, {"infra/run.yaml": (MANIFESTS / "pytorch-gpu.yaml").read_text(), "t.yml": task})
     out, _ = render_ok(repo, "t.yml", "--run-id", RUN_ID, "--timeout", "90s", "--", "python", "eval.py")
     job = list(yaml.safe_load_all(out))[0]
     assert job["spec"]["activeDeadlineSeconds"] == 90
@@ -260,7 +255,7 @@ def test_task_manifest_key_and_command_after_dashes(tmp_path: Path) -> None:
 
 
 def test_random_run_id_without_the_flag(tmp_path: Path) -> None:
-    repo = make_repo(
+    repo = demo_repo(
         tmp_path, {".jobsup/k8s.yaml": (MANIFESTS / "pytorch-gpu.yaml").read_text(), "task.yaml": TRAIN_TASK}
     )
     ids = set()
@@ -279,7 +274,7 @@ def test_contract_violations_exit_2_with_every_error(tmp_path: Path) -> None:
     bad = bad.replace('"eval \\"$JOBSUP_SCRIPT\\""', '"$JOBSUP_SCRIPT"')
     bad = bad.replace("name: train-{{JOBSUP_RUN}}", "generateName: train-")
     assert bad.count("OnFailure") == 1 and "generateName" in bad and '"$JOBSUP_SCRIPT"]' in bad
-    repo = make_repo(tmp_path, {".jobsup/k8s.yaml": bad, "task.yaml": TRAIN_TASK})
+    repo = demo_repo(tmp_path, {".jobsup/k8s.yaml": bad, "task.yaml": TRAIN_TASK})
     proc = jobsup(repo, "render", "task.yaml", "--run-id", RUN_ID)
     assert proc.returncode == 2
     assert proc.stdout == ""
@@ -290,7 +285,7 @@ def test_contract_violations_exit_2_with_every_error(tmp_path: Path) -> None:
 
 
 def test_missing_manifest_exits_2_and_says_to_commit_it(tmp_path: Path) -> None:
-    repo = make_repo(tmp_path, {"task.yaml": TRAIN_TASK})
+    repo = demo_repo(tmp_path, {"task.yaml": TRAIN_TASK})
     (repo / ".jobsup").mkdir()
     (repo / ".jobsup/k8s.yaml").write_text((MANIFESTS / "pytorch-gpu.yaml").read_text())  # not committed
     proc = jobsup(repo, "render", "task.yaml", "--run-id", RUN_ID)
@@ -310,7 +305,7 @@ def test_missing_manifest_exits_2_and_says_to_commit_it(tmp_path: Path) -> None:
     ],
 )
 def test_bad_flags_are_usage_errors(tmp_path: Path, args: list[str], phrase: str) -> None:
-    repo = make_repo(
+    repo = demo_repo(
         tmp_path, {".jobsup/k8s.yaml": (MANIFESTS / "pytorch-gpu.yaml").read_text(), "task.yaml": TRAIN_TASK}
     )
     proc = jobsup(repo, "render", "task.yaml", *args)
@@ -322,7 +317,7 @@ def test_bad_flags_are_usage_errors(tmp_path: Path, args: list[str], phrase: str
 
 
 def test_no_command_is_a_usage_error(tmp_path: Path) -> None:
-    repo = make_repo(tmp_path, {".jobsup/k8s.yaml": (MANIFESTS / "pytorch-gpu.yaml").read_text()})
+    repo = demo_repo(tmp_path, {".jobsup/k8s.yaml": (MANIFESTS / "pytorch-gpu.yaml").read_text()})
     proc = jobsup(repo, "render", "--run-id", RUN_ID)
     assert proc.returncode == 2
     assert "no command" in proc.stderr
@@ -354,7 +349,7 @@ def test_an_alias_bomb_manifest_is_refused_naming_the_file(tmp_path: Path) -> No
     # hang render (or exhaust memory): the YAML caps of config files apply.
     text = alias_bomb_manifest()
     assert len(text) < 2000
-    repo = make_repo(tmp_path, {".jobsup/k8s.yaml": text, "task.yaml": TRAIN_TASK})
+    repo = demo_repo(tmp_path, {".jobsup/k8s.yaml": text, "task.yaml": TRAIN_TASK})
     try:
         proc = subprocess.run(
             [sys.executable, "-c", "from supervisord.cli.main import main; main()", "render", "task.yaml"],
