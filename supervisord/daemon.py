@@ -17,7 +17,6 @@ next daemon reattaches to them).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import gc
 import os
@@ -394,34 +393,6 @@ def _load_config_and_hooks(layer: cfg.Layer) -> list[HookSpec]:
     return hooks
 
 
-# mallopt(3) parameters (glibc malloc.h).
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
-#: Allocations below this many bytes come from the heap, not a fresh mmap.
-_MMAP_THRESHOLD = 32 << 20
-#: Free memory at the top of a heap is given back past this many bytes.
-_TRIM_THRESHOLD = 64 << 20
-
-
-def _tune_malloc() -> None:
-    """Keep the buffers of log ingest (reads of the output record and
-    SQLite's records of log blocks: up to 4 MiB each, several a step) in
-    malloc's heap: by default glibc serves each with a fresh ``mmap`` and
-    unmaps it on free, so every step pays a page fault per 4 KiB touched
-    (about a third of the daemon's CPU per logged byte). The daemon then
-    keeps up to ``_TRIM_THRESHOLD`` of freed memory for reuse. Without
-    glibc's ``mallopt`` this does nothing."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    for param, value in ((_M_MMAP_THRESHOLD, _MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)):
-        if mallopt(param, value) != 1:
-            log.warning("mallopt failed", param=param, value=value)
-
-
 def run_daemon() -> None:
     """``jobsup daemon``: validate the daemon config (exit 2 with every
     error), configure logging, and serve until SIGTERM/SIGINT (exit 1 when
@@ -440,7 +411,6 @@ def run_daemon() -> None:
     for message in not_implemented_warnings(data):
         log.warning("config key not implemented", detail=message)
     paths = Paths.from_env()
-    _tune_malloc()
     try:
         anyio.run(Daemon(paths, layer, hooks).run, backend="asyncio")
     except (JobsupError, StoreError, OSError) as err:
