@@ -721,9 +721,9 @@ class EventStore:
         worker thread."""
         if archive.deleted_seq is not None:
             raise LogTextDeletedError(
-                f"run {archive.run_id}: the text of its log lines 1..{archive.lines} was deleted at"
-                f" {archive.deleted_at} (LogsDeleted, event seq {archive.deleted_seq}); it was archived at"
-                f" {archive.archived_at} as {archive.file}, {archive.sha256}"
+                f"run {archive.run_id}: its log text (lines 1..{archive.lines}) was deleted at"
+                f" {archive.deleted_at} by prune (LogsDeleted, event seq {archive.deleted_seq}, {archive.sha256});"
+                f" it was archived at {archive.archived_at} as {archive.file}"
             )
         path = self.archive_path(archive)
 
@@ -825,13 +825,38 @@ class EventStore:
         ``LogsDeleted`` (the archive's file name, sha256 and line count),
         then remove the file and fsync the folder (a crash in between
         leaves a file :meth:`clean_archive_dir` removes). Returns the event,
-        or None when the run has no archive or it is deleted already."""
+        or None when the run has no archive or it is deleted already.
+
+        The file is checked against the sha256 its ``LogsArchived`` event
+        recorded first: a missing, unreadable or changed file is not
+        deleted and nothing is recorded (LogArchiveError naming the file and
+        both digests), so a ``LogsDeleted`` event never vouches for a digest
+        the deleted file did not have, and the changed file stays for the
+        operator to inspect."""
         self._check_open()
         async with self._archive_lock:
             archive = await self.log_archive(run_id)
             if archive is None or archive.deleted_seq is not None:
                 return None
             path = self.archive_path(archive)
+            try:
+                actual = await anyio.to_thread.run_sync(arc.file_digest, path, limiter=self._archive_limiter)
+            except FileNotFoundError:
+                raise LogArchiveError(
+                    f"run {run_id}: its log archive {path} is missing (the LogsArchived event records"
+                    f" {archive.sha256}); not deleting: nothing was recorded"
+                ) from None
+            except OSError as exc:
+                raise LogArchiveError(
+                    f"run {run_id}: cannot read its log archive {path} to check it before deleting: {exc};"
+                    " not deleting: nothing was recorded"
+                ) from exc
+            if actual != archive.sha256:
+                raise LogArchiveError(
+                    f"run {run_id}: its log archive {path} does not match the digest recorded when it was archived"
+                    f" ({archive.sha256}, the file is {actual}): the file was changed or damaged; not deleting it,"
+                    " nothing was recorded"
+                )
             data = {"file": archive.file, "sha256": archive.sha256, "lines": archive.lines}
             data_json = json.dumps(data, separators=(",", ":"))
             recorded = await self._writer.append(run_id, None, [PreparedEvent(LOGS_DELETED, data_json, data, 1)])

@@ -25,8 +25,13 @@ Hierarchy (HTTP status on the API in brackets; CLI exit code in braces)::
     │                               run's reason); the Kubernetes backend
     │                               subclasses it by status
     ├── StorageError                the event store failed while serving (disk
-    │                               full, locked, closed); nothing was recorded;
-    │                               .store_error names the store's class   [503]
+    │                               full, locked, closed, or a run's log archive
+    │                               is missing or not the archived file);
+    │                               nothing was recorded; .store_error names
+    │                               the store's class                      [503]
+    ├── LogsDeletedError            the run's log text was deleted on purpose
+    │                               (``jobsup prune --delete-archives``, a
+    │                               LogsDeleted event); not a failure, no retry [410]
     ├── DaemonError                 the daemon cannot start (socket, lock, store)
     ├── DaemonUnreachableError      the CLI cannot reach a daemon                {69}
     └── RemoteError                 the daemon answered with an error type this
@@ -38,8 +43,10 @@ Hierarchy (HTTP status on the API in brackets; CLI exit code in braces)::
     │   └── SchemaTooNewError         daemon start: StoreOpenError -> DaemonError
     ├── ConcurrencyError              API handlers:  StoreError -> StorageError
     ├── StorageFullError              (:func:`map_store_errors`; the original is
-    ├── StoreLockedError              the new error's ``__cause__``)
-    └── StoreClosedError
+    ├── StoreLockedError              the new error's ``__cause__``), except
+    ├── StoreClosedError              LogTextDeletedError -> LogsDeletedError
+    ├── LogArchiveError
+    └── LogTextDeletedError
 
 Every error crosses the API as ``{"error": {"type", "message", "errors", ...}}``
 (:mod:`supervisord.api.wire`, ``to_wire``/``from_wire``) and the client
@@ -67,6 +74,7 @@ __all__ = [
     "PreflightConfigError",
     "KubernetesApiError",
     "StorageError",
+    "LogsDeletedError",
     "DaemonError",
     "DaemonUnreachableError",
     "RemoteError",
@@ -215,6 +223,16 @@ class StorageError(JobsupError):
         self.store_error = store_error
 
 
+class LogsDeletedError(JobsupError):
+    """A run's log text was deleted on purpose by retention (``jobsup prune
+    --delete-archives`` recorded a ``LogsDeleted`` event); the message says
+    which lines, when, the event seq and the digest the text had
+    (``run <id>: its log text (lines 1..N) was deleted at T by prune
+    (LogsDeleted, event seq S, sha256:...)``). Not a store failure: a
+    retry gets the same answer (HTTP 410 Gone; the CLI exits 1). Raised by
+    :func:`map_store_errors` for :class:`store.errors.LogTextDeletedError`."""
+
+
 class DaemonError(JobsupError):
     """The daemon cannot start or keep running (socket, lock, config, store)."""
 
@@ -253,12 +271,17 @@ _STORE_HINTS: dict[str, str] = {
 def map_store_errors(what: str) -> Iterator[None]:
     """Re-raise any :class:`store.errors.StoreError` raised inside as a
     :class:`StorageError` (``"<what>: <store message> (<hint>)"``), with the
-    store's error as ``__cause__``. The boundary helper of the API handlers;
+    store's error as ``__cause__``; a
+    :class:`store.errors.LogTextDeletedError` (text deleted on purpose, not
+    a failure) becomes a :class:`LogsDeletedError` with the store's message
+    as is (no ``what`` prefix). The boundary helper of the API handlers;
     the daemon start maps store open errors to DaemonError itself."""
-    from store.errors import StoreError
+    from store.errors import LogTextDeletedError, StoreError
 
     try:
         yield
+    except LogTextDeletedError as err:
+        raise LogsDeletedError(str(err)) from err
     except StoreError as err:
         name = type(err).__name__
         hint = _STORE_HINTS.get(name)

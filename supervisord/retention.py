@@ -46,7 +46,7 @@ from typing import Any, Final
 import anyio
 import structlog
 
-from store import PHASE_CHANGED, TERMINAL_PHASES, EventStore, NewEvent, RunStatus
+from store import PHASE_CHANGED, TERMINAL_PHASES, EventStore, LogArchiveError, NewEvent, RunStatus
 from supervisord.events import RUN_DIR_REMOVED
 from supervisord.exceptions import UsageError
 from supervisord.paths import Paths
@@ -238,11 +238,16 @@ class Retention:
                             size = store.archive_path(archive).stat().st_size
                         except OSError:
                             size = 0
+                    if not dry_run and archive is not None:
+                        try:
+                            await store.delete_archived_logs(run.id)
+                        except LogArchiveError as exc:  # a changed/missing file is kept and reported
+                            log.warning("retention.delete_refused", run_id=run.id, error=str(exc))
+                            report["errors"].append(str(exc))
+                            continue
                     report["delete_archives"]["runs"] += 1
                     report["delete_archives"]["bytes"] += size
                     report["delete_archives"]["run_ids"].append(run.id)
-                    if not dry_run and archive is not None:
-                        await store.delete_archived_logs(run.id)
             if not dry_run:
                 await self.vacuum()
         if dirs_s is None and dry_run:

@@ -23,7 +23,8 @@ Handler = Callable[[Request], Awaitable[Response]]
 def api_errors(fn: Handler) -> Handler:
     """``fn`` behind the API boundary: a JobsupError becomes its wire error
     (:func:`supervisord.api.wire.to_wire`); a store error becomes a
-    StorageError first (:func:`map_store_errors`, HTTP 503); anything else
+    StorageError first (:func:`map_store_errors`, HTTP 503; log text
+    deleted by retention becomes a LogsDeletedError, HTTP 410); anything else
     is logged with its traceback and answered as an InternalError (500)."""
 
     async def wrapped(request: Request) -> Response:

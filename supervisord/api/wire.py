@@ -61,6 +61,7 @@ ERROR_STATUS: Final[dict[type[Exception], int]] = {
     exc.UsageError: 400,
     exc.BackendError: 502,
     exc.StorageError: 503,
+    exc.LogsDeletedError: 410,
 }
 
 #: ``jobsup wait`` exit codes by terminal phase (README, "`jobsup wait` exit codes").

@@ -77,6 +77,36 @@ def test_store_error_at_api_boundary_is_a_storage_error(tmp_path: Path, store_er
     assert str(store_error) in str(err)
 
 
+def test_deleted_log_text_at_api_boundary_is_410_logs_deleted_not_a_storage_error() -> None:
+    """Log text deleted by retention is not an event-store failure: its own
+    type, HTTP 410 (a retry gets the same answer), the store's message as is."""
+    from starlette.testclient import TestClient
+
+    from store.errors import LogTextDeletedError
+    from supervisord.api.server import create_app
+
+    message = "run r1: its log text (lines 1..8) was deleted at T by prune (LogsDeleted, event seq 9, sha256:ab)"
+
+    class DeletedStore:
+        async def list_runs(self, **kwargs: Any) -> Any:
+            raise LogTextDeletedError(message)
+
+        async def last_seq(self) -> int:
+            return 0
+
+    async def doctor() -> list[dict[str, Any]]:
+        return []
+
+    app = create_app(supervisor=None, planner=None, store=DeletedStore(), info={}, doctor=doctor)  # type: ignore[arg-type]
+    with TestClient(app) as http:
+        resp = http.get("/v1/runs")
+    assert resp.status_code == 410, resp.text
+    assert resp.json()["error"]["type"] == "LogsDeletedError"
+    err = from_wire(resp.status_code, resp.json())
+    assert type(err) is exc.LogsDeletedError and not isinstance(err, exc.StorageError)
+    assert str(err) == message and err.errors == [message]
+
+
 def _serve(path: Path, status: int, body: Mapping[str, Any]) -> None:
     """An HTTP server on a Unix socket that answers ``/v1/health`` like a
     daemon and every other request with ``status`` and ``body``."""

@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.supervisord.jobsup_env import JobsupEnv, jobsup_env, make_repo
@@ -117,9 +119,53 @@ def test_delete_archives_and_run_dirs(js: JobsupEnv, tmp_path: Path) -> None:
     assert types[-3:] == ["LogsArchived", "LogsDeleted", "RunDirRemoved"]
     deleted = [e for e in _events(js, run_id) if e["type"] == "LogsDeleted"][0]
     out = js.cli("logs", run_id, check=False)
-    assert out.returncode == 1
-    assert f"deleted at {deleted['at']}" in out.stderr and deleted["data"]["sha256"] in out.stderr
+    assert out.returncode == 1 and out.stdout == ""
+    # A deliberate deletion, said as such: not an event-store failure.
+    assert out.stderr.startswith(f"error: run {run_id}: its log text (lines 1..{N + 1}) was deleted at {deleted['at']}")
+    assert f"by prune (LogsDeleted, event seq {deleted['seq']}, {deleted['data']['sha256']})" in out.stderr
+    assert "event store failed" not in out.stderr
+    # The API answers 410 Gone with its own type (503 would tell clients to retry).
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(js.socket)), base_url="http://jobsup/v1") as http:
+        for query in ("", "?tail=5", "?follow=1"):
+            resp = http.get(f"/runs/{run_id}/logs{query}")
+            assert resp.status_code == 410, (query, resp.text)
+            err = resp.json()["error"]
+            assert err["type"] == "LogsDeletedError" and "event store failed" not in err["message"], err
+            assert err["message"].startswith(f"run {run_id}: its log text (lines 1..{N + 1}) was deleted at")
     assert js.show(run_id)["phase"] == "COMPLETED"  # the run and its events stay
+
+
+def test_delete_archives_refuses_a_changed_archive(js: JobsupEnv, tmp_path: Path) -> None:
+    """A changed archive file is not deleted (nor recorded as deleted with a
+    digest it no longer has): the prune report names the file and both
+    digests, the file stays, and it is deleted once it is right again."""
+    repo = make_repo(tmp_path / "proj", {"emit.py": "for i in range(200): print('line', i)\n"})
+    run_id = js.submit(repo, "--", "python3 emit.py")
+    js.cli("wait", run_id, "--timeout", "120s")
+    assert _prune(js)["archive"]["run_ids"] == [run_id]
+    [archived] = [e for e in _events(js, run_id) if e["type"] == "LogsArchived"]
+    archive = js.state_dir / "archive" / f"{run_id}.jslog"
+    good = archive.read_bytes()
+    bad = bytearray(good)
+    bad[len(bad) // 2] ^= 0xFF
+    archive.write_bytes(bytes(bad))
+    out = js.cli("prune", "--older-than", "0s", "--delete-archives", "-o", "json")
+    report = json.loads(out.stdout)
+    assert report["delete_archives"]["run_ids"] == [] and report["delete_archives"]["runs"] == 0
+    [line] = report["errors"]
+    assert line.startswith(f"run {run_id}: its log archive {archive} does not match the digest"), line
+    assert archived["data"]["sha256"] in line and "the file is sha256:" in line and "not deleting it" in line
+    assert archive.read_bytes() == bytes(bad)  # kept for the operator
+    assert "LogsDeleted" not in [e["type"] for e in _events(js, run_id)]
+    text = js.cli("prune", "--older-than", "0s", "--delete-archives", check=False)
+    assert text.returncode == 0 and f"warning: run {run_id}: its log archive {archive}" in text.stderr
+    logs = js.cli("logs", run_id, check=False)
+    assert logs.returncode == 1 and "does not match the digest" in logs.stderr and "the file is sha256:" in logs.stderr
+    archive.write_bytes(good)  # restored: now it is deleted
+    assert _prune(js, "--delete-archives")["delete_archives"]["run_ids"] == [run_id]
+    assert not archive.exists()
+    [deleted] = [e for e in _events(js, run_id) if e["type"] == "LogsDeleted"]
+    assert deleted["data"]["sha256"] == archived["data"]["sha256"]
 
 
 def test_snapshots_no_run_needs_are_removed(js: JobsupEnv, tmp_path: Path) -> None:
@@ -167,3 +213,27 @@ def test_retention_config_is_validated_naming_the_key(tmp_path: Path) -> None:
         assert js.cli("config", "validate", check=False).returncode == 0
         bad = js.cli("prune", "--older-than", "soon", check=False)
         assert bad.returncode == 2 and "--older-than" in bad.stderr
+
+
+@pytest.mark.anyio
+async def test_mcp_logs_of_deleted_text_is_the_same_clear_error(js: JobsupEnv, tmp_path: Path) -> None:
+    """The MCP `logs` tool says what `jobsup logs` says: deleted by prune, not a store failure."""
+    import mcp_types as types
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    repo = make_repo(tmp_path / "proj", {"emit.py": "for i in range(20): print('line', i)\n"})
+    run_id = js.submit(repo, "--", "python3 emit.py")
+    js.cli("wait", run_id, "--timeout", "120s")
+    assert _prune(js, "--delete-archives")["delete_archives"]["run_ids"] == [run_id]
+    cli = js.cli("logs", run_id, check=False)
+    assert cli.returncode == 1
+    params = StdioServerParameters(command=sys.executable, args=["-m", "supervisord", "mcp"], env=js.env, cwd=str(repo))
+    with (tmp_path / "mcp-stderr.log").open("a") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            result = await session.call_tool("logs", {"run": run_id})
+    assert isinstance(result, types.CallToolResult) and result.is_error
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert text.startswith(f"run {run_id}: its log text (lines 1..20) was deleted at") and "by prune" in text
+    assert "event store failed" not in text and cli.stderr == f"error: {text}\n"
