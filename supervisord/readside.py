@@ -24,6 +24,7 @@ from store import PHASE_CHANGED, EventStore, RunStatus
 from store.types import PHASES
 from supervisord.exceptions import AmbiguousRunError, RunNotFoundError, UsageError
 from supervisord.lifecycle import reached
+from supervisord.runref import check_run_ref
 
 __all__ = ["HEARTBEAT_S", "RECENT_RUNS", "WAIT_CONDITIONS", "ReadSide", "resolve_run_id"]
 
@@ -40,11 +41,10 @@ WAIT_CONDITIONS: Final = ("terminal", "change")
 
 async def resolve_run_id(store: EventStore, ref: str) -> str:
     """The full run id for ``ref`` (an id or a unique prefix of 4+ hex
-    characters, any case). Raises UsageError (too short / not hex),
+    characters, any case: :mod:`supervisord.runref`). Raises UsageError
+    (not 4 to 12 hex characters),
     RunNotFoundError, AmbiguousRunError."""
-    ref = ref.strip().lower()
-    if len(ref) < 4 or any(c not in "0123456789abcdef" for c in ref):
-        raise UsageError(f"run id {ref!r}: give the 12-hex-character run id or a unique prefix of 4+ characters")
+    ref = check_run_ref(ref)
     ids = await store.match_run_ids(ref, limit=10)
     if not ids:
         raise RunNotFoundError(f"no run matches {ref!r} (see `jobsup runs --all`)")

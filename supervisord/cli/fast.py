@@ -115,13 +115,17 @@ def _runs(options: dict[str, Any], args: list[str]) -> int:
 
 def _show(options: dict[str, Any], args: list[str]) -> int:
     from supervisord.cli.reads import connected_client, show_command
+    from supervisord.runref import check_run_refs
 
+    check_run_refs(args)
     return show_command(connected_client(), args[0], options["output"])
 
 
 def _wait(options: dict[str, Any], args: list[str]) -> int:
     from supervisord.cli.reads import connected_client, wait_command, wait_timeout_s
+    from supervisord.runref import check_run_refs
 
+    check_run_refs(args)
     timeout_s = wait_timeout_s(options.get("timeout"))
     return wait_command(
         connected_client(),
@@ -135,7 +139,9 @@ def _wait(options: dict[str, Any], args: list[str]) -> int:
 
 def _logs(options: dict[str, Any], args: list[str]) -> int:
     from supervisord.cli.reads import connected_client, logs_command
+    from supervisord.runref import check_run_refs
 
+    check_run_refs(args)
     return logs_command(
         connected_client(),
         args[0],

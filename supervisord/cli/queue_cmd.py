@@ -14,6 +14,7 @@ import click
 
 from supervisord.cli.output import emit, info, output_option, warn
 from supervisord.cli.reads import connected_client
+from supervisord.runref import check_run_refs
 from supervisord.task import parse_env_pairs
 
 __all__ = ["hold", "queue", "release", "rerun", "scheduling_options", "take_scheduling"]
@@ -87,6 +88,7 @@ def queue(output: str) -> None:
 
 
 def _hold_or_release(action: str, runs_: tuple[str, ...], output: str) -> None:
+    check_run_refs(runs_)
     client = connected_client()
     done = [client.hold(ref) if action == "hold" else client.release(ref) for ref in runs_]
     if output != "table":
@@ -124,6 +126,7 @@ def rerun(run: str, env_pairs: tuple[str, ...], hold: bool, force: bool) -> None
     as a new run; print its id. Env values are not stored: each of the run's
     env names takes its value from --env, else from this environment."""
     given = parse_env_pairs(env_pairs)
+    check_run_refs([run])
     client = connected_client()
     names = sorted((client.show(run).get("submitted") or {}).get("env") or {})
     unknown = sorted(set(given) - set(names))

@@ -14,7 +14,7 @@ import click
 
 from store.types import PHASES
 from supervisord.api.client import Client
-from supervisord.api.wire import exit_code_for_phase
+from supervisord.api.wire import EXIT_UNREACHABLE, exit_code_for_phase
 from supervisord.cli.output import emit, info, output_option, warn
 from supervisord.cli.queue_cmd import scheduling_options, take_scheduling
 from supervisord.cli.reads import (
@@ -32,6 +32,7 @@ from supervisord.cli.reads import (
 )
 from supervisord.cli.shape import reject_shape_flags, shape_flag_options_without
 from supervisord.exceptions import AmbiguousRunError, DaemonUnreachableError, RunNotFoundError, TaskError, UsageError
+from supervisord.runref import check_run_refs
 from supervisord.task import BACKENDS, parse_env_pairs
 
 __all__ = ["submit", "runs", "show", "logs", "wait", "cancel", "events", "doctor", "EXIT_OTHER_PHASE", "RUN_COLUMNS"]
@@ -176,6 +177,7 @@ def runs(all_: bool, project: str | None, phase: str | None, output: str) -> Non
 @output_option()
 def show(run: str, output: str) -> None:
     """One run: phase, reason, times, handle, effective config."""
+    check_run_refs([run])
     show_command(connected_client(), run, output)
 
 
@@ -186,6 +188,7 @@ def show(run: str, output: str) -> None:
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def logs(run: str, follow: bool, tail: int | None, output: str) -> None:
     """Replay the run's stored log lines, then follow live ones with -f."""
+    check_run_refs([run])
     logs_command(connected_client(), run, follow=follow, tail=tail, output=output)
 
 
@@ -204,6 +207,7 @@ def wait(
     Exit codes: 0 COMPLETED (or the condition met), 1 ERROR, 3 CANCELED,
     4 DELETED, 124 timeout, 69 daemon unreachable.
     """
+    check_run_refs(runs_)
     timeout_s = wait_timeout_s(timeout)
     code = wait_command(connected_client(), list(runs_), for_=for_, timeout_s=timeout_s, after=after, output=output)
     ctx.exit(code)
@@ -217,6 +221,7 @@ def cancel(runs_: tuple[str, ...], output: str) -> None:
 
     Every id is resolved first: one that names no run (or several) exits 2
     naming it, and nothing is cancelled."""
+    check_run_refs(runs_)
     client = connected_client()
     run_ids = resolve_run_ids(client, runs_)
     done = [client.cancel(run_id) for run_id in run_ids]
@@ -264,6 +269,8 @@ def events(run: str | None, after: int, follow: bool, output: str) -> None:
     """The audit trail, oldest first: seq, time, run, version, type, data."""
     import json
 
+    if run is not None:
+        check_run_refs([run])
     client = connected_client()
     for ev in _events(client, run, after, follow):
         if output == "json":
@@ -281,13 +288,24 @@ def events(run: str | None, after: int, follow: bool, output: str) -> None:
 @output_option()
 @click.pass_context
 def doctor(ctx: click.Context, output: str) -> None:
-    """Check the daemon, the store and (when configured) Kubernetes access."""
+    """Check the daemon, the store and (when configured) Kubernetes access.
+
+    Exits 0 when every check is ok, 1 when one is not, 69 when no daemon
+    answers (the one check then is the daemon's, not ok)."""
     client = Client()
     try:
         client.connect()
     except DaemonUnreachableError as err:
-        emit([{"name": "daemon", "ok": False, "detail": str(err)}], output, columns=("name", "ok", "detail"))
-        ctx.exit(1)
+        _emit_checks([{"name": "daemon", "ok": False, "detail": str(err)}], output)
+        ctx.exit(EXIT_UNREACHABLE)
     checks = client.doctor()
-    emit(checks, output, columns=("name", "ok", "detail"))
+    _emit_checks(checks, output)
     ctx.exit(0 if all(c.get("ok") for c in checks) else 1)
+
+
+def _emit_checks(checks: list[dict[str, Any]], output: str) -> None:
+    """The doctor ``checks`` in ``output``: as they are for json/yaml; in
+    the table ``ok`` is the word ``yes`` or ``no``."""
+    if output == "table":
+        checks = [{**c, "ok": "yes" if c.get("ok") else "no"} for c in checks]
+    emit(checks, output, columns=("name", "ok", "detail"))

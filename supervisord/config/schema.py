@@ -378,6 +378,10 @@ def _describe(error: jsonschema.ValidationError, path: KeyPath) -> Iterable[tupl
             ),
         )
         return
+    if kind == "pattern" and error.validator_value == _DURATION["pattern"] and not is_secret_path(path):
+        # Every duration-valued key uses _DURATION: one message for them all.
+        yield path, f"{value!r} is not a duration; use e.g. 90s, 30m, 4h or 30d"
+        return
     if kind == "minLength":
         yield path, "must not be empty"
         return

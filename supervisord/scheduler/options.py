@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from supervisord.exceptions import TaskError
+from supervisord.runref import is_run_ref, normalize_run_ref
 
 __all__ = ["DEFAULT_QUEUE", "PRIORITY_MAX", "PRIORITY_MIN", "QUEUE_NAME", "parse_scheduling", "scheduling_of"]
 
@@ -45,8 +46,8 @@ def _refs(value: Any, flag: str) -> list[str]:
         raise TaskError(f"{flag}: at most {_MAX_DEPS} runs")
     out: list[str] = []
     for v in value:
-        ref = v.strip().lower()
-        if len(ref) < 4 or any(c not in "0123456789abcdef" for c in ref):
+        ref = normalize_run_ref(v)
+        if not is_run_ref(ref):
             raise TaskError(f"{flag}: {v!r} is not a run id (12 hex characters, or a unique prefix of 4+)")
         if ref not in out:
             out.append(ref)

@@ -579,6 +579,9 @@ def test_doctor_shows_kubernetes_as_na_without_kubeconfig_or_when_not_allowed(js
     assert r.returncode == 0, r.stdout + r.stderr
     checks = {c["name"]: c for c in json.loads(r.stdout)}
     assert checks["kubernetes"]["detail"].startswith("n/a: no kubeconfig")
+    table = js.cli("doctor", check=False).stdout.splitlines()
+    assert table[0].split()[:2] == ["NAME", "OK"] and "True" not in "\n".join(table), table
+    assert all(line.split()[1] == "yes" for line in table[1:] if line.startswith(("daemon ", "store "))), table
     js.stop_daemon()
     daemon_cfg = tmp_path / "daemon.yaml"
     daemon_cfg.write_text("allowed_backends: [local]\n")

@@ -403,5 +403,12 @@ def test_env_digests_are_keyed(js: JobsupEnv, repo: Path) -> None:
 
 def test_doctor_reports_a_missing_daemon(js: JobsupEnv) -> None:
     js.stop_daemon()
+    # Exit 69 as every command when no daemon answers; the table says no,
+    # not a Python bool.
     r = js.cli("doctor", check=False)
-    assert r.returncode == 1 and "daemon" in r.stdout
+    assert r.returncode == 69, r.stdout + r.stderr
+    row = r.stdout.splitlines()[1].split()
+    assert row[:2] == ["daemon", "no"], r.stdout
+    assert "False" not in r.stdout, r.stdout
+    r = js.cli("doctor", "-o", "json", check=False)
+    assert r.returncode == 69 and json.loads(r.stdout)[0]["ok"] is False, r.stdout

@@ -186,6 +186,19 @@ def test_validate_refuses_a_backend_the_daemon_does_not_allow(h: Home) -> None:
     assert str(h.conf / "daemon.yaml") in r.stderr
 
 
+@pytest.mark.parametrize("key", ["archive_logs_after", "run_dirs_after"])
+def test_validate_says_a_bad_duration_is_not_a_duration(h: Home, key: str) -> None:
+    # Every duration-valued key: a human message, not the schema's regex.
+    h.write(h.conf / "daemon.yaml", f"retention: {{{key}: 10x}}\n")
+    r = h.run("validate")
+    assert r.returncode == 2, r.stderr
+    assert (
+        f"{h.conf / 'daemon.yaml'} (daemon config): retention.{key}: "
+        "'10x' is not a duration; use e.g. 90s, 30m, 4h or 30d"
+    ) in r.stderr, r.stderr
+    assert "does not match" not in r.stderr and "[smhd]" not in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize(
     "variable,command",
     [("JOBSUP_CONFIG", "show"), ("JOBSUP_PROJECT_CONFIG", "validate"), ("JOBSUP_DAEMON_CONFIG", "show")],

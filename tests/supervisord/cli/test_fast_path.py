@@ -164,6 +164,47 @@ def test_same_output_and_exit_codes_as_the_click_path(js: JobsupEnv, tmp_path: P
         assert got[0] == 69 and got[1] == "", (args, got)
 
 
+#: Read and write commands given malformed run ids (not 4 to 12 hex).
+MALFORMED_ID_CASES = [
+    ["show", "abc"],
+    ["show", "zzzz"],
+    ["show", "-o", "json", "abcdef0123456"],
+    ["wait", "abc"],
+    ["wait", "abcd", "zzzz", "--timeout", "5s"],
+    ["logs", "zzzz"],
+    ["logs", "zzzz", "-f", "--tail", "1"],
+    ["cancel", "abc"],
+    ["hold", "zzzz"],
+    ["release", "g123"],
+    ["rerun", "abc"],
+    ["events", "zzzz"],
+]
+
+
+@pytest.mark.parametrize("args", MALFORMED_ID_CASES, ids=" ".join)
+def test_a_malformed_run_id_is_rejected_before_connecting(js: JobsupEnv, args: list[str]) -> None:
+    # No daemon and no autostart: the id is checked first, exit 2 with the
+    # daemon's own message (not 69), on the fast path and on click's.
+    fast = "from supervisord.entry import main; main()"
+    slow = "from supervisord.cli.main import main; main()"
+    got = _run(js, fast, args)
+    assert got == _run(js, slow, args), args
+    code, out, err = got
+    bad = next(a for a in args[1:] if a in ("abc", "zzzz", "abcdef0123456", "g123"))
+    assert code == 2 and out == "", got
+    assert f"error: run id {bad!r}: give the 12-hex-character run id or a unique prefix of 4+ characters" in err, err
+    assert "daemon" not in err, err
+
+
+@pytest.mark.parametrize("args", [["show", "abcd"], ["wait", "ABCDEF012345"], ["logs", "0000"], ["cancel", "abcd"]])
+def test_a_well_formed_unknown_id_without_daemon_is_still_69(js: JobsupEnv, args: list[str]) -> None:
+    fast = "from supervisord.entry import main; main()"
+    slow = "from supervisord.cli.main import main; main()"
+    got = _run(js, fast, args)
+    assert got == _run(js, slow, args), args
+    assert got[0] == 69 and "no jobsup daemon answers" in got[2], got
+
+
 #: A job whose log has lines on both streams, non-ASCII text and characters
 #: JSON escapes; :data:`CHATTY_LINES` are its lines (the stderr one may come
 #: anywhere: the two pipes are read apart).
