@@ -71,8 +71,14 @@ async def test_outcome_is_recorded_before_the_backlog_and_cancel_keeps_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(local_backend, "_EXIT_DRAIN_S", 0.0)
-    # Prints N lines, then sleeps past its 8 s timeout: the runner records DeadlineExceeded.
-    run_id, run_dir = await _submit_and_leave(tmp_path, f"{EMIT}; sleep 60", timeout_s=8)
+    # Prints N lines once the first supervisor has left (on a loaded machine it
+    # could otherwise record them all before it is stopped, leaving no
+    # backlog), then sleeps past its 20 s timeout: the runner records
+    # DeadlineExceeded.
+    go = tmp_path / "go"
+    wait_go = f"while [ ! -e {go} ]; do sleep 0.05; done"
+    run_id, run_dir = await _submit_and_leave(tmp_path, f"{wait_go}; {EMIT}; sleep 60", timeout_s=20)
+    go.touch()
     status = await _wait_exited(run_dir)
     assert status["reason"] == "DeadlineExceeded"
 
@@ -115,7 +121,10 @@ async def test_outcome_is_recorded_before_the_backlog_and_cancel_keeps_it(
 
 async def test_a_restart_during_a_pending_backlog_resumes_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(local_backend, "_EXIT_DRAIN_S", 0.0)
-    run_id, run_dir = await _submit_and_leave(tmp_path, f"sleep 1; {EMIT}; exit 3", timeout_s=600)
+    go = tmp_path / "go"  # the output starts once the first supervisor has left
+    wait_go = f"while [ ! -e {go} ]; do sleep 0.05; done"
+    run_id, run_dir = await _submit_and_leave(tmp_path, f"{wait_go}; {EMIT}; exit 3", timeout_s=600)
+    go.touch()
     await _wait_exited(run_dir)
     paths = Paths(state_dir=tmp_path / "state", socket=tmp_path / "s.sock")
     store = await EventStore.open(paths.database)
