@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["JobsupEnv", "jobsup_env", "make_repo"]
+__all__ = ["JobsupEnv", "live_pids_with_arg", "jobsup_env", "make_repo"]
 
 
 def make_repo(path: Path, files: Mapping[str, str]) -> Path:
@@ -48,6 +48,24 @@ def jobsup_env(root: Path, *, daemon: bool = False) -> Iterator[JobsupEnv]:
         yield env
     finally:
         env.close()
+
+
+def live_pids_with_arg(marker: str) -> list[int]:
+    """PIDs of live (not zombie) processes whose NUL-separated command line
+    contains ``marker`` (e.g. ``"sleep\\x001021"``): to check what a run left
+    behind."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+            state = Path(f"/proc/{entry}/stat").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmd and b") Z " not in state:
+            pids.append(int(entry))
+    return pids
 
 
 class JobsupEnv:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.supervisord.jobsup_env import JobsupEnv, make_repo
+from tests.supervisord.jobsup_env import JobsupEnv, live_pids_with_arg, make_repo
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.daemon]  # js: the daemon runs
 
@@ -264,37 +264,23 @@ def test_submit_follow_exits_like_wait(js: JobsupEnv, repo: Path) -> None:
     assert "about to fail" in r.stdout and "NonZeroExit" in r.stderr
 
 
-def _alive_with_arg(marker: str) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
-                state = Path(f"/proc/{entry}/stat").read_bytes()
-            except OSError:
-                continue
-            if marker.encode() in cmd and b") Z " not in state:
-                pids.append(int(entry))
-    return pids
-
-
 def test_cancel_reaches_processes_that_left_the_group(js: JobsupEnv, repo: Path) -> None:
     # One escapes with setsid, one also ignores SIGTERM; both must be gone.
     cmd = 'setsid sleep 1003 & ( setsid bash -c "trap \\"\\" TERM; exec sleep 1005" & ); echo started; wait'
     run_id = js.submit(repo, "--", cmd)
     assert js.cli("wait", run_id, "--for", "RUNNING", "--timeout", "30s", check=False).returncode == 0
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and len(_alive_with_arg("sleep\x00100")) < 2:
+    while time.monotonic() < deadline and len(live_pids_with_arg("sleep\x00100")) < 2:
         time.sleep(0.05)
-    assert _alive_with_arg("sleep\x001003") and _alive_with_arg("sleep\x001005")
+    assert live_pids_with_arg("sleep\x001003") and live_pids_with_arg("sleep\x001005")
     js.cli("cancel", run_id)
-    assert _alive_with_arg("sleep\x001003") == [] and _alive_with_arg("sleep\x001005") == []
+    assert live_pids_with_arg("sleep\x001003") == [] and live_pids_with_arg("sleep\x001005") == []
 
 
 def test_a_daemonized_leftover_is_stopped_when_the_job_ends(js: JobsupEnv, repo: Path) -> None:
     run_id = js.submit(repo, "--", "( setsid sleep 1007 & ); echo done")
     assert js.cli("wait", run_id, check=False).returncode == 0
-    assert _alive_with_arg("sleep\x001007") == []
+    assert live_pids_with_arg("sleep\x001007") == []
 
 
 def test_lost_run_leaves_nothing_running(js: JobsupEnv, repo: Path) -> None:
@@ -304,7 +290,7 @@ def test_lost_run_leaves_nothing_running(js: JobsupEnv, repo: Path) -> None:
     os.kill(status["runner_pid"], signal.SIGKILL)
     r = js.cli("wait", run_id, "-o", "json", "--timeout", "30s", check=False)
     assert r.returncode == 1 and json.loads(r.stdout)[0]["reason"] == "Lost"
-    assert _alive_with_arg("sleep\x001009") == []
+    assert live_pids_with_arg("sleep\x001009") == []
 
 
 def test_symlinks_in_the_repo_are_kept(js: JobsupEnv, repo: Path, tmp_path: Path) -> None:

@@ -13,24 +13,9 @@ import httpx
 import pytest
 
 from supervisord.backends.local.backend import run_processes
-from tests.supervisord.jobsup_env import JobsupEnv
+from tests.supervisord.jobsup_env import JobsupEnv, live_pids_with_arg
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.daemon]
-
-
-def _alive_with_arg(marker: str) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
-            state = Path(f"/proc/{entry}/stat").read_bytes()
-        except OSError:
-            continue
-        if marker.encode() in cmd and b") Z " not in state:
-            pids.append(int(entry))
-    return pids
 
 
 def test_cancel_after_a_normal_exit_keeps_completed(js: JobsupEnv, repo: Path) -> None:
@@ -81,7 +66,7 @@ def test_a_job_cannot_rewrite_its_own_status(js: JobsupEnv, repo: Path) -> None:
         time.sleep(0.1)
     time.sleep(2)  # several status polls
     assert js.show(run_id)["phase"] == "RUNNING"
-    assert _alive_with_arg("sleep\x001021")
+    assert live_pids_with_arg("sleep\x001021")
     # The daemon refused the forged record, or the runner had already put its own back.
     runner_log = (js.state_dir / "runs" / run_id / "runner.log").read_text()
     assert "local.status_rejected" in js.daemon_log.read_text() or "rewritten" in runner_log
@@ -97,13 +82,13 @@ def test_lost_kills_setsid_survivors(js: JobsupEnv, repo: Path) -> None:
     run_id = js.submit(repo, "--", "setsid sleep 1031 & ( setsid sleep 1033 & ); echo started; sleep 1035")
     assert js.cli("wait", run_id, "--for", "RUNNING", "--timeout", "30s", check=False).returncode == 0
     deadline = time.monotonic() + 10
-    while len(_alive_with_arg("sleep\x00103")) < 3:
+    while len(live_pids_with_arg("sleep\x00103")) < 3:
         assert time.monotonic() < deadline
         time.sleep(0.05)
     os.kill(js.runner_status(run_id)["runner_pid"], signal.SIGKILL)
     r = js.cli("wait", run_id, "-o", "json", "--timeout", "30s", check=False)
     assert r.returncode == 1 and json.loads(r.stdout)[0]["reason"] == "Lost"
-    assert _alive_with_arg("sleep\x00103") == []
+    assert live_pids_with_arg("sleep\x00103") == []
 
 
 def _rss_kb(pid: int) -> int:
