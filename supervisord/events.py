@@ -237,8 +237,7 @@ HOOK_FAILED: Final = define(
     },
 )
 
-# -- log ingestion (written once the `logs` branch is merged; defined ahead so
-# the catalog and the schemas are ready) --------------------------------------------
+# -- log ingestion ---------------------------------------------------------------
 
 LOG_INGEST_PENDING: Final = define(
     "LogIngestPending",
