@@ -143,8 +143,10 @@ def split_block(buf: bytes, base_offset: int, final: bool, stream: str, source: 
     explicit positions.
     """
     cut = buf.rfind(b"\n") + 1
-    if cut and _clean(buf[:cut]) and not (final and cut < len(buf)):
-        return LogBlock(stream, source, buf[:cut], start=base_offset), cut
+    if cut and not (final and cut < len(buf)):
+        text = buf[:cut]  # one copy (none when buf ends with a newline)
+        if _clean(text):
+            return LogBlock(stream, source, text, start=base_offset), cut
     lines, consumed = split_lines(buf, base_offset, final)
     if not lines:
         return None, consumed

@@ -50,8 +50,11 @@ __all__ = ["FORMATS", "logs_response"]
 FORMATS = ("text", "ndjson", "blocks")
 _HEARTBEAT_S = 5.0
 _NDJSON = "application/x-ndjson"
-#: Blocks read per database query in a replay (each up to 4 MiB).
+#: Blocks read per database query in a replay (each up to 4 MiB) ...
 _BLOCKS_PER_READ = 4
+#: ... except the first read of a response: one block, so the first line
+#: leaves after one block is read, not four.
+_FIRST_READ_BLOCKS = 1
 
 
 def _dumps(obj: Any) -> bytes:
@@ -100,8 +103,10 @@ async def logs_response(request: Request, supervisor: Supervisor, store: EventSt
 
     async def text_pages(cursor: int) -> AsyncIterator[tuple[int, int, bytes]]:
         """``(first_line, last_line, text)`` of what is stored after ``cursor``, up to ``stop``."""
+        blocks = _FIRST_READ_BLOCKS
         while cursor < stop:
-            last, text = await store.log_text(run_id, cursor, _BLOCKS_PER_READ)
+            last, text = await store.log_text(run_id, cursor, blocks)
+            blocks = _BLOCKS_PER_READ
             if last == cursor:
                 return
             if last > stop:

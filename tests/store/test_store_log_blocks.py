@@ -11,6 +11,7 @@ import pytest
 from store_helpers import lines, submitted
 
 from store import MAX_LINE_BYTES, EventStore, LogBlock, split_block, split_lines
+from store.logblocks import lines_after, skip_lines, skip_offset
 
 pytestmark = pytest.mark.anyio
 
@@ -122,3 +123,34 @@ async def test_malformed_blocks_are_refused(store: EventStore) -> None:
     with pytest.raises(ValueError, match="must not hold a newline"):
         await store.append("r1", 1, [lines([("1", "two\nlines")])])
     assert (await store.get_run("r1")).version == 1  # type: ignore[union-attr]
+
+
+def _naive_skip(text: bytes, n: int) -> tuple[int, int]:
+    """The reference for skip_offset: one newline at a time."""
+    at = skipped = 0
+    while skipped < n:
+        nl = text.find(b"\n", at)
+        if nl < 0:
+            break
+        at, skipped = nl + 1, skipped + 1
+    return at, skipped
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_skipping_lines_by_window_matches_a_newline_at_a_time(seed: int) -> None:
+    """skip_offset / skip_lines / lines_after (the paging behind ``logs
+    --tail`` and ``after_line``) agree with a one-newline-at-a-time scan on
+    texts whose lines straddle the 64 KiB windows, including empty lines,
+    a text of only newlines and asking for more lines than there are."""
+    rng = random.Random(seed)
+    texts = [b"", b"\n" * 70_000, b"x" * 200_000 + b"\n"]
+    for _ in range(6):
+        texts.append(b"".join(b"y" * rng.choice([0, 1, 79, 5000, 70_000]) + b"\n" for _ in range(rng.randint(1, 400))))
+    for text in texts:
+        total = text.count(b"\n")
+        for n in {0, 1, 2, total // 2, total - 1, total, total + 5, *(rng.randint(0, total + 2) for _ in range(20))}:
+            if n < 0:
+                continue
+            assert skip_offset(text, n) == _naive_skip(text, n), (len(text), n)
+            assert skip_lines(text, n) == text[_naive_skip(text, n)[0] :]
+            assert lines_after(text, n, total) == text[_naive_skip(text, n)[0] :]
