@@ -18,9 +18,6 @@ None, and the caller hands the arguments to click, which then answers
 
 from __future__ import annotations
 
-import errno
-import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -164,13 +161,15 @@ def main(argv: list[str]) -> int | None:
     None when this module does not handle it (see the module docstring).
     Errors are reported as the click path's ``main`` reports them: one
     ``error:`` line and exit 69, 2 or 1; ``aborted`` and 130 on Ctrl-C;
-    exit 1 when stdout is a closed pipe."""
+    when stdout's reader has gone, nothing more and the command's own exit
+    code (:data:`~supervisord.cli.reads.EXIT_OUTPUT_CLOSED` when it was
+    still writing)."""
     parsed = parse(argv)
     if parsed is None:
         return None
     command, options, args = parsed
     from supervisord.cli.output import echo
-    from supervisord.cli.reads import error_exit_code
+    from supervisord.cli.reads import EXIT_OUTPUT_CLOSED, error_exit_code, output_closed
     from supervisord.exceptions import JobsupError
 
     try:
@@ -183,9 +182,6 @@ def main(argv: list[str]) -> int | None:
         echo(f"error: {err}", err=True)
         return error_exit_code(err)
     except OSError as err:
-        if err.errno != errno.EPIPE:
+        if not output_closed(err):
             raise
-        # As click does: nothing more reaches the closed pipe, exit 1.
-        devnull = open(os.devnull, "w")  # noqa: SIM115 - lives until exit
-        sys.stdout = sys.stderr = devnull
-        return 1
+        return EXIT_OUTPUT_CLOSED

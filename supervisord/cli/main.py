@@ -69,6 +69,20 @@ class LazyGroup(click.Group):
             self.add_command(command, cmd_name)
         return self.commands.get(cmd_name)
 
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the subcommand. When stdout's reader has gone (``jobsup
+        events | head -1``) it ends quietly with
+        :data:`~supervisord.cli.reads.EXIT_OUTPUT_CLOSED`, not click's
+        exit 1: a closed pipe is not an error of jobsup."""
+        try:
+            return super().invoke(ctx)
+        except OSError as err:
+            from supervisord.cli.reads import EXIT_OUTPUT_CLOSED, output_closed
+
+            if not output_closed(err):
+                raise
+            raise click.exceptions.Exit(EXIT_OUTPUT_CLOSED) from None
+
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="jobsup")

@@ -14,7 +14,9 @@ JobsupError for the caller to report (:func:`error_exit_code`).
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -27,12 +29,15 @@ from supervisord.exceptions import AmbiguousRunError, DaemonUnreachableError, Jo
 
 __all__ = [
     "EXIT_OTHER_PHASE",
+    "EXIT_OUTPUT_CLOSED",
+    "check_output_open",
     "RUN_COLUMNS",
     "connected_client",
     "emit_json_line",
     "error_exit_code",
     "follow_logs",
     "logs_command",
+    "output_closed",
     "reconnecting",
     "runs_command",
     "show_command",
@@ -49,7 +54,57 @@ RUN_COLUMNS = ("id", "project", "name", "backend", "phase", "reason", "exit_code
 #: ``wait --for PHASE`` with a terminal PHASE: the run ended COMPLETED instead.
 EXIT_OTHER_PHASE = 5
 
+#: The exit status of a command whose stdout's reader went away before it
+#: was done (``jobsup logs RUN | head -1``): not an error of jobsup, so the
+#: status of a command that succeeded (README, "Commands"). Commands whose
+#: status reports an outcome (``wait``, ``submit --follow``) keep it.
+EXIT_OUTPUT_CLOSED = 0
+
 _RECONNECT_WINDOW_S = 120.0
+
+
+def _reader_gone(fd: int) -> bool:
+    """True when ``fd`` is a pipe (or socket) whose reading end is closed:
+    ``poll`` reports POLLERR (POLLHUP for a socket) for it. False for a
+    terminal, a file, an open pipe or a closed ``fd``."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def output_closed(err: BaseException) -> bool:
+    """True when ``err`` is the EPIPE of writing to a stdout or stderr
+    whose reader has gone (``jobsup logs RUN | head -1``); those file
+    descriptors then point at ``/dev/null``, so nothing written later (nor
+    Python's flush at exit of what its buffers still hold) fails or says
+    anything. False for any other error (an EPIPE of the daemon's socket
+    included), which the caller re-raises."""
+    if not isinstance(err, OSError) or err.errno != errno.EPIPE:
+        return False
+    gone = [fd for fd in (1, 2) if _reader_gone(fd)]
+    if not gone:
+        return False
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in gone:
+            os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+    return True
+
+
+def check_output_open() -> None:
+    """Raise BrokenPipeError when stdout's reader has gone: a following
+    command (``logs -f``, ``events -f``) calls it on each heartbeat, so
+    ``jobsup events -f | head -1`` ends once ``head`` has, instead of
+    waiting for something new to fail to write."""
+    if _reader_gone(1):
+        raise BrokenPipeError(errno.EPIPE, "stdout's reader has gone")
 
 
 def error_exit_code(err: JobsupError) -> int:
@@ -234,14 +289,20 @@ def wait_command(
         if "result" in obj:
             result = obj["result"]
     runs_out = result.get("runs") or []
-    if output != "table":
-        emit(runs_out, output)
+    code = EXIT_WAIT_TIMEOUT if result.get("timed_out") else wait_exit_code(for_, runs_out)
+    try:
+        if output != "table":
+            emit(runs_out, output)
+    except OSError as err:
+        # Stdout's reader went away: the outcome is still the exit code,
+        # and the human lines still go to stderr.
+        if not output_closed(err):
+            raise
     for r in runs_out:
         info(f"run {r['id']}: {r['phase']}" + (f" ({r['reason']})" if r.get("reason") else ""))
     if result.get("timed_out"):
         info("wait: timed out")
-        return EXIT_WAIT_TIMEOUT
-    return wait_exit_code(for_, runs_out)
+    return code
 
 
 def emit_json_line(obj: dict[str, Any], *, flush: bool = True) -> None:
@@ -268,7 +329,9 @@ def follow_logs(client: Client, ref: str, *, tail: int | None = None, output: st
     object per line, as ``GET /runs/{ref}/logs?format=ndjson``). When the
     daemon goes away it reconnects and resumes after the last line printed
     (:func:`reconnecting`). Returns the ended run (``{}`` if the stream
-    ended without one); says on stderr how it ended."""
+    ended without one); says on stderr how it ended. Raises OSError
+    (``EPIPE``: :func:`output_closed`) when stdout's reader has gone,
+    also while no line comes (:func:`check_output_open`)."""
     end: dict[str, Any] = {}
     # The cursor is a line number from the start, also with --tail: the
     # tail's first line is found once (lines are numbered 1..log_lines), so
@@ -298,6 +361,8 @@ def follow_logs(client: Client, ref: str, *, tail: int | None = None, output: st
                 write_stdout_bytes(obj["text"].encode() + b"\n")
         elif "end" in obj:
             end = obj["end"]
+        elif "heartbeat" in obj:
+            check_output_open()
     if end:
         info(
             f"run {end['id']}: {end['phase']}" + (f" ({end['reason']}: {end['message']})" if end.get("reason") else "")

@@ -20,10 +20,12 @@ from supervisord.cli.queue_cmd import scheduling_options, take_scheduling
 from supervisord.cli.reads import (
     EXIT_OTHER_PHASE,
     RUN_COLUMNS,
+    check_output_open,
     connected_client,
     emit_json_line,
     follow_logs,
     logs_command,
+    output_closed,
     reconnecting,
     runs_command,
     show_command,
@@ -127,7 +129,13 @@ def submit(
         click.echo(run_id)
         return
     info(f"submitted run {run_id}")
-    run = follow_logs(client, run_id)
+    try:
+        run = follow_logs(client, run_id)
+    except OSError as err:
+        if not output_closed(err):
+            raise
+        # The log's reader went away: the exit code still says how the run ended.
+        ctx.exit(wait_command(client, [run_id], for_="terminal", timeout_s=None, after=None, output="table"))
     ctx.exit(exit_code_for_phase(run["phase"]))
 
 
@@ -258,6 +266,8 @@ def _events(client: Client, run: str | None, after: int, follow: bool) -> Iterat
         if "seq" in obj:
             cursor["after"] = obj["seq"]
             yield obj
+        elif "heartbeat" in obj:
+            check_output_open()
 
 
 @click.command("events")
