@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from supervisord.cli.output import emit, info, output_option, warn
-from supervisord.cli.reads import connected_client
+from supervisord.cli.reads import connected_client, resolve_runs
 from supervisord.runref import check_run_refs
 from supervisord.task import parse_env_pairs
 
@@ -88,9 +88,13 @@ def queue(output: str) -> None:
 
 
 def _hold_or_release(action: str, runs_: tuple[str, ...], output: str) -> None:
+    """Hold or release ``runs_``: every ref is resolved, and each run checked
+    to be QUEUED, before any is touched (UsageError, exit 2, naming each
+    bad one; nothing done)."""
     check_run_refs(runs_)
     client = connected_client()
-    done = [client.hold(ref) if action == "hold" else client.release(ref) for ref in runs_]
+    run_ids = [r["id"] for r in resolve_runs(client, runs_, only_queued="held" if action == "hold" else "released")]
+    done = [client.hold(run_id) if action == "hold" else client.release(run_id) for run_id in run_ids]
     if output != "table":
         emit(done, output)
         return

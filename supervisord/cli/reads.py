@@ -39,6 +39,7 @@ __all__ = [
     "logs_command",
     "output_closed",
     "reconnecting",
+    "resolve_runs",
     "runs_command",
     "show_command",
     "show_document",
@@ -150,6 +151,32 @@ def reconnecting(client: Client, open_stream: Callable[[], Iterator[dict[str, An
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.5)
+
+
+def resolve_runs(
+    client: Client, refs: tuple[str, ...] | list[str], *, only_queued: str | None = None
+) -> list[dict[str, Any]]:
+    """The run object of each of ``refs`` (ids or unique prefixes), in
+    order and without duplicates, so that a command on several runs does
+    all or nothing (as kubectl does): raises one UsageError naming every
+    ref that matches no run or several and, with ``only_queued`` (the
+    action: ``held``, ``released``), every run that is not QUEUED, ending
+    ``nothing was done`` when several refs were given. Call it before
+    acting on any of them."""
+    found: dict[str, dict[str, Any]] = {}
+    bad: list[str] = []
+    for ref in refs:
+        try:
+            run = dict(client.show(ref)["run"])
+        except (RunNotFoundError, AmbiguousRunError, UsageError) as err:
+            bad.append(str(err))
+            continue
+        if only_queued and run["phase"] != "QUEUED":
+            bad.append(f"run {run['id']} is {run['phase']}: only a queued run can be {only_queued}")
+        found.setdefault(str(run["id"]), run)
+    if bad:
+        raise UsageError("; ".join(dict.fromkeys(bad)) + ("" if len(refs) == 1 else "; nothing was done"))
+    return list(found.values())
 
 
 def runs_command(client: Client, *, all_: bool, project: str | None, phase: str | None, output: str) -> int:

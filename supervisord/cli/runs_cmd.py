@@ -27,13 +27,14 @@ from supervisord.cli.reads import (
     logs_command,
     output_closed,
     reconnecting,
+    resolve_runs,
     runs_command,
     show_command,
     wait_command,
     wait_timeout_s,
 )
 from supervisord.cli.shape import reject_shape_flags, shape_flag_options_without
-from supervisord.exceptions import AmbiguousRunError, DaemonUnreachableError, RunNotFoundError, TaskError, UsageError
+from supervisord.exceptions import DaemonUnreachableError, TaskError
 from supervisord.runref import check_run_refs
 from supervisord.task import BACKENDS, parse_env_pairs
 
@@ -231,33 +232,13 @@ def cancel(runs_: tuple[str, ...], output: str) -> None:
     naming it, and nothing is cancelled."""
     check_run_refs(runs_)
     client = connected_client()
-    run_ids = resolve_run_ids(client, runs_)
+    run_ids = [r["id"] for r in resolve_runs(client, runs_)]
     done = [client.cancel(run_id) for run_id in run_ids]
     if output != "table":
         emit(done, output)
         return
     for r in done:
         info(f"run {r['id']}: {r['phase']}")
-
-
-def resolve_run_ids(client: Client, refs: tuple[str, ...] | list[str]) -> list[str]:
-    """The full run id of each of ``refs`` (ids or unique prefixes), in
-    order and without duplicates, or UsageError naming every ref that
-    matches no run or several (so a command on several runs does all or
-    nothing, as kubectl does)."""
-    ids: list[str] = []
-    bad: list[str] = []
-    for ref in refs:
-        try:
-            run_id = str(client.show(ref)["run"]["id"])
-        except (RunNotFoundError, AmbiguousRunError, UsageError) as err:
-            bad.append(str(err))
-            continue
-        if run_id not in ids:
-            ids.append(run_id)
-    if bad:
-        raise UsageError("; ".join(bad) + ("" if len(refs) == 1 else "; nothing was done"))
-    return ids
 
 
 def _events(client: Client, run: str | None, after: int, follow: bool) -> Iterator[dict[str, Any]]:

@@ -310,6 +310,36 @@ def test_cancel_with_a_bad_id_cancels_nothing(live: JobsupEnv, repo: Path) -> No
     live.cli("cancel", a, b)
 
 
+@pytest.mark.parametrize("action", ["hold", "release"])
+def test_hold_and_release_with_a_bad_id_do_nothing(live: JobsupEnv, repo: Path, action: str) -> None:
+    """``jobsup hold A BAD`` resolves every id (and checks each run is
+    QUEUED) before it touches any: one line naming each bad one, exit 2,
+    no Held / HoldReleased recorded for A."""
+    done = live.submit(repo, "--name", "done", "--", "true")
+    live.cli("wait", done)
+    blocker = live.submit(repo, "--name", "blocker", "--", "sleep 300")
+    # QUEUED until the blocker ends; held too for release.
+    hold = ["--hold"] if action == "release" else []
+    a = live.submit(repo, "--name", "a", "--after", blocker, *hold, "--", "true")
+    b = live.submit(repo, "--name", "b", "--after", blocker, *hold, "--", "true")
+
+    def events_of_a_and_b() -> list[str]:
+        return [line for run in (a, b) for line in live.cli("events", run, "-o", "json").stdout.splitlines()]
+
+    before = events_of_a_and_b()
+    for args in ([a, "ffff0000"], [a, b, "ffff0000"], [a, done], [a, "ffff0000", done]):
+        r = live.cli(action, *args, check=False)
+        assert r.returncode == 2, (args, r.stderr)
+        assert r.stdout == "" and r.stderr.count("\n") == 1 and r.stderr.startswith("error: "), (args, r.stderr)
+        assert r.stderr.rstrip().endswith("nothing was done"), r.stderr
+        if "ffff0000" in args:
+            assert "ffff0000" in r.stderr, r.stderr
+        if done in args:
+            assert f"run {done} is COMPLETED: only a queued run can be" in r.stderr, r.stderr
+    assert events_of_a_and_b() == before
+    live.cli("cancel", a, b, blocker)
+
+
 # -- logs -f --tail N resumes after a reconnect --------------------
 
 
