@@ -41,6 +41,7 @@ __all__ = [
     "PRIMARY_LABEL",
     "SCRIPT_ENV",
     "LintResult",
+    "contract_error",
     "describe",
     "lint_manifest",
     "lint_primary_job",
@@ -134,13 +135,28 @@ def _is_batch_job(obj: Mapping[str, Any]) -> bool:
     return obj.get("kind") == "Job" and obj.get("apiVersion") == "batch/v1"
 
 
-def lint_manifest(objects: Sequence[Mapping[str, Any]], *, namespace: str) -> LintResult:
+def contract_error(manifest_path: str, errors: Sequence[str], *, what: str = "") -> ManifestError:
+    """The ManifestError for contract violations ``errors`` of the manifest
+    at repository-relative ``manifest_path``: each line (``.errors``, as
+    the API, the MCP tools and the web page show them) starts with that
+    path, and the message says ``PATH breaks the jobsup run contract (N
+    problems):`` (``what``, e.g. ``with kubernetes.pod_config merged``,
+    after PATH) then the lines."""
+    lines = [f"{manifest_path}: {e}" for e in errors]
+    count = "1 problem" if len(lines) == 1 else f"{len(lines)} problems"
+    head = f"{manifest_path}{' ' + what if what else ''} breaks the jobsup run contract ({count}):"
+    return ManifestError(head + "".join(f"\n  - {e}" for e in lines), errors=lines)
+
+
+def lint_manifest(objects: Sequence[Mapping[str, Any]], *, namespace: str, manifest_path: str) -> LintResult:
     """Check ``objects`` (parsed, flattened, token already replaced) against
-    the run contract for a run in ``namespace``.
+    the run contract for a run in ``namespace``; ``manifest_path`` is the
+    manifest's repository-relative path, which every error names.
 
     Returns the primary Job and the script container. Raises ManifestError
-    whose ``errors`` lists every violation (one line each, naming the object
-    as ``Kind/name`` and the change to make) when any rule is broken.
+    (:func:`contract_error`) whose ``errors`` lists every violation (one
+    line each, naming the file, the object as ``Kind/name``, the key and
+    the change to make) when any rule is broken.
     """
     errors: list[str] = []
     for index, obj in enumerate(objects):
@@ -150,7 +166,7 @@ def lint_manifest(objects: Sequence[Mapping[str, Any]], *, namespace: str) -> Li
     primary: int | None = None
     if not jobs:
         errors.append(
-            "the manifest has no batch/v1 Job: add one (apiVersion: batch/v1, kind: Job); "
+            "kind: the manifest has no batch/v1 Job: add one (apiVersion: batch/v1, kind: Job); "
             "its completion or failure is the run's outcome"
         )
     elif len(jobs) == 1:
@@ -163,11 +179,7 @@ def lint_manifest(objects: Sequence[Mapping[str, Any]], *, namespace: str) -> Li
         job_errors, script_container = _lint_primary(objects[primary], primary)
         errors.extend(job_errors)
     if errors:
-        count = "1 problem" if len(errors) == 1 else f"{len(errors)} problems"
-        raise ManifestError(
-            f"the manifest breaks the jobsup run contract ({count}):\n" + "\n".join(f"  - {e}" for e in errors),
-            errors=errors,
-        )
+        raise contract_error(manifest_path, errors)
     assert primary is not None
     return LintResult(primary_index=primary, script_container=script_container)
 
@@ -193,7 +205,7 @@ def _lint_object(obj: Mapping[str, Any], index: int, namespace: str) -> list[str
         errors.append(f"{who}: kind is missing; set it (e.g. Job, Service, ConfigMap)")
     elif kind in CLUSTER_SCOPED_KINDS:
         errors.append(
-            f"{who}: {kind} is cluster-scoped; a run creates only namespaced objects in namespace "
+            f"{who}: kind {kind} is cluster-scoped; a run creates only namespaced objects in namespace "
             f"{namespace!r} — create it outside jobsup (e.g. with kubectl) and remove it from the manifest"
         )
     elif kind == "Job" and str(api_version).startswith("batch/") and api_version != "batch/v1":
@@ -223,7 +235,9 @@ def _lint_object(obj: Mapping[str, Any], index: int, namespace: str) -> list[str
             "(lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)"
         )
     elif _is_batch_job(obj) and len(name) > 63:
-        errors.append(f"{who}: a Job name may have at most 63 characters (it becomes a pod label); shorten it")
+        errors.append(
+            f"{who}: metadata.name: a Job name may have at most 63 characters (it becomes a pod label); shorten it"
+        )
     ns = meta.get("namespace")
     if ns is not None and ns != namespace:
         errors.append(
@@ -258,13 +272,13 @@ def _pick_primary(objects: Sequence[Mapping[str, Any]], jobs: list[int], errors:
     names = ", ".join(describe(objects[i], i) for i in jobs)
     if not marked:
         errors.append(
-            f"the manifest has {len(jobs)} Jobs ({names}): label exactly one with "
+            f"metadata.labels.{PRIMARY_LABEL}: the manifest has {len(jobs)} Jobs ({names}): label exactly one with "
             f'{PRIMARY_LABEL}: "true" so jobsup knows whose completion is the run\'s outcome'
         )
     else:
         marked_names = ", ".join(describe(objects[i], i) for i in marked)
         errors.append(
-            f'{len(marked)} Jobs are labelled {PRIMARY_LABEL}: "true" ({marked_names}); '
+            f'metadata.labels.{PRIMARY_LABEL}: {len(marked)} Jobs are labelled {PRIMARY_LABEL}: "true" ({marked_names}); '
             "exactly one may be the primary — remove the label from the others"
         )
     return None
@@ -312,7 +326,7 @@ def _lint_primary(job: Mapping[str, Any], index: int) -> tuple[list[str], str]:
     referencing: list[str] = []
     for ci, container in enumerate(containers):
         if not isinstance(container, dict):
-            errors.append(f"{who}: containers[{ci}] is not a mapping")
+            errors.append(f"{who}: spec.template.spec.containers[{ci}] is not a mapping")
             continue
         cname = container.get("name")
         cwho = f"{who} container {cname!r}" if isinstance(cname, str) and cname else f"{who} containers[{ci}]"
@@ -337,18 +351,18 @@ def _lint_primary(job: Mapping[str, Any], index: int) -> tuple[list[str], str]:
                     )
         if mentions:
             if not isinstance(cname, str) or not cname:
-                errors.append(f"{cwho}: the container that runs the script needs a name")
+                errors.append(f"{cwho}: name is missing; the container that runs the script needs a name")
             referencing.append(cname if isinstance(cname, str) else "")
 
     if not referencing:
         errors.append(
-            f"{who}: no container references {SCRIPT_ENV}; the container that runs the task must, "
+            f"{who}: spec.template.spec.containers: no container references {SCRIPT_ENV} in command or args; the container that runs the task must, "
             f"e.g. {EVAL_FORM} (the script waits for the source snapshot, extracts it and runs the command)"
         )
     elif len(referencing) > 1:
         names = ", ".join(repr(n) for n in referencing)
         errors.append(
-            f"{who}: {len(referencing)} containers reference {SCRIPT_ENV} ({names}); exactly one "
+            f"{who}: spec.template.spec.containers: {len(referencing)} containers reference {SCRIPT_ENV} ({names}); exactly one "
             "container runs the task — remove the reference from the others"
         )
     script = referencing[0] if len(referencing) == 1 else ""

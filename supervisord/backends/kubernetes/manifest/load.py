@@ -98,13 +98,19 @@ def load_manifest_at_commit(repo: Path, commit: str, path: str) -> str:
 
     Reads the committed blob (``git show COMMIT:PATH``), never the working
     tree. Raises ManifestError when ``path`` is absolute or leaves the
-    repository, when the commit has no such file (the message says to write
-    and commit it, and how to point at another path), or when it is not
+    repository, when the commit has no such file (the message says to
+    commit it when the working tree of ``repo`` has it, else to write and
+    commit it, and how to point at another path), or when it is not
     UTF-8. Raises SourceError when git itself fails.
     """
     rel = _check_manifest_path(path)
     data = read_file_at(repo, commit, rel)
     if data is None:
+        if (repo / rel).is_file():
+            raise ManifestError(
+                f"Kubernetes manifest {rel!r} exists in the working tree but not in commit {commit[:12]}: "
+                "commit it (jobsup reads the manifest from the recorded commit, never from the working tree)"
+            )
         raise ManifestError(
             f"no Kubernetes manifest at {rel!r} in commit {commit[:12]}: write the manifest, "
             "commit it, and submit again (jobsup reads it from the recorded commit, never from the "

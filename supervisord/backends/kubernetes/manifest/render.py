@@ -31,7 +31,13 @@ from typing import Any
 import yaml
 
 from supervisord.backends.kubernetes.manifest.inject import ENV_SECRET, inject_contract, run_labels
-from supervisord.backends.kubernetes.manifest.lint import LintResult, describe, lint_manifest, lint_primary_job
+from supervisord.backends.kubernetes.manifest.lint import (
+    LintResult,
+    contract_error,
+    describe,
+    lint_manifest,
+    lint_primary_job,
+)
 from supervisord.backends.kubernetes.manifest.load import check_run_id, parse_manifest, substitute_run_token
 from supervisord.backends.kubernetes.manifest.sandbox import apply_sandbox_options
 from supervisord.backends.kubernetes.manifest.script import gated_script
@@ -102,9 +108,10 @@ def render_run(
     through ``envFrom`` (default ``jobsup-env``; the Kubernetes backend passes
     a per-run ``jobsup-env-<run id>``, so concurrent submits never share one).
 
-    Raises ManifestError (``errors``: every violation, each naming the
-    object) when the manifest breaks the contract, including after the pod
-    patch; ConfigError when a config value cannot be applied.
+    Raises ManifestError (``errors``: every violation, each naming
+    ``manifest_path``, the object and the key) when the manifest breaks the
+    contract, including after the pod patch and the sandbox mounts;
+    ConfigError when a config value cannot be applied.
     """
     check_run_id(run_id)
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, int) or timeout_s <= 0:
@@ -113,7 +120,7 @@ def render_run(
         raise ManifestError("the task has no command to run: give `run:` in the task YAML or a command after --")
 
     objects = parse_manifest(substitute_run_token(manifest_text, run_id), manifest_path=manifest_path)
-    lint = lint_manifest(objects, namespace=namespace)
+    lint = lint_manifest(objects, namespace=namespace, manifest_path=manifest_path)
     job = objects[lint.primary_index]
     who = describe(job, lint.primary_index)
 
@@ -125,10 +132,7 @@ def render_run(
         errors, script_container = lint_primary_job(job, lint.primary_index)
         if errors:
             errors = [f"{e} (after merging kubernetes.pod_config)" for e in errors]
-            raise ManifestError(
-                "kubernetes.pod_config breaks the jobsup run contract:\n" + "\n".join(f"  - {e}" for e in errors),
-                errors=errors,
-            )
+            raise contract_error(manifest_path, errors, what="with kubernetes.pod_config merged")
         lint = LintResult(primary_index=lint.primary_index, script_container=script_container)
 
     notes = [
@@ -151,7 +155,11 @@ def render_run(
     notes += inject_contract(
         objects, lint, namespace=namespace, labels=labels, timeout_s=timeout_s, script=script, env_secret=env_secret
     )
-    notes += apply_sandbox_options(job, script_container=lint.script_container, kube_config=kube_config, who=who)
+    try:
+        notes += apply_sandbox_options(job, script_container=lint.script_container, kube_config=kube_config, who=who)
+    except ManifestError as exc:
+        # The manifest's script container and the config's mounts collide.
+        raise contract_error(manifest_path, exc.errors, what="with kubernetes.pvc_mounts / secret_mounts") from None
     return RenderedRun(objects=objects, primary_job=job, script_container=lint.script_container, notes=notes)
 
 

@@ -285,7 +285,7 @@ def test_generate_name_is_an_error() -> None:
     errors = errors_of(docs_text(doc))
     assert len(errors) == 1
     assert "generateName" in errors[0] and "metadata.name" in errors[0]
-    assert errors[0].startswith("Job #1:")
+    assert errors[0].startswith(".jobsup/k8s.yaml: Job #1: metadata.generateName")
 
 
 def test_missing_name_is_an_error() -> None:
@@ -293,7 +293,7 @@ def test_missing_name_is_an_error() -> None:
     del svc["metadata"]["name"]
     errors = errors_of(docs_text(svc, job()))
     assert errors == [
-        "Service #1: metadata.name is missing; every object needs one (use {{JOBSUP_RUN}} in it to keep "
+        ".jobsup/k8s.yaml: Service #1: metadata.name is missing; every object needs one (use {{JOBSUP_RUN}} in it to keep "
         "names unique per run, e.g. train-{{JOBSUP_RUN}})"
     ]
 
@@ -343,10 +343,10 @@ def test_missing_api_version_and_kind_and_cluster_scoped_kinds() -> None:
     role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "r"}}
     bare = {"metadata": {"name": "x"}}
     errors = errors_of(docs_text(ns, role, bare, job()))
-    assert any(e.startswith("Namespace/scratch: Namespace is cluster-scoped") for e in errors)
-    assert any(e.startswith("ClusterRole/r: ClusterRole is cluster-scoped") for e in errors)
-    assert any(e.startswith("object/x: apiVersion is missing") for e in errors)
-    assert any(e.startswith("object/x: kind is missing") for e in errors)
+    assert any(e.startswith(".jobsup/k8s.yaml: Namespace/scratch: kind Namespace is cluster-scoped") for e in errors)
+    assert any(e.startswith(".jobsup/k8s.yaml: ClusterRole/r: kind ClusterRole is cluster-scoped") for e in errors)
+    assert any(e.startswith(".jobsup/k8s.yaml: object/x: apiVersion is missing") for e in errors)
+    assert any(e.startswith(".jobsup/k8s.yaml: object/x: kind is missing") for e in errors)
     assert len(errors) == 4
 
 

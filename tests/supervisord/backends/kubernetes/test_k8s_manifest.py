@@ -50,7 +50,6 @@ def test_an_older_commit_gives_its_own_text(repo: Path) -> None:
 
 def test_missing_at_the_commit_says_to_write_and_commit_it(repo: Path) -> None:
     commit = git(repo, "rev-parse", "HEAD")
-    (repo / "new.yaml").write_text("kind: Job\n")  # exists, but only in the working tree
     with pytest.raises(ManifestError) as info:
         load_manifest_at_commit(repo, commit, "new.yaml")
     message = str(info.value)
@@ -58,6 +57,17 @@ def test_missing_at_the_commit_says_to_write_and_commit_it(repo: Path) -> None:
     assert "commit it" in message
     assert "--manifest PATH" in message
     assert "kubernetes.manifest" in message
+
+
+def test_only_in_the_working_tree_says_so(repo: Path) -> None:
+    commit = git(repo, "rev-parse", "HEAD")
+    (repo / "infra" / "new.yaml").write_text("kind: Job\n")  # exists, but only in the working tree
+    for path in ("infra/new.yaml", "./infra/new.yaml"):
+        with pytest.raises(ManifestError) as info:
+            load_manifest_at_commit(repo, commit, path)
+        assert str(info.value).startswith(
+            f"Kubernetes manifest 'infra/new.yaml' exists in the working tree but not in commit {commit[:12]}: commit it"
+        ), str(info.value)
 
 
 @pytest.mark.parametrize(

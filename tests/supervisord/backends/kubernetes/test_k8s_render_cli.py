@@ -286,13 +286,64 @@ def test_contract_violations_exit_2_with_every_error(tmp_path: Path) -> None:
 
 def test_missing_manifest_exits_2_and_says_to_commit_it(tmp_path: Path) -> None:
     repo = demo_repo(tmp_path, {"task.yaml": TRAIN_TASK})
-    (repo / ".jobsup").mkdir()
-    (repo / ".jobsup/k8s.yaml").write_text((MANIFESTS / "pytorch-gpu.yaml").read_text())  # not committed
     proc = jobsup(repo, "render", "task.yaml", "--run-id", RUN_ID)
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert "no Kubernetes manifest at '.jobsup/k8s.yaml'" in proc.stderr
     assert "--manifest PATH" in proc.stderr
+    (repo / ".jobsup").mkdir()
+    (repo / ".jobsup/k8s.yaml").write_text((MANIFESTS / "pytorch-gpu.yaml").read_text())  # not committed
+    proc = jobsup(repo, "render", "task.yaml", "--run-id", RUN_ID)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert proc.stderr == (
+        f"error: Kubernetes manifest '.jobsup/k8s.yaml' exists in the working tree but not in commit {commit[:12]}: "
+        "commit it (jobsup reads the manifest from the recorded commit, never from the working tree)\n"
+    )
+
+
+def test_every_contract_error_names_the_file_and_the_key(tmp_path: Path) -> None:
+    """Each violation's line starts with the manifest's repository-relative
+    path and names the key to change, for a manifest given by --manifest
+    as for the default one; so does the pod_config check."""
+    bad = (MANIFESTS / "pytorch-gpu.yaml").read_text()
+    bad = bad.replace("restartPolicy: Never", "restartPolicy: OnFailure")
+    bad = bad.replace('"eval \\"$JOBSUP_SCRIPT\\""', '"$JOBSUP_SCRIPT"')
+    bad = bad.replace("name: train-{{JOBSUP_RUN}}", "generateName: train-")
+    two_jobs = "apiVersion: batch/v1\nkind: Job\nmetadata: {name: a}\n---\napiVersion: batch/v1\nkind: Job\nmetadata: {name: b}\n"
+    no_job = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n"
+    repo = demo_repo(
+        tmp_path,
+        {"infra/run.yaml": bad, "infra/two.yaml": two_jobs, "infra/none.yaml": no_job, "task.yaml": TRAIN_TASK},
+    )
+    cases = {
+        "infra/run.yaml": ["metadata.generateName", "restartPolicy", "command"],
+        "infra/two.yaml": ["metadata.labels.jobsup.io/primary"],
+        "infra/none.yaml": ["kind"],
+    }
+    for path, keys in cases.items():
+        proc = jobsup(repo, "render", "task.yaml", "--manifest", path, "--run-id", RUN_ID)
+        assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+        head, *lines = proc.stderr.splitlines()
+        assert head.startswith(f"error: {path} breaks the jobsup run contract ({len(keys)} problem"), proc.stderr
+        assert len(lines) == len(keys), proc.stderr
+        for line, key in zip(lines, keys):
+            assert line.startswith(f"  - {path}: "), line
+            assert re.search(rf"(^|[ :.]){re.escape(key)}[ :']", line.split(": ", 1)[1]), (key, line)
+    config = "kubernetes:\n  pod_config:\n    spec:\n      restartPolicy: OnFailure\n"
+    (repo / "cfg.yaml").write_text(config)
+    good = (MANIFESTS / "pytorch-gpu.yaml").read_text()
+    (repo / "infra" / "good.yaml").write_text(good)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "good")
+    proc = jobsup(
+        repo, "render", "task.yaml", "--manifest", "infra/good.yaml", "--config", "cfg.yaml", "--run-id", RUN_ID
+    )
+    assert proc.returncode == 2, proc.stderr
+    head, *lines = proc.stderr.splitlines()
+    assert head.startswith("error: infra/good.yaml with kubernetes.pod_config merged breaks the jobsup run contract")
+    assert lines and all(line.startswith("  - infra/good.yaml: ") and "restartPolicy" in line for line in lines)
 
 
 @pytest.mark.parametrize(
