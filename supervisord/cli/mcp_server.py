@@ -48,6 +48,7 @@ from supervisord.exceptions import (
     TaskError,
 )
 from supervisord.lifecycle import ACTIVE_PHASES
+from supervisord.runref import RUN_ID_PATTERN, RUN_REF_PATTERN, run_id_schema, run_ref_schema
 from supervisord.task import BACKENDS
 
 __all__ = ["TOOLS", "Handlers", "JobsupTools", "Tool", "ToolError", "build_server", "serve", "triage_suggestion"]
@@ -76,7 +77,8 @@ class ToolError(Exception):
 # -- schemas -------------------------------------------------------------------
 
 _STR = {"type": "string", "minLength": 1}
-_RUN_REF = {"type": "string", "minLength": 4, "description": "a run id or a unique prefix of 4+ characters"}
+#: A run id or a unique prefix: :mod:`supervisord.runref`'s rule, as JSON Schema.
+_RUN_REF = run_ref_schema()
 _TASK_PROPS: dict[str, Any] = {
     "task_file": {"type": "string", "description": "path of a task YAML file (relative to cwd)"},
     "command": {
@@ -203,7 +205,17 @@ def _tools() -> list[Tool]:
         Tool(
             "render",
             "The Kubernetes objects a submit with --backend kubernetes would create (a preview: nothing is created).",
-            _obj({k: v for k, v in _TASK_PROPS.items()} | {"run_id": {"type": "string", "pattern": "^[0-9a-f]{12}$"}}),
+            _obj(
+                {k: v for k, v in _TASK_PROPS.items()}
+                | {
+                    "run_id": {
+                        **run_id_schema(),
+                        "description": "the run id to render with: "
+                        + run_id_schema()["description"]
+                        + "; default: a random one",
+                    }
+                }
+            ),
             _wrap(
                 {
                     "objects": {"type": "array", "items": {"type": "object"}},
@@ -368,6 +380,8 @@ def _input_problem(tool: str, args: dict[str, Any]) -> str | None:
         missing = str(err.message).split("'")[1] if "'" in err.message else "arguments"
         return f"{missing}: required"
     where = ".".join(str(p) for p in err.path) or "arguments"
+    if isinstance(err.schema, dict) and err.schema.get("pattern") in (RUN_REF_PATTERN, RUN_ID_PATTERN):
+        return f"{where}: {err.instance!r} is not a run id: {err.schema['description']}"
     if err.path and err.path[0] == "env":
         # Never echo an env value: it may be a secret.
         return f"{where}: env must map names to string values (the value is not shown)"
