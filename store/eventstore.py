@@ -838,31 +838,55 @@ class EventStore:
             archive = await self.log_archive(run_id)
             if archive is None or archive.deleted_seq is not None:
                 return None
-            path = self.archive_path(archive)
-            try:
-                actual = await anyio.to_thread.run_sync(arc.file_digest, path, limiter=self._archive_limiter)
-            except FileNotFoundError:
-                raise LogArchiveError(
-                    f"run {run_id}: its log archive {path} is missing (the LogsArchived event records"
-                    f" {archive.sha256}); not deleting: nothing was recorded"
-                ) from None
-            except OSError as exc:
-                raise LogArchiveError(
-                    f"run {run_id}: cannot read its log archive {path} to check it before deleting: {exc};"
-                    " not deleting: nothing was recorded"
-                ) from exc
-            if actual != archive.sha256:
-                raise LogArchiveError(
-                    f"run {run_id}: its log archive {path} does not match the digest recorded when it was archived"
-                    f" ({archive.sha256}, the file is {actual}): the file was changed or damaged; not deleting it,"
-                    " nothing was recorded"
-                )
+            path = await self._check_archive_before_delete(archive)
             data = {"file": archive.file, "sha256": archive.sha256, "lines": archive.lines}
             data_json = json.dumps(data, separators=(",", ":"))
             recorded = await self._writer.append(run_id, None, [PreparedEvent(LOGS_DELETED, data_json, data, 1)])
             await anyio.to_thread.run_sync(_unlink_durably, path)
             log.info("store.logs_deleted", run_id=run_id, file=archive.file, sha256=archive.sha256)
             return recorded[0]
+
+    async def check_archive_before_delete(self, run_id: str) -> LogArchive | None:
+        """What :meth:`delete_archived_logs` checks before it deletes, and
+        nothing else (``prune --dry-run --delete-archives``): returns the
+        run's archive, or None when it has none or it is deleted already.
+        Raises LogArchiveError, with the very message the delete would
+        raise, when the file is missing, unreadable or does not match the
+        sha256 its ``LogsArchived`` event recorded."""
+        self._check_open()
+        async with self._archive_lock:
+            archive = await self.log_archive(run_id)
+            if archive is None or archive.deleted_seq is not None:
+                return None
+            await self._check_archive_before_delete(archive)
+            return archive
+
+    async def _check_archive_before_delete(self, archive: LogArchive) -> Path:
+        """The path of ``archive``'s file once it is checked against its
+        recorded sha256 (in a worker thread); LogArchiveError naming the
+        file and both digests (or why it cannot be read) otherwise. The
+        caller holds the archive lock."""
+        run_id = archive.run_id
+        path = self.archive_path(archive)
+        try:
+            actual = await anyio.to_thread.run_sync(arc.file_digest, path, limiter=self._archive_limiter)
+        except FileNotFoundError:
+            raise LogArchiveError(
+                f"run {run_id}: its log archive {path} is missing (the LogsArchived event records"
+                f" {archive.sha256}); not deleting: nothing was recorded"
+            ) from None
+        except OSError as exc:
+            raise LogArchiveError(
+                f"run {run_id}: cannot read its log archive {path} to check it before deleting: {exc};"
+                " not deleting: nothing was recorded"
+            ) from exc
+        if actual != archive.sha256:
+            raise LogArchiveError(
+                f"run {run_id}: its log archive {path} does not match the digest recorded when it was archived"
+                f" ({archive.sha256}, the file is {actual}): the file was changed or damaged; not deleting it,"
+                " nothing was recorded"
+            )
+        return path
 
     async def clean_archive_dir(self) -> list[Path]:
         """Remove what an interrupted archive or delete left in the archive

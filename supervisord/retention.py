@@ -238,11 +238,14 @@ class Retention:
                             size = store.archive_path(archive).stat().st_size
                         except OSError:
                             size = 0
-                    if not dry_run and archive is not None:
+                    if archive is not None:
                         try:
-                            await store.delete_archived_logs(run.id)
+                            if dry_run:  # the same check, so the same refusals, and nothing changes
+                                await store.check_archive_before_delete(run.id)
+                            else:
+                                await store.delete_archived_logs(run.id)
                         except LogArchiveError as exc:  # a changed/missing file is kept and reported
-                            log.warning("retention.delete_refused", run_id=run.id, error=str(exc))
+                            log.warning("retention.delete_refused", run_id=run.id, error=str(exc), dry_run=dry_run)
                             report["errors"].append(str(exc))
                             continue
                     report["delete_archives"]["runs"] += 1

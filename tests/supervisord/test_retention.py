@@ -168,6 +168,41 @@ def test_delete_archives_refuses_a_changed_archive(js: JobsupEnv, tmp_path: Path
     assert deleted["data"]["sha256"] == archived["data"]["sha256"]
 
 
+def test_dry_run_delete_archives_reports_what_the_real_run_would_refuse(js: JobsupEnv, tmp_path: Path) -> None:
+    """``prune --dry-run --delete-archives`` checks each archive as the real
+    run does: a changed or missing file is a warning naming it (the very
+    line the real run reports) and is not counted as freed; a good one is;
+    nothing changes (no event, the files as they were)."""
+    repo = make_repo(tmp_path / "proj", {"emit.py": "for i in range(200): print('line', i)\n"})
+    good, changed, missing = (js.submit(repo, "--name", n, "--", "python3 emit.py") for n in ("good", "chg", "gone"))
+    js.cli("wait", good, changed, missing, "--timeout", "120s")
+    assert sorted(_prune(js)["archive"]["run_ids"]) == sorted([good, changed, missing])
+    folder = js.state_dir / "archive"
+    bad = bytearray((folder / f"{changed}.jslog").read_bytes())
+    bad[len(bad) // 2] ^= 0xFF
+    (folder / f"{changed}.jslog").write_bytes(bytes(bad))
+    (folder / f"{missing}.jslog").unlink()
+    files = {p.name: p.read_bytes() for p in folder.iterdir()}
+    events = _events(js)
+    dry = _prune(js, "--dry-run", "--delete-archives")
+    assert dry["delete_archives"]["run_ids"] == [good], dry
+    assert dry["delete_archives"]["runs"] == 1
+    assert dry["delete_archives"]["bytes"] == len(files[f"{good}.jslog"])
+    assert len(dry["errors"]) == 2, dry["errors"]
+    [chg_line] = [e for e in dry["errors"] if e.startswith(f"run {changed}: ")]
+    assert f"{folder / changed}.jslog does not match the digest" in chg_line and "the file is sha256:" in chg_line
+    [gone_line] = [e for e in dry["errors"] if e.startswith(f"run {missing}: ")]
+    assert f"{folder / missing}.jslog is missing" in gone_line
+    text = js.cli("prune", "--older-than", "0s", "--dry-run", "--delete-archives")
+    assert f"warning: {chg_line}\n" in text.stderr and f"warning: {gone_line}\n" in text.stderr
+    assert "dry run: nothing was changed" in text.stderr
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == files
+    assert _events(js) == events
+    # The real run refuses exactly those, with the same lines.
+    real = _prune(js, "--delete-archives")
+    assert real["delete_archives"]["run_ids"] == [good] and sorted(real["errors"]) == sorted(dry["errors"])
+
+
 def test_snapshots_no_run_needs_are_removed(js: JobsupEnv, tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "proj", {"emit.py": "print('hi')\n"})
     run_id = js.submit(repo, "--", "python3 emit.py")
