@@ -38,6 +38,7 @@ from store.errors import StoreError, StoreOpenError
 from supervisord import config as cfg
 from supervisord import version
 from supervisord.api.server import PeerCredProtocol, create_app
+from supervisord.api.streams import StreamCloser
 from supervisord.backends.base import Backend
 from supervisord.backends.kubernetes import KubernetesBackend
 from supervisord.backends.local import LocalBackend
@@ -159,7 +160,12 @@ class Daemon:
         self._stop.set()
 
     def _ui_server(
-        self, store: EventStore, supervisor: Supervisor, scheduler: Scheduler, digest_key: bytes
+        self,
+        store: EventStore,
+        supervisor: Supervisor,
+        scheduler: Scheduler,
+        digest_key: bytes,
+        streams: StreamCloser,
     ) -> UiServer:
         settings = cfg.effective_config(self.daemon_layer, []).data.get("ui") or {}
 
@@ -175,6 +181,7 @@ class Daemon:
             actions=SupervisorActions(supervisor, store, rerun=rerun, queue=queue),
             state_dir=self.paths.state_dir,
             settings=settings,
+            streams=streams,
         )
 
     def _backends(self) -> dict[str, Backend]:
@@ -261,7 +268,9 @@ class Daemon:
                             checks.extend(await backend.doctor())
                     return checks
 
-                page = self._ui_server(store, supervisor, scheduler, planner.digest_key)
+                # Open streams end cleanly when the daemon stops (not cancelled).
+                streams = StreamCloser()
+                page = self._ui_server(store, supervisor, scheduler, planner.digest_key, streams)
                 tg.start_soon(page.serve, name="ui")
 
                 async def ui(body: dict[str, Any]) -> dict[str, Any]:
@@ -285,6 +294,7 @@ class Daemon:
                     scheduler=scheduler,
                     hooks=hook_service.status,
                     retention=retention,
+                    streams=streams,
                 )
                 config = uvicorn.Config(
                     app,
@@ -316,9 +326,17 @@ class Daemon:
                         await self._stop.wait()
                         sd_notify("STOPPING=1")
                         # uvicorn closes the listener, then gives open requests
-                        # timeout_graceful_shutdown seconds before cancelling them.
+                        # timeout_graceful_shutdown seconds before cancelling
+                        # them (each logged as an error). Once it no longer
+                        # accepts, the streams (logs -f, events -f, wait, the
+                        # page's live updates) end, cleanly: their clients
+                        # reconnect to the next daemon.
                         server.should_exit = True
                         page.shutdown()
+                        with anyio.move_on_after(1):
+                            while any(s.is_serving() for s in getattr(server, "servers", [])):
+                                await anyio.sleep(0.01)
+                        streams.close_all()
                     tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):

@@ -1,5 +1,10 @@
 """structlog set-up for the daemon: JSON lines when stderr is not a TTY
-(journald, the daemon log file), key=value console output on a TTY."""
+(journald, the daemon log file), key=value console output on a TTY.
+
+What libraries log through the standard library (uvicorn's ``uvicorn.error``,
+httpx...) goes through the same processors, so the daemon log stays one
+JSON object a line: a record's traceback becomes its ``exception`` field,
+its logger's name ``logger``."""
 
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ def configure_logging(level: str = "info") -> None:
     renderer: structlog.typing.Processor = (
         structlog.dev.ConsoleRenderer(colors=True) if tty else structlog.processors.JSONRenderer()
     )
+    writer = _DroppingWriter(sys.stderr)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -30,12 +36,33 @@ def configure_logging(level: str = "info") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
-        logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _DroppingWriter(sys.stderr))),
+        logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, writer)),
         cache_logger_on_first_use=True,
     )
-    logging.basicConfig(
-        level=max(lvl, logging.WARNING), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
+    # The standard library's records (libraries): the same processors and
+    # renderer, the same writer; only the root logger's handler.
+    handler = logging.StreamHandler(cast(TextIO, writer))
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                structlog.contextvars.merge_contextvars,
+                structlog.stdlib.add_logger_name,
+                structlog.stdlib.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+                structlog.processors.StackInfoRenderer(),
+            ],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                renderer,
+            ],
+        )
     )
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(max(lvl, logging.WARNING))
 
 
 class _DroppingWriter:

@@ -27,6 +27,7 @@ from supervisord.api.boundary import api_errors
 from supervisord.api.logs_route import logs_response
 from supervisord.api.query import flag_param, float_param, int_param
 from supervisord.api.scheduler_routes import scheduler_routes
+from supervisord.api.streams import StreamCloser
 from supervisord.api.wire import API_PREFIX
 from supervisord.exceptions import UsageError
 from supervisord.health import storage_json
@@ -116,13 +117,25 @@ def create_app(
     ui: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None,
     hooks: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
     retention: Retention | None = None,
+    streams: StreamCloser | None = None,
 ) -> Starlette:
     """Build the API application over a running supervisor and store (and
     the scheduler, whose routes it adds when given): writes go to the
     supervisor, reads to :class:`~supervisord.readside.ReadSide`. ``hooks``
     lists the hooks with their checkpoints (``GET /v1/hooks``); ``retention``
-    answers ``POST /v1/prune``."""
+    answers ``POST /v1/prune``. ``streams`` ends the open streams (logs,
+    wait, events) cleanly when the daemon stops
+    (:class:`~supervisord.api.streams.StreamCloser`)."""
     reads = ReadSide(store)
+
+    def ends_on_stop(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        async def guarded(request: Request) -> Response:
+            response = await handler(request)
+            if streams is not None and isinstance(response, StreamingResponse):
+                response.body_iterator = streams.guard(response.body_iterator)
+            return response
+
+        return guarded
 
     async def health(request: Request) -> Response:
         return JSONResponse({"ok": True, **info, "supervised": supervisor.supervised(), "storage": storage_json(store)})
@@ -223,9 +236,9 @@ def create_app(
         Route(f"{p}/runs", api_errors(list_runs), methods=["GET"]),
         Route(f"{p}/runs/{{ref}}", api_errors(show), methods=["GET"]),
         Route(f"{p}/runs/{{ref}}/cancel", api_errors(cancel), methods=["POST"]),
-        Route(f"{p}/runs/{{ref}}/logs", api_errors(logs), methods=["GET"]),
-        Route(f"{p}/wait", api_errors(wait), methods=["GET"]),
-        Route(f"{p}/events", api_errors(events), methods=["GET"]),
+        Route(f"{p}/runs/{{ref}}/logs", api_errors(ends_on_stop(logs)), methods=["GET"]),
+        Route(f"{p}/wait", api_errors(ends_on_stop(wait)), methods=["GET"]),
+        Route(f"{p}/events", api_errors(ends_on_stop(events)), methods=["GET"]),
         Route(f"{p}/doctor", api_errors(doctor_route), methods=["GET"]),
         Route(f"{p}/hooks", api_errors(hooks_route), methods=["GET"]),
     ]

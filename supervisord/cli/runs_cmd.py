@@ -242,8 +242,18 @@ def cancel(runs_: tuple[str, ...], output: str) -> None:
 
 
 def _events(client: Client, run: str | None, after: int, follow: bool) -> Iterator[dict[str, Any]]:
+    """The events after ``after`` (of ``run``, when given), resuming after
+    the last one seen when the daemon goes away; with ``follow`` that
+    includes a stream the daemon ended (it does when it stops): a follow
+    stream never ends while a daemon answers."""
     cursor = {"after": after}
-    for obj in reconnecting(client, lambda: client.events(run=run, after=cursor["after"], follow=follow)):
+
+    def open_stream() -> Iterator[dict[str, Any]]:
+        yield from client.events(run=run, after=cursor["after"], follow=follow)
+        if follow:
+            raise DaemonUnreachableError("the daemon closed the event stream")
+
+    for obj in reconnecting(client, open_stream):
         if "seq" in obj:
             cursor["after"] = obj["seq"]
             yield obj

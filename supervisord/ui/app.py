@@ -65,6 +65,7 @@ from store import (
     StoreClosedError,
 )
 from supervisord.api.query import int_param
+from supervisord.api.streams import StreamCloser
 from supervisord.exceptions import JobsupError, UsageError
 from supervisord.ui.auth import COOKIE_NAME, SESSION_TTL_S, UiAuth
 
@@ -162,12 +163,14 @@ def create_ui_app(
     auth: UiAuth,
     allowed_hosts: Callable[[], set[str]],
     secure_cookie: bool = False,
+    streams: StreamCloser | None = None,
 ) -> Starlette:
     """The page's application over ``store`` and ``actions``.
 
     ``allowed_hosts()`` gives the ``Host`` header values accepted (e.g.
     ``{"127.0.0.1:8123", "localhost:8123"}``): anything else is refused with
-    421, which stops DNS-rebinding pages from reading ours.
+    421, which stops DNS-rebinding pages from reading ours. ``streams``
+    ends the live-update streams cleanly when the daemon stops.
     """
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(_HERE / "templates")),
@@ -278,7 +281,7 @@ def create_ui_app(
                     if run is not None:
                         yield _sse("run", _run_json(run), id=cursor)
 
-        return _sse_response(stream())
+        return _sse_response(stream(), streams)
 
     # -- one run ------------------------------------------------------------
 
@@ -379,7 +382,7 @@ def create_ui_app(
                     sent = lines[-1].line_no
                     yield _sse("lines", [[ln.line_no, ln.stream, ln.text] for ln in lines], id=cursor)
 
-        return _sse_response(stream())
+        return _sse_response(stream(), streams)
 
     async def cancel(request: Request, page: _Page) -> Response:
         run_id = await actions.resolve(request.path_params["ref"])
@@ -505,9 +508,10 @@ async def _until_store_closes(body: AsyncIterator[bytes]) -> AsyncIterator[bytes
         return
 
 
-def _sse_response(body: AsyncIterator[bytes]) -> StreamingResponse:
+def _sse_response(body: AsyncIterator[bytes], streams: StreamCloser | None) -> StreamingResponse:
+    chunks = _until_store_closes(body)
     return StreamingResponse(
-        _until_store_closes(body),
+        streams.guard(chunks) if streams is not None else chunks,
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no", **_SECURITY_HEADERS},
     )

@@ -27,6 +27,7 @@ import structlog
 import uvicorn
 
 from store import EventStore
+from supervisord.api.streams import StreamCloser
 from supervisord.exceptions import UsageError
 from supervisord.ui.app import UiActions, create_ui_app
 from supervisord.ui.auth import UiAuth, load_ui_key
@@ -59,7 +60,15 @@ class UiServer:
     the daemon's task group); :meth:`enable` starts listening and returns the
     URL with a fresh one-time token; :meth:`disable` stops."""
 
-    def __init__(self, *, store: EventStore, actions: UiActions, state_dir: Path, settings: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        *,
+        store: EventStore,
+        actions: UiActions,
+        state_dir: Path,
+        settings: Mapping[str, Any],
+        streams: StreamCloser | None = None,
+    ) -> None:
         self._state_file = state_dir / "ui.json"
         self._auth = UiAuth(load_ui_key(state_dir))
         self._host = str(settings.get("host") or "127.0.0.1")
@@ -76,7 +85,7 @@ class UiServer:
         self._requests, self._incoming = anyio.create_memory_object_stream[tuple[int, anyio.Event]](8)
         self._app = create_ui_app(
             store=store, actions=actions, auth=self._auth, allowed_hosts=self._hosts,
-            secure_cookie=all(self._tls),
+            secure_cookie=all(self._tls), streams=streams,
         )  # fmt: skip
         self._errors: list[str] = []
 

@@ -172,3 +172,90 @@ def test_bad_timeout_variable_fails_fast(js: JobsupEnv) -> None:
     )
     assert r.returncode != 0 and "JOBSUP_K8S_POD_READY_TIMEOUT_S" in r.stderr
     assert not js.socket.exists()
+
+
+def test_sigterm_with_open_streams_ends_them_cleanly_and_logs_json(js: JobsupEnv, tmp_path: Path) -> None:
+    """Stopping the daemon while ``logs -f``, ``events -f`` and ``wait``
+    streams are open: its log stays one JSON object a line (no uvicorn
+    plain text, no traceback, no error: a routine stop is not a failure),
+    and each client reconnects to the next daemon and ends as it would
+    have (no line lost)."""
+    import json
+
+    from tests.supervisord.jobsup_env import make_repo
+
+    js.start_daemon()
+    repo = make_repo(tmp_path / "repo", {"README": "x\n"})
+    run = js.submit(repo, "--", "echo first; sleep 600")
+    deadline = time.monotonic() + 60
+    while js.show(run)["log_lines"] < 1:
+        assert time.monotonic() < deadline, js.show(run)
+        time.sleep(0.1)
+    clients = {
+        name: subprocess.Popen(
+            [sys.executable, "-m", "supervisord", *args],
+            env=js.env,
+            cwd=js.root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, args in {"logs": ["logs", "-f", run], "events": ["events", "-f", run], "wait": ["wait", run]}.items()
+    }
+    try:
+        logs_out = clients["logs"].stdout
+        events_out = clients["events"].stdout
+        assert logs_out is not None and events_out is not None
+        assert logs_out.readline() == "first\n"
+        assert json.dumps(run) and events_out.readline()  # the stream is open
+        before = js.daemon_log.read_text()
+        assert js.stop_daemon() == 0
+        after = js.daemon_log.read_text()[len(before) :]
+        assert after, "the daemon logged nothing while stopping"
+        for line in after.splitlines():
+            doc = json.loads(line)  # raises on plain text
+            assert doc.get("level") not in ("error", "critical") and "exception" not in doc, line
+        time.sleep(1)
+        assert all(p.poll() is None for p in clients.values()), {n: p.poll() for n, p in clients.items()}
+        js.start_daemon()
+        js.cli("cancel", run)
+        out = {name: clients[name].communicate(timeout=60) for name in ("logs", "wait")}
+        time.sleep(1)  # events -f follows until stopped: let it print the cancel first
+        clients["events"].terminate()
+        out["events"] = clients["events"].communicate(timeout=60)
+    finally:
+        for p in clients.values():
+            p.kill()
+    assert clients["logs"].returncode == 0 and out["logs"][0] == "", out["logs"]
+    assert "lost the jobsup daemon" in out["logs"][1] and f"run {run}: CANCELED" in out["logs"][1]
+    assert clients["wait"].returncode == 3, out["wait"]
+    events = [line.split()[4] for line in out["events"][0].splitlines()]
+    assert "PhaseChanged" in events and "CancelRequested" in events, out["events"]
+
+
+def test_library_log_records_are_json_lines_off_a_tty() -> None:
+    """What libraries log through the standard library (uvicorn's errors,
+    with a traceback) is a JSON line in the daemon log like jobsup's own:
+    the traceback in its ``exception`` field, not plain text."""
+    import json
+
+    code = (
+        "import logging\n"
+        "from supervisord.logging import configure_logging\n"
+        "configure_logging('info')\n"
+        "try:\n"
+        "    raise ValueError('boom')\n"
+        "except ValueError:\n"
+        "    logging.getLogger('uvicorn.error').exception('Exception in ASGI application')\n"
+        "logging.getLogger('some.lib').info('not shown: libraries log warnings and up')\n"
+        "logging.getLogger('some.lib').warning('careful %s', 'now')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == "", proc
+    lines = [json.loads(line) for line in proc.stderr.splitlines()]
+    assert len(lines) == 2, proc.stderr
+    first, second = lines
+    assert first["logger"] == "uvicorn.error" and first["level"] == "error"
+    assert first["event"] == "Exception in ASGI application" and "ValueError: boom" in first["exception"]
+    assert second == {**second, "logger": "some.lib", "level": "warning", "event": "careful now"}
+    assert "timestamp" in first and "timestamp" in second
