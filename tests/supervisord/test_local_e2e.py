@@ -398,3 +398,17 @@ def test_doctor_reports_a_missing_daemon(js: JobsupEnv) -> None:
     assert "False" not in r.stdout, r.stdout
     r = js.cli("doctor", "-o", "json", check=False)
     assert r.returncode == 69 and json.loads(r.stdout)[0]["ok"] is False, r.stdout
+
+
+def test_a_commit_with_no_files_runs_in_an_empty_folder(js: JobsupEnv, tmp_path: Path) -> None:
+    """``git archive`` of a commit without files is zero blocks only, which
+    tarfile refuses ("end of file header"): the run used to end
+    StagingFailed. It runs, in an empty source folder."""
+    empty = tmp_path / "empty"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q", "-b", "main", str(empty)], check=True)
+    subprocess.run([*git, "-C", str(empty), "commit", "-q", "--allow-empty", "-m", "nothing"], check=True)
+    run_id = js.submit(empty, "--", "ls -A | wc -l")
+    w = js.cli("wait", run_id, "-o", "json", check=False)
+    assert w.returncode == 0, (w.stdout, w.stderr)
+    assert js.cli("logs", run_id).stdout.split() == ["0"]

@@ -172,6 +172,29 @@ def extract_snapshot(tar: tarfile.TarFile, dest: Path) -> None:
         tar.extract(member, root, set_attrs=not member.issym())
 
 
+def is_empty_archive(f: Any) -> bool:
+    """Whether the tar archive ``f`` (a binary file at its start, left
+    there) holds no member but pax global headers: what ``git archive``
+    writes for a commit with no files (a global header with the commit id,
+    then the end-of-archive zero blocks), which tarfile refuses as "end of
+    file header" (POSIX.1-2001 ustar: a 512-byte header, type flag at byte
+    156, octal size at 124..136, the data padded to 512-byte blocks)."""
+    try:
+        while True:
+            header = f.read(512)
+            if len(header) < 512 or header.count(0) == 512:
+                return True
+            if header[156:157] != b"g":
+                return False
+            try:
+                size = int(header[124:136].strip(b"\0 ") or b"0", 8)
+            except ValueError:
+                return False  # not a plain octal size: tarfile reads it
+            f.seek((size + 511) // 512 * 512, os.SEEK_CUR)
+    finally:
+        f.seek(0)
+
+
 def open_verified_snapshot(path: str, sha256: str | None) -> Any:
     """Open the snapshot archive at ``path`` (the spec's ``snapshot``) and
     check its bytes against ``sha256`` (the spec's ``snapshot_sha256``, hex,
@@ -739,9 +762,10 @@ class _Runner:
                 import pathlib
                 import tarfile
 
-                with open_verified_snapshot(self.spec["snapshot"], self.spec.get("snapshot_sha256")) as f, \
-                        tarfile.open(fileobj=f, mode="r:") as tar:  # fmt: skip
-                    extract_snapshot(tar, pathlib.Path(repo))
+                with open_verified_snapshot(self.spec["snapshot"], self.spec.get("snapshot_sha256")) as f:
+                    if not is_empty_archive(f):
+                        with tarfile.open(fileobj=f, mode="r:") as tar:
+                            extract_snapshot(tar, pathlib.Path(repo))
             except BaseException as err:  # noqa: BLE001 -- a forked child: report anything, then _exit
                 _child_error(wfd, "cannot extract the source snapshot", err)
             os._exit(0)
