@@ -214,7 +214,8 @@ class Projector:
         caller rolls back."""
         if not events:
             return
-        counts = await self._line_counts(conn, {e.run_id for e in events if e.type in (LOG_LINES, SUBMITTED)})
+        counted = {e.run_id for e in events if e.type in (LOG_LINES, SUBMITTED)}
+        counts = await self._line_counts(conn, counted) if counted else {}
         newest: _Newest = {}
         for e in events:
             if e.type == LOGS_ARCHIVED:

@@ -84,6 +84,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from store import (
     PHASE_CHANGED,
     TERMINAL_PHASES,
+    Append,
     Checkpoint,
     EventStore,
     LogArchiveError,
@@ -374,6 +375,13 @@ class HookRunner:
         cwd: str | None,
         event: RecordedEvent,
     ) -> None:
+        if self.in_flight == 1:
+            # One at a time: the previous delivery ended (its final outcome
+            # handed to the recorder) before this call; no slot, run or
+            # back-off to wait for, no task to spawn.
+            self._ledger[event.seq] = False
+            await self._deliver(spec, event, run, cwd)
+            return
         await self._slots.acquire()
         try:
             previous = self._busy.get(event.run_id)
@@ -397,10 +405,7 @@ class HookRunner:
                     del self._busy[event.run_id]
                 self._slots.release()
 
-        if self.in_flight == 1:
-            await deliver()  # one at a time: no task to spawn
-        else:
-            deliveries.start_soon(deliver)
+        deliveries.start_soon(deliver)
 
     # -- what to deliver ------------------------------------------------------
 
@@ -545,62 +550,78 @@ class HookRunner:
         self._pending += 1
         self._drained = anyio.Event() if self._drained.is_set() else self._drained
         self.last_outcome = {"type": etype, **data}
-        await self._outbox.send(_Outcome(event, etype, data, final))
+        outcome = _Outcome(event, etype, data, final)
+        try:
+            self._outbox.send_nowait(outcome)  # no pass through the event loop while there is room
+        except anyio.WouldBlock:
+            await self._outbox.send(outcome)
 
     async def _recorder(self, receive: MemoryObjectReceiveStream[_Outcome]) -> None:
         """Append the outcomes in the order they were handed over: those
-        handed over within :data:`_GATHER_S` of the first, concurrently
-        (they share the store's transactions); the next group after the
-        last one is recorded."""
+        handed over within :data:`_GATHER_S` of the first, queued together
+        (:meth:`store.EventStore.append_many`: they share a transaction);
+        the next group after the last one is recorded."""
         async with receive:
             async for first in receive:
-                group = [first]
                 # Gather what else comes within a moment: a burst's outcomes
                 # then share a few transactions instead of one each, and
-                # their appends stay out of the way of the deliveries.
-                with anyio.move_on_after(_GATHER_S):
+                # their appends stay out of the way of the deliveries. (One
+                # sleep, then take what came: not a wake-up per outcome.)
+                await anyio.sleep(_GATHER_S)
+                group = [first]
+                with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
                     while len(group) < _OUTBOX:
-                        group.append(await receive.receive())
-                async with anyio.create_task_group() as tg:
-                    for outcome in group:
-                        tg.start_soon(self._append_outcome, outcome)
+                        group.append(receive.receive_nowait())
+                await self._append_outcomes(group)
                 self._pending -= len(group)
                 if self._pending == 0:
                     self._drained.set()
 
-    async def _append_outcome(self, outcome: _Outcome) -> None:
-        """Append one outcome to the run's stream; a final one moves the
-        checkpoint in the same transaction, as far as :meth:`_safe` allows
-        counting this event as finished (not past an earlier event still
-        under way or whose outcome is not committed yet: that one's outcome
-        moves it later, or the idle flush does). A store failure (disk full,
-        lock) is retried: the attempt happened and must be recorded."""
-        event = outcome.event
-        checkpoint = None
-        if outcome.final:
-            safe = self._safe(finishing=event.seq)
-            if safe > self.saved:
-                checkpoint = Checkpoint(self.spec.checkpoint_name, safe)
+    async def _append_outcomes(self, group: list[_Outcome]) -> None:
+        """Append each outcome to its run's stream, in order, queued
+        together; a final one moves the checkpoint in the same transaction,
+        as far as :meth:`_safe` allows counting its event as finished (not
+        past an earlier event still under way or whose outcome is not
+        committed yet, which includes the earlier outcomes of this group:
+        that one's outcome moves it later, or the idle flush does). An
+        outcome that a store failure (disk full, lock) did not record is
+        appended again after a pause: the attempt happened and must be
+        recorded."""
+        checkpoints: list[Checkpoint | None] = []
+        for outcome in group:
+            checkpoint = None
+            if outcome.final:
+                safe = self._safe(finishing=outcome.event.seq)
+                if safe > self.saved:
+                    checkpoint = Checkpoint(self.spec.checkpoint_name, safe)
+            checkpoints.append(checkpoint)
+        todo = list(zip(group, checkpoints, strict=True))
         pause = 1.0
         while True:
-            try:
-                await self.store.append(
-                    event.run_id, None, [NewEvent(outcome.type, outcome.data)], checkpoint=checkpoint
-                )
-                break
-            except StoreClosedError:
-                raise
-            except StoreError as err:
-                log.error(
-                    "hook.record_failed", hook=self.spec.name, event_seq=event.seq, error=str(err), retry_in_s=pause
-                )
-                await anyio.sleep(pause)
-                pause = min(pause * 2, 30.0)
-        if outcome.final:
-            if event.seq in self._ledger:
-                self._ledger[event.seq] = True
-            if checkpoint is not None:
-                self.saved = max(self.saved, checkpoint.seq)
+            results = await self.store.append_many(
+                [Append(o.event.run_id, None, [NewEvent(o.type, o.data)], checkpoint=c) for o, c in todo]
+            )
+            failed = []
+            for (outcome, checkpoint), result in zip(todo, results, strict=True):
+                if isinstance(result, StoreClosedError):
+                    raise result
+                if isinstance(result, StoreError):
+                    log.error(
+                        "hook.record_failed", hook=self.spec.name, event_seq=outcome.event.seq,
+                        error=str(result), retry_in_s=pause,
+                    )  # fmt: skip
+                    failed.append((outcome, checkpoint))
+                    continue
+                if outcome.final:
+                    if outcome.event.seq in self._ledger:
+                        self._ledger[outcome.event.seq] = True
+                    if checkpoint is not None:
+                        self.saved = max(self.saved, checkpoint.seq)
+            if not failed:
+                return
+            todo = failed
+            await anyio.sleep(pause)
+            pause = min(pause * 2, 30.0)
 
 
 class HookService:
