@@ -351,48 +351,21 @@ class HookRunner:
         waits for a free slot, for the end of its run's delivery under way,
         and while a delivery of this hook waits to be retried). An event
         whose final outcome was recorded before a restart is not delivered
-        again. Run objects are read for the first event's run alone, then
-        for the runs of the events after it at once while the first is
-        delivered; again when older than :data:`_RUNS_FRESH_S`."""
+        again. Run objects are read for several events at once, again when
+        older than :data:`_RUNS_FRESH_S`."""
         wanted = [e for e in events if is_candidate(self.spec, e) and not self._recorded.get(e.seq, (0, False))[1]]
         wanted_seqs = {e.seq for e in wanted}
         runs: dict[str, tuple[RunStatus, dict[str, Any]]] = {}
-        loaded: set[str] = set()  # the run ids read (found or not) since loaded_at
-        loaded_at = 0.0
-        reading: anyio.Event | None = None  # set once the read ahead has ended
-
-        async def read_ahead(run_ids: set[str], done: anyio.Event) -> None:
-            try:
-                runs.update(await self._run_objects(run_ids))
-                loaded.update(run_ids)
-            finally:
-                done.set()
-
+        loaded_at: float | None = None
         for event in events:
             if event.seq in wanted_seqs:
-                stale = time.monotonic() - loaded_at > _RUNS_FRESH_S
-                if reading is not None and (stale or event.run_id not in loaded):
-                    await reading.wait()
-                    reading = None
-                if stale or event.run_id not in loaded:
-                    # This event's run first, so that its delivery starts at
-                    # once; the runs of the events after it are read while
-                    # it is delivered.
+                if loaded_at is None or time.monotonic() - loaded_at > _RUNS_FRESH_S:
+                    runs = await self._run_objects({e.run_id for e in wanted if e.seq >= event.seq})
                     loaded_at = time.monotonic()
-                    runs.clear()
-                    loaded.clear()
-                    runs.update(await self._run_objects({event.run_id}))
-                    loaded.add(event.run_id)
-                    ahead = {e.run_id for e in wanted if e.seq > event.seq} - loaded
-                    if ahead:
-                        reading = anyio.Event()
-                        deliveries.start_soon(read_ahead, ahead, reading)
                 target = self._target(event, runs.get(event.run_id))
                 if target is not None:
                     await self._start(deliveries, *target, event)
             self.position = event.seq
-        if reading is not None:
-            await reading.wait()  # (its failure, if any, ends the deliveries' task group)
 
     async def _start(
         self,
