@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
-from store import EventStore, NewEvent, RecordedEvent
+from store import Append, EventStore, NewEvent, RecordedEvent, StoreError, StoreLockedError
 from supervisord.hooks.config import HookSpec, WebhookTarget
 from supervisord.hooks.delivery import HOOK_DELIVERED, HOOK_FAILED, HookService
 from tests.supervisord.hooks.webhook_server import Reply, WebhookServer
@@ -411,3 +411,37 @@ async def test_a_url_behind_an_environment_proxy_goes_through_the_proxy(
             [outcome] = await _outcomes(store, 1)
     assert outcome.type == HOOK_DELIVERED
     assert [r.path for r in proxy.received] == ["http://hooks.example.invalid/in"]  # absolute form: a proxy request
+
+
+async def test_an_outcome_the_store_failed_to_record_is_recorded_later_and_only_once(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first group of outcomes: the first one's append fails (storage
+    # trouble), the others are recorded. The failed one is appended again
+    # after a pause; the delivered events are not delivered again.
+    real = store.append_many
+    calls: list[int] = []
+
+    async def flaky(appends: Sequence[Append]) -> list[list[RecordedEvent] | StoreError]:
+        calls.append(len(appends))
+        if len(calls) > 1:
+            return await real(appends)
+        rest = await real(appends[1:])
+        return [StoreLockedError("jobsup.db: locked by another process"), *rest]
+
+    monkeypatch.setattr(store, "append_many", flaky)
+    with WebhookServer() as srv:
+        async with Running(store, [_webhook("chat", srv.url)]):
+            async with anyio.create_task_group() as tg:
+                for i in range(3):
+                    tg.start_soon(_run, store, f"bbbb0000000{i}")
+            outcomes = await _outcomes(store, 3)
+            with anyio.fail_after(30):  # the checkpoint then passes every delivered event
+                while (await store.checkpoints())["hook:chat"] < max(e.data["event_seq"] for e in outcomes):
+                    await anyio.sleep(0.1)
+        assert len(srv.received) == 3  # each event delivered once
+    assert sorted(e.data["event_seq"] for e in outcomes) == sorted(
+        int(r.headers["x-jobsup-event"]) for r in srv.received
+    )
+    assert len(outcomes) == 3 and {e.type for e in outcomes} == {HOOK_DELIVERED}
+    assert len(calls) >= 2 and calls[1] == 1  # the failed outcome alone, again
