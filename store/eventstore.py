@@ -503,6 +503,15 @@ class EventStore:
         )
         return [_event_from_row(r) for r in rows]
 
+    @property
+    def published_seq(self) -> int:
+        """The highest seq committed and published to this store's waiters
+        (no query): every event up to it is one :meth:`wait_for_events`
+        returns. Events another process appended on the same file count
+        once this store's next commit published them; :meth:`last_seq`
+        reads the file."""
+        return self._subs.published_seq
+
     async def last_seq(self) -> int:
         """The highest seq in the log (0 when empty)."""
         rows = await self._read("SELECT COALESCE(MAX(seq), 0) FROM events")

@@ -318,7 +318,11 @@ class HookRunner:
         self.position = self.saved = stored
         saved_at = time.monotonic()
         while True:
-            end = await self.store.last_seq()
+            # The last seq this store published (no query): every event up
+            # to it is one wait_for_events sees, so passing over (position,
+            # end] below never skips one (an event another process appended
+            # is seen, and passed, only once a local commit published it).
+            end = self.store.published_seq
             events = await self.store.wait_for_events(
                 self.position,
                 types=[PHASE_CHANGED],
@@ -426,11 +430,12 @@ class HookRunner:
         if self.on_done:  # the statuses of the runs submitted with --on-done only: after the Submitted data
             if missing:
                 await read_firsts()
-        else:  # both at once (the store has two read connections)
+        elif missing:  # both at once (the store has two read connections); this task's at once
             async with anyio.create_task_group() as tg:
-                if missing:
-                    tg.start_soon(read_firsts)
-                tg.start_soon(read_statuses)
+                tg.start_soon(read_firsts)
+                await read_statuses()
+        else:
+            await read_statuses()
         submitted: dict[str, dict[str, Any]] = {}
         for run_id in run_ids:
             data = self._submitted.get(run_id)

@@ -20,7 +20,7 @@ import pytest
 
 from store import Append, EventStore, NewEvent, RecordedEvent, StoreError, StoreLockedError
 from supervisord.hooks.config import HookSpec, WebhookTarget
-from supervisord.hooks.delivery import HOOK_DELIVERED, HOOK_FAILED, HookService
+from supervisord.hooks.delivery import FLUSH_S, HOOK_DELIVERED, HOOK_FAILED, HookService
 from tests.supervisord.hooks.webhook_server import Reply, WebhookServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
@@ -445,3 +445,20 @@ async def test_an_outcome_the_store_failed_to_record_is_recorded_later_and_only_
     )
     assert len(outcomes) == 3 and {e.type for e in outcomes} == {HOOK_DELIVERED}
     assert len(calls) >= 2 and calls[1] == 1  # the failed outcome alone, again
+
+
+async def test_a_phase_change_another_process_appended_is_not_passed_over(store: EventStore, tmp_path: Path) -> None:
+    # Another process (here: another EventStore on the same file) appends a
+    # terminal phase change while the hook waits to flush its checkpoint
+    # over events it does not want. This store publishes that event only at
+    # its next commit; until then the hook must not move past it (it used
+    # to take the file's last seq as the end of what it had looked at).
+    with WebhookServer() as srv:
+        async with Running(store, [_webhook("chat", srv.url)]):
+            await _run(store, "dddd00000001", phases=("RUNNING",))  # not wanted: a timed wait follows
+            async with await EventStore.open(tmp_path / "jobsup.db", synchronous="NORMAL") as other:
+                await _run(other, "dddd00000002")
+            await anyio.sleep(2 * FLUSH_S + 1.0)  # the hook's idle flushes come and go
+            await _run(store, "dddd00000003")  # a local commit publishes (and shows the gap)
+            await _outcomes(store, 2, timeout=15)
+    assert sorted(r.json["run"]["id"] for r in srv.received) == ["dddd00000002", "dddd00000003"]
