@@ -156,7 +156,14 @@ def _store_closed(exc: BaseException) -> bool:
 def _fields(obj: RunStatus | RecordedEvent) -> dict[str, Any]:
     """``obj.to_json()`` without its deep copy (``dataclasses.asdict``
     copies every nested value; the result here is only read or serialised)."""
-    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    names = _FIELD_NAMES.get(type(obj))
+    if names is None:
+        names = _FIELD_NAMES[type(obj)] = tuple(f.name for f in dataclasses.fields(obj))
+    return {name: getattr(obj, name) for name in names}
+
+
+#: Field names per dataclass (dataclasses.fields() builds its tuple on every call).
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
 def backoff_s(attempt: int, base_s: float = BACKOFF_BASE_S, cap_s: float = BACKOFF_CAP_S) -> float:
