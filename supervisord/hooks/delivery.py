@@ -129,8 +129,13 @@ BACKOFF_CAP_S: Final = 300.0
 _FLUSH_EVERY_S: Final = 10.0
 #: The most outcome events of one hook waiting to be appended.
 _OUTBOX: Final = 256
-#: How long the recorder gathers outcomes into one group before appending (seconds).
+#: The recorder appends a group of outcomes once this long passed without
+#: a new one (seconds)...
 _GATHER_S: Final = 0.02
+#: ...or this long after the group's first: the most a burst's outcomes
+#: wait (an outcome not yet appended when the daemon dies is delivered
+#: again after a restart: at least once).
+_GATHER_MAX_S: Final = 0.25
 #: A hook task that fails unexpectedly starts again from its checkpoint after this.
 _RESTART_S: Final = 5.0
 _SUBMITTED_CACHE: Final = 1024
@@ -281,9 +286,11 @@ class HookRunner:
 
         Outcome events are appended by a recorder task, in order, while the
         next event is delivered (a commit's fsync does not hold up the next
-        delivery); at most :data:`_OUTBOX` outcomes wait. Outcomes still
-        waiting when the task stops are not recorded: their events are
-        delivered again after a restart (at least once)."""
+        delivery), a burst's outcomes together once it pauses (at most
+        :data:`_GATHER_MAX_S` later, see :meth:`_recorder`); at most
+        :data:`_OUTBOX` outcomes wait. Outcomes still waiting when the task
+        stops are not recorded: their events are delivered again after a
+        restart (at least once)."""
         send, receive = anyio.create_memory_object_stream[_Outcome](max_buffer_size=_OUTBOX)
         self._outbox, self._pending = send, 0
         self._drained = anyio.Event()
@@ -569,21 +576,30 @@ class HookRunner:
             await self._outbox.send(outcome)
 
     async def _recorder(self, receive: MemoryObjectReceiveStream[_Outcome]) -> None:
-        """Append the outcomes in the order they were handed over: those
-        handed over within :data:`_GATHER_S` of the first, queued together
-        (:meth:`store.EventStore.append_many`: they share a transaction);
+        """Append the outcomes in the order they were handed over, in
+        groups queued together (:meth:`store.EventStore.append_many`: they
+        share a transaction): a group takes what is handed over until
+        :data:`_GATHER_S` passes without a new outcome, at most
+        :data:`_GATHER_MAX_S` after its first (or :data:`_OUTBOX` outcomes);
         the next group after the last one is recorded."""
         async with receive:
             async for first in receive:
-                # Gather what else comes within a moment: a burst's outcomes
-                # then share a few transactions instead of one each, and
-                # their appends stay out of the way of the deliveries. (One
-                # sleep, then take what came: not a wake-up per outcome.)
-                await anyio.sleep(_GATHER_S)
+                # A lone outcome is appended _GATHER_S after it came; a
+                # burst's outcomes share one transaction, appended once the
+                # burst paused (or after _GATHER_MAX_S), out of the way of
+                # its deliveries: a commit's round trips to the database
+                # thread slow every delivery they overlap. (A sleep per
+                # _GATHER_S, then take what came: not a wake-up per outcome.)
                 group = [first]
-                with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
-                    while len(group) < _OUTBOX:
-                        group.append(receive.receive_nowait())
+                deadline = anyio.current_time() + _GATHER_MAX_S
+                while len(group) < _OUTBOX:
+                    await anyio.sleep(min(_GATHER_S, max(0.0, deadline - anyio.current_time())))
+                    before = len(group)
+                    with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
+                        while len(group) < _OUTBOX:
+                            group.append(receive.receive_nowait())
+                    if len(group) == before or anyio.current_time() >= deadline:
+                        break
                 await self._append_outcomes(group)
                 self._pending -= len(group)
                 if self._pending == 0:

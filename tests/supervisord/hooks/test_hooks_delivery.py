@@ -19,6 +19,7 @@ import anyio
 import pytest
 
 from store import Append, EventStore, NewEvent, RecordedEvent, StoreError, StoreLockedError
+from supervisord.hooks import delivery
 from supervisord.hooks.config import HookSpec, WebhookTarget
 from supervisord.hooks.delivery import FLUSH_S, HOOK_DELIVERED, HOOK_FAILED, HookService
 from tests.supervisord.hooks.webhook_server import Reply, WebhookServer
@@ -462,3 +463,27 @@ async def test_a_phase_change_another_process_appended_is_not_passed_over(store:
             await _run(store, "dddd00000003")  # a local commit publishes (and shows the gap)
             await _outcomes(store, 2, timeout=15)
     assert sorted(r.json["run"]["id"] for r in srv.received) == ["dddd00000002", "dddd00000003"]
+
+
+@pytest.mark.parametrize(("max_s", "transactions"), [(60.0, 1), (0.5, 2)])
+async def test_a_bursts_outcomes_are_appended_together_once_it_pauses_or_at_the_cap(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch, max_s: float, transactions: int
+) -> None:
+    # Outcomes come every ~0.2 s (the server's pace), less than the quiet
+    # gap (1 s): the recorder keeps gathering them and appends them in one
+    # transaction once the burst paused, although the burst lasts longer
+    # than the gap (a window fixed from the first outcome used to cut it);
+    # with a cap of 0.5 s they are appended in at least two.
+    monkeypatch.setattr(delivery, "_GATHER_S", 1.0)
+    monkeypatch.setattr(delivery, "_GATHER_MAX_S", max_s)
+    n = 8
+    with WebhookServer() as srv:
+        srv.on_request = lambda _: time.sleep(0.2)
+        async with Running(store, [_webhook("chat", srv.url)]):
+            async with anyio.create_task_group() as tg:
+                for i in range(n):
+                    tg.start_soon(_run, store, f"eeee{i:08d}")
+            outcomes = await _outcomes(store, n)
+    assert [e.data["event_seq"] for e in outcomes] == sorted(int(r.headers["x-jobsup-event"]) for r in srv.received)
+    ats = {e.at for e in outcomes}  # an event's `at` is when its transaction began
+    assert len(ats) == 1 if transactions == 1 else len(ats) >= transactions
