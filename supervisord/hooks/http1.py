@@ -69,6 +69,10 @@ _DRAIN_BYTES: Final = 256 * 1024
 _RECEIVE: Final = 65536
 #: Request templates kept (one per webhook URL and set of constant headers).
 _TEMPLATES: Final = 256
+#: Headers a request's own (``fresh``) headers may not set: the client's
+#: framing, and those that change how h11 reads the answer (h11 sees the
+#: template's request, not these).
+_NOT_FRESH: Final = frozenset({"content-length", "transfer-encoding", "host", "connection", "upgrade", "expect"})
 _TOKEN: Final = re.compile(r"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
 
 
@@ -280,7 +284,8 @@ class Http1Client:
         :class:`_Template`); ``fresh`` the ones of this request only (an
         idempotency key, a signature): a token name and a printable ASCII
         value, checked here (ValueError otherwise). Neither may set
-        Content-Length or Transfer-Encoding (ValueError)."""
+        Content-Length or Transfer-Encoding, nor ``fresh`` Host,
+        Connection, Upgrade or Expect (ValueError)."""
         key = (url, tuple(headers.items()))
         template = self._templates.get(key)
         if template is None:
@@ -291,7 +296,7 @@ class Http1Client:
         lines = [template.head]
         if fresh:
             for name, value in fresh.items():
-                if name.lower() in ("content-length", "transfer-encoding", "host"):
+                if name.lower() in _NOT_FRESH:
                     raise ValueError(f"header {name} is set by the client")
                 lines.append(_fresh_line(name, value))
         lines.append(b"Content-Length: %d\r\n\r\n" % len(body))

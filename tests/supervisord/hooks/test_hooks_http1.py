@@ -198,6 +198,7 @@ async def test_each_request_is_the_templates_head_plus_its_own_headers_and_lengt
         ({}, {"X-Jobsup-Event": "é"}, "not a plain ASCII value"),
         ({}, {"X Jobsup": "1"}, "not a header name"),
         ({}, {"Content-Length": "1"}, "set by the client"),
+        ({}, {"Connection": "close"}, "set by the client"),
         ({"Transfer-Encoding": "chunked"}, {}, "set by the client"),
     ],
 )
