@@ -35,7 +35,8 @@ delivered again, and attempt numbers go on from the recorded ones.
 Run objects (the ``run`` of a webhook body) are read for a batch of events
 in two queries (:meth:`store.EventStore.get_runs`,
 :meth:`store.EventStore.first_events`), again when older than
-:data:`_RUNS_FRESH_S`. Webhooks go out through the lean kept-alive client of
+:data:`_RUNS_FRESH_S`; a run's Submitted data is read once for all the hooks
+of the service (:class:`SubmittedCache`). Webhooks go out through the lean kept-alive client of
 :mod:`supervisord.hooks.http1`. Webhook failures worth retrying are tried
 again after capped exponential back-off (:func:`backoff_s`, or the server's
 ``Retry-After`` when longer) until ``webhook.retry_for_s`` has passed since
@@ -72,7 +73,7 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
 import anyio
@@ -109,6 +110,7 @@ __all__ = [
     "STDIN_LINES",
     "HookRunner",
     "HookService",
+    "SubmittedCache",
     "backoff_s",
     "run_object",
 ]
@@ -191,6 +193,60 @@ def run_object(status: Mapping[str, Any], submitted: Mapping[str, Any]) -> dict[
     }
 
 
+class SubmittedCache:
+    """The Submitted data of runs (the ``run`` object's command, source,
+    env and config; ``on_done``, ``cwd``), shared by the hooks of a
+    service: hooks woken by the same phase changes wait for one read of
+    those runs instead of each reading them. At most :data:`_SUBMITTED_CACHE`
+    runs are kept (the oldest go first); a run without a Submitted event
+    reads as ``{}``."""
+
+    def __init__(self, store: EventStore) -> None:
+        self.store = store
+        self._data: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
+        self._reading: dict[str, anyio.Event] = {}  # run id -> set when the read under way ended
+
+    def holds(self, run_ids: Collection[str]) -> bool:
+        """Whether every one of ``run_ids`` is kept (:meth:`get` reads nothing)."""
+        return all(r in self._data for r in run_ids)
+
+    async def get(self, run_ids: Collection[str]) -> dict[str, dict[str, Any]]:
+        """run id -> Submitted data for each of ``run_ids``: the kept ones,
+        those another hook is reading (once read), the others in one query
+        (:meth:`store.EventStore.first_events`; its errors are raised; a
+        hook that waited for a read that failed reads for itself)."""
+        out: dict[str, dict[str, Any]] = {}
+        todo = set(run_ids)
+        while True:
+            for run_id in list(todo):
+                data = self._data.get(run_id)
+                if data is not None:
+                    out[run_id] = data
+                    todo.discard(run_id)
+            if not todo:
+                return out
+            waits = {self._reading[r] for r in todo if r in self._reading}
+            mine = [r for r in todo if r not in self._reading]
+            if mine:
+                done = anyio.Event()
+                for run_id in mine:
+                    self._reading[run_id] = done
+                try:
+                    firsts = await self.store.first_events(mine)
+                finally:
+                    for run_id in mine:
+                        del self._reading[run_id]
+                    done.set()
+                for run_id in mine:
+                    first = firsts.get(run_id)
+                    out[run_id] = self._data[run_id] = first.data if first is not None else {}
+                    todo.discard(run_id)
+                while len(self._data) > _SUBMITTED_CACHE:
+                    self._data.popitem(last=False)
+            for event in waits:
+                await event.wait()
+
+
 class HookRunner:
     """The subscription of one hook (see the module doc). ``run()`` loops
     until cancelled; ``position`` (the last event looked at), ``saved`` (the
@@ -213,6 +269,7 @@ class HookRunner:
         http: Http1Client | httpx.AsyncClient | None = None,
         on_done: bool = False,
         user_agent: str = "jobsup",
+        submitted: SubmittedCache | None = None,
     ) -> None:
         self.spec = spec
         self.store = store
@@ -224,7 +281,7 @@ class HookRunner:
         self.position = 0
         self.saved = 0
         self.last_outcome: dict[str, Any] | None = None
-        self._submitted: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
+        self._submitted = submitted if submitted is not None else SubmittedCache(store)
         self._outbox: MemoryObjectSendStream[_Outcome] | None = None
         self._pending = 0
         self._drained = anyio.Event()
@@ -429,39 +486,23 @@ class HookRunner:
 
     async def _run_objects(self, run_ids: set[str]) -> dict[str, tuple[RunStatus, dict[str, Any]]]:
         """run id -> (its run status, its Submitted data) for those of
-        ``run_ids`` that exist, in two queries at most (the Submitted data of
-        runs seen before is cached)."""
-        missing = [r for r in run_ids if r not in self._submitted]
-        firsts: dict[str, RecordedEvent] = {}
-        statuses: dict[str, RunStatus] = {}
+        ``run_ids`` that exist, in two queries at most, at once (the
+        Submitted data from the service's :class:`SubmittedCache`)."""
+        submitted: dict[str, dict[str, Any]] = {}
 
-        async def read_firsts() -> None:
-            firsts.update(await self.store.first_events(missing))
-
-        async def read_statuses() -> None:
-            statuses.update(await self.store.get_runs(run_ids))
+        async def read_submitted() -> None:
+            submitted.update(await self._submitted.get(run_ids))
 
         if self.on_done:  # the statuses of the runs submitted with --on-done only: after the Submitted data
-            if missing:
-                await read_firsts()
-        elif missing:  # both at once (the store has two read connections); this task's at once
+            await read_submitted()
+            statuses = await self.store.get_runs({r for r in run_ids if submitted[r].get("on_done")})
+        elif self._submitted.holds(run_ids):
+            await read_submitted()  # no query
+            statuses = await self.store.get_runs(run_ids)
+        else:  # both at once (the store has two read connections); this task's at once
             async with anyio.create_task_group() as tg:
-                tg.start_soon(read_firsts)
-                await read_statuses()
-        else:
-            await read_statuses()
-        submitted: dict[str, dict[str, Any]] = {}
-        for run_id in run_ids:
-            data = self._submitted.get(run_id)
-            if data is None:
-                first = firsts.get(run_id)
-                data = first.data if first is not None else {}
-                self._submitted[run_id] = data
-            submitted[run_id] = data
-        while len(self._submitted) > _SUBMITTED_CACHE:
-            self._submitted.popitem(last=False)
-        if self.on_done:
-            statuses.update(await self.store.get_runs({r for r in run_ids if submitted[r].get("on_done")}))
+                tg.start_soon(read_submitted)
+                statuses = await self.store.get_runs(run_ids)
         return {r: (status, submitted[r]) for r, status in statuses.items()}
 
     def _target(
@@ -669,8 +710,11 @@ class HookService:
         self.store = store
         base = dict(os.environ if env is None else env)
         stand_in = HookSpec(name=ON_DONE_HOOK, when=TERMINAL_PHASES, command=(), source="submit --on-done")
-        self.runners = [HookRunner(spec, store, env=base, user_agent=user_agent) for spec in hooks]
-        self.runners.append(HookRunner(stand_in, store, env=base, on_done=True, user_agent=user_agent))
+        submitted = SubmittedCache(store)  # one read of a run's Submitted data for every hook
+        self.runners = [HookRunner(spec, store, env=base, user_agent=user_agent, submitted=submitted) for spec in hooks]
+        self.runners.append(
+            HookRunner(stand_in, store, env=base, on_done=True, user_agent=user_agent, submitted=submitted)
+        )
 
     async def run(self) -> None:
         """Run every hook until cancelled (or the store closes). The HTTP

@@ -11,7 +11,7 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -487,3 +487,28 @@ async def test_a_bursts_outcomes_are_appended_together_once_it_pauses_or_at_the_
     assert [e.data["event_seq"] for e in outcomes] == sorted(int(r.headers["x-jobsup-event"]) for r in srv.received)
     ats = {e.at for e in outcomes}  # an event's `at` is when its transaction began
     assert len(ats) == 1 if transactions == 1 else len(ats) >= transactions
+
+
+async def test_the_hooks_of_a_service_read_a_runs_submitted_data_once(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two webhooks and the on-done hook wake for the same phase changes:
+    # one read of each run's Submitted event serves them all.
+    read: Counter[str] = Counter()
+    real = store.first_events
+
+    async def counting(run_ids: Collection[str]) -> dict[str, RecordedEvent]:
+        read.update(run_ids)
+        return await real(run_ids)
+
+    monkeypatch.setattr(store, "first_events", counting)
+    n = 20
+    with WebhookServer() as srv:
+        async with Running(store, [_webhook("a", f"{srv.url}/a"), _webhook("b", f"{srv.url}/b")]):
+            async with anyio.create_task_group() as tg:
+                for i in range(n):
+                    tg.start_soon(_run, store, f"ffff{i:08d}")
+            await _outcomes(store, 2 * n)
+    assert len(srv.received) == 2 * n
+    assert {r.json["run"]["command"] for r in srv.received} == {"python train.py"}  # from the Submitted data
+    assert set(read) == {f"ffff{i:08d}" for i in range(n)} and set(read.values()) == {1}
