@@ -29,6 +29,7 @@ from store.types import (
     LOGS_ARCHIVED,
     LOGS_DELETED,
     TERMINAL_PHASES,
+    Append,
     Checkpoint,
     LogLine,
     NewEvent,
@@ -109,6 +110,37 @@ def _check_checkpoint(checkpoint: Checkpoint) -> None:
         raise ValueError(f"checkpoint must be a Checkpoint with a non-empty name, got {checkpoint!r}")
     if not isinstance(checkpoint.seq, int) or isinstance(checkpoint.seq, bool) or checkpoint.seq < 0:
         raise ValueError(f"checkpoint {checkpoint.name}: seq must be an int >= 0, got {checkpoint.seq!r}")
+
+
+def _prepare(
+    run_id: str, expected_version: int | None, events: Sequence[NewEvent], checkpoint: Checkpoint | None
+) -> list[PreparedEvent]:
+    """Check the arguments of one append (ValueError naming the run, type
+    and key at fault) and serialise its events."""
+    if not isinstance(run_id, str) or not run_id:
+        raise ValueError(f"run_id must be a non-empty str, got {run_id!r}")
+    if expected_version is not None and (
+        not isinstance(expected_version, int) or isinstance(expected_version, bool) or expected_version < 0
+    ):
+        raise ValueError(f"run {run_id}: expected_version must be an int >= 0 or None, got {expected_version!r}")
+    if checkpoint is not None:
+        _check_checkpoint(checkpoint)
+    if not events:
+        raise ValueError(f"run {run_id}: append needs at least one event")
+    prepared = []
+    for event in events:
+        validate_event(run_id, event)
+        try:
+            data_json = json.dumps(event.data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+            data_json.encode()  # a lone surrogate cannot be stored as UTF-8
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"run {run_id}: {event.type} data is not JSON-serialisable: {exc}") from exc
+        if event.type == LOG_LINES:
+            block = LogBlock.from_pairs(event.data["stream"], event.data["source"], event.data["lines"])
+            prepared.append(PreparedEvent(event.type, "", {}, 1 + len(event.data["lines"]), block))
+            continue
+        prepared.append(PreparedEvent(event.type, data_json, json.loads(data_json), 1))
+    return prepared
 
 
 def _placeholders(n: int) -> str:
@@ -316,32 +348,33 @@ class EventStore:
         closes.
         """
         self._check_open()
-        if not isinstance(run_id, str) or not run_id:
-            raise ValueError(f"run_id must be a non-empty str, got {run_id!r}")
-        if expected_version is not None and (
-            not isinstance(expected_version, int) or isinstance(expected_version, bool) or expected_version < 0
-        ):
-            raise ValueError(f"run {run_id}: expected_version must be an int >= 0 or None, got {expected_version!r}")
-        if checkpoint is not None:
-            _check_checkpoint(checkpoint)
-        if not events:
-            raise ValueError(f"run {run_id}: append needs at least one event")
-        prepared = []
-        for event in events:
-            validate_event(run_id, event)
-            try:
-                data_json = json.dumps(event.data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-                data_json.encode()  # a lone surrogate cannot be stored as UTF-8
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"run {run_id}: {event.type} data is not JSON-serialisable: {exc}") from exc
-            if event.type == LOG_LINES:
-                block = LogBlock.from_pairs(event.data["stream"], event.data["source"], event.data["lines"])
-                prepared.append(PreparedEvent(event.type, "", {}, 1 + len(event.data["lines"]), block))
-                continue
-            prepared.append(PreparedEvent(event.type, data_json, json.loads(data_json), 1))
+        prepared = _prepare(run_id, expected_version, events, checkpoint)
         return await self._writer.append(
             run_id, expected_version, prepared, checkpoint, wait_for_storage=wait_for_storage
         )
+
+    async def append_many(self, appends: Sequence[Append]) -> list[list[RecordedEvent] | StoreError]:
+        """Several appends, to any streams, queued together in this order:
+        each is what :meth:`append` does with the same arguments (its
+        checkpoint moves with its own events) and succeeds or fails on its
+        own, but the caller waits once for all of them, and appends queued
+        together share a transaction unless the batch is full. For a
+        recorder with many small appends at once (hooks' outcome events).
+
+        Returns, per append in order, its recorded events (after their
+        COMMIT returned) or the StoreError it failed with (ConcurrencyError,
+        StorageFullError, StoreLockedError, StoreClosedError, StoreError):
+        one failing append does not fail the others, and a later append
+        may be recorded although an earlier one failed. Raises ValueError
+        for bad input (as :meth:`append`; nothing queued) and
+        StoreClosedError when the store is closed. Cancelling the caller
+        does not withdraw the queued appends."""
+        self._check_open()
+        jobs = [
+            (a.run_id, a.expected_version, _prepare(a.run_id, a.expected_version, a.events, a.checkpoint), a.checkpoint)
+            for a in appends
+        ]
+        return await self._writer.append_many(jobs)
 
     async def append_log(
         self,
@@ -469,6 +502,15 @@ class EventStore:
             (*params, limit),
         )
         return [_event_from_row(r) for r in rows]
+
+    @property
+    def published_seq(self) -> int:
+        """The highest seq committed and published to this store's waiters
+        (no query): every event up to it is one :meth:`wait_for_events`
+        returns. Events another process appended on the same file count
+        once this store's next commit published them; :meth:`last_seq`
+        reads the file."""
+        return self._subs.published_seq
 
     async def last_seq(self) -> int:
         """The highest seq in the log (0 when empty)."""

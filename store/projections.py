@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
@@ -162,10 +163,11 @@ class _RunRow:
     def params(self) -> tuple[Any, ...]:
         # Not dataclasses.astuple: it deep-copies every field (all scalars
         # here), which showed in the profile of a burst of appends.
-        return tuple(getattr(self, name) for name in _RUN_ROW_COLUMNS)
+        return _run_row_params(self)
 
 
 _RUN_ROW_COLUMNS: Final = tuple(f.name for f in dataclasses.fields(_RunRow))
+_run_row_params: Final = operator.attrgetter(*_RUN_ROW_COLUMNS)  # one C call for the tuple
 _UPSERT_RUN: Final = (
     f"INSERT INTO runs ({', '.join(_RUN_ROW_COLUMNS)}) VALUES ({', '.join('?' * len(_RUN_ROW_COLUMNS))})"
     f" ON CONFLICT (id) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in _RUN_ROW_COLUMNS[1:])}"
@@ -214,7 +216,8 @@ class Projector:
         caller rolls back."""
         if not events:
             return
-        counts = await self._line_counts(conn, {e.run_id for e in events if e.type in (LOG_LINES, SUBMITTED)})
+        counted = {e.run_id for e in events if e.type in (LOG_LINES, SUBMITTED)}
+        counts = await self._line_counts(conn, counted) if counted else {}
         newest: _Newest = {}
         for e in events:
             if e.type == LOGS_ARCHIVED:

@@ -71,6 +71,7 @@ Any other type (jobsup's are cataloged in ``supervisord.events``)
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any, Final, Literal, get_args
 
 __all__ = [
@@ -162,6 +163,18 @@ class Checkpoint:
 
     name: str
     seq: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Append:
+    """One append of :meth:`EventStore.append_many`: the arguments of
+    :meth:`EventStore.append` (``events`` to the stream of ``run_id`` at
+    ``expected_version``, ``checkpoint`` moved in the same transaction)."""
+
+    run_id: str
+    expected_version: int | None
+    events: Sequence[NewEvent]
+    checkpoint: Checkpoint | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -56,8 +56,10 @@ __all__ = ["Writer", "PreparedEvent", "StorageProblem"]
 
 log = structlog.get_logger("store.writer")
 
+# The current version of each run of a JSON list, and (run NULL) the last seq: one round trip.
 _STREAM_VERSIONS: Final = (
     "SELECT j.value, (SELECT MAX(version) FROM events WHERE run_id = j.value) FROM json_each(?) AS j"
+    " UNION ALL SELECT NULL, COALESCE(MAX(seq), 0) FROM events"
 )
 _INSERT_EVENT: Final = "INSERT INTO events (seq, run_id, version, type, at, data) VALUES (?, ?, ?, ?, ?, ?)"
 # A checkpoint only moves forward.
@@ -244,6 +246,34 @@ class Writer:
         assert job.result is not None
         return job.result
 
+    async def append_many(
+        self, appends: Sequence[tuple[str, int | None, Sequence[PreparedEvent], Checkpoint | None]]
+    ) -> list[list[RecordedEvent] | StoreError]:
+        """Queue several appends ``(run_id, expected_version, events,
+        checkpoint)`` together, in order (nothing else is queued between
+        them), and wait until each one's batch committed or failed: per
+        append its recorded events or its StoreError (each fails on its own,
+        as with :meth:`append`). Raises StoreClosedError when nothing can be
+        queued. Cancelling the caller does not withdraw the queued appends."""
+        jobs = [
+            _AppendJob(run_id, version, events, max(1, sum(e.rows for e in events)), False, checkpoint)
+            for run_id, version, events, checkpoint in appends
+        ]
+        for job in jobs:  # no await in between: they stay together in the queue, and if the
+            self._enqueue(job)  # first one could be queued (the store is open) so can the others
+        out: list[list[RecordedEvent] | StoreError] = []
+        for job in jobs:
+            if not job.done.is_set():  # (a set anyio Event still passes through the event loop)
+                await job.done.wait()
+            if job.error is not None:
+                if not isinstance(job.error, StoreError):
+                    raise job.error
+                out.append(job.error)
+            else:
+                assert job.result is not None
+                out.append(job.result)
+        return out
+
     async def exclusive(self, fn: Callable[[aiosqlite.Connection], Awaitable[Any]]) -> Any:
         """Run ``fn(conn)`` on the write connection between batches, alone."""
         job = _ExclusiveJob(fn)
@@ -414,9 +444,7 @@ class Writer:
                 await conn.execute("ROLLBACK")
             await conn.execute("BEGIN IMMEDIATE")
             try:
-                versions = await self._stream_versions({job.run_id for job in batch if job.events})
-                rows = list(await conn.execute_fetchall("SELECT COALESCE(MAX(seq), 0) FROM events"))
-                seq = int(rows[0][0])
+                versions, seq = await self._stream_versions({job.run_id for job in batch if job.events})
                 at = utc_now()
                 inserts: list[tuple[int, str, int, str, str, str]] = []
                 resolver = BlockResolver(conn)
@@ -501,9 +529,16 @@ class Writer:
                         job.error.__cause__ = interrupted
                     job.done.set()
 
-    async def _stream_versions(self, run_ids: set[str]) -> dict[str, int]:
-        """The current version of each of ``run_ids`` that has events: one
-        index seek per run (a bare ``MAX`` subquery; ``MAX ... GROUP BY``
-        would read every event of the run's stream)."""
+    async def _stream_versions(self, run_ids: set[str]) -> tuple[dict[str, int], int]:
+        """The current version of each of ``run_ids`` that has events (one
+        index seek per run: a bare ``MAX`` subquery; ``MAX ... GROUP BY``
+        would read every event of the run's stream), and the last seq of
+        the log (0 when empty), in one query."""
         rows = await self._conn.execute_fetchall(_STREAM_VERSIONS, (json.dumps(sorted(run_ids)),))
-        return {str(r[0]): int(r[1]) for r in rows if r[1] is not None}
+        versions, last_seq = {}, 0
+        for run_id, value in rows:
+            if run_id is None:
+                last_seq = int(value)
+            elif value is not None:
+                versions[str(run_id)] = int(value)
+        return versions, last_seq

@@ -35,7 +35,8 @@ delivered again, and attempt numbers go on from the recorded ones.
 Run objects (the ``run`` of a webhook body) are read for a batch of events
 in two queries (:meth:`store.EventStore.get_runs`,
 :meth:`store.EventStore.first_events`), again when older than
-:data:`_RUNS_FRESH_S`. Webhooks go out through the lean kept-alive client of
+:data:`_RUNS_FRESH_S`; a run's Submitted data is read once for all the hooks
+of the service (:class:`SubmittedCache`). Webhooks go out through the lean kept-alive client of
 :mod:`supervisord.hooks.http1`. Webhook failures worth retrying are tried
 again after capped exponential back-off (:func:`backoff_s`, or the server's
 ``Retry-After`` when longer) until ``webhook.retry_for_s`` has passed since
@@ -72,7 +73,7 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
 import anyio
@@ -84,6 +85,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from store import (
     PHASE_CHANGED,
     TERMINAL_PHASES,
+    Append,
     Checkpoint,
     EventStore,
     LogArchiveError,
@@ -108,6 +110,7 @@ __all__ = [
     "STDIN_LINES",
     "HookRunner",
     "HookService",
+    "SubmittedCache",
     "backoff_s",
     "run_object",
 ]
@@ -128,8 +131,13 @@ BACKOFF_CAP_S: Final = 300.0
 _FLUSH_EVERY_S: Final = 10.0
 #: The most outcome events of one hook waiting to be appended.
 _OUTBOX: Final = 256
-#: How long the recorder gathers outcomes into one group before appending (seconds).
+#: The recorder appends a group of outcomes once this long passed without
+#: a new one (seconds)...
 _GATHER_S: Final = 0.02
+#: ...or this long after the group's first: the most a burst's outcomes
+#: wait (an outcome not yet appended when the daemon dies is delivered
+#: again after a restart: at least once).
+_GATHER_MAX_S: Final = 0.25
 #: A hook task that fails unexpectedly starts again from its checkpoint after this.
 _RESTART_S: Final = 5.0
 _SUBMITTED_CACHE: Final = 1024
@@ -155,7 +163,14 @@ def _store_closed(exc: BaseException) -> bool:
 def _fields(obj: RunStatus | RecordedEvent) -> dict[str, Any]:
     """``obj.to_json()`` without its deep copy (``dataclasses.asdict``
     copies every nested value; the result here is only read or serialised)."""
-    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    names = _FIELD_NAMES.get(type(obj))
+    if names is None:
+        names = _FIELD_NAMES[type(obj)] = tuple(f.name for f in dataclasses.fields(obj))
+    return {name: getattr(obj, name) for name in names}
+
+
+#: Field names per dataclass (dataclasses.fields() builds its tuple on every call).
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
 def backoff_s(attempt: int, base_s: float = BACKOFF_BASE_S, cap_s: float = BACKOFF_CAP_S) -> float:
@@ -176,6 +191,60 @@ def run_object(status: Mapping[str, Any], submitted: Mapping[str, Any]) -> dict[
         "env": submitted.get("env"),
         "config": submitted.get("config"),
     }
+
+
+class SubmittedCache:
+    """The Submitted data of runs (the ``run`` object's command, source,
+    env and config; ``on_done``, ``cwd``), shared by the hooks of a
+    service: hooks woken by the same phase changes wait for one read of
+    those runs instead of each reading them. At most :data:`_SUBMITTED_CACHE`
+    runs are kept (the oldest go first); a run without a Submitted event
+    reads as ``{}``."""
+
+    def __init__(self, store: EventStore) -> None:
+        self.store = store
+        self._data: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
+        self._reading: dict[str, anyio.Event] = {}  # run id -> set when the read under way ended
+
+    def holds(self, run_ids: Collection[str]) -> bool:
+        """Whether every one of ``run_ids`` is kept (:meth:`get` reads nothing)."""
+        return all(r in self._data for r in run_ids)
+
+    async def get(self, run_ids: Collection[str]) -> dict[str, dict[str, Any]]:
+        """run id -> Submitted data for each of ``run_ids``: the kept ones,
+        those another hook is reading (once read), the others in one query
+        (:meth:`store.EventStore.first_events`; its errors are raised; a
+        hook that waited for a read that failed reads for itself)."""
+        out: dict[str, dict[str, Any]] = {}
+        todo = set(run_ids)
+        while True:
+            for run_id in list(todo):
+                data = self._data.get(run_id)
+                if data is not None:
+                    out[run_id] = data
+                    todo.discard(run_id)
+            if not todo:
+                return out
+            waits = {self._reading[r] for r in todo if r in self._reading}
+            mine = [r for r in todo if r not in self._reading]
+            if mine:
+                done = anyio.Event()
+                for run_id in mine:
+                    self._reading[run_id] = done
+                try:
+                    firsts = await self.store.first_events(mine)
+                finally:
+                    for run_id in mine:
+                        del self._reading[run_id]
+                    done.set()
+                for run_id in mine:
+                    first = firsts.get(run_id)
+                    out[run_id] = self._data[run_id] = first.data if first is not None else {}
+                    todo.discard(run_id)
+                while len(self._data) > _SUBMITTED_CACHE:
+                    self._data.popitem(last=False)
+            for event in waits:
+                await event.wait()
 
 
 class HookRunner:
@@ -200,6 +269,7 @@ class HookRunner:
         http: Http1Client | httpx.AsyncClient | None = None,
         on_done: bool = False,
         user_agent: str = "jobsup",
+        submitted: SubmittedCache | None = None,
     ) -> None:
         self.spec = spec
         self.store = store
@@ -211,7 +281,7 @@ class HookRunner:
         self.position = 0
         self.saved = 0
         self.last_outcome: dict[str, Any] | None = None
-        self._submitted: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
+        self._submitted = submitted if submitted is not None else SubmittedCache(store)
         self._outbox: MemoryObjectSendStream[_Outcome] | None = None
         self._pending = 0
         self._drained = anyio.Event()
@@ -273,9 +343,11 @@ class HookRunner:
 
         Outcome events are appended by a recorder task, in order, while the
         next event is delivered (a commit's fsync does not hold up the next
-        delivery); at most :data:`_OUTBOX` outcomes wait. Outcomes still
-        waiting when the task stops are not recorded: their events are
-        delivered again after a restart (at least once)."""
+        delivery), a burst's outcomes together once it pauses (at most
+        :data:`_GATHER_MAX_S` later, see :meth:`_recorder`); at most
+        :data:`_OUTBOX` outcomes wait. Outcomes still waiting when the task
+        stops are not recorded: their events are delivered again after a
+        restart (at least once)."""
         send, receive = anyio.create_memory_object_stream[_Outcome](max_buffer_size=_OUTBOX)
         self._outbox, self._pending = send, 0
         self._drained = anyio.Event()
@@ -317,7 +389,11 @@ class HookRunner:
         self.position = self.saved = stored
         saved_at = time.monotonic()
         while True:
-            end = await self.store.last_seq()
+            # The last seq this store published (no query): every event up
+            # to it is one wait_for_events sees, so passing over (position,
+            # end] below never skips one (an event another process appended
+            # is seen, and passed, only once a local commit published it).
+            end = self.store.published_seq
             events = await self.store.wait_for_events(
                 self.position,
                 types=[PHASE_CHANGED],
@@ -374,6 +450,13 @@ class HookRunner:
         cwd: str | None,
         event: RecordedEvent,
     ) -> None:
+        if self.in_flight == 1:
+            # One at a time: the previous delivery ended (its final outcome
+            # handed to the recorder) before this call; no slot, run or
+            # back-off to wait for, no task to spawn.
+            self._ledger[event.seq] = False
+            await self._deliver(spec, event, run, cwd)
+            return
         await self._slots.acquire()
         try:
             previous = self._busy.get(event.run_id)
@@ -397,47 +480,29 @@ class HookRunner:
                     del self._busy[event.run_id]
                 self._slots.release()
 
-        if self.in_flight == 1:
-            await deliver()  # one at a time: no task to spawn
-        else:
-            deliveries.start_soon(deliver)
+        deliveries.start_soon(deliver)
 
     # -- what to deliver ------------------------------------------------------
 
     async def _run_objects(self, run_ids: set[str]) -> dict[str, tuple[RunStatus, dict[str, Any]]]:
         """run id -> (its run status, its Submitted data) for those of
-        ``run_ids`` that exist, in two queries at most (the Submitted data of
-        runs seen before is cached)."""
-        missing = [r for r in run_ids if r not in self._submitted]
-        firsts: dict[str, RecordedEvent] = {}
-        statuses: dict[str, RunStatus] = {}
+        ``run_ids`` that exist, in two queries at most, at once (the
+        Submitted data from the service's :class:`SubmittedCache`)."""
+        submitted: dict[str, dict[str, Any]] = {}
 
-        async def read_firsts() -> None:
-            firsts.update(await self.store.first_events(missing))
-
-        async def read_statuses() -> None:
-            statuses.update(await self.store.get_runs(run_ids))
+        async def read_submitted() -> None:
+            submitted.update(await self._submitted.get(run_ids))
 
         if self.on_done:  # the statuses of the runs submitted with --on-done only: after the Submitted data
-            if missing:
-                await read_firsts()
-        else:  # both at once (the store has two read connections)
+            await read_submitted()
+            statuses = await self.store.get_runs({r for r in run_ids if submitted[r].get("on_done")})
+        elif self._submitted.holds(run_ids):
+            await read_submitted()  # no query
+            statuses = await self.store.get_runs(run_ids)
+        else:  # both at once (the store has two read connections); this task's at once
             async with anyio.create_task_group() as tg:
-                if missing:
-                    tg.start_soon(read_firsts)
-                tg.start_soon(read_statuses)
-        submitted: dict[str, dict[str, Any]] = {}
-        for run_id in run_ids:
-            data = self._submitted.get(run_id)
-            if data is None:
-                first = firsts.get(run_id)
-                data = first.data if first is not None else {}
-                self._submitted[run_id] = data
-            submitted[run_id] = data
-        while len(self._submitted) > _SUBMITTED_CACHE:
-            self._submitted.popitem(last=False)
-        if self.on_done:
-            statuses.update(await self.store.get_runs({r for r in run_ids if submitted[r].get("on_done")}))
+                tg.start_soon(read_submitted)
+                statuses = await self.store.get_runs(run_ids)
         return {r: (status, submitted[r]) for r, status in statuses.items()}
 
     def _target(
@@ -545,62 +610,87 @@ class HookRunner:
         self._pending += 1
         self._drained = anyio.Event() if self._drained.is_set() else self._drained
         self.last_outcome = {"type": etype, **data}
-        await self._outbox.send(_Outcome(event, etype, data, final))
+        outcome = _Outcome(event, etype, data, final)
+        try:
+            self._outbox.send_nowait(outcome)  # no pass through the event loop while there is room
+        except anyio.WouldBlock:
+            await self._outbox.send(outcome)
 
     async def _recorder(self, receive: MemoryObjectReceiveStream[_Outcome]) -> None:
-        """Append the outcomes in the order they were handed over: those
-        handed over within :data:`_GATHER_S` of the first, concurrently
-        (they share the store's transactions); the next group after the
-        last one is recorded."""
+        """Append the outcomes in the order they were handed over, in
+        groups queued together (:meth:`store.EventStore.append_many`: they
+        share a transaction): a group takes what is handed over until
+        :data:`_GATHER_S` passes without a new outcome, at most
+        :data:`_GATHER_MAX_S` after its first (or :data:`_OUTBOX` outcomes);
+        the next group after the last one is recorded."""
         async with receive:
             async for first in receive:
+                # A lone outcome is appended _GATHER_S after it came; a
+                # burst's outcomes share one transaction, appended once the
+                # burst paused (or after _GATHER_MAX_S), out of the way of
+                # its deliveries: a commit's round trips to the database
+                # thread slow every delivery they overlap. (A sleep per
+                # _GATHER_S, then take what came: not a wake-up per outcome.)
                 group = [first]
-                # Gather what else comes within a moment: a burst's outcomes
-                # then share a few transactions instead of one each, and
-                # their appends stay out of the way of the deliveries.
-                with anyio.move_on_after(_GATHER_S):
-                    while len(group) < _OUTBOX:
-                        group.append(await receive.receive())
-                async with anyio.create_task_group() as tg:
-                    for outcome in group:
-                        tg.start_soon(self._append_outcome, outcome)
+                deadline = anyio.current_time() + _GATHER_MAX_S
+                while len(group) < _OUTBOX:
+                    await anyio.sleep(min(_GATHER_S, max(0.0, deadline - anyio.current_time())))
+                    before = len(group)
+                    with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
+                        while len(group) < _OUTBOX:
+                            group.append(receive.receive_nowait())
+                    if len(group) == before or anyio.current_time() >= deadline:
+                        break
+                await self._append_outcomes(group)
                 self._pending -= len(group)
                 if self._pending == 0:
                     self._drained.set()
 
-    async def _append_outcome(self, outcome: _Outcome) -> None:
-        """Append one outcome to the run's stream; a final one moves the
-        checkpoint in the same transaction, as far as :meth:`_safe` allows
-        counting this event as finished (not past an earlier event still
-        under way or whose outcome is not committed yet: that one's outcome
-        moves it later, or the idle flush does). A store failure (disk full,
-        lock) is retried: the attempt happened and must be recorded."""
-        event = outcome.event
-        checkpoint = None
-        if outcome.final:
-            safe = self._safe(finishing=event.seq)
-            if safe > self.saved:
-                checkpoint = Checkpoint(self.spec.checkpoint_name, safe)
+    async def _append_outcomes(self, group: list[_Outcome]) -> None:
+        """Append each outcome to its run's stream, in order, queued
+        together; a final one moves the checkpoint in the same transaction,
+        as far as :meth:`_safe` allows counting its event as finished (not
+        past an earlier event still under way or whose outcome is not
+        committed yet, which includes the earlier outcomes of this group:
+        that one's outcome moves it later, or the idle flush does). An
+        outcome that a store failure (disk full, lock) did not record is
+        appended again after a pause: the attempt happened and must be
+        recorded."""
+        checkpoints: list[Checkpoint | None] = []
+        for outcome in group:
+            checkpoint = None
+            if outcome.final:
+                safe = self._safe(finishing=outcome.event.seq)
+                if safe > self.saved:
+                    checkpoint = Checkpoint(self.spec.checkpoint_name, safe)
+            checkpoints.append(checkpoint)
+        todo = list(zip(group, checkpoints, strict=True))
         pause = 1.0
         while True:
-            try:
-                await self.store.append(
-                    event.run_id, None, [NewEvent(outcome.type, outcome.data)], checkpoint=checkpoint
-                )
-                break
-            except StoreClosedError:
-                raise
-            except StoreError as err:
-                log.error(
-                    "hook.record_failed", hook=self.spec.name, event_seq=event.seq, error=str(err), retry_in_s=pause
-                )
-                await anyio.sleep(pause)
-                pause = min(pause * 2, 30.0)
-        if outcome.final:
-            if event.seq in self._ledger:
-                self._ledger[event.seq] = True
-            if checkpoint is not None:
-                self.saved = max(self.saved, checkpoint.seq)
+            results = await self.store.append_many(
+                [Append(o.event.run_id, None, [NewEvent(o.type, o.data)], checkpoint=c) for o, c in todo]
+            )
+            failed = []
+            for (outcome, checkpoint), result in zip(todo, results, strict=True):
+                if isinstance(result, StoreClosedError):
+                    raise result
+                if isinstance(result, StoreError):
+                    log.error(
+                        "hook.record_failed", hook=self.spec.name, event_seq=outcome.event.seq,
+                        error=str(result), retry_in_s=pause,
+                    )  # fmt: skip
+                    failed.append((outcome, checkpoint))
+                    continue
+                if outcome.final:
+                    if outcome.event.seq in self._ledger:
+                        self._ledger[outcome.event.seq] = True
+                    if checkpoint is not None:
+                        self.saved = max(self.saved, checkpoint.seq)
+            if not failed:
+                return
+            todo = failed
+            await anyio.sleep(pause)
+            pause = min(pause * 2, 30.0)
 
 
 class HookService:
@@ -620,8 +710,11 @@ class HookService:
         self.store = store
         base = dict(os.environ if env is None else env)
         stand_in = HookSpec(name=ON_DONE_HOOK, when=TERMINAL_PHASES, command=(), source="submit --on-done")
-        self.runners = [HookRunner(spec, store, env=base, user_agent=user_agent) for spec in hooks]
-        self.runners.append(HookRunner(stand_in, store, env=base, on_done=True, user_agent=user_agent))
+        submitted = SubmittedCache(store)  # one read of a run's Submitted data for every hook
+        self.runners = [HookRunner(spec, store, env=base, user_agent=user_agent, submitted=submitted) for spec in hooks]
+        self.runners.append(
+            HookRunner(stand_in, store, env=base, on_done=True, user_agent=user_agent, submitted=submitted)
+        )
 
     async def run(self) -> None:
         """Run every hook until cancelled (or the store closes). The HTTP

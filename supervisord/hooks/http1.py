@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import re
 import ssl
 import urllib.request
 from collections.abc import Mapping
@@ -66,6 +67,13 @@ _IDLE_PER_ORIGIN: Final = 16
 #: is closed instead of kept.
 _DRAIN_BYTES: Final = 256 * 1024
 _RECEIVE: Final = 65536
+#: Request templates kept (one per webhook URL and set of constant headers).
+_TEMPLATES: Final = 256
+#: Headers a request's own (``fresh``) headers may not set: the client's
+#: framing, and those that change how h11 reads the answer (h11 sees the
+#: template's request, not these).
+_NOT_FRESH: Final = frozenset({"content-length", "transfer-encoding", "host", "connection", "upgrade", "expect"})
+_TOKEN: Final = re.compile(r"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
 
 
 class HttpError(Exception):
@@ -148,14 +156,19 @@ class _Conn(asyncio.Protocol):
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
-    async def more(self) -> None:
-        """Wait until more bytes (or the end) arrived."""
+    async def more(self, deadline: float, timeout_s: float) -> None:
+        """Wait until more bytes (or the end) arrived; HttpTimeout at
+        ``deadline`` (the event loop's clock; ``timeout_s`` for the
+        message). A timer on the waiter: no cancel scope per wait."""
         if self.eof:
             raise HttpProtocolError("the server closed the connection without an answer")
-        self._waiter = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_at(deadline, _time_out, waiter, timeout_s)
         try:
-            await self._waiter
+            await waiter
         finally:
+            timer.cancel()
             self._waiter = None
 
     def usable(self) -> bool:
@@ -168,6 +181,60 @@ class _Conn(asyncio.Protocol):
             self.transport.abort()
 
 
+def _time_out(waiter: asyncio.Future[None], timeout_s: float) -> None:
+    if not waiter.done():
+        waiter.set_exception(HttpTimeout(f"no answer within {timeout_s:g} s"))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Template:
+    """The part of a POST that is the same for every request to one URL
+    with one set of constant headers: the origin ``(scheme, host, port)``;
+    ``request``, an h11 Request of the request line and those headers
+    (Host, Basic Authorization for credentials in the URL, then the given
+    ones; validated by h11 when made, once), which moves the connection's
+    h11 state machine for each request; and ``head``, its bytes as h11
+    wrote them, without the blank line that ends the header block."""
+
+    origin: tuple[str, str, int]
+    request: h11.Request
+    head: bytes
+
+
+def _template(url: str, headers: Mapping[str, str]) -> _Template:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise HttpProtocolError(f"not an http(s) URL with a host: {parts.scheme}://…")
+    host = parts.hostname
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    shown_host = f"[{host}]" if ":" in host else host
+    default_port = port == (443 if parts.scheme == "https" else 80)
+    head = [("Host", shown_host if default_port else f"{shown_host}:{port}")]
+    if parts.username is not None:
+        user = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+        head.append(("Authorization", "Basic " + base64.b64encode(user).decode()))
+    for name in headers:
+        if name.lower() in ("content-length", "transfer-encoding"):
+            raise ValueError(f"header {name} is set by the client")
+    head.extend(headers.items())
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    request = h11.Request(method="POST", target=path, headers=head)
+    written = h11.Connection(h11.CLIENT).send(request)
+    assert written is not None and written.endswith(b"\r\n\r\n")
+    return _Template((parts.scheme, host, port), request, written[:-2])
+
+
+def _fresh_line(name: str, value: str) -> bytes:
+    """One header line of a request's own headers. The name must be a
+    token (RFC 9110 5.6.2), the value visible ASCII and inner spaces: no
+    control character (so no CR or LF), nothing to fold or trim."""
+    if not _TOKEN.fullmatch(name):
+        raise ValueError(f"not a header name: {name!r}")
+    if not (value.isascii() and value.isprintable() and value == value.strip()):
+        raise ValueError(f"header {name}: not a plain ASCII value: {value!r}")
+    return f"{name}: {value}\r\n".encode("ascii")
+
+
 class Http1Client:
     """POSTs over kept-alive HTTP/1.1 connections (see the module doc).
     ``async with Http1Client() as client:`` closes the idle connections at
@@ -176,6 +243,8 @@ class Http1Client:
     def __init__(self) -> None:
         self._idle: dict[tuple[str, str, int], list[_Conn]] = {}
         self._tls: ssl.SSLContext | None = None
+        # (url, constant headers) -> its request template (a hook posts to its URL again and again)
+        self._templates: dict[tuple[str, tuple[tuple[str, str], ...]], _Template] = {}
 
     async def __aenter__(self) -> Http1Client:
         return self
@@ -202,42 +271,53 @@ class Http1Client:
         *,
         timeout_s: float,
         excerpt_bytes: int = 4096,
+        fresh: Mapping[str, str] | None = None,
     ) -> Answer:
         """POST ``body`` to ``url`` (http or https) with ``headers`` (plus
         Host, Content-Length and, for credentials in the URL, Basic
-        Authorization) and return the answer. Raises HttpError (see the
-        module doc); never the URL in a message (a chat webhook's path is its
-        secret)."""
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise HttpProtocolError(f"not an http(s) URL with a host: {parts.scheme}://…")
-        host = parts.hostname
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        origin = (parts.scheme, host, port)
-        shown_host = f"[{host}]" if ":" in host else host
-        default_port = port == (443 if parts.scheme == "https" else 80)
-        head = [("Host", shown_host if default_port else f"{shown_host}:{port}")]
-        if parts.username is not None:
-            user = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
-            head.append(("Authorization", "Basic " + base64.b64encode(user).decode()))
-        head.extend(headers.items())
-        head.append(("Content-Length", str(len(body))))
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        request = h11.Request(method="POST", target=target, headers=head)
-        try:
-            with anyio.fail_after(timeout_s):
-                while True:
-                    conn = await self._take(origin)
-                    if conn is None:
-                        conn = await self._connect(parts.scheme, host, port)
-                    try:
-                        return await self._exchange(conn, origin, request, body, excerpt_bytes)
-                    except _Stale:
-                        continue  # a kept-alive connection the server had closed: once more, on a new one
-        except TimeoutError:
-            raise HttpTimeout(f"no answer within {timeout_s:g} s") from None
+        Authorization) and ``fresh`` headers, and return the answer. Raises
+        HttpError (see the module doc); never the URL in a message (a chat
+        webhook's path is its secret).
 
-    async def _take(self, origin: tuple[str, str, int]) -> _Conn | None:
+        ``headers`` are the ones that stay the same from request to request
+        (validated by h11 once per URL and set of headers: see
+        :class:`_Template`); ``fresh`` the ones of this request only (an
+        idempotency key, a signature): a token name and a printable ASCII
+        value, checked here (ValueError otherwise). Neither may set
+        Content-Length or Transfer-Encoding, nor ``fresh`` Host,
+        Connection, Upgrade or Expect (ValueError)."""
+        key = (url, tuple(headers.items()))
+        template = self._templates.get(key)
+        if template is None:
+            template = _template(url, headers)
+            if len(self._templates) >= _TEMPLATES:
+                self._templates.clear()
+            self._templates[key] = template
+        lines = [template.head]
+        if fresh:
+            for name, value in fresh.items():
+                if name.lower() in _NOT_FRESH:
+                    raise ValueError(f"header {name} is set by the client")
+                lines.append(_fresh_line(name, value))
+        lines.append(b"Content-Length: %d\r\n\r\n" % len(body))
+        lines.append(body)
+        data = b"".join(lines)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            conn = self._take(template.origin)
+            if conn is None:
+                try:
+                    with anyio.fail_after(max(0.0, deadline - loop.time())):
+                        conn = await self._connect(*template.origin)
+                except TimeoutError:
+                    raise HttpTimeout(f"no answer within {timeout_s:g} s") from None
+            try:
+                return await self._exchange(conn, template, data, excerpt_bytes, deadline, timeout_s)
+            except _Stale:
+                continue  # a kept-alive connection the server had closed: once more, on a new one
+
+    def _take(self, origin: tuple[str, str, int]) -> _Conn | None:
         conns = self._idle.get(origin)
         while conns:
             conn = conns.pop()
@@ -261,16 +341,28 @@ class Http1Client:
         return conn
 
     async def _exchange(
-        self, conn: _Conn, origin: tuple[str, str, int], request: h11.Request, body: bytes, excerpt_bytes: int
+        self,
+        conn: _Conn,
+        template: _Template,
+        data: bytes,
+        excerpt_bytes: int,
+        deadline: float,
+        timeout_s: float,
     ) -> Answer:
-        """One request/answer on ``conn``; puts ``conn`` back when it can
-        carry another, else closes it (also on any failure or cancellation)."""
+        """One request (``data``: its bytes) and its answer on ``conn``;
+        puts ``conn`` back when it can carry another, else closes it (also
+        on any failure or cancellation). The template's request moves h11's
+        state machine as if it had written the request (a POST of the same
+        request line, HTTP version and connection headers: what h11 needs
+        to read the answer), its body framing aside."""
         h = conn.h11
+        origin = template.origin
         keep = False
         try:
             try:
                 assert conn.transport is not None
-                data = h.send(request) + h.send(h11.Data(data=body)) + h.send(h11.EndOfMessage())
+                h.send(template.request)
+                h.send(h11.EndOfMessage())
                 conn.got_bytes = False
                 conn.transport.write(data)
                 status, headers = 0, {}
@@ -279,7 +371,7 @@ class Http1Client:
                 while True:
                     event = h.next_event()
                     if event is h11.NEED_DATA:
-                        await conn.more()
+                        await conn.more(deadline, timeout_s)
                         continue
                     if isinstance(event, h11.Response):
                         status = event.status_code

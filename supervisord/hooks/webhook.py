@@ -80,18 +80,15 @@ async def post_event(
     ``client``: the lean :class:`~supervisord.hooks.http1.Http1Client`, or
     an httpx client for a URL an environment proxy applies to
     (:func:`~supervisord.hooks.http1.proxied`)."""
-    headers = {
-        "Content-Type": "application/json",
-        "User-Agent": user_agent,
-        "X-Jobsup-Event": str(event_seq),
-    }
+    headers = {"Content-Type": "application/json", "User-Agent": user_agent}  # the same for every event
+    fresh = {"X-Jobsup-Event": str(event_seq)}  # this event's
     if secret is not None:
-        headers["X-Jobsup-Signature"] = signature(secret, body)
+        fresh["X-Jobsup-Signature"] = signature(secret, body)
     started = time.monotonic()
     if isinstance(client, Http1Client):
         try:
             answer = await client.post(
-                target.url, body, headers, timeout_s=target.timeout_s, excerpt_bytes=OUTPUT_BYTES
+                target.url, body, headers, timeout_s=target.timeout_s, excerpt_bytes=OUTPUT_BYTES, fresh=fresh
             )
         except HttpError as exc:
             error = str(exc).replace(target.url, target.shown_url())[:300]
@@ -101,7 +98,7 @@ async def post_event(
         return _classify(answer.status, answer.excerpt, answer.headers.get("retry-after"), time.monotonic() - started)
     try:
         async with client.stream(
-            "POST", target.url, content=body, headers=headers, timeout=target.timeout_s
+            "POST", target.url, content=body, headers={**headers, **fresh}, timeout=target.timeout_s
         ) as response:
             excerpt = bytearray()
             async for chunk in response.aiter_raw():

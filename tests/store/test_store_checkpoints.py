@@ -10,7 +10,7 @@ import anyio
 import pytest
 from store_helpers import phase, submitted
 
-from store import Checkpoint, ConcurrencyError, EventStore, NewEvent
+from store import Append, Checkpoint, ConcurrencyError, EventStore, NewEvent, StoreClosedError
 from store.schema import MIGRATION_CHECKPOINTS, MIGRATIONS
 
 pytestmark = pytest.mark.anyio
@@ -94,3 +94,47 @@ async def test_migration_adds_the_checkpoints_table_to_an_older_database(
     async with await EventStore.open(db_path) as new:
         await new.append("aaaa00000001", None, [NewEvent("X")], checkpoint=Checkpoint("a", 1))
         assert await new.checkpoints() == {"a": 1}
+
+
+async def test_append_many_queues_appends_together_each_succeeding_or_failing_alone(store: EventStore) -> None:
+    await store.append("r1", 0, [submitted()])
+    await store.append("r2", 0, [submitted()])
+    before = store.statistics().transactions
+    results = await store.append_many(
+        [
+            Append("r1", None, [NewEvent("HookDelivered", {"n": 1})], Checkpoint("a", 1)),
+            Append("nope", None, [NewEvent("HookDelivered", {"n": 2})], Checkpoint("b", 9)),  # no such run
+            Append("r2", 1, [NewEvent("HookDelivered", {"n": 3})]),
+            Append("r1", 5, [NewEvent("HookDelivered", {"n": 4})], Checkpoint("c", 9)),  # stale version
+            Append("r1", None, [NewEvent("HookDelivered", {"n": 5})], Checkpoint("a", 2)),
+        ]
+    )
+    assert isinstance(results[1], ConcurrencyError) and isinstance(results[3], ConcurrencyError)
+    recorded = [r for r in results if isinstance(r, list)]
+    assert [[(e.run_id, e.version, e.data["n"]) for e in r] for r in recorded] == [
+        [("r1", 2, 1)],
+        [("r2", 2, 3)],
+        [("r1", 3, 5)],
+    ]
+    assert [e.seq for r in recorded for e in r] == [3, 4, 5]  # in the order given
+    assert store.statistics().transactions == before + 1  # one transaction for all of them
+    assert await store.checkpoints() == {"a": 2}  # only the recorded appends moved theirs
+    assert await store.read_stream("nope") == []
+
+
+async def test_append_many_refuses_bad_input_before_queueing_anything(store: EventStore) -> None:
+    await store.append("r1", 0, [submitted()])
+    with pytest.raises(ValueError, match="at least one event"):
+        await store.append_many([Append("r1", None, [NewEvent("X")]), Append("r1", None, [])])
+    with pytest.raises(ValueError, match="checkpoint"):
+        await store.append_many([Append("r1", None, [NewEvent("X")], Checkpoint("", 1))])
+    assert await store.last_seq() == 1
+    assert await store.append_many([]) == []
+
+
+async def test_append_many_on_a_closed_store_raises(db_path: Path) -> None:
+    store = await EventStore.open(db_path)
+    await store.append("r1", 0, [submitted()])
+    await store.close()
+    with pytest.raises(StoreClosedError):
+        await store.append_many([Append("r1", None, [NewEvent("X")])])

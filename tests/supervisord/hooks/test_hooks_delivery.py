@@ -11,16 +11,17 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from store import EventStore, NewEvent, RecordedEvent
+from store import Append, EventStore, NewEvent, RecordedEvent, StoreError, StoreLockedError
+from supervisord.hooks import delivery
 from supervisord.hooks.config import HookSpec, WebhookTarget
-from supervisord.hooks.delivery import HOOK_DELIVERED, HOOK_FAILED, HookService
+from supervisord.hooks.delivery import FLUSH_S, HOOK_DELIVERED, HOOK_FAILED, HookService
 from tests.supervisord.hooks.webhook_server import Reply, WebhookServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
@@ -411,3 +412,103 @@ async def test_a_url_behind_an_environment_proxy_goes_through_the_proxy(
             [outcome] = await _outcomes(store, 1)
     assert outcome.type == HOOK_DELIVERED
     assert [r.path for r in proxy.received] == ["http://hooks.example.invalid/in"]  # absolute form: a proxy request
+
+
+async def test_an_outcome_the_store_failed_to_record_is_recorded_later_and_only_once(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first group of outcomes: the first one's append fails (storage
+    # trouble), the others are recorded. The failed one is appended again
+    # after a pause; the delivered events are not delivered again.
+    real = store.append_many
+    calls: list[int] = []
+
+    async def flaky(appends: Sequence[Append]) -> list[list[RecordedEvent] | StoreError]:
+        calls.append(len(appends))
+        if len(calls) > 1:
+            return await real(appends)
+        rest = await real(appends[1:])
+        return [StoreLockedError("jobsup.db: locked by another process"), *rest]
+
+    monkeypatch.setattr(store, "append_many", flaky)
+    with WebhookServer() as srv:
+        async with Running(store, [_webhook("chat", srv.url)]):
+            async with anyio.create_task_group() as tg:
+                for i in range(3):
+                    tg.start_soon(_run, store, f"bbbb0000000{i}")
+            outcomes = await _outcomes(store, 3)
+            with anyio.fail_after(30):  # the checkpoint then passes every delivered event
+                while (await store.checkpoints())["hook:chat"] < max(e.data["event_seq"] for e in outcomes):
+                    await anyio.sleep(0.1)
+        assert len(srv.received) == 3  # each event delivered once
+    assert sorted(e.data["event_seq"] for e in outcomes) == sorted(
+        int(r.headers["x-jobsup-event"]) for r in srv.received
+    )
+    assert len(outcomes) == 3 and {e.type for e in outcomes} == {HOOK_DELIVERED}
+    assert len(calls) >= 2 and calls[1] == 1  # the failed outcome alone, again
+
+
+async def test_a_phase_change_another_process_appended_is_not_passed_over(store: EventStore, tmp_path: Path) -> None:
+    # Another process (here: another EventStore on the same file) appends a
+    # terminal phase change while the hook waits to flush its checkpoint
+    # over events it does not want. This store publishes that event only at
+    # its next commit; until then the hook must not move past it (it used
+    # to take the file's last seq as the end of what it had looked at).
+    with WebhookServer() as srv:
+        async with Running(store, [_webhook("chat", srv.url)]):
+            await _run(store, "dddd00000001", phases=("RUNNING",))  # not wanted: a timed wait follows
+            async with await EventStore.open(tmp_path / "jobsup.db", synchronous="NORMAL") as other:
+                await _run(other, "dddd00000002")
+            await anyio.sleep(2 * FLUSH_S + 1.0)  # the hook's idle flushes come and go
+            await _run(store, "dddd00000003")  # a local commit publishes (and shows the gap)
+            await _outcomes(store, 2, timeout=15)
+    assert sorted(r.json["run"]["id"] for r in srv.received) == ["dddd00000002", "dddd00000003"]
+
+
+@pytest.mark.parametrize(("max_s", "transactions"), [(60.0, 1), (0.5, 2)])
+async def test_a_bursts_outcomes_are_appended_together_once_it_pauses_or_at_the_cap(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch, max_s: float, transactions: int
+) -> None:
+    # Outcomes come every ~0.2 s (the server's pace), less than the quiet
+    # gap (1 s): the recorder keeps gathering them and appends them in one
+    # transaction once the burst paused, although the burst lasts longer
+    # than the gap (a window fixed from the first outcome used to cut it);
+    # with a cap of 0.5 s they are appended in at least two.
+    monkeypatch.setattr(delivery, "_GATHER_S", 1.0)
+    monkeypatch.setattr(delivery, "_GATHER_MAX_S", max_s)
+    n = 8
+    with WebhookServer() as srv:
+        srv.on_request = lambda _: time.sleep(0.2)
+        async with Running(store, [_webhook("chat", srv.url)]):
+            async with anyio.create_task_group() as tg:
+                for i in range(n):
+                    tg.start_soon(_run, store, f"eeee{i:08d}")
+            outcomes = await _outcomes(store, n)
+    assert [e.data["event_seq"] for e in outcomes] == sorted(int(r.headers["x-jobsup-event"]) for r in srv.received)
+    ats = {e.at for e in outcomes}  # an event's `at` is when its transaction began
+    assert len(ats) == 1 if transactions == 1 else len(ats) >= transactions
+
+
+async def test_the_hooks_of_a_service_read_a_runs_submitted_data_once(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two webhooks and the on-done hook wake for the same phase changes:
+    # one read of each run's Submitted event serves them all.
+    read: Counter[str] = Counter()
+    real = store.first_events
+
+    async def counting(run_ids: Collection[str]) -> dict[str, RecordedEvent]:
+        read.update(run_ids)
+        return await real(run_ids)
+
+    monkeypatch.setattr(store, "first_events", counting)
+    n = 20
+    with WebhookServer() as srv:
+        async with Running(store, [_webhook("a", f"{srv.url}/a"), _webhook("b", f"{srv.url}/b")]):
+            async with anyio.create_task_group() as tg:
+                for i in range(n):
+                    tg.start_soon(_run, store, f"ffff{i:08d}")
+            await _outcomes(store, 2 * n)
+    assert len(srv.received) == 2 * n
+    assert {r.json["run"]["command"] for r in srv.received} == {"python train.py"}  # from the Submitted data
+    assert set(read) == {f"ffff{i:08d}" for i in range(n)} and set(read.values()) == {1}

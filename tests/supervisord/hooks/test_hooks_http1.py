@@ -158,3 +158,60 @@ def test_proxied_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> Non
     assert proxied("https://hooks.example/x") and not proxied("http://hooks.example/x")
     monkeypatch.setenv("no_proxy", "hooks.example")
     assert not proxied("https://hooks.example/x")
+
+
+async def test_each_request_is_the_templates_head_plus_its_own_headers_and_length() -> None:
+    # The constant part (request line, Host, Basic credentials, constant
+    # headers) is made by h11 once; each request adds its own headers and
+    # Content-Length: what goes on the wire must still be exactly that.
+    srv = RawServer(lambda n, _: b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+    url = srv.url.replace("http://", "http://us%3Aer:p%40ss@") + "?a=1"
+    try:
+        async with Http1Client() as client:
+            for i, body in enumerate([b"{}", b'{"n": 12345}', b""]):
+                fresh = {"X-Jobsup-Event": str(i + 1)} | ({"X-Jobsup-Signature": "sha256=ab12"} if i == 1 else {})
+                answer = await client.post(url, body, {"User-Agent": "jobsup/test"}, timeout_s=5, fresh=fresh)
+                assert answer.status == 204
+    finally:
+        srv.close()
+    assert [c for c, _ in srv.requests] == [0, 0, 0]  # one kept-alive connection
+    heads = [head.decode().split("\r\n") for _, head in srv.requests]
+    for i, (lines, length) in enumerate(zip(heads, [2, 12, 0], strict=True)):
+        assert lines[0] == "POST /hook?a=1 HTTP/1.1"
+        fields = [tuple(line.split(": ", 1)) for line in lines[1:]]
+        names = [name.lower() for name, _ in fields]
+        assert len(names) == len(set(names))  # nothing twice (one Content-Length)
+        got = {name.lower(): value for name, value in fields}
+        assert got["host"] == srv.url.split("/")[2]
+        assert got["authorization"] == "Basic dXM6ZXI6cEBzcw=="  # us:er:p@ss
+        assert got["user-agent"] == "jobsup/test"
+        assert got["x-jobsup-event"] == str(i + 1)
+        assert got["content-length"] == str(length)
+        assert ("x-jobsup-signature" in got) == (i == 1)
+
+
+@pytest.mark.parametrize(
+    ("headers", "fresh", "match"),
+    [
+        ({}, {"X-Jobsup-Event": "1\r\nX-Evil: 1"}, "not a plain ASCII value"),
+        ({}, {"X-Jobsup-Event": " 1"}, "not a plain ASCII value"),
+        ({}, {"X-Jobsup-Event": "é"}, "not a plain ASCII value"),
+        ({}, {"X Jobsup": "1"}, "not a header name"),
+        ({}, {"Content-Length": "1"}, "set by the client"),
+        ({}, {"Connection": "close"}, "set by the client"),
+        ({"Transfer-Encoding": "chunked"}, {}, "set by the client"),
+    ],
+)
+async def test_headers_that_could_break_the_request_are_refused_before_sending(
+    headers: dict[str, str], fresh: dict[str, str], match: str
+) -> None:
+    srv = RawServer(lambda n, _: b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+    try:
+        async with Http1Client() as client:
+            with pytest.raises(ValueError, match=match):
+                await client.post(srv.url, b"{}", headers, timeout_s=5, fresh=fresh)
+            assert (await client.post(srv.url, b"{}", {}, timeout_s=5, fresh={"X-Jobsup-Event": "2"})).status == 204
+    finally:
+        srv.close()
+    [(_, head)] = srv.requests  # only the good one was sent
+    assert b"X-Jobsup-Event: 2\r\n" in head and b"Evil" not in head
