@@ -168,6 +168,11 @@ class LogDecoder:
         return LogCursor(ts, ts_ns, self._counts.get(ts_ns, 1) - 1)
 
 
+def _after(pos: LogCursor | None, cursor: LogCursor) -> bool:
+    """Whether the line at ``pos`` comes after ``cursor`` (timestamp, then count)."""
+    return pos is not None and (pos.ts_ns, pos.n) > (cursor.ts_ns, cursor.n)
+
+
 def split_long_line(pos: str, text: str) -> list[tuple[str, str]]:
     """``(pos, text)`` as is, or — when the text is longer than
     ``MAX_LINE_BYTES`` in UTF-8 — its pieces (:func:`store.split_text`, the
@@ -215,6 +220,8 @@ class LogFollower:
         self.cursor: LogCursor | None = None
         self.connects = 0
         self.recorded = 0
+        #: The lines past the cursor the last stall check read (see _record_checked).
+        self._checked: list[tuple[str, str]] = []
         self.done = anyio.Event()
 
     @property
@@ -241,45 +248,53 @@ class LogFollower:
 
     async def run(self) -> None:
         """Follow until the container has terminated and the final read is
-        done (or the pod is gone). Never raises for API trouble: it retries."""
+        done (or the pod is gone). Never raises for API trouble: it retries.
+        When no read after the last stall check got the lines that check
+        saw (the pod went first, or the final read failed), those lines are
+        recorded (:meth:`_record_checked`)."""
         try:
-            self.cursor = LogCursor.parse(await self.reporter.log_position(self.source))
-            backoff = 0.25
-            while True:
-                state = self.state()
-                if state == "gone":
-                    return
-                if state == "terminated":
-                    await self._final_read()
-                    return
-                if state == "waiting":
-                    token = self.changed()
-                    if self.state() == "waiting":
-                        with anyio.move_on_after(5.0):
-                            await token.wait()
-                    continue
-                try:
-                    got, how = await self._follow(self.stall_s)
-                except NotFoundError:
-                    log.info("pod gone; log follow ends", source=self.source)
-                    return
-                except KubernetesApiError as err:
-                    if isinstance(err, BadRequestError) or is_transient(err):
-                        log.debug("log not readable yet; retrying", source=self.source, error=str(err))
-                    else:
-                        log.warning("log follow failed; retrying", source=self.source, error=str(err))
-                    await self._pause(backoff)
-                    backoff = min(backoff * 2, 5.0)
-                    continue
-                backoff = 0.25
-                if how == "stall":
-                    log.debug("log stream stalled; reconnecting", source=self.source, new=got)
-                else:
-                    # The stream ended: usually the container did; give the
-                    # pod watch a moment to say so before following again.
-                    await self._pause(0.2 if got else 0.5)
+            await self._follow_to_the_end()
+            await self._record_checked()
         finally:
             self.done.set()
+
+    async def _follow_to_the_end(self) -> None:
+        """The follow loop of :meth:`run`."""
+        self.cursor = LogCursor.parse(await self.reporter.log_position(self.source))
+        backoff = 0.25
+        while True:
+            state = self.state()
+            if state == "gone":
+                return
+            if state == "terminated":
+                await self._final_read()
+                return
+            if state == "waiting":
+                token = self.changed()
+                if self.state() == "waiting":
+                    with anyio.move_on_after(5.0):
+                        await token.wait()
+                continue
+            try:
+                got, how = await self._follow(self.stall_s)
+            except NotFoundError:
+                log.info("pod gone; log follow ends", source=self.source)
+                return
+            except KubernetesApiError as err:
+                if isinstance(err, BadRequestError) or is_transient(err):
+                    log.debug("log not readable yet; retrying", source=self.source, error=str(err))
+                else:
+                    log.warning("log follow failed; retrying", source=self.source, error=str(err))
+                await self._pause(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            backoff = 0.25
+            if how == "stall":
+                log.debug("log stream stalled; reconnecting", source=self.source, new=got)
+            else:
+                # The stream ended: usually the container did; give the
+                # pod watch a moment to say so before following again.
+                await self._pause(0.2 if got else 0.5)
 
     async def _pause(self, seconds: float) -> None:
         """Wait ``seconds``, or less when the pod changes; not at all when
@@ -330,9 +345,15 @@ class LogFollower:
                         item = await receive.receive()
                     if scope.cancelled_caught:
                         self._count("log_stall_checks")
-                        if self.state() == "running" and not await self._has_newer():
+                        newer = await self._newer() if self.state() == "running" else None
+                        if newer is not None and not newer[0]:
                             wait = min(wait * 2, self.stall_max_s)
                             continue
+                        if newer is not None:
+                            # Kept until the next read: if the pod is gone
+                            # (its log with it) before that read, these lines
+                            # are all that is left of what it printed.
+                            self._checked = newer[0]
                         how = "stall"
                         self._count("log_stalls")
                         break
@@ -353,9 +374,10 @@ class LogFollower:
         log.debug("log follow ended", source=self.source, how=how, new=got)
         return got, how
 
-    async def _has_newer(self) -> bool:
-        """Whether the log holds a line past the cursor (a bounded,
-        non-follow read of at most 64 KiB); True when that cannot be told."""
+    async def _newer(self) -> tuple[list[tuple[str, str]], LogCursor | None] | None:
+        """The complete lines past the cursor and the cursor after them,
+        from a bounded, non-follow read of at most 64 KiB (no lines: a
+        quiet container); None when that cannot be told."""
         decoder = LogDecoder(self.cursor)
         query = self._query(False) + [("limitBytes", 65536)]
         try:
@@ -364,8 +386,23 @@ class LogFollower:
                     "GET", self._path, query=query, what=f"check the log of {self.source}", retry=False, raw=True
                 )
         except (KubernetesApiError, TimeoutError):
-            return True
-        return bool(decoder.feed(body))
+            return None
+        return decoder.feed(body), decoder.position()
+
+    async def _record_checked(self) -> None:
+        """Record the lines the last stall check read that no later read
+        recorded (those past the cursor), in order: the follow ended
+        without a complete final read (the pod was gone, or the final read
+        failed), and they may be all that is left of what it printed."""
+        lines, self._checked = self._checked, []
+        cur = self.cursor
+        if cur is not None:
+            lines = [(pos, text) for pos, text in lines if _after(LogCursor.parse(pos), cur)]
+        if lines:
+            log.info("log follow ended early; recording the lines the last check read", source=self.source,
+                     lines=len(lines))  # fmt: skip
+            await self._emit(lines)
+            self.cursor = LogCursor.parse(lines[-1][0])
 
     async def _final_read(self) -> None:
         """Read what is left once the container terminated (not following),
@@ -388,6 +425,7 @@ class LogFollower:
                 if lines:
                     await self._emit(lines)
                     self.cursor = decoder.position()
+                self._checked = []
                 return
             except NotFoundError:
                 return

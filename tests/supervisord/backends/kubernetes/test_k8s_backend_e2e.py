@@ -522,6 +522,35 @@ async def test_quiet_container_keeps_its_log_stream(tmp_path: Path, sim: SimClus
         assert stats["log_follows"] <= 2, stats  # one, and maybe one more racing the container's end
 
 
+async def test_lines_a_stall_check_read_are_recorded_when_the_pod_is_gone_before_the_next_read(tmp_path: Path) -> None:
+    # The follow stream stalls after "started"; the stall check's read sees
+    # "second"; the pod is deleted before any later read gets it (here every
+    # later log request fails until then). What the check read is recorded:
+    # otherwise the pod's last lines are lost with it (a Job deadline
+    # deleting the pod during a reconnect lost a job's last line on a
+    # loaded CI machine). A cluster of its own: the stall fault takes the
+    # next log stream of any pod, and another test's may still be open.
+    with sim_cluster(tmp_path / "sim") as sim:
+        await _check_read_recorded(tmp_path, sim)
+
+
+async def _check_read_recorded(tmp_path: Path, sim: SimCluster) -> None:
+    async with k8s_env(tmp_path, sim) as env:
+        sim.faults.stall_logs(1, count=1)
+        run_id = await env.submit("echo started; echo second; sleep 300", manifest=M, files={M: job_manifest()})
+        await env.wait_until(run_id, lambda r: r.log_lines >= 1)
+        sim.faults.fail_requests(500, path_contains="/log", skip=1)  # the stall check passes, nothing after it
+        with anyio.fail_after(60):
+            while not env.backend.stats.get("log_stalls"):
+                await anyio.sleep(0.05)
+        sim.delete_object("pods", pod_name(sim, run_id), grace_seconds=0)
+        await env.wait_until(run_id, lambda r: r.log_lines >= 2)
+        sim.faults.clear_request_failures()
+        assert await env.lines(run_id) == ["started", "second"]
+        await env.terminal(run_id)
+        assert await env.lines(run_id) == ["started", "second"]
+
+
 async def test_api_server_restart_mid_run(tmp_path: Path, sim: SimCluster) -> None:
     async with k8s_env(tmp_path, sim) as env:
         run_id = await env.submit(ticker(100, 0.03), manifest=M, files={M: job_manifest()})
