@@ -21,7 +21,7 @@ from store.errors import (
     StoreLockedError,
     StoreOpenError,
 )
-from store.logblocks import LogBlock
+from store.logblocks import LogBlock, skip_offset
 from store.logsplit import MAX_LINE_BYTES, split_block, split_lines, split_text
 from store.types import (
     CANCEL_REQUESTED,
@@ -74,6 +74,7 @@ __all__ = [
     "split_lines",
     "split_block",
     "split_text",
+    "skip_offset",
     "MAX_LINE_BYTES",
     "SCHEMA_VERSION",
     "StoreError",

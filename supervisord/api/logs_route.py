@@ -40,7 +40,7 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from store import EventStore, LogLine
+from store import EventStore, LogLine, skip_offset
 from supervisord.api.query import INT_MAX, flag_param, int_param
 from supervisord.exceptions import UsageError
 from supervisord.supervisor import Supervisor
@@ -67,17 +67,6 @@ def _line_json(line: LogLine, at: str) -> str:
         f'{{"line_no":{line.line_no:d},"stream":{_json_str(line.stream)},"at":{_json_str(at)},'
         f'"text":{_json_str(line.text)}}}\n'
     )
-
-
-def _first_lines(text: bytes, n: int) -> bytes:
-    """The first ``n`` newline-terminated lines of ``text``."""
-    at = 0
-    for _ in range(n):
-        nl = text.find(b"\n", at)
-        if nl < 0:
-            return text
-        at = nl + 1
-    return text[:at]
 
 
 async def logs_response(request: Request, supervisor: Supervisor, store: EventStore) -> Response:
@@ -110,7 +99,7 @@ async def logs_response(request: Request, supervisor: Supervisor, store: EventSt
             if last == cursor:
                 return
             if last > stop:
-                text, last = _first_lines(text, stop - cursor), stop
+                text, last = text[: skip_offset(text, stop - cursor)[0]], stop
             yield cursor + 1, last, text
             cursor = last
 

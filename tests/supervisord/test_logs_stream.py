@@ -56,3 +56,17 @@ def test_replay_keeps_every_line_whole(js: JobsupEnv, tmp_path: Path) -> None:
     assert plain.headers["content-type"].startswith("text/plain")
     assert plain.content.decode() == "".join(t + "\n" for t in texts)
     assert js.cli("logs", run_id).stdout == "".join(t + "\n" for t in texts)
+
+
+def test_a_text_page_is_cut_at_its_limit_inside_a_block(js: JobsupEnv, tmp_path: Path) -> None:
+    # "lines 3-5" of a run whose 50 lines sit in one block: the page starts
+    # after line 2 and is cut after its third line, also with tail.
+    repo = make_repo(tmp_path / "proj", {"out.txt": "".join(f"line {i}\n" for i in range(1, 51))})
+    run_id = js.submit(repo, "--", "cat out.txt")
+    js.cli("wait", run_id, "--timeout", "60s")
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(js.socket)), base_url="http://jobsup/v1") as http:
+        page = http.get(f"/runs/{run_id}/logs", params={"after_line": 2, "limit": 3})
+        tail = http.get(f"/runs/{run_id}/logs", params={"tail": 10, "limit": 2})
+    assert page.headers["x-jobsup-first-line"] == "3"
+    assert page.text == "line 3\nline 4\nline 5\n"
+    assert tail.text == "line 41\nline 42\n"
