@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:  # annotations only: the CLI imports LogBlock, not the engine
     import aiosqlite
 
+from store._scan import count_newlines
 from store.types import LogLine
 
 __all__ = [
@@ -108,6 +109,10 @@ class LogBlock:
     UTF-8, each ending with ``\\n`` (a line never holds ``\\n``). Exactly
     one of ``start`` (implicit byte-offset positions, int >= 0) and
     ``positions`` (one str per line) is set; see the module docstring.
+    ``lines``: the number of lines of ``text`` (``text.count(b"\\n")``)
+    when the producer has counted them already (:func:`store.split_block`
+    does, in the pass that checks the text), so the store does not count
+    again; None: the store counts.
     """
 
     stream: str
@@ -115,6 +120,7 @@ class LogBlock:
     text: bytes
     start: int | None = None
     positions: tuple[str, ...] | None = None
+    lines: int | None = None
 
     def validate(self, run_id: str) -> None:
         """Raise ValueError naming the run and the fault for a malformed block."""
@@ -128,6 +134,8 @@ class LogBlock:
             raise ValueError(f"run {run_id}: a log block needs exactly one of start and positions")
         if self.start is not None and (not isinstance(self.start, int) or self.start < 0):
             raise ValueError(f"run {run_id}: a log block's start must be an int >= 0, got {self.start!r}")
+        if self.lines is not None and (not isinstance(self.lines, int) or self.lines < 0):
+            raise ValueError(f"run {run_id}: a log block's lines must be an int >= 0, got {self.lines!r}")
         if self.positions is not None and len(self.positions) != self.text.count(b"\n"):
             count = self.text.count(b"\n")
             raise ValueError(f"run {run_id}: a log block has {count} lines but {len(self.positions)} positions")
@@ -215,7 +223,7 @@ class BlockResolver:
         position; queues the block row (see :attr:`rows`)."""
         newest = await self._newest_pos(run_id, block.source)
         text, start, positions = block.text, block.start, block.positions
-        offered = lines = text.count(b"\n")
+        offered = lines = count_newlines(text) if block.lines is None else block.lines
         if start is not None:
             end = start + len(text)
             if newest is not None and _is_offset(newest) and int(newest) > start:
@@ -226,7 +234,7 @@ class BlockResolver:
                     # The first kept line starts after the last newline before the cut.
                     keep_from = text.rfind(b"\n", 0, cut) + 1
                     text, start = text[keep_from:], start + keep_from
-                lines = text.count(b"\n")
+                lines = count_newlines(text)
             if text:
                 nl = text.find(b"\n")
                 first_pos, last_pos = str(start + nl + 1), str(end)
@@ -276,7 +284,7 @@ def skip_offset(text: bytes, n: int) -> tuple[int, int]:
     size = len(text)
     while left > 0 and at < size:
         end = min(size, at + _SKIP_WINDOW)
-        found = text.count(b"\n", at, end)
+        found = count_newlines(text, at, end)
         if found < left:
             left -= found
             at = end

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from store._scan import scan
 from store.logblocks import LogBlock
 
 __all__ = ["MAX_LINE_BYTES", "split_block", "split_lines", "split_text"]
@@ -111,23 +112,23 @@ def split_lines(buf: bytes, base_offset: int, final: bool) -> tuple[list[tuple[s
 _WINDOW: Final = MAX_LINE_BYTES // 2
 
 
-def _clean(raw: bytes) -> bool:
-    """Whether the complete lines ``raw`` are stored as they are by
-    :func:`split_lines`: valid UTF-8, no ``\r\n``, no line that may be
-    over :data:`MAX_LINE_BYTES` (conservatively: none with a window of
-    32 KiB without a newline). Every check runs in C."""
-    # A lone b"\r" is found with memchr; the two-byte search only runs if there is one.
-    if raw.find(b"\r") >= 0 and b"\r\n" in raw:
-        return False
-    for k in range(0, len(raw) - _WINDOW + 1, _WINDOW):
-        if raw.find(b"\n", k, k + _WINDOW) < 0:
-            return False
-    if not raw.isascii():
+def _clean_lines(raw: bytes) -> int | None:
+    """The number of lines of the complete lines ``raw`` when they are
+    stored as they are by :func:`split_lines` -- valid UTF-8, no ``\r\n``,
+    no line that may be over :data:`MAX_LINE_BYTES` (conservatively: none
+    with a window of 32 KiB without a newline) -- else None. One pass
+    (:func:`store._scan.scan`, in C when built); only text that holds a
+    ``\r`` is searched for ``\r\n``, and only text that is not ASCII is
+    decoded."""
+    newlines, has_return, ascii_only, bare_windows = scan(raw, _WINDOW)
+    if bare_windows or (has_return and b"\r\n" in raw):
+        return None
+    if not ascii_only:
         try:
             raw.decode("utf-8")
         except UnicodeDecodeError:
-            return False
-    return True
+            return None
+    return newlines
 
 
 def split_block(buf: bytes, base_offset: int, final: bool, stream: str, source: str) -> tuple[LogBlock | None, int]:
@@ -145,8 +146,9 @@ def split_block(buf: bytes, base_offset: int, final: bool, stream: str, source: 
     cut = buf.rfind(b"\n") + 1
     if cut and not (final and cut < len(buf)):
         text = buf[:cut]  # one copy (none when buf ends with a newline)
-        if _clean(text):
-            return LogBlock(stream, source, text, start=base_offset), cut
+        count = _clean_lines(text)
+        if count is not None:
+            return LogBlock(stream, source, text, start=base_offset, lines=count), cut
     lines, consumed = split_lines(buf, base_offset, final)
     if not lines:
         return None, consumed
