@@ -244,7 +244,9 @@ class LocalBackend:
         poll, rather than being recorded in a string of ever smaller
         steps). Past ``local.max_log_bytes`` nothing more is recorded (see
         :class:`_LogCap`); committed ranges are freed from the record unless
-        ``local.keep_log_files``. Returns the bytes recorded."""
+        ``local.keep_log_files`` (in ranges of at least
+        :data:`~supervisord.backends.local.tail.RELEASE_BYTES`; the rest by
+        the ``final`` drain). Returns the bytes recorded."""
         cap = tailers.cap
         total = 0
         while True:
@@ -280,6 +282,8 @@ class LocalBackend:
                     tailers.release()
             if not final and len(items) < MAX_BLOCKS and sum(raw for _, raw in items) < _DRAIN_BYTES:
                 break  # caught up: the rest is for a later poll
+        if final and not cap.keep_files and not cap.truncated:
+            tailers.release(force=True)  # what earlier drains left for a bigger range
         if cap.truncated and not cap.reported:
             cap.reported = True
             await reporter.record(LOGS_TRUNCATED, cap.event_data(tailers))
@@ -446,7 +450,7 @@ class _LegacyOutput(_Output):
     def unread(self) -> int:
         return self.backlog()
 
-    def release(self) -> None:
+    def release(self, *, force: bool = False) -> None:
         for t in self.files.values():
             t.release()
 

@@ -165,6 +165,74 @@ def test_a_record_written_while_it_is_read(tmp_path: Path) -> None:
         assert [(p, t) for s, p, t in store.lines if s == stream] == expected[stream]
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_a_growing_record_read_in_steps_cut_at_newlines(tmp_path: Path, seed: int) -> None:
+    """Steps that are not final end just after the last newline of their
+    last 64 KiB (RecordTailer._read_length): with any read size above and
+    below that, interrupted and resumed, the lines are the record's, each
+    once, whatever the record held at each read."""
+    rng = random.Random(seed)
+    writes = [w for _ in range(6) for w in _random_writes(rng)]
+    store = Store()
+    for k in range(1, len(writes) + 1, rng.randint(1, 4)):
+        write_record(tmp_path, writes[:k])
+        max_bytes = rng.choice([65_537, 70_000, 100_003, 300_000, 1 << 20])
+        while ingest(tmp_path, store, final=False, max_bytes=max_bytes, stop_after=rng.randint(1, 3)):
+            pass
+    write_record(tmp_path, writes)
+    ingest(tmp_path, store, final=True, max_bytes=1 << 20)
+    expected = reference(writes)
+    for stream in ("stdout", "stderr"):
+        assert [(p, t) for s, p, t in store.lines if s == stream] == expected[stream]
+
+
+def test_a_step_that_is_not_final_reads_up_to_a_newline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """So that its block is the bytes read, not a copy of all but their
+    last partial line (RecordTailer._read_length)."""
+    import supervisord.backends.local.tail as tail
+
+    lines = b"".join(b"%05d %s\n" % (i, b"x" * (i % 150)) for i in range(20_000))
+    write_record(tmp_path, [("stdout", lines + b"partial")])
+    reads: list[bytes] = []
+    real_pread = os.pread
+
+    def pread(fd: int, n: int, offset: int) -> bytes:
+        data = real_pread(fd, n, offset)
+        reads.append(data)
+        return data
+
+    monkeypatch.setattr(tail.os, "pread", pread)
+    store = Store()
+    ingest(tmp_path, store, final=False, max_bytes=200_000)
+    steps = [r for r in reads if len(r) > 65_536]  # not the index or the 64 KiB probes
+    assert len(steps) >= len(lines) // 200_000
+    assert all(r.endswith(b"\n") for r in steps)
+    assert len(store.lines) == 20_000
+
+
+def test_committed_text_is_freed_in_big_ranges_or_when_forced(tmp_path: Path) -> None:
+    from supervisord.backends.local.tail import RELEASE_BYTES
+
+    line = b"y" * 99 + b"\n"
+    write_record(tmp_path, [("stdout", line * (RELEASE_BYTES // len(line) // 2))])
+    data = tmp_path / OUTPUT_DATA
+    tailer = RecordTailer(tmp_path, {})
+    try:
+        assert tailer.read_blocks(max_bytes=64 << 20)
+        used = os.stat(data).st_blocks
+        tailer.release()  # half of RELEASE_BYTES: kept for a bigger range
+        assert os.stat(data).st_blocks == used
+        tailer.release(force=True)  # the run's last drain
+        assert os.stat(data).st_blocks * 512 < 64 * 1024
+        with data.open("ab") as f:  # the runner appends (one stream: no new index entry)
+            f.write(line * (RELEASE_BYTES // len(line) * 2))
+        assert tailer.read_blocks(max_bytes=64 << 20)
+        tailer.release()  # more than RELEASE_BYTES
+        assert os.stat(data).st_blocks * 512 < 64 * 1024
+    finally:
+        tailer.close()
+
+
 def test_many_switches_are_read_in_bounded_steps(tmp_path: Path) -> None:
     writes = [("stdout" if i % 2 == 0 else "stderr", f"line {i}\n".encode()) for i in range(3 * MAX_BLOCKS + 5)]
     write_record(tmp_path, writes)
