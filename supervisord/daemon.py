@@ -48,6 +48,7 @@ from supervisord.health import disk_full_hint, storage_check
 from supervisord.hooks.config import HookSpec, load_hooks
 from supervisord.hooks.delivery import HookService
 from supervisord.logging import configure_logging
+from supervisord.malloc import tune_malloc
 from supervisord.ownership import check_state_dir, remove_snapshot_leftovers
 from supervisord.paths import Paths
 from supervisord.retention import Retention, RetentionSettings
@@ -429,6 +430,8 @@ def run_daemon() -> None:
     for message in not_implemented_warnings(data):
         log.warning("config key not implemented", detail=message)
     paths = Paths.from_env()
+    # Before the event loop and its threads allocate (see supervisord.malloc).
+    log.info("malloc.tuned" if tune_malloc() else "malloc.default")
     try:
         anyio.run(Daemon(paths, layer, hooks).run, backend="asyncio")
     except (JobsupError, StoreError, OSError) as err:
