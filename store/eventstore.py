@@ -54,8 +54,8 @@ log = structlog.get_logger("store")
 _T = TypeVar("_T")
 _READERS: Final = 2
 _EVENT_COLUMNS: Final = "seq, run_id, version, type, at, data"
-#: Blocks read from the database per step while a run is archived (each up to 4 MiB).
-_ARCHIVE_READ_BLOCKS: Final = 4
+#: Blocks read from the database per step while a run is archived (each up to 8 MiB).
+_ARCHIVE_READ_BLOCKS: Final = 2
 _BLOCK_ROW: Final = "first_line, lines, seq, stream, source, first_pos, last_pos, start, positions, bytes, text"
 
 

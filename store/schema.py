@@ -68,7 +68,8 @@ PAGE_SIZE: Final = 65536
 #: The WAL is checkpointed into the database about every this many bytes.
 _CHECKPOINT_BYTES: Final = 32 << 20
 #: The writer connection's page cache (``PRAGMA cache_size``), in KiB: 256
-#: pages of 64 KiB, four log blocks of the largest size a tailer reads.
+#: pages of 64 KiB, two log blocks of the largest size the local tailer
+#: reads (8 MiB).
 WRITER_CACHE_KIB: Final = 16384
 
 _EVENTS_DDL: Final[tuple[str, ...]] = (
@@ -406,7 +407,7 @@ async def open_connection(
             if str(rows[0][0]).lower() != "wal":
                 raise StoreOpenError(f"{path}: cannot switch the database to WAL mode (got {rows[0][0]})")
             # Checkpoint every ~32 MiB of WAL rather than SQLite's 1000 pages:
-            # a log block is up to 4 MiB, and each checkpoint costs a sync of
+            # a log block is up to 8 MiB, and each checkpoint costs a sync of
             # the database.
             rows = list(await conn.execute_fetchall("PRAGMA page_size"))
             await conn.execute(f"PRAGMA wal_autocheckpoint = {max(1, _CHECKPOINT_BYTES // int(rows[0][0]))}")
@@ -420,7 +421,7 @@ async def open_connection(
         await conn.execute(f"PRAGMA synchronous = {synchronous}")
         if writer:
             # SQLite's default cache is 2,000 KiB: 31 pages of 64 KiB, less
-            # than one log block of up to 4 MiB. Each block then spilled to
+            # than one log block of up to 8 MiB. Each block then spilled to
             # the WAL in the middle of its transaction, and the cache's page
             # buffers were freed and allocated afresh (zeroed, page-faulted)
             # every transaction. WRITER_CACHE_KIB holds a few blocks.

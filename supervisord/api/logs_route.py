@@ -50,10 +50,11 @@ __all__ = ["FORMATS", "logs_response"]
 FORMATS = ("text", "ndjson", "blocks")
 _HEARTBEAT_S = 5.0
 _NDJSON = "application/x-ndjson"
-#: Blocks read per database query in a replay (each up to 4 MiB) ...
-_BLOCKS_PER_READ = 4
+#: Blocks read per database query in a replay (each up to 8 MiB from the
+#: local tailer: up to 16 MiB per query) ...
+_BLOCKS_PER_READ = 2
 #: ... except the first read of a response: one block, so the first line
-#: leaves after one block is read, not four.
+#: leaves after one block is read, not two.
 _FIRST_READ_BLOCKS = 1
 
 

@@ -356,7 +356,7 @@ class RecordTailer:
         last newline in its last :data:`_PROBE_BYTES` (one small ``pread``
         to find it). A read that ends at a newline is a block as it is: the
         cut at the last newline (:func:`store.split_block`) then copies
-        nothing, where a read that ends inside a line is copied whole (4 MiB
+        nothing, where a read that ends inside a line is copied whole (8 MiB
         of fresh memory per step of a flood, about a tenth of the daemon's
         CPU per logged byte). The bytes after that newline are read next
         time, as an incomplete line always was."""
@@ -486,7 +486,7 @@ class RecordTailer:
         what was read is committed. Offsets are unchanged. Unless ``force``
         (the run's last drain), only once :data:`RELEASE_BYTES` or more can
         be freed: punching a file in a few big ranges costs about a third
-        less than one 4 MiB read step at a time (the kernel's work per call),
+        less than one read step at a time (the kernel's work per call),
         and the run's file then holds at most that much text that is also in
         the database."""
         st = self._state
