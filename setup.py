@@ -1,6 +1,6 @@
 """The one thing pyproject.toml cannot say: the optional C accelerator.
 
-``store._textscan`` (store/_textscan.c) scans log text -- its line count,
+``store._accel._textscan`` (store/_accel/_textscan.c) scans log text -- its line count,
 whether it is ASCII, holds a carriage return or may hold an overlong line --
 in one SIMD pass. It is ``optional``: without a C compiler the install goes
 on, and store._scan falls back to the bytes methods (the same results, for
@@ -13,8 +13,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "store._textscan",
-            sources=["store/_textscan.c"],
+            "store._accel._textscan",
+            sources=["store/_accel/_textscan.c"],
             optional=True,
             # -O2 after Python's own -O3: gcc vectorises the lane loop at both,
             # but measured 2-3x faster at -O2 (byte adds instead of widening).

@@ -1,4 +1,4 @@
-"""Scanning log text: the C accelerator ``store._textscan`` when it is
+"""Scanning log text: the C accelerator ``store._accel._textscan`` when it is
 built (see setup.py), else the ``bytes`` methods, with the same results."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Final
 
 try:
-    from store import _textscan as _c
+    from store._accel import _textscan as _c
 except ImportError:  # installed without a C compiler
     _c = None  # type: ignore[assignment]
 

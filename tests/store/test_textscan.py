@@ -1,4 +1,4 @@
-"""store._scan: the C accelerator (store/_textscan.c) and the bytes-method
+"""store._scan: the C accelerator (store/_accel/_textscan.c) and the bytes-method
 fallback give the same answers, and split_block's line count is the text's."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-/* store._textscan: one vectorised pass over log text.
+/* store._accel._textscan: one vectorised pass over log text.
  *
  * Ingesting a block of log text needs, besides its digest: its line count,
  * and whether it is stored as it is (store/logsplit.py's "clean" test:
@@ -129,7 +129,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
-    "store._textscan",
+    "store._accel._textscan",
     "One vectorised pass over log text (the C accelerator of store.logsplit and store.logblocks).",
     0,
     methods,
