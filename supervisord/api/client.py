@@ -136,6 +136,7 @@ class Client:
         # also when an older jobsup left it readable by others.
         fd = os.open(self.paths.daemon_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         os.fchmod(fd, 0o600)
+        log_start = os.fstat(fd).st_size  # what this daemon writes comes after: a failure shows only that
         logf = os.fdopen(fd, "ab")
         import subprocess  # here: only a command that starts a daemon pays for it
 
@@ -163,7 +164,7 @@ class Client:
                     return info
                 raise DaemonUnreachableError(
                     f"the jobsup daemon failed to start (exit {proc.returncode}){_disk_full(self.paths.state_dir)};"
-                    f" see {self.paths.daemon_log}:\n" + _tail(self.paths.daemon_log)
+                    f" see {self.paths.daemon_log}:\n" + _tail(self.paths.daemon_log, log_start)
                 )
             time.sleep(0.05)
         raise DaemonUnreachableError(
@@ -363,13 +364,17 @@ def _json(raw: bytes) -> Any:
         return raw.decode("utf-8", "replace")[:500]
 
 
-def _tail(path: Any, n: int = 15) -> str:
+def _tail(path: Any, start: int, n: int = 15) -> str:
+    """The last ``n`` lines (of the last 8 KiB) that ``path`` holds past
+    byte ``start``: what the daemon that just failed wrote, not the lines
+    of earlier daemons before it (or a note that it wrote nothing)."""
     try:
         with open(path, "rb") as f:
-            lines = f.read()[-8192:].decode("utf-8", "replace").splitlines()
+            f.seek(max(start, os.fstat(f.fileno()).st_size - 8192))
+            lines = f.read().decode("utf-8", "replace").splitlines()
     except OSError:
         return ""
-    return "\n".join(lines[-n:])
+    return "\n".join(lines[-n:]) if lines else "(it wrote nothing to its log)"
 
 
 def _disk_full(folder: Any) -> str:

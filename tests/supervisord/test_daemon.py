@@ -111,6 +111,20 @@ def test_cli_autostarts_a_daemon(js: JobsupEnv) -> None:
     assert not js.socket.exists()
 
 
+def test_a_failed_autostart_shows_what_that_daemon_wrote_not_older_lines(js: JobsupEnv) -> None:
+    js.state_dir.mkdir(parents=True, exist_ok=True)
+    (js.state_dir / "daemon.log").write_text('{"event": "an old line from an earlier daemon"}\n' * 40)
+    js.daemon_config("retention: {archive_logs_after: soon}\n")  # the daemon refuses to start: exit 2
+    env = {k: v for k, v in js.env.items() if k != "JOBSUP_NO_AUTOSTART"}
+    r = subprocess.run(
+        [sys.executable, "-m", "supervisord", "runs"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode != 0
+    assert "failed to start (exit 2)" in r.stderr, r.stderr
+    assert "archive_logs_after" in r.stderr, r.stderr  # the daemon's own error line
+    assert "an old line" not in r.stderr, r.stderr
+
+
 def test_no_daemon_and_no_autostart_exits_69(js: JobsupEnv) -> None:
     r = js.cli("wait", "abcd", check=False)
     assert r.returncode == 69
