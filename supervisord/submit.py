@@ -25,7 +25,7 @@ from supervisord.secret import env_digest, redact
 from supervisord.source import SnapshotStore, is_dirty, repo_root, resolve_commit, submodule_paths, untracked_files
 from supervisord.task import BACKENDS, DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S
 
-__all__ = ["SubmitRequest", "Plan", "Planner"]
+__all__ = ["DaemonConfigCheck", "Plan", "Planner", "SubmitRequest"]
 
 SHAPE_FLAGS_GPUS_HINT = (
     "for Kubernetes the manifest (.jobsup/k8s.yaml or --manifest PATH, committed) is the run's shape: "
@@ -108,6 +108,7 @@ class Planner:
         self.snapshots = snapshots
         self.digest_key = digest_key
         self._git = anyio.CapacityLimiter(4)
+        self._daemon_config = DaemonConfigCheck()
 
     async def plan(self, req: SubmitRequest) -> Plan:
         """The plan, with the warnings to show the user. Raises TaskError,
@@ -138,6 +139,9 @@ class Planner:
         kube_context = await anyio.to_thread.run_sync(cfg.current_kube_context, limiter=self._git)
         effective = cfg.effective_config(self.daemon_layer, client_layers, context=kube_context)
         warnings.extend(effective.warnings)
+        drift = await self._daemon_config.warning(self._git)
+        if drift:
+            warnings.append(drift)
         data = effective.data
         backend = task.get("backend") or data.get("backend") or "local"
         if backend not in BACKENDS:
@@ -245,3 +249,54 @@ def _check_local_shell(effective: cfg.EffectiveConfig) -> None:
 def _default_name(command: str) -> str:
     words = command.split()
     return Path(words[0]).name if words else "task"
+
+
+def _stat_key(path: Path) -> tuple[int, int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class DaemonConfigCheck:
+    """Notices a daemon config file that was edited after the daemon read it
+    and no longer validates. The daemon keeps the config it started with, so
+    such a file breaks nothing until the next start, which it then refuses
+    (``jobsup daemon`` exits 2): :meth:`warning` says so at each submit, so
+    the user fixes it now rather than when a restart fails. The file is
+    validated again only when its stat (inode, size, times) changes."""
+
+    def __init__(self, env: Mapping[str, str] = os.environ) -> None:
+        self._env = env
+        try:
+            self._path: Path | None = cfg.config_file_path("daemon", env=env)[0]
+        except ConfigError:  # the daemon started, so this cannot be; nothing to watch then
+            self._path = None
+        self._key = None if self._path is None else _stat_key(self._path)
+        self._warning: str | None = None
+
+    async def warning(self, limiter: anyio.CapacityLimiter) -> str | None:
+        """The warning for the file as it is now, or None (unchanged since
+        the start, or changed and still valid). Reads and validates the file
+        in a worker thread (``limiter``) when its stat changed."""
+        if self._path is None:
+            return None
+        key = _stat_key(self._path)
+        if key != self._key:
+            self._key = key
+            self._warning = await anyio.to_thread.run_sync(self._check, limiter=limiter)
+        return self._warning
+
+    def _check(self) -> str | None:
+        try:
+            cfg.validate_daemon_config(cfg.load_daemon_layer(self._env), self._env)
+        except ConfigError as err:
+            first = err.errors[0] if err.errors else str(err)
+            more = f" (and {len(err.errors) - 1} more)" if len(err.errors) > 1 else ""
+            return (
+                f"the daemon config {self._path} changed since the daemon started and is now invalid: {first}{more};"
+                " this daemon keeps the config it started with, but would not start with this file: fix it"
+                " (`jobsup daemon` shows every error)"
+            )
+        return None

@@ -31,3 +31,24 @@ def test_submit_prints_the_preflight_notes(js: JobsupEnv, tmp_path: Path, sim: S
     warnings = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
     assert any("Job/train-fixed" in w and "AlreadyExists" in w for w in warnings), r.stderr
     js.cli("wait", r.stdout.strip(), "--timeout", "2m", check=False)
+
+
+def test_submit_warns_when_the_daemon_config_became_invalid(js: JobsupEnv, tmp_path: Path) -> None:
+    """A tester's finding: daemon.yaml edited into something invalid while
+    the daemon runs broke nothing visible until the next start refused it."""
+    path = js.daemon_config("retention: {archive_logs_after: 30d}\n")
+    js.start_daemon()
+    repo = make_repo(tmp_path / "proj", {"a.txt": "a\n"})
+
+    def warnings() -> list[str]:
+        r = js.cli("submit", "--", "true", cwd=repo)
+        assert len(r.stdout.strip()) == 12, r.stdout  # the submit itself goes through
+        return [line for line in r.stderr.splitlines() if "daemon config" in line]
+
+    assert warnings() == []
+    path.write_text("retention: {archive_logs_after: soon}\n")
+    [warning] = warnings()
+    assert str(path) in warning and "archive_logs_after" in warning and "now invalid" in warning, warning
+    assert warnings() == [warning]  # every submit, until it is fixed
+    path.write_text("retention: {archive_logs_after: 7d}\n")
+    assert warnings() == []
