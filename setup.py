@@ -3,7 +3,7 @@
 ``store._accel._textscan`` (store/_accel/_textscan.c) scans log text -- its line count,
 whether it is ASCII, holds a carriage return or may hold an overlong line --
 in one SIMD pass. It is ``optional``: without a C compiler the install goes
-on, and store._scan falls back to the bytes methods (the same results, for
+on, and store._accel falls back to the bytes methods (the same results, for
 about 4x the CPU of those checks per logged byte). Everything else is in
 pyproject.toml (https://setuptools.pypa.io/en/latest/userguide/ext_modules.html).
 """

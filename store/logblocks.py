@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:  # annotations only: the CLI imports LogBlock, not the engine
     import aiosqlite
 
-from store._scan import count_newlines
+from store._accel import count_newlines
 from store.types import LogLine
 
 __all__ = [

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from store._scan import scan
+from store._accel import scan
 from store.logblocks import LogBlock
 
 __all__ = ["MAX_LINE_BYTES", "split_block", "split_lines", "split_text"]
@@ -117,7 +117,7 @@ def _clean_lines(raw: bytes) -> int | None:
     stored as they are by :func:`split_lines` -- valid UTF-8, no ``\r\n``,
     no line that may be over :data:`MAX_LINE_BYTES` (conservatively: none
     with a window of 32 KiB without a newline) -- else None. One pass
-    (:func:`store._scan.scan`, in C when built); only text that holds a
+    (:func:`store._accel.scan`, in C when built); only text that holds a
     ``\r`` is searched for ``\r\n``, and only text that is not ASCII is
     decoded."""
     newlines, has_return, ascii_only, bare_windows = scan(raw, _WINDOW)

@@ -21,6 +21,8 @@ def test_no_import_cycles() -> None:
     cycles = set()
     for module in graph.modules:
         for imported in graph.find_modules_directly_imported_by(module):
+            if imported == module:
+                continue  # a C extension module counts as its package (store._accel imports its _textscan)
             if graph.find_shortest_chain(importer=imported, imported=module):
                 cycles.add(tuple(sorted((module, imported))))
     assert not cycles, sorted(cycles)

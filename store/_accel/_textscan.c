@@ -13,7 +13,7 @@
  * (SSE2 is enough; about 10 GB/s here).
  *
  * Optional: built when a C compiler is at hand (setup.py marks it
- * optional); store/logblocks.py falls back to the bytes methods, with the
+ * optional); store/_accel/__init__.py falls back to the bytes methods, with the
  * same results (tests/store/test_textscan.py).
  */
 #define PY_SSIZE_T_CLEAN

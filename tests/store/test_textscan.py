@@ -1,4 +1,4 @@
-"""store._scan: the C accelerator (store/_accel/_textscan.c) and the bytes-method
+"""store._accel: the C accelerator (store/_accel/_textscan.c) and the bytes-method
 fallback give the same answers, and split_block's line count is the text's."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 
-import store._scan as scan_mod
+import store._accel as scan_mod
 from store import split_block, split_lines
-from store._scan import count_newlines, scan
+from store._accel import count_newlines, scan
 
 _ALPHABET = b"ab\n\r\xc3\xa9\x00\x7f\xff"
 
