@@ -294,8 +294,9 @@ class DaemonConfigCheck:
         except ConfigError as err:
             first = err.errors[0] if err.errors else str(err)
             more = f" (and {len(err.errors) - 1} more)" if len(err.errors) > 1 else ""
+            what = "the daemon config" if str(self._path) in first else f"the daemon config {self._path}"
             return (
-                f"the daemon config {self._path} changed since the daemon started and is now invalid: {first}{more};"
+                f"{what} changed since the daemon started and is now invalid: {first}{more};"
                 " this daemon keeps the config it started with, but would not start with this file: fix it"
                 " (`jobsup daemon` shows every error)"
             )
