@@ -54,7 +54,12 @@ def test_a_job_cannot_rewrite_its_own_status(js: JobsupEnv, repo: Path) -> None:
             "finished_at": "2026-01-01T00:00:00Z",
         }
     )
+    # The job forges only once its runner has recorded it running: the
+    # runner starts the job before that write, which would otherwise
+    # overwrite a forgery made first, before anyone could notice it (the
+    # run is then fine, but the test below would wait for nothing).
     cmd = (
+        "until grep -q '\"running\"' ../../.status/$JOBSUP_RUN_ID 2>/dev/null; do sleep 0.05; done; "
         f"printf '%s' '{forged}' > ../status.json; "
         f"printf '%s\\n%s\\n' '{forged}' {'0' * 64} > ../../.status/$JOBSUP_RUN_ID; "
         "echo forged; sleep 1021"
