@@ -20,9 +20,11 @@ positions, bytes, sha256], ...]}`` (blocks in line order; ``sha256`` is
 the ``"sha256:<hex>"`` of the block's text, as its ``LogLines`` event
 says).
 
-Reading (:class:`ArchiveReader`) first checks the whole file against the
-sha256 the event recorded: a file that differs in any byte raises
-:class:`~store.errors.LogArchiveError` and is never read as text. The
+Reading (:class:`ArchiveReader`) opens the file once, refuses it unless
+it is a regular file of this user that group and others cannot write, and
+checks the whole file against the sha256 the event recorded: a file that
+differs in any byte raises :class:`~store.errors.LogArchiveError` and is
+never read as text. Later reads go through the same descriptor. The
 check is remembered per (inode, size, mtime, ctime), so paging through a
 big archive hashes it once. Everything here is blocking file work: the
 store calls it in worker threads.
@@ -33,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import struct
 import threading
 import zlib
@@ -87,6 +90,20 @@ def file_digest(path: Path) -> str:
         while chunk := f.read(_READ_CHUNK):
             h.update(chunk)
     return "sha256:" + h.hexdigest()
+
+
+def _untrusted(st: os.stat_result) -> str | None:
+    """Why an archive file with stat ``st`` must not be read: not a regular
+    file, another user's, or writable by group or others (anything another
+    local user could write is checked before it is trusted). None if fine."""
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    me = os.geteuid()
+    if st.st_uid != me:
+        return f"belongs to uid {st.st_uid}, not to this user (uid {me})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
 
 
 class ArchiveWriter:
@@ -168,37 +185,61 @@ class ArchiveWriter:
 
 
 class ArchiveReader:
-    """One verified archive file, open for reads (thread-safe)."""
+    """One verified archive file, open for reads (thread-safe).
+
+    The file is opened once (not following a symlink) and must be a regular
+    file of this process's user that neither group nor others may write:
+    only then is it hashed, through the same descriptor every later read
+    uses, so the text read is the text verified even if the path is
+    replaced meanwhile. Raises LogArchiveError (missing, not trusted,
+    unreadable, digest mismatch, damaged)."""
 
     def __init__(self, path: Path, run_id: str, sha256: str) -> None:
         self.path = path
         self.run_id = run_id
         self._lock = threading.Lock()
         try:
-            st = path.stat()
-            self.key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-            actual = file_digest(path)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
             raise LogArchiveError(
                 f"run {run_id}: its log archive {path} is missing (the LogsArchived event records {sha256})"
             ) from None
         except OSError as exc:
             raise LogArchiveError(f"run {run_id}: cannot read its log archive {path}: {exc}") from exc
+        # Owned by the reader from here: closed when the reader is collected.
+        self._file = os.fdopen(fd, "rb", buffering=0)
+        try:
+            st = os.fstat(fd)
+            problem = _untrusted(st)
+            if problem is not None:
+                raise LogArchiveError(
+                    f"run {run_id}: its log archive {path} {problem}; nothing was read from it"
+                    f" (if the file is right, `chmod go-w {path}` as its owner)"
+                )
+            self.key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            actual = "sha256:" + hashlib.file_digest(self._file, "sha256").hexdigest()
+        except OSError as exc:
+            self._file.close()
+            raise LogArchiveError(f"run {run_id}: cannot read its log archive {path}: {exc}") from exc
+        except LogArchiveError:
+            self._file.close()
+            raise
         if actual != sha256:
+            self._file.close()
             raise LogArchiveError(
                 f"run {run_id}: its log archive {path} does not match the digest recorded when it was archived"
                 f" ({sha256}, the file is {actual}): the file was changed or damaged; nothing was read from it"
             )
         try:
-            with open(path, "rb") as f:
-                f.seek(-_TRAILER_BYTES, os.SEEK_END)
-                tail = f.read(_TRAILER_BYTES)
-                if tail[-len(_END) :] != _END:
-                    raise ValueError("no trailer")
-                offset, length = _TRAILER.unpack(tail[: _TRAILER.size])
-                f.seek(offset)
-                index = json.loads(zlib.decompress(f.read(length)))
+            if st.st_size < _TRAILER_BYTES:
+                raise ValueError("no trailer")
+            tail = os.pread(fd, _TRAILER_BYTES, st.st_size - _TRAILER_BYTES)
+            if tail[-len(_END) :] != _END:
+                raise ValueError("no trailer")
+            offset, length = _TRAILER.unpack(tail[: _TRAILER.size])
+            index = json.loads(zlib.decompress(os.pread(fd, length, offset)))
         except (OSError, ValueError, zlib.error) as exc:
+            self._file.close()
             raise LogArchiveError(f"run {run_id}: its log archive {path} cannot be read: {exc}") from exc
         self.lines: int = index["lines"]
         self.bytes: int = index["bytes"]
@@ -216,12 +257,9 @@ class ArchiveReader:
         if cached is not None and cached[0] == n:
             return cached[1]
         offset, length, _raw = self._frames[n]
-        with open(self.path, "rb") as f:
-            f.seek(offset)
-            packed = f.read(length)
         try:
-            raw = zlib.decompress(packed)
-        except zlib.error as exc:
+            raw = zlib.decompress(os.pread(self._file.fileno(), length, offset))
+        except (OSError, zlib.error) as exc:
             raise LogArchiveError(f"run {self.run_id}: its log archive {self.path} is damaged: {exc}") from exc
         self._cached = (n, raw)
         return raw

@@ -25,10 +25,14 @@ Hierarchy (HTTP status on the API in brackets; CLI exit code in braces)::
     │                               run's reason); the Kubernetes backend
     │                               subclasses it by status
     ├── StorageError                the event store failed while serving (disk
-    │                               full, locked, closed, or a run's log archive
-    │                               is missing or not the archived file);
-    │                               nothing was recorded; .store_error names
-    │                               the store's class                      [503]
+    │   │                           full, locked, closed); nothing was
+    │   │                           recorded; .store_error names the store's
+    │   │                           class                                  [503]
+    │   └── LogsDamagedError        a run's log archive is missing, not to be
+    │                               trusted (another user's, writable by
+    │                               others) or not the file that was archived
+    │                               (digest): nothing was read; a retry gets
+    │                               the same answer                        [500]
     ├── LogsDeletedError            the run's log text was deleted on purpose
     │                               (``jobsup prune --delete-archives``, a
     │                               LogsDeleted event); not a failure, no retry [410]
@@ -44,8 +48,8 @@ Hierarchy (HTTP status on the API in brackets; CLI exit code in braces)::
     ├── ConcurrencyError              API handlers:  StoreError -> StorageError
     ├── StorageFullError              (:func:`map_store_errors`; the original is
     ├── StoreLockedError              the new error's ``__cause__``), except
-    ├── StoreClosedError              LogTextDeletedError -> LogsDeletedError
-    ├── LogArchiveError
+    ├── StoreClosedError              LogTextDeletedError -> LogsDeletedError,
+    ├── LogArchiveError               LogArchiveError -> LogsDamagedError
     └── LogTextDeletedError
 
 Every error crosses the API as ``{"error": {"type", "message", "errors", ...}}``
@@ -74,6 +78,7 @@ __all__ = [
     "PreflightConfigError",
     "KubernetesApiError",
     "StorageError",
+    "LogsDamagedError",
     "LogsDeletedError",
     "DaemonError",
     "DaemonUnreachableError",
@@ -223,6 +228,21 @@ class StorageError(JobsupError):
         self.store_error = store_error
 
 
+class LogsDamagedError(StorageError):
+    """A run's archived log text cannot be read: its archive file under
+    ``<state dir>/archive/`` is missing, unreadable, not to be trusted
+    (another user's, or writable by group or others) or does not match the
+    sha256 its ``LogsArchived`` event recorded. The message names the file
+    (and both digests on a mismatch); nothing was read from it. Not a
+    transient fault: a retry gets the same answer until the file is put
+    right (HTTP 500; the CLI exits 1). ``store_error`` is
+    ``"LogArchiveError"``. Raised by :func:`map_store_errors` for
+    :class:`store.errors.LogArchiveError`."""
+
+    def __init__(self, message: str, errors: list[str] | None = None, *, store_error: str = "LogArchiveError") -> None:
+        super().__init__(message, errors, store_error=store_error)
+
+
 class LogsDeletedError(JobsupError):
     """A run's log text was deleted on purpose by retention (``jobsup prune
     --delete-archives`` recorded a ``LogsDeleted`` event); the message says
@@ -263,7 +283,6 @@ _STORE_HINTS: dict[str, str] = {
     "StoreLockedError": "another process keeps the jobsup database locked; retry shortly",
     "StoreClosedError": "the daemon's event store is closed (the daemon is stopping); retry",
     "ConcurrencyError": "the run changed meanwhile; retry",
-    "LogArchiveError": "the run's log archive under <state dir>/archive/ is not the file that was archived",
 }
 
 
@@ -273,15 +292,19 @@ def map_store_errors(what: str) -> Iterator[None]:
     :class:`StorageError` (``"<what>: <store message> (<hint>)"``), with the
     store's error as ``__cause__``; a
     :class:`store.errors.LogTextDeletedError` (text deleted on purpose, not
-    a failure) becomes a :class:`LogsDeletedError` with the store's message
-    as is (no ``what`` prefix). The boundary helper of the API handlers;
+    a failure) becomes a :class:`LogsDeletedError`, and a
+    :class:`store.errors.LogArchiveError` (a damaged or untrusted archive,
+    not a transient fault) a :class:`LogsDamagedError`, each with the
+    store's message as is (no ``what`` prefix: it names the run and file). The boundary helper of the API handlers;
     the daemon start maps store open errors to DaemonError itself."""
-    from store.errors import LogTextDeletedError, StoreError
+    from store.errors import LogArchiveError, LogTextDeletedError, StoreError
 
     try:
         yield
     except LogTextDeletedError as err:
         raise LogsDeletedError(str(err)) from err
+    except LogArchiveError as err:
+        raise LogsDamagedError(str(err)) from err
     except StoreError as err:
         name = type(err).__name__
         hint = _STORE_HINTS.get(name)

@@ -24,7 +24,8 @@ def api_errors(fn: Handler) -> Handler:
     """``fn`` behind the API boundary: a JobsupError becomes its wire error
     (:func:`supervisord.api.wire.to_wire`); a store error becomes a
     StorageError first (:func:`map_store_errors`, HTTP 503; log text
-    deleted by retention becomes a LogsDeletedError, HTTP 410); anything else
+    deleted by retention becomes a LogsDeletedError, HTTP 410, and a damaged
+    log archive a LogsDamagedError, HTTP 500); anything else
     is logged with its traceback and answered as an InternalError (500)."""
 
     async def wrapped(request: Request) -> Response:

@@ -60,6 +60,7 @@ ERROR_STATUS: Final[dict[type[Exception], int]] = {
     exc.PreflightError: 424,
     exc.UsageError: 400,
     exc.BackendError: 502,
+    exc.LogsDamagedError: 500,
     exc.StorageError: 503,
     exc.LogsDeletedError: 410,
 }

@@ -20,6 +20,7 @@ from store import EventStore, LogArchiveError, LogBlock, LogTextDeletedError
 pytestmark = pytest.mark.anyio
 
 HERE = Path(__file__).parent
+_MAGIC_PREFIX = b"JSUPLOG\x01"
 
 
 def _output(n: int, width: int = 60) -> bytes:
@@ -135,6 +136,49 @@ async def test_a_changed_archive_is_an_error_never_text(tmp_path: Path) -> None:
         path.unlink()
         with pytest.raises(LogArchiveError, match="missing"):
             await store.log_text("r1", 10)
+
+
+async def test_an_archive_others_could_write_is_refused_whenever_it_is_read(tmp_path: Path) -> None:
+    """The mode and owner of an archive are checked at every (re)open, not
+    only at daemon start: a file made group- or world-writable later, or
+    swapped for a symlink, is an error naming it, never text."""
+    async with await EventStore.open(tmp_path / "jobsup.db") as store:
+        await _fill(store, "r1", 2000)
+        await store.archive_logs("r1")
+        path = store.archive_dir / "r1.jslog"
+        first = (await store.log_lines("r1", 0, 3))[0].text
+        for mode in (0o620, 0o602):
+            path.chmod(mode)
+            with pytest.raises(LogArchiveError, match=f"is writable by other users \\(mode {mode:o}\\)"):
+                await store.log_text("r1", 0)
+        path.chmod(0o600)
+        assert (await store.log_lines("r1", 0, 3))[0].text == first
+        real = path.with_name("real.jslog")
+        path.rename(real)
+        path.symlink_to(real)
+        with pytest.raises(LogArchiveError, match="cannot read its log archive"):
+            await store.log_text("r1", 0)
+
+
+async def test_a_reader_reads_the_file_it_verified_even_if_the_path_is_replaced(tmp_path: Path) -> None:
+    """Reads go through the descriptor whose content was hashed: a file
+    renamed over the path after the check is never read as the run's text."""
+    from store.archive import ArchiveReader
+
+    async with await EventStore.open(tmp_path / "jobsup.db") as store:
+        text = await _fill(store, "r1", 3000)
+        event = await store.archive_logs("r1")
+        assert event is not None
+        path = store.archive_dir / "r1.jslog"
+        reader = ArchiveReader(path, "r1", event.data["sha256"])
+        good = path.read_bytes()
+        forged = bytearray(good)
+        forged[len(_MAGIC_PREFIX) :] = bytes(len(forged) - len(_MAGIC_PREFIX))
+        tmp = path.with_name("forged")
+        tmp.write_bytes(bytes(forged))
+        tmp.replace(path)
+        got = b"".join(bytes(b[-1]) for b in reader.blocks(0, 10**6))
+        assert got == text
 
 
 async def test_deleted_archives_say_when_and_keep_the_digest(tmp_path: Path) -> None:

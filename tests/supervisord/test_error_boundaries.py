@@ -107,6 +107,46 @@ def test_deleted_log_text_at_api_boundary_is_410_logs_deleted_not_a_storage_erro
     assert str(err) == message and err.errors == [message]
 
 
+def test_damaged_log_archive_at_api_boundary_is_500_logs_damaged_not_a_retry() -> None:
+    """A tampered, missing or untrusted log archive is not a transient
+    store fault: HTTP 500 with its own type (a StorageError still, for
+    clients that catch those), the store's message as is; 503 would tell
+    clients to retry."""
+    from starlette.testclient import TestClient
+
+    from store.errors import LogArchiveError
+    from supervisord.api.server import create_app
+
+    message = (
+        "run r1: its log archive /s/archive/r1.jslog does not match the digest recorded when it was archived"
+        " (sha256:aa, the file is sha256:bb): the file was changed or damaged; nothing was read from it"
+    )
+
+    class DamagedStore:
+        async def list_runs(self, **kwargs: Any) -> Any:
+            raise LogArchiveError(message)
+
+        async def last_seq(self) -> int:
+            return 0
+
+    async def doctor() -> list[dict[str, Any]]:
+        return []
+
+    app = create_app(supervisor=None, planner=None, store=DamagedStore(), info={}, doctor=doctor)  # type: ignore[arg-type]
+    with TestClient(app) as http:
+        resp = http.get("/v1/runs")
+    assert resp.status_code == 500, resp.text
+    assert resp.json()["error"]["type"] == "LogsDamagedError"
+    err = from_wire(resp.status_code, resp.json())
+    assert type(err) is exc.LogsDamagedError and isinstance(err, exc.StorageError)
+    assert err.store_error == "LogArchiveError"
+    assert str(err) == message and err.errors == [message]
+    # A client that knows only StorageError still gets one (the wire's bases).
+    body = {"error": {**resp.json()["error"], "type": "SomeNewerName"}}
+    older = from_wire(500, body)
+    assert type(older) is exc.StorageError and str(older) == message
+
+
 def _serve(path: Path, status: int, body: Mapping[str, Any]) -> None:
     """An HTTP server on a Unix socket that answers ``/v1/health`` like a
     daemon and every other request with ``status`` and ``body``."""

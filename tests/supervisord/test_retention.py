@@ -98,7 +98,16 @@ def test_prune_archives_and_logs_reads_the_archive_identically(js: JobsupEnv, tm
     bad = js.cli("logs", run_id, check=False)
     assert bad.returncode == 1 and bad.stdout == ""
     assert "does not match the digest" in bad.stderr and archived["data"]["sha256"] in bad.stderr
+    assert "event store failed" not in bad.stderr
     assert js.cli("logs", run_id, "--tail", "5", "-o", "json", check=False).returncode == 1
+    # Not a transient fault: 500 with its own type (a 503 would tell clients to retry).
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(js.socket)), base_url="http://jobsup/v1") as http:
+        for query in ("", "?tail=5"):
+            resp = http.get(f"/runs/{run_id}/logs{query}")
+            assert resp.status_code == 500, (query, resp.text)
+            err = resp.json()["error"]
+            assert err["type"] == "LogsDamagedError" and err["store_error"] == "LogArchiveError", err
+            assert "StorageError" in err["bases"] and "does not match the digest" in err["message"]
 
 
 def test_delete_archives_and_run_dirs(js: JobsupEnv, tmp_path: Path) -> None:
