@@ -37,6 +37,7 @@ from store import EventStore, RunStatus
 from store.errors import StoreError, StoreOpenError
 from supervisord import config as cfg
 from supervisord import version
+from supervisord.api.inflight import InFlight
 from supervisord.api.server import PeerCredProtocol, create_app
 from supervisord.api.streams import StreamCloser
 from supervisord.backends.base import Backend
@@ -61,9 +62,16 @@ from supervisord.supervisor import Supervisor
 from supervisord.ui import UiServer
 from supervisord.ui.actions import SupervisorActions
 
-__all__ = ["Daemon", "run_daemon", "sd_notify"]
+__all__ = ["STOP_GRACE_S", "Daemon", "run_daemon", "sd_notify"]
 
 log = structlog.get_logger("jobsup.daemon")
+
+#: Seconds a stopping daemon gives the requests it is handling (a submit
+#: snapshotting a big repository, a cancel waiting for its job) to finish;
+#: the rest are answered DaemonStoppingError. With the listener's second
+#: and closing the store, a stop stays well within the unit's
+#: TimeoutStopSec=20 (systemd/jobsup.service).
+STOP_GRACE_S = 10
 
 
 def sd_notify(message: str) -> bool:
@@ -297,13 +305,15 @@ class Daemon:
                     retention=retention,
                     streams=streams,
                 )
+                inflight = InFlight(app)
                 config = uvicorn.Config(
-                    app,
+                    inflight,
                     http=PeerCredProtocol,
                     lifespan="off",
                     log_config=None,
                     access_log=False,
-                    timeout_graceful_shutdown=2,
+                    # A backstop only: InFlight.drain below ends every request first.
+                    timeout_graceful_shutdown=STOP_GRACE_S + 5,
                 )
                 server = _Server(config)
                 with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -326,18 +336,20 @@ class Daemon:
                         sd_notify("READY=1")
                         await self._stop.wait()
                         sd_notify("STOPPING=1")
-                        # uvicorn closes the listener, then gives open requests
-                        # timeout_graceful_shutdown seconds before cancelling
-                        # them (each logged as an error). Once it no longer
-                        # accepts, the streams (logs -f, events -f, wait, the
-                        # page's live updates) end, cleanly: their clients
-                        # reconnect to the next daemon.
+                        # uvicorn closes the listener. Once it no longer accepts,
+                        # the streams (logs -f, events -f, wait, the page's live
+                        # updates) end, cleanly: their clients reconnect to the
+                        # next daemon. The other requests get STOP_GRACE_S to
+                        # finish; those left are answered DaemonStoppingError.
                         server.should_exit = True
                         page.shutdown()
                         with anyio.move_on_after(1):
                             while any(s.is_serving() for s in getattr(server, "servers", [])):
                                 await anyio.sleep(0.01)
                         streams.close_all()
+                        cancelled = await inflight.drain(STOP_GRACE_S)
+                        if cancelled:
+                            log.warning("stop.requests_cancelled", count=cancelled, grace_s=STOP_GRACE_S)
                     tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):

@@ -38,6 +38,8 @@ Hierarchy (HTTP status on the API in brackets; CLI exit code in braces)::
     │                               LogsDeleted event); not a failure, no retry [410]
     ├── DaemonError                 the daemon cannot start (socket, lock, store)
     ├── DaemonUnreachableError      the CLI cannot reach a daemon                {69}
+    │   └── DaemonStoppingError     the daemon stopped before it finished the
+    │                               request (its stop grace ran out)       [503]
     └── RemoteError                 the daemon answered with an error type this
                                     client does not know (.remote_type, .http_status)
 
@@ -82,6 +84,7 @@ __all__ = [
     "LogsDeletedError",
     "DaemonError",
     "DaemonUnreachableError",
+    "DaemonStoppingError",
     "RemoteError",
     "map_store_errors",
 ]
@@ -259,6 +262,14 @@ class DaemonError(JobsupError):
 
 class DaemonUnreachableError(JobsupError):
     """No daemon answers on the API socket (``jobsup wait`` exits 69)."""
+
+
+class DaemonStoppingError(DaemonUnreachableError):
+    """The daemon was stopping and cancelled this request when its grace
+    period ran out (:class:`supervisord.api.inflight.InFlight`, HTTP 503).
+    A DaemonUnreachableError to clients: whatever the request had done so
+    far stays recorded, and the next daemon has the answer (a submit is
+    looked up there by its request id)."""
 
 
 class RemoteError(JobsupError):

@@ -63,6 +63,7 @@ ERROR_STATUS: Final[dict[type[Exception], int]] = {
     exc.LogsDamagedError: 500,
     exc.StorageError: 503,
     exc.LogsDeletedError: 410,
+    exc.DaemonStoppingError: 503,
 }
 
 #: ``jobsup wait`` exit codes by terminal phase (README, "`jobsup wait` exit codes").

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -273,3 +274,78 @@ def test_library_log_records_are_json_lines_off_a_tty() -> None:
     assert first["event"] == "Exception in ASGI application" and "ValueError: boom" in first["exception"]
     assert second == {**second, "logger": "some.lib", "level": "warning", "event": "careful now"}
     assert "timestamp" in first and "timestamp" in second
+
+
+def _cancel_during_stop(js: JobsupEnv, tmp_path: Path, job: str, *args: str) -> tuple[str, float, str, str, int]:
+    """Submit ``job``, start ``jobsup cancel`` on it, stop the daemon while
+    the cancel waits for the job to end. Returns (run id, seconds the stop
+    took, the cancel's stdout, its stderr, its exit code)."""
+    from tests.supervisord.jobsup_env import make_repo
+
+    js.start_daemon()
+    repo = make_repo(tmp_path / "repo", {"README": "x\n"})
+    run = js.submit(repo, *args, "--", job)
+    deadline = time.monotonic() + 60
+    while js.show(run)["log_lines"] < 1:
+        assert time.monotonic() < deadline, js.show(run)
+        time.sleep(0.1)
+    cancel = subprocess.Popen(
+        [sys.executable, "-m", "supervisord", "cancel", run],
+        env=js.env,
+        cwd=js.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # The cancel is in flight once its CancelRequested is recorded (the
+        # job ignores or delays SIGTERM, so the request waits for it).
+        while "CancelRequested" not in js.cli("events", run).stdout:
+            assert time.monotonic() < deadline and cancel.poll() is None, cancel.poll()
+            time.sleep(0.1)
+        started = time.monotonic()
+        assert js.stop_daemon() == 0
+        took = time.monotonic() - started
+        out, err = cancel.communicate(timeout=60)
+    finally:
+        cancel.kill()
+    return run, took, out, err, cancel.returncode
+
+
+def test_a_request_in_flight_at_stop_gets_its_answer_within_the_grace(js: JobsupEnv, tmp_path: Path) -> None:
+    """A stop lets the requests being handled finish (up to STOP_GRACE_S):
+    a cancel waiting 4 s for its job to end gets its answer, CANCELED,
+    instead of an HTTP 500 after uvicorn's 2 s (a tester's finding)."""
+    job = "trap 'sleep 4; exit 0' TERM; echo ready; while :; do sleep 0.2; done"
+    run, took, out, err, code = _cancel_during_stop(js, tmp_path, job)
+    assert code == 0, (out, err)
+    assert "CANCELED" in out + err and "HTTP 500" not in err, (out, err)
+    assert took >= 2, took  # it did wait for the request
+    log = js.daemon_log.read_text()
+    assert "Exception in ASGI application" not in log and "requests_cancelled" not in log
+
+
+def test_a_request_past_the_stop_grace_is_answered_daemon_stopping(js: JobsupEnv, tmp_path: Path) -> None:
+    """A request still running when the stop's grace ends is answered 503
+    DaemonStoppingError (a DaemonUnreachableError to clients: exit 69, a
+    message saying what to check), never uvicorn's plain 500 and traceback;
+    the run is still supervised by the next daemon."""
+    from supervisord.backends.local.backend import run_processes
+    from supervisord.daemon import STOP_GRACE_S
+
+    job = "trap '' TERM; echo ready; while :; do sleep 0.2; done"
+    run, took, out, err, code = _cancel_during_stop(js, tmp_path, job, "--config", "local.kill_grace_s=120")
+    try:
+        assert code == 69, (code, out, err)
+        assert err.startswith("error: the daemon stopped before it finished this request (POST /v1/runs/"), err
+        assert "HTTP 500" not in err and "Internal Server Error" not in err
+        assert took >= STOP_GRACE_S - 1, took
+        log = js.daemon_log.read_text()
+        assert "Exception in ASGI application" not in log and "requests_cancelled" in log
+        js.start_daemon()
+        assert js.show(run)["phase"] == "RUNNING"  # still supervised, still being stopped by its runner
+    finally:
+        for pid in run_processes(run):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert js.cli("wait", run, "--timeout", "60s", check=False).returncode in (1, 3)
