@@ -49,10 +49,10 @@ def test_daemon_on_corrupt_database_prints_one_error_line(js: JobsupEnv) -> None
 # -- defect 2: store errors from the daemon reach the CLI as JobsupErrors -------
 
 
-@pytest.mark.parametrize(
-    "store_error", [StorageFullError("database or disk is full"), StoreLockedError("database is locked")]
-)
-def test_store_error_at_api_boundary_is_a_storage_error(tmp_path: Path, store_error: Exception) -> None:
+def _runs_answer(store_error: Exception, *, last_seq_fails: bool = False) -> tuple[int, Any]:
+    """``(HTTP status, JSON body)`` of ``GET /v1/runs`` over a store whose
+    ``list_runs`` raises ``store_error`` (and ``last_seq`` too, with
+    ``last_seq_fails``)."""
     from starlette.testclient import TestClient
 
     from supervisord.api.server import create_app
@@ -62,7 +62,9 @@ def test_store_error_at_api_boundary_is_a_storage_error(tmp_path: Path, store_er
             raise store_error
 
         async def last_seq(self) -> int:
-            raise store_error
+            if last_seq_fails:
+                raise store_error
+            return 0
 
     async def doctor() -> list[dict[str, Any]]:
         return []
@@ -70,8 +72,16 @@ def test_store_error_at_api_boundary_is_a_storage_error(tmp_path: Path, store_er
     app = create_app(supervisor=None, planner=None, store=BrokenStore(), info={}, doctor=doctor)  # type: ignore[arg-type]
     with TestClient(app) as http:
         resp = http.get("/v1/runs")
-    assert resp.status_code == 503
-    err = from_wire(resp.status_code, resp.json())
+    return resp.status_code, resp.json()
+
+
+@pytest.mark.parametrize(
+    "store_error", [StorageFullError("database or disk is full"), StoreLockedError("database is locked")]
+)
+def test_store_error_at_api_boundary_is_a_storage_error(tmp_path: Path, store_error: Exception) -> None:
+    status, body = _runs_answer(store_error, last_seq_fails=True)
+    assert status == 503
+    err = from_wire(status, body)
     assert isinstance(err, exc.StorageError) and isinstance(err, exc.JobsupError)
     assert err.store_error == type(store_error).__name__
     assert str(store_error) in str(err)
@@ -80,29 +90,13 @@ def test_store_error_at_api_boundary_is_a_storage_error(tmp_path: Path, store_er
 def test_deleted_log_text_at_api_boundary_is_410_logs_deleted_not_a_storage_error() -> None:
     """Log text deleted by retention is not an event-store failure: its own
     type, HTTP 410 (a retry gets the same answer), the store's message as is."""
-    from starlette.testclient import TestClient
-
     from store.errors import LogTextDeletedError
-    from supervisord.api.server import create_app
 
     message = "run r1: its log text (lines 1..8) was deleted at T by prune (LogsDeleted, event seq 9, sha256:ab)"
-
-    class DeletedStore:
-        async def list_runs(self, **kwargs: Any) -> Any:
-            raise LogTextDeletedError(message)
-
-        async def last_seq(self) -> int:
-            return 0
-
-    async def doctor() -> list[dict[str, Any]]:
-        return []
-
-    app = create_app(supervisor=None, planner=None, store=DeletedStore(), info={}, doctor=doctor)  # type: ignore[arg-type]
-    with TestClient(app) as http:
-        resp = http.get("/v1/runs")
-    assert resp.status_code == 410, resp.text
-    assert resp.json()["error"]["type"] == "LogsDeletedError"
-    err = from_wire(resp.status_code, resp.json())
+    status, body = _runs_answer(LogTextDeletedError(message))
+    assert status == 410, body
+    assert body["error"]["type"] == "LogsDeletedError"
+    err = from_wire(status, body)
     assert type(err) is exc.LogsDeletedError and not isinstance(err, exc.StorageError)
     assert str(err) == message and err.errors == [message]
 
@@ -112,38 +106,21 @@ def test_damaged_log_archive_at_api_boundary_is_500_logs_damaged_not_a_retry() -
     store fault: HTTP 500 with its own type (a StorageError still, for
     clients that catch those), the store's message as is; 503 would tell
     clients to retry."""
-    from starlette.testclient import TestClient
-
     from store.errors import LogArchiveError
-    from supervisord.api.server import create_app
 
     message = (
         "run r1: its log archive /s/archive/r1.jslog does not match the digest recorded when it was archived"
         " (sha256:aa, the file is sha256:bb): the file was changed or damaged; nothing was read from it"
     )
-
-    class DamagedStore:
-        async def list_runs(self, **kwargs: Any) -> Any:
-            raise LogArchiveError(message)
-
-        async def last_seq(self) -> int:
-            return 0
-
-    async def doctor() -> list[dict[str, Any]]:
-        return []
-
-    app = create_app(supervisor=None, planner=None, store=DamagedStore(), info={}, doctor=doctor)  # type: ignore[arg-type]
-    with TestClient(app) as http:
-        resp = http.get("/v1/runs")
-    assert resp.status_code == 500, resp.text
-    assert resp.json()["error"]["type"] == "LogsDamagedError"
-    err = from_wire(resp.status_code, resp.json())
+    status, body = _runs_answer(LogArchiveError(message))
+    assert status == 500, body
+    assert body["error"]["type"] == "LogsDamagedError"
+    err = from_wire(status, body)
     assert type(err) is exc.LogsDamagedError and isinstance(err, exc.StorageError)
     assert err.store_error == "LogArchiveError"
     assert str(err) == message and err.errors == [message]
     # A client that knows only StorageError still gets one (the wire's bases).
-    body = {"error": {**resp.json()["error"], "type": "SomeNewerName"}}
-    older = from_wire(500, body)
+    older = from_wire(500, {"error": {**body["error"], "type": "SomeNewerName"}})
     assert type(older) is exc.StorageError and str(older) == message
 
 
