@@ -8,6 +8,8 @@ and repository.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -449,28 +451,43 @@ async def test_watch_410_mid_run_relists_and_completes(tmp_path: Path, sim: SimC
 
 @pytest.mark.parametrize("fault", ["cut", "stall", "rotate"])
 async def test_log_stream_faults_keep_every_line_exactly_once(tmp_path: Path, sim: SimCluster, fault: str) -> None:
-    n = 150
-    async with k8s_env(tmp_path, sim) as env:
-        if fault == "cut":
-            sim.faults.cut_logs(7, count=3)
-        elif fault == "stall":
-            sim.faults.stall_logs(9, count=1)
-        run_id = await env.submit(ticker(n, 0.02), manifest=M, files={M: job_manifest()})
-        if fault == "rotate":
-            await env.wait_until(run_id, lambda r: r.log_lines >= 20)
-            name = pod_name(sim, run_id)
-            sim.rotate_log(name)
-            await env.wait_until(run_id, lambda r: r.log_lines >= 60)
-            sim.rotate_log(name)
-        run = await env.terminal(run_id)
-        assert run.phase == "COMPLETED", run
-        assert await env.lines(run_id) == expected(n)
-        stats = env.backend.stats
-        if fault == "cut":
-            assert stats.get("log_cuts", 0) >= 3, stats
-        else:
-            assert stats.get("log_stalls", 0) >= 1, stats
-        assert stats["log_follows"] >= 2, stats
+    n, half = 150, 75
+    # The job prints half its lines, then waits for the gate: every fault
+    # and the follow that recovers from it happen while it still runs (a
+    # loaded machine could otherwise finish the job first, and its last
+    # read picks the lines up: right, but not the case tested here). Not
+    # under /tmp: the simulated container may have a private one.
+    gate_dir = Path(tempfile.mkdtemp(prefix="jobsup-gate-", dir="/var/tmp"))
+    gate = gate_dir / "gate"
+    job = (
+        f"for i in $(seq 1 {half}); do echo line-$i; sleep 0.02; done; "
+        f"while [ ! -e {gate} ]; do sleep 0.05; done; "
+        f"for i in $(seq {half + 1} {n}); do echo line-$i; sleep 0.02; done"
+    )
+    faulted, times = ("log_cuts", 3) if fault == "cut" else ("log_stalls", 1)
+    try:
+        async with k8s_env(tmp_path, sim) as env:
+            if fault == "cut":
+                sim.faults.cut_logs(7, count=3)
+            elif fault == "stall":
+                sim.faults.stall_logs(9, count=1)
+            run_id = await env.submit(job, manifest=M, files={M: job_manifest()})
+            if fault == "rotate":
+                await env.wait_until(run_id, lambda r: r.log_lines >= 20)
+                name = pod_name(sim, run_id)
+                sim.rotate_log(name)
+                await env.wait_until(run_id, lambda r: r.log_lines >= 60)
+                sim.rotate_log(name)
+            stats = env.backend.stats
+            with anyio.fail_after(60):
+                while stats.get("log_follows", 0) < 2 or stats.get(faulted, 0) < times:
+                    await anyio.sleep(0.05)
+            gate.touch()
+            run = await env.terminal(run_id)
+            assert run.phase == "COMPLETED", run
+            assert await env.lines(run_id) == expected(n)
+    finally:
+        shutil.rmtree(gate_dir)
 
 
 async def test_crio_logs_same_timestamp_per_read_and_utc_offset_exactly_once(tmp_path: Path, sim: SimCluster) -> None:
