@@ -32,7 +32,9 @@ store calls it in worker threads.
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import io
 import json
 import os
 import stat
@@ -51,9 +53,11 @@ __all__ = [
     "ArchiveReader",
     "ArchiveWriter",
     "archive_reader",
+    "UntrustedFileError",
     "file_digest",
     "forget_reader",
     "fsync_dir",
+    "open_trusted",
     "verify_against",
 ]
 
@@ -83,19 +87,50 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+class UntrustedFileError(OSError):
+    """An archive path that is not to be read: a symlink, not a regular
+    file (a folder, a FIFO, a device), another user's, or writable by group
+    or others. ``str()`` says which, as a phrase ("is a symbolic link")."""
+
+
+def open_trusted(path: Path) -> io.FileIO:
+    """Open the archive file ``path`` for reading, unbuffered, only if it
+    can be trusted: never following a symlink and never blocking (a FIFO
+    is refused, not waited on: ``O_NONBLOCK``), then judged on the opened
+    descriptor (:func:`os.fstat`), so what is checked is what is read.
+    Raises FileNotFoundError, UntrustedFileError, or another OSError."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UntrustedFileError("is a symbolic link") from None
+        raise
+    try:
+        problem = _untrusted(os.fstat(fd))
+        if problem is not None:
+            raise UntrustedFileError(problem)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return io.FileIO(fd, "rb", closefd=True)
+
+
 def file_digest(path: Path) -> str:
-    """``"sha256:<hex>"`` of the file at ``path``."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_READ_CHUNK):
-            h.update(chunk)
-    return "sha256:" + h.hexdigest()
+    """``"sha256:<hex>"`` of the archive file at ``path``, opened with
+    :func:`open_trusted` (whose errors it raises)."""
+    with open_trusted(path) as f:
+        return "sha256:" + hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _untrusted(st: os.stat_result) -> str | None:
     """Why an archive file with stat ``st`` must not be read: not a regular
     file, another user's, or writable by group or others (anything another
     local user could write is checked before it is trusted). None if fine."""
+    if stat.S_ISDIR(st.st_mode):
+        return "is a folder, not a regular file"
+    if stat.S_ISFIFO(st.st_mode):
+        return "is a FIFO, not a regular file"
     if not stat.S_ISREG(st.st_mode):
         return "is not a regular file"
     me = os.geteuid()
@@ -199,31 +234,27 @@ class ArchiveReader:
         self.run_id = run_id
         self._lock = threading.Lock()
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            # Owned by the reader from here: closed when the reader is collected.
+            self._file = open_trusted(path)
         except FileNotFoundError:
             raise LogArchiveError(
                 f"run {run_id}: its log archive {path} is missing (the LogsArchived event records {sha256})"
             ) from None
+        except UntrustedFileError as exc:
+            raise LogArchiveError(
+                f"run {run_id}: its log archive {path} {exc}; nothing was read from it"
+                " (it must be a regular file of yours that group and others cannot write)"
+            ) from None
         except OSError as exc:
             raise LogArchiveError(f"run {run_id}: cannot read its log archive {path}: {exc}") from exc
-        # Owned by the reader from here: closed when the reader is collected.
-        self._file = os.fdopen(fd, "rb", buffering=0)
+        fd = self._file.fileno()
         try:
             st = os.fstat(fd)
-            problem = _untrusted(st)
-            if problem is not None:
-                raise LogArchiveError(
-                    f"run {run_id}: its log archive {path} {problem}; nothing was read from it"
-                    f" (if the file is right, `chmod go-w {path}` as its owner)"
-                )
             self.key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
             actual = "sha256:" + hashlib.file_digest(self._file, "sha256").hexdigest()
         except OSError as exc:
             self._file.close()
             raise LogArchiveError(f"run {run_id}: cannot read its log archive {path}: {exc}") from exc
-        except LogArchiveError:
-            self._file.close()
-            raise
         if actual != sha256:
             self._file.close()
             raise LogArchiveError(

@@ -917,6 +917,11 @@ class EventStore:
                 f"run {run_id}: its log archive {path} is missing (the LogsArchived event records"
                 f" {archive.sha256}); not deleting: nothing was recorded"
             ) from None
+        except arc.UntrustedFileError as exc:
+            raise LogArchiveError(
+                f"run {run_id}: its log archive {path} {exc} (it must be a regular file of yours that group"
+                " and others cannot write); not deleting: nothing was recorded"
+            ) from None
         except OSError as exc:
             raise LogArchiveError(
                 f"run {run_id}: cannot read its log archive {path} to check it before deleting: {exc};"

@@ -151,13 +151,28 @@ async def test_an_archive_others_could_write_is_refused_whenever_it_is_read(tmp_
             path.chmod(mode)
             with pytest.raises(LogArchiveError, match=f"is writable by other users \\(mode {mode:o}\\)"):
                 await store.log_text("r1", 0)
+            # Deleting checks the same: a file it could not vouch for stays.
+            with pytest.raises(LogArchiveError, match="writable by other users.*not deleting"):
+                await store.check_archive_before_delete("r1")
         path.chmod(0o600)
         assert (await store.log_lines("r1", 0, 3))[0].text == first
         real = path.with_name("real.jslog")
         path.rename(real)
-        path.symlink_to(real)
-        with pytest.raises(LogArchiveError, match="cannot read its log archive"):
-            await store.log_text("r1", 0)
+        # A symlink (even to the right file), a folder, a FIFO: refused at
+        # once, without following, hanging on the FIFO, or an internal error.
+        for make, what in (
+            (lambda: path.symlink_to(real), "is a symbolic link"),
+            (lambda: path.mkdir(), "is a folder"),
+            (lambda: os.mkfifo(path), "is a FIFO"),
+        ):
+            make()
+            with pytest.raises(LogArchiveError, match=f"r1.jslog {what}.*nothing was read"):
+                await store.log_text("r1", 0)
+            with pytest.raises(LogArchiveError, match=f"r1.jslog {what}.*not deleting"):
+                await store.check_archive_before_delete("r1")
+            path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
+        real.rename(path)
+        assert (await store.log_lines("r1", 0, 3))[0].text == first
 
 
 async def test_a_reader_reads_the_file_it_verified_even_if_the_path_is_replaced(tmp_path: Path) -> None:
