@@ -21,8 +21,11 @@ from pathlib import Path
 from supervisord.exceptions import SourceError
 
 __all__ = [
+    "ARCHIVE_TIMEOUT_S",
     "Snapshot",
     "SnapshotStore",
+    "archive_failed",
+    "archive_timed_out",
     "repo_root",
     "resolve_commit",
     "is_dirty",
@@ -139,43 +142,73 @@ class SnapshotStore:
         """Where the archive with this digest lives (it may not exist)."""
         return self.root / sha256[:2] / f"{sha256}.tar"
 
+    def archive_command(self, repo: Path, commit: str) -> list[str]:
+        """The git command that writes ``commit`` of ``repo`` as a tar on stdout."""
+        return ["git", "-C", str(repo), "archive", "--format=tar", commit]
+
+    def new_temp(self) -> tuple[int, Path]:
+        """A new private temp file in the store for an archive being
+        written: ``(fd, path)``; :meth:`adopt` moves it into place."""
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=".archive-", dir=self.root)
+        return fd, Path(tmp_name)
+
+    def adopt(self, tmp: Path) -> Snapshot:
+        """Hash the finished (fsynced) archive ``tmp`` and rename it to its
+        content address, mode 0600. Returns the Snapshot."""
+        digest = hashlib.sha256()
+        size = 0
+        with tmp.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+                size += len(chunk)
+        sha = digest.hexdigest()
+        final = self.path_for(sha)
+        final.parent.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, final)
+        return Snapshot(sha256=sha, path=final, size=size)
+
     def create(self, repo: Path, commit: str) -> Snapshot:
         """``git archive --format=tar COMMIT`` into the store; returns the Snapshot.
 
         Raises SourceError when git fails. A partial archive is never left
         behind under its final name (written to a temp file, then renamed).
+        Blocking; the daemon uses a cancellable form built from the same
+        parts (``supervisord.submit.Planner._snapshot``).
         """
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=".archive-", dir=self.root)
-        tmp = Path(tmp_name)
+        fd, tmp = self.new_temp()
         try:
             with os.fdopen(fd, "wb") as out:
                 try:
                     proc = subprocess.run(
-                        ["git", "-C", str(repo), "archive", "--format=tar", commit],
+                        self.archive_command(repo, commit),
                         stdout=out,
                         stderr=subprocess.PIPE,
-                        timeout=_GIT_TIMEOUT_S * 5,
+                        timeout=ARCHIVE_TIMEOUT_S,
                         check=False,
                     )
                 except subprocess.TimeoutExpired:
-                    raise SourceError(f"git archive {commit} in {repo} timed out") from None
+                    raise archive_timed_out(repo, commit) from None
                 if proc.returncode != 0:
-                    err = proc.stderr.decode("utf-8", "replace").strip()
-                    raise SourceError(f"git archive {commit} failed in {repo}: {err}")
+                    raise archive_failed(repo, commit, proc.stderr)
                 out.flush()
                 os.fsync(out.fileno())
-            digest = hashlib.sha256()
-            size = 0
-            with tmp.open("rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(chunk)
-                    size += len(chunk)
-            sha = digest.hexdigest()
-            final = self.path_for(sha)
-            final.parent.mkdir(mode=0o700, exist_ok=True)
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, final)
-            return Snapshot(sha256=sha, path=final, size=size)
+            return self.adopt(tmp)
         finally:
             tmp.unlink(missing_ok=True)
+
+
+#: Seconds ``git archive`` may take (git filters and LFS can be slow).
+ARCHIVE_TIMEOUT_S = _GIT_TIMEOUT_S * 5
+
+
+def archive_timed_out(repo: Path, commit: str) -> SourceError:
+    """The error for a ``git archive`` that ran past ARCHIVE_TIMEOUT_S."""
+    return SourceError(f"git archive {commit} in {repo} timed out")
+
+
+def archive_failed(repo: Path, commit: str, stderr: bytes | None) -> SourceError:
+    """The error for a ``git archive`` that failed, with git's message."""
+    err = (stderr or b"").decode("utf-8", "replace").strip()
+    return SourceError(f"git archive {commit} failed in {repo}: {err}")

@@ -22,7 +22,18 @@ from supervisord.envcheck import check_env
 from supervisord.exceptions import ConfigError, TaskError
 from supervisord.scheduler.options import parse_scheduling
 from supervisord.secret import env_digest, redact
-from supervisord.source import SnapshotStore, is_dirty, repo_root, resolve_commit, submodule_paths, untracked_files
+from supervisord.source import (
+    ARCHIVE_TIMEOUT_S,
+    Snapshot,
+    SnapshotStore,
+    archive_failed,
+    archive_timed_out,
+    is_dirty,
+    repo_root,
+    resolve_commit,
+    submodule_paths,
+    untracked_files,
+)
 from supervisord.task import BACKENDS, DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S
 
 __all__ = ["DaemonConfigCheck", "Plan", "Planner", "SubmitRequest"]
@@ -171,7 +182,7 @@ class Planner:
                 _snapshot_caveats, repo, commit, task.get("path"), command, limiter=self._git
             )
         )
-        snapshot = await anyio.to_thread.run_sync(self.snapshots.create, repo, commit, limiter=self._git)
+        snapshot = await self._snapshot(repo, commit)
         project = str(data.get("project") or repo.name)
         name = str(task.get("name") or _default_name(command))
         submitted: dict[str, Any] = {
@@ -206,6 +217,27 @@ class Planner:
             # Run by the on-done hook when the run ends (supervisord.hooks).
             submitted["on_done"] = list(on_done)
         return Plan(submitted=submitted, env=merged_env, config=data, force=req.force, warnings=warnings)
+
+    async def _snapshot(self, repo: Path, commit: str) -> Snapshot:
+        """:meth:`SnapshotStore.create`, cancellable: ``git archive`` runs
+        as a child process that a cancel kills (a stopping daemon does not
+        wait for a slow archive: git filters, LFS), the file work in worker
+        threads of the git limiter. Raises SourceError."""
+        snapshots, limiter = self.snapshots, self._git
+        fd, tmp = await anyio.to_thread.run_sync(snapshots.new_temp, limiter=limiter)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                try:
+                    with anyio.fail_after(ARCHIVE_TIMEOUT_S):
+                        proc = await anyio.run_process(snapshots.archive_command(repo, commit), stdout=out, check=False)
+                except TimeoutError:
+                    raise archive_timed_out(repo, commit) from None
+                if proc.returncode != 0:
+                    raise archive_failed(repo, commit, proc.stderr)
+                await anyio.to_thread.run_sync(os.fsync, out.fileno(), limiter=limiter)
+            return await anyio.to_thread.run_sync(snapshots.adopt, tmp, limiter=limiter)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def _snapshot_caveats(repo: Path, commit: str, task_path: object, command: str) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -349,3 +350,48 @@ def test_a_request_past_the_stop_grace_is_answered_daemon_stopping(js: JobsupEnv
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     assert js.cli("wait", run, "--timeout", "60s", check=False).returncode in (1, 3)
+
+
+def test_a_slow_snapshot_does_not_hold_up_a_stop(js: JobsupEnv, tmp_path: Path) -> None:
+    """A submit whose ``git archive`` is slow (a git filter, as LFS is) when
+    the daemon stops: past the grace its git child is killed (not waited
+    for in a thread), the client gets DaemonStoppingError and learns from
+    the next daemon that nothing was recorded; no temp archive is left (a
+    tester's finding: the stop waited for git, and the client got HTTP 500)."""
+    from supervisord.daemon import STOP_GRACE_S
+    from tests.supervisord.jobsup_env import live_pids_with_arg, make_repo
+
+    repo = make_repo(tmp_path / "repo", {"run.sh": "echo hi\n", ".gitattributes": "run.sh filter=slow\n"})
+    subprocess.run(["git", "-C", str(repo), "config", "filter.slow.smudge", "sleep 47; cat"], check=True)
+    js.start_daemon()
+    submit = subprocess.Popen(
+        [sys.executable, "-m", "supervisord", "submit", "--", "bash run.sh"],
+        env=js.env,
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not live_pids_with_arg("sleep\x0047"):  # the daemon's git archive runs the filter
+            assert time.monotonic() < deadline and submit.poll() is None, submit.poll()
+            time.sleep(0.1)
+        started = time.monotonic()
+        assert js.stop_daemon() == 0  # within 30 s: the filter alone sleeps 47
+        took = time.monotonic() - started
+        js.start_daemon()
+        out, err = submit.communicate(timeout=90)
+    finally:
+        submit.kill()
+        for pid in live_pids_with_arg("sleep\x0047"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert STOP_GRACE_S - 1 <= took < STOP_GRACE_S + 10, took
+    assert submit.returncode == 69, (out, err)
+    assert "the daemon stopped before it finished this request (POST /v1/runs)" in err, err
+    assert "the run was NOT recorded" in err and "HTTP 500" not in err, err
+    assert json.loads(js.cli("runs", "-o", "json").stdout) == []
+    assert not list((js.state_dir / "snapshots").glob(".archive-*"))
+    log = js.daemon_log.read_text()
+    assert "Exception in ASGI application" not in log and "requests_cancelled" in log
