@@ -101,6 +101,17 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     try:
         rv = cli.main(args=args, standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        exc.show()  # `jobsup` alone: the help text
+        sys.exit(exc.exit_code)
+    except click.UsageError as exc:
+        # One line naming the flag or value (click's own form adds a usage
+        # line and a blank line before it), and where to read more.
+        command = exc.ctx.command_path if exc.ctx is not None else "jobsup"
+        message = exc.format_message()
+        message = message[:-1] if message.endswith(".") else message
+        click.echo(f"error: {message} (see `{command} --help`)", err=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
