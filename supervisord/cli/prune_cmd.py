@@ -24,6 +24,14 @@ def _size(n: int) -> str:
     return str(n)
 
 
+def _unless_asked(run_dirs: bool, dry_run: bool) -> str:
+    """The note of the rows only ``--run-dirs`` acts on: a dry run counts
+    them anyway (what the flag would free), a real pass without it skips them."""
+    if run_dirs:
+        return ""
+    return " (would go with --run-dirs)" if dry_run else " (not asked: --run-dirs)"
+
+
 @click.command("prune")
 @click.option(
     "--older-than",
@@ -50,21 +58,22 @@ def prune(older_than: str, dry_run: bool, delete_archives: bool, run_dirs: bool,
     if output != "table":
         emit(report, output)
         return
-    verb = "would free" if dry_run else "freed"
     rows: list[dict[str, Any]] = [
         {"kind": "archive log text", "runs": report["archive"]["runs"], "bytes": _size(report["archive"]["bytes"]),
          "note": f"{report['archive']['lines']} lines leave the database"},
         {"kind": "delete archives", "runs": report["delete_archives"]["runs"],
-         "bytes": _size(report["delete_archives"]["bytes"]), "note": "" if delete_archives or dry_run else "not asked"},
+         "bytes": _size(report["delete_archives"]["bytes"]), "note": "" if delete_archives else "not asked (--delete-archives)"},
         {"kind": "run folders", "runs": report["run_dirs"]["runs"], "bytes": _size(report["run_dirs"]["bytes"]),
-         "note": f"{report['run_dirs']['files']} files" + ("" if run_dirs or dry_run else " (not asked)")},
+         "note": f"{report['run_dirs']['files']} files" + _unless_asked(run_dirs, dry_run)},
         {"kind": "snapshots", "runs": report["snapshots"]["count"], "bytes": _size(report["snapshots"]["bytes"]),
-         "note": "unreferenced"},
+         "note": "unreferenced" + _unless_asked(run_dirs, dry_run)},
     ]  # fmt: skip
     emit(rows, "table", columns=("kind", "runs", "bytes", "note"))
     db = report["database"]
     if not dry_run and db.get("bytes_after") is not None:
-        info(f"{verb}: database {_size(db['bytes_before'])} -> {_size(db['bytes_after'])}")
+        before, after = db["bytes_before"], db["bytes_after"]
+        change = f"{_size(before)} -> {_size(after)}" if after != before else f"{_size(after)} (unchanged)"
+        info(f"freed: database {change}")
     elif dry_run:
         info("dry run: nothing was changed")
     for err in report.get("errors") or []:

@@ -227,6 +227,39 @@ def test_snapshots_no_run_needs_are_removed(js: JobsupEnv, tmp_path: Path) -> No
     assert report["snapshots"]["files"] == [str(snap)] and not snap.exists()
 
 
+def test_the_table_says_which_rows_need_run_dirs(js: JobsupEnv, tmp_path: Path) -> None:
+    """A dry run without --run-dirs counts folders and snapshots (what the
+    flag would free) and says so; the real pass without it says they were
+    not asked, not that none were found; an unchanged database says so
+    (a tester found the dry run promising what the same command skipped)."""
+    repo = make_repo(tmp_path / "proj", {"emit.py": "print('hi')\n"})
+    run_id = js.submit(repo, "--", "python3 emit.py")
+    js.cli("wait", run_id, "--timeout", "120s")
+
+    def rows(*args: str) -> tuple[dict[str, str], str]:
+        r = js.cli("prune", "--older-than", "0s", *args)
+        found = {}
+        for line in r.stdout.splitlines()[1:]:
+            kind = next(
+                (k for k in ("archive log text", "delete archives", "run folders", "snapshots") if line.startswith(k)),
+                None,
+            )
+            if kind:
+                found[kind] = line
+        return found, r.stderr
+
+    dry, _ = rows("--dry-run")
+    assert "(would go with --run-dirs)" in dry["run folders"], dry
+    assert dry["run folders"].split()[2] == "1", dry  # counted
+    assert "unreferenced (would go with --run-dirs)" in dry["snapshots"], dry
+    assert "not asked (--delete-archives)" in dry["delete archives"], dry
+    real, err = rows()
+    assert real["run folders"].split()[2] == "0" and "(not asked: --run-dirs)" in real["run folders"], real
+    assert "unreferenced (not asked: --run-dirs)" in real["snapshots"], real
+    again, err = rows()
+    assert "(unchanged)" in err, err  # nothing left to archive: the database did not change
+
+
 @pytest.mark.parametrize("step", ["writing", "renamed", "committed"])
 def test_daemon_killed_mid_archive_loses_nothing(js: JobsupEnv, tmp_path: Path, step: str) -> None:
     repo = make_repo(tmp_path / "proj", {"emit.py": EMIT})
