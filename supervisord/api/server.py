@@ -128,9 +128,21 @@ def create_app(
     (:class:`~supervisord.api.streams.StreamCloser`)."""
     reads = ReadSide(store)
 
-    def ends_on_stop(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    def ends_on_stop(
+        handler: Callable[[Request], Awaitable[Response]], *, only_when_following: bool = False
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """``handler``'s stream ends cleanly when the daemon stops: only a
+        stream that waits for what comes next (``wait``, ``follow=1``),
+        whose client reconnects and resumes. A finite replay (``logs`` or
+        ``events`` without ``follow``) is not cut cleanly: its client could
+        not tell a cut from the end and would take the output as complete.
+        It gets the stop's grace to finish, and is cut off (an incomplete
+        response, an error to the client) only after it."""
+
         async def guarded(request: Request) -> Response:
             response = await handler(request)
+            if only_when_following and not flag_param(request.query_params, "follow"):
+                return response
             if streams is not None and isinstance(response, StreamingResponse):
                 response.body_iterator = streams.guard(response.body_iterator)
             return response
@@ -236,9 +248,9 @@ def create_app(
         Route(f"{p}/runs", api_errors(list_runs), methods=["GET"]),
         Route(f"{p}/runs/{{ref}}", api_errors(show), methods=["GET"]),
         Route(f"{p}/runs/{{ref}}/cancel", api_errors(cancel), methods=["POST"]),
-        Route(f"{p}/runs/{{ref}}/logs", api_errors(ends_on_stop(logs)), methods=["GET"]),
+        Route(f"{p}/runs/{{ref}}/logs", api_errors(ends_on_stop(logs, only_when_following=True)), methods=["GET"]),
         Route(f"{p}/wait", api_errors(ends_on_stop(wait)), methods=["GET"]),
-        Route(f"{p}/events", api_errors(ends_on_stop(events)), methods=["GET"]),
+        Route(f"{p}/events", api_errors(ends_on_stop(events, only_when_following=True)), methods=["GET"]),
         Route(f"{p}/doctor", api_errors(doctor_route), methods=["GET"]),
         Route(f"{p}/hooks", api_errors(hooks_route), methods=["GET"]),
     ]

@@ -395,3 +395,52 @@ def test_a_slow_snapshot_does_not_hold_up_a_stop(js: JobsupEnv, tmp_path: Path) 
     assert not list((js.state_dir / "snapshots").glob(".archive-*"))
     log = js.daemon_log.read_text()
     assert "Exception in ASGI application" not in log and "requests_cancelled" in log
+
+
+@pytest.mark.parametrize("output", ["text", "json"])
+def test_a_replay_during_a_stop_is_whole_or_an_error(js: JobsupEnv, tmp_path: Path, output: str) -> None:
+    """A stop during ``jobsup logs RUN`` (no ``-f``) with a reader that
+    keeps reading, a little slowly: the replay gets the stop's grace and
+    ends whole (it used to be ended like a followed stream, whose client
+    resumes, so the command exited 0 with part of the log: a tester's
+    finding); one cut off after the grace is an error."""
+    import threading
+
+    from tests.supervisord.jobsup_env import make_repo
+
+    n = 1_500_000
+    js.start_daemon()
+    repo = make_repo(tmp_path / "repo", {"many.py": f"for i in range({n}):\n    print(f'line-{{i}}')\n"})
+    run = js.submit(repo, "--", "python3 many.py")
+    js.cli("wait", run, "--timeout", "120s")
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "supervisord", "logs", run, "-o", output],
+        env=js.env,
+        cwd=js.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    got: list[bytes] = []
+    started = threading.Event()
+
+    def read() -> None:
+        assert reader.stdout is not None
+        while chunk := reader.stdout.read1(65536):
+            got.append(chunk)
+            started.set()
+            time.sleep(0.01)  # about 6 MB/s: the replay outlasts the start of the stop
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    try:
+        assert started.wait(60)
+        assert js.stop_daemon() == 0
+        thread.join(60)
+        err = reader.communicate(timeout=60)[1]
+    finally:
+        reader.kill()
+        thread.join(5)
+    lines = b"".join(got).count(b"\n")
+    assert (reader.returncode, lines) == (0, n) or reader.returncode != 0, (reader.returncode, lines, err[-300:])
+    if output == "text":  # one response: it ends well within the grace here
+        assert lines == n, (lines, err[-300:])
