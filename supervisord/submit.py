@@ -7,13 +7,16 @@ anything is recorded, so bad input never leaves a half-created run.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
 import shutil
+import signal
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import anyio
 
@@ -229,15 +232,33 @@ class Planner:
             with os.fdopen(fd, "wb") as out:
                 try:
                     with anyio.fail_after(ARCHIVE_TIMEOUT_S):
-                        proc = await anyio.run_process(snapshots.archive_command(repo, commit), stdout=out, check=False)
+                        code, stderr = await _run_group(snapshots.archive_command(repo, commit), out)
                 except TimeoutError:
                     raise archive_timed_out(repo, commit) from None
-                if proc.returncode != 0:
-                    raise archive_failed(repo, commit, proc.stderr)
+                if code != 0:
+                    raise archive_failed(repo, commit, stderr)
                 await anyio.to_thread.run_sync(os.fsync, out.fileno(), limiter=limiter)
             return await anyio.to_thread.run_sync(snapshots.adopt, tmp, limiter=limiter)
         finally:
             tmp.unlink(missing_ok=True)
+
+
+async def _run_group(command: list[str], out: IO[bytes]) -> tuple[int, bytes]:
+    """Run ``command`` in a session of its own, stdout to ``out``; returns
+    ``(exit code, stderr)``. If the wait is cancelled (a stop, a timeout),
+    the whole process group is killed: git's filters (LFS, a smudge
+    command) are its children and would outlive a kill of git alone."""
+    async with await anyio.open_process(command, stdout=out, stderr=subprocess.PIPE, start_new_session=True) as proc:
+        try:
+            err = b""
+            if proc.stderr is not None:
+                async for chunk in proc.stderr:
+                    err += chunk[: max(0, 65536 - len(err))]
+            return await proc.wait(), err
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            raise
 
 
 def _snapshot_caveats(repo: Path, commit: str, task_path: object, command: str) -> list[str]:

@@ -382,6 +382,11 @@ def test_a_slow_snapshot_does_not_hold_up_a_stop(js: JobsupEnv, tmp_path: Path) 
         took = time.monotonic() - started
         js.start_daemon()
         out, err = submit.communicate(timeout=90)
+        # git's filter went with it (the whole process group is killed).
+        deadline = time.monotonic() + 10
+        while live_pids_with_arg("sleep\x0047"):
+            assert time.monotonic() < deadline, "the git filter outlived the daemon's stop"
+            time.sleep(0.1)
     finally:
         submit.kill()
         for pid in live_pids_with_arg("sleep\x0047"):
