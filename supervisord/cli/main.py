@@ -108,6 +108,12 @@ def main(argv: list[str] | None = None) -> None:
         # One line naming the flag or value (click's own form adds a usage
         # line and a blank line before it), and where to read more.
         command = exc.ctx.command_path if exc.ctx is not None else "jobsup"
+        if exc.ctx is None or exc.ctx.parent is None:
+            # Raised while the subcommand's options were parsed (a missing
+            # value), before its context: point at that command's help.
+            sub = next((a for a in args if not a.startswith("-")), None)
+            if sub in COMMANDS:
+                command = f"jobsup {sub}"
         message = exc.format_message()
         message = message[:-1] if message.endswith(".") else message
         click.echo(f"error: {message} (see `{command} --help`)", err=True)

@@ -39,3 +39,13 @@ def test_jobsup_alone_still_prints_its_help(js: JobsupEnv) -> None:
     r = js.cli(check=False)
     assert r.returncode == 2 and "[OPTIONS] COMMAND [ARGS]" in r.stdout + r.stderr
     assert "submit" in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "command"),
+    [(["runs", "-o"], "runs"), (["prune", "--older-than"], "prune"), (["logs", "abcdef123456", "--tail"], "logs")],
+)
+def test_a_missing_option_value_points_at_that_commands_help(js: JobsupEnv, args: list[str], command: str) -> None:
+    r = js.cli(*args, check=False)
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert "requires an argument" in r.stderr and r.stderr.rstrip().endswith(f"jobsup {command} --help`)"), r.stderr
