@@ -184,11 +184,13 @@ class Retention:
         ``run_dirs_older_than_s``, folders are counted at ``older_than_s``).
 
         Returns ``{"dry_run", "archive": {runs, lines, bytes, run_ids},
-        "delete_archives": {runs, bytes, run_ids}, "run_dirs": {runs,
-        bytes, files, run_ids}, "snapshots": {count, bytes, files},
+        "delete_archives": {asked, runs, bytes, run_ids}, "run_dirs":
+        {asked, runs, bytes, files, run_ids}, "snapshots": {asked, count,
+        bytes, files},
         "database": {bytes_before, bytes_after} (pages x page size), "errors": [str]}``
         (``bytes``: what is freed -- database text, archive files, folder
-        and snapshot files)."""
+        and snapshot files; ``asked``: whether this pass acts on that kind:
+        a dry run also counts folders and snapshots when not asked)."""
         async with self._lock:
             return await self._prune(older_than_s, run_dirs_older_than_s, dry_run, delete_archives)
 
@@ -202,9 +204,9 @@ class Retention:
         report: dict[str, Any] = {
             "dry_run": dry_run,
             "archive": {"runs": 0, "lines": 0, "bytes": 0, "run_ids": []},
-            "delete_archives": {"runs": 0, "bytes": 0, "run_ids": []},
-            "run_dirs": {"runs": 0, "bytes": 0, "files": 0, "run_ids": []},
-            "snapshots": {"count": 0, "bytes": 0, "files": []},
+            "delete_archives": {"asked": delete_archives, "runs": 0, "bytes": 0, "run_ids": []},
+            "run_dirs": {"asked": dirs_s is not None, "runs": 0, "bytes": 0, "files": 0, "run_ids": []},
+            "snapshots": {"asked": dirs_s is not None, "count": 0, "bytes": 0, "files": []},
             "database": {"bytes_before": await _db_bytes(store), "bytes_after": None},
             "errors": [],
         }

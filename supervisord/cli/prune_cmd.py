@@ -72,7 +72,7 @@ def prune(older_than: str, dry_run: bool, delete_archives: bool, run_dirs: bool,
     db = report["database"]
     if not dry_run and db.get("bytes_after") is not None:
         before, after = db["bytes_before"], db["bytes_after"]
-        change = f"{_size(before)} -> {_size(after)}" if after != before else f"{_size(after)} (unchanged)"
+        change = f"{_size(before)} -> {_size(after)}" if after != before else f"{_size(after)} (file size unchanged)"
         info(f"freed: database {change}")
     elif dry_run:
         info("dry run: nothing was changed")

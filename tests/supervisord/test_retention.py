@@ -257,7 +257,13 @@ def test_the_table_says_which_rows_need_run_dirs(js: JobsupEnv, tmp_path: Path) 
     assert real["run folders"].split()[2] == "0" and "(not asked: --run-dirs)" in real["run folders"], real
     assert "unreferenced (not asked: --run-dirs)" in real["snapshots"], real
     again, err = rows()
-    assert "(unchanged)" in err, err  # nothing left to archive: the database did not change
+    assert "(file size unchanged)" in err, err  # nothing left to archive: the database did not change
+    # -o json says the same: what each kind would free, and whether this pass acts on it.
+    dry = _prune(js, "--dry-run")
+    assert dry["run_dirs"]["asked"] is False and dry["snapshots"]["asked"] is False
+    assert dry["run_dirs"]["runs"] == 1 and dry["delete_archives"]["asked"] is False
+    asked = _prune(js, "--dry-run", "--run-dirs", "--delete-archives")
+    assert asked["run_dirs"]["asked"] and asked["snapshots"]["asked"] and asked["delete_archives"]["asked"]
 
 
 @pytest.mark.parametrize("step", ["writing", "renamed", "committed"])
