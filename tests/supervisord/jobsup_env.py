@@ -173,6 +173,18 @@ class JobsupEnv:
             )
         return proc
 
+    def popen(self, *args: str, cwd: Path | None = None) -> subprocess.Popen[str]:
+        """The CLI with ``args`` started in the background (stdout and
+        stderr piped, text), for a test that acts while it runs."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "supervisord", *args],
+            env=self.env,
+            cwd=cwd or self.root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
     def submit(self, repo: Path, *args: str) -> str:
         out = self.cli("submit", *args, cwd=repo).stdout.strip()
         assert len(out) == 12, out

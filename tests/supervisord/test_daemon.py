@@ -290,14 +290,7 @@ def _cancel_during_stop(js: JobsupEnv, tmp_path: Path, job: str, *args: str) -> 
     while js.show(run)["log_lines"] < 1:
         assert time.monotonic() < deadline, js.show(run)
         time.sleep(0.1)
-    cancel = subprocess.Popen(
-        [sys.executable, "-m", "supervisord", "cancel", run],
-        env=js.env,
-        cwd=js.root,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    cancel = js.popen("cancel", run)
     try:
         # The cancel is in flight once its CancelRequested is recorded (the
         # job ignores or delays SIGTERM, so the request waits for it).
@@ -364,14 +357,7 @@ def test_a_slow_snapshot_does_not_hold_up_a_stop(js: JobsupEnv, tmp_path: Path) 
     repo = make_repo(tmp_path / "repo", {"run.sh": "echo hi\n", ".gitattributes": "run.sh filter=slow\n"})
     subprocess.run(["git", "-C", str(repo), "config", "filter.slow.smudge", "sleep 47; cat"], check=True)
     js.start_daemon()
-    submit = subprocess.Popen(
-        [sys.executable, "-m", "supervisord", "submit", "--", "bash run.sh"],
-        env=js.env,
-        cwd=repo,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    submit = js.popen("submit", "--", "bash run.sh", cwd=repo)
     try:
         deadline = time.monotonic() + 60
         while not live_pids_with_arg("sleep\x0047"):  # the daemon's git archive runs the filter

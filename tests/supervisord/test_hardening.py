@@ -642,14 +642,7 @@ def test_interrupted_submit_says_it_was_not_recorded_and_leftovers_go(
     )
     os.chmod(bindir / "git", 0o755)
     js.start_daemon(extra_env={"PATH": f"{bindir}:{js.env['PATH']}"})
-    submit = subprocess.Popen(
-        [sys.executable, "-m", "supervisord", "submit", "--", "true"],
-        env=js.env,
-        cwd=repo,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    submit = js.popen("submit", "--", "true", cwd=repo)
     deadline = time.monotonic() + 60
     while not flag.exists():
         assert time.monotonic() < deadline and submit.poll() is None
