@@ -71,7 +71,6 @@ _TRAILER_BYTES: Final = _TRAILER.size + len(_END)
 FRAME_BYTES: Final = 1 << 20
 #: zlib level: 6 is zlib's default; log text compresses 5-20x at it.
 _LEVEL: Final = 6
-_READ_CHUNK: Final = 1 << 20
 
 #: A block row as the store reads it: ``first_line, lines, seq, stream,
 #: source, first_pos, last_pos, start, positions, bytes, text``.
@@ -247,16 +246,28 @@ class ArchiveReader:
             ) from None
         except OSError as exc:
             raise LogArchiveError(f"run {run_id}: cannot read its log archive {path}: {exc}") from exc
-        fd = self._file.fileno()
+        try:
+            self.key, index = self._verify(sha256)
+        except BaseException:
+            self._file.close()
+            raise
+        self.lines: int = index["lines"]
+        self.bytes: int = index["bytes"]
+        self._frames: list[list[int]] = index["frames"]
+        self._blocks: list[list[Any]] = index["blocks"]
+        self._first_lines = [b[2] for b in self._blocks]
+        self._cached: tuple[int, bytes] | None = None
+
+    def _verify(self, sha256: str) -> tuple[tuple[int, int, int, int], Any]:
+        """Check the open file against ``sha256`` and read its index:
+        ``((inode, size, mtime_ns, ctime_ns), index)``. Raises LogArchiveError."""
+        path, run_id, fd = self.path, self.run_id, self._file.fileno()
         try:
             st = os.fstat(fd)
-            self.key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
             actual = "sha256:" + hashlib.file_digest(self._file, "sha256").hexdigest()
         except OSError as exc:
-            self._file.close()
             raise LogArchiveError(f"run {run_id}: cannot read its log archive {path}: {exc}") from exc
         if actual != sha256:
-            self._file.close()
             raise LogArchiveError(
                 f"run {run_id}: its log archive {path} does not match the digest recorded when it was archived"
                 f" ({sha256}, the file is {actual}): the file was changed or damaged; nothing was read from it"
@@ -270,14 +281,8 @@ class ArchiveReader:
             offset, length = _TRAILER.unpack(tail[: _TRAILER.size])
             index = json.loads(zlib.decompress(os.pread(fd, length, offset)))
         except (OSError, ValueError, zlib.error) as exc:
-            self._file.close()
             raise LogArchiveError(f"run {run_id}: its log archive {path} cannot be read: {exc}") from exc
-        self.lines: int = index["lines"]
-        self.bytes: int = index["bytes"]
-        self._frames: list[list[int]] = index["frames"]
-        self._blocks: list[list[Any]] = index["blocks"]
-        self._first_lines = [b[2] for b in self._blocks]
-        self._cached: tuple[int, bytes] | None = None
+        return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), index
 
     def digests(self) -> list[tuple[int, str]]:
         """``(first_line, "sha256:<hex>")`` of every block, in order."""
