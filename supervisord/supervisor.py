@@ -38,6 +38,7 @@ from store import (
     RunStatus,
 )
 from supervisord.backends.base import Backend, RunSpec
+from supervisord.crashpoints import crash_point
 from supervisord.events import CANCEL_FAILED, STORAGE_TROUBLE
 from supervisord.exceptions import (
     BackendError,
@@ -106,6 +107,10 @@ class _RunState:
         self.unqueued = anyio.Event()
         self.admitted = False
         self.extra_env: dict[str, str] = {}
+        # A start in flight (the backend's ``start`` has not returned): a
+        # cancel then stops the run again once its handle is known.
+        self.starting = False
+        self.start_done = anyio.Event()
 
     @classmethod
     def queued(cls, spec: RunSpec) -> _RunState:
@@ -122,6 +127,8 @@ class _RunState:
         self.extra_env = {}
         self.outcome_seen = anyio.Event()
         self.ingest_pending = False
+        self.starting = False
+        self.start_done = anyio.Event()
         return self
 
 
@@ -175,6 +182,7 @@ class _Reporter:
         reason: str | None = None,
         message: str | None = None,
         exit_code: int | None = None,
+        final: bool = False,
         _cancel: bool = False,
     ) -> bool:
         st = self._state
@@ -182,7 +190,7 @@ class _Reporter:
             st.outcome_seen.set()
         async with st.lock:
             now = RunPhase(st.phase, st.reason, st.message, st.cancel_requested)
-            if not decide(now, phase, reason=reason, message=message, by_cancel=_cancel).record:
+            if not decide(now, phase, reason=reason, message=message, by_cancel=_cancel, final=final).record:
                 return False
             data: dict[str, Any] = {"phase": phase, "reason": reason, "message": message}
             if exit_code is not None:
@@ -190,6 +198,10 @@ class _Reporter:
             await self._append_locked([NewEvent(PHASE_CHANGED, data)])
             st.phase, st.reason, st.message = phase, reason, message
             log.info("phase", run=st.spec.run_id, phase=phase, reason=reason)
+            if phase == "RUNNING":
+                crash_point("phase.running_recorded")
+            elif phase in TERMINAL_PHASES:
+                crash_point("terminal.recorded")
             return True
 
     async def handle(self, handle: Mapping[str, Any]) -> None:
@@ -333,6 +345,7 @@ class Supervisor:
             warnings = list(await backend.preflight(spec))
             if self.gated:
                 self._write_pending(spec)
+                crash_point("submit.pending_written")
             # Known before its Submitted commits (the scheduler may admit it
             # as soon as it does), and locked until its version is known.
             state = _RunState.queued(spec)
@@ -348,6 +361,7 @@ class Supervisor:
                     self._remove_pending(run_id)
                     raise
                 state.version = max(state.version, recorded[-1].version)
+            crash_point("submit.recorded")
         status = await self.get(run_id)
         self._tg.start_soon(self._drive, state, True, name=f"run-{run_id}")
         log.info("submitted", run=run_id, project=project, name=name, backend=spec.backend)
@@ -366,10 +380,23 @@ class Supervisor:
                         await state.unqueued.wait()
                         if not state.admitted:
                             return  # ended while queued
+                        async with state.lock:
+                            if state.cancel_requested:
+                                # Canceled between its admission and its start:
+                                # nothing was started; the cancel records the outcome.
+                                self._remove_pending(spec.run_id)
+                                return
+                            state.starting = True
                         if state.extra_env:
                             spec = state.spec = dataclasses.replace(spec, env={**spec.env, **state.extra_env})
-                        handle = await backend.start(spec, reporter)
+                        try:
+                            handle = await backend.start(spec, reporter)
+                        finally:
+                            state.starting = False
+                            state.start_done.set()
+                        crash_point("start.handle_recorded")
                         self._remove_pending(spec.run_id)
+                        crash_point("start.pending_removed")
                         # The env values were for the start only: keep none in memory.
                         spec = state.spec = dataclasses.replace(spec, env={})
                     await backend.supervise(spec, handle, reporter)
@@ -428,8 +455,16 @@ class Supervisor:
                     state.cancel_requested = False
                     raise
         backend = self.backends[state.spec.backend]
+        crash_point("cancel.requested")
         try:
-            await backend.cancel(state.spec, state.handle)
+            stopped = dict(state.handle)
+            await backend.cancel(state.spec, stopped)
+            if state.starting:
+                # The start was in flight: once it returns, its handle says
+                # what to stop (a start that saw the cancel returns early).
+                await state.start_done.wait()
+                if state.handle and state.handle != stopped:
+                    await backend.cancel(state.spec, state.handle)
         except Exception as err:
             # The run goes on: say so in its history (and to the caller), so
             # a CancelRequested is never left looking pending. Cancel again
@@ -456,6 +491,7 @@ class Supervisor:
 
                 tg.start_soon(until, state.done)
                 tg.start_soon(until, state.outcome_seen)
+        crash_point("cancel.stopped")
         if not state.done.is_set() and not state.outcome_seen.is_set() and state.scope is not None:
             state.scope.cancel()
         await reporter.phase("CANCELED", reason="Canceled", message="canceled by request", _cancel=True)
@@ -485,7 +521,10 @@ class Supervisor:
                     message=f"backend {spec.backend!r} is not configured on this daemon",
                 )
                 continue
-            fresh = self._never_started(status, spec)
+            fresh = await self._never_started(status, spec)
+            if not fresh:
+                # Started: its env values were for the start only.
+                self._remove_pending(status.id)
             if not fresh or not self.gated:
                 state.admitted = True
                 state.unqueued.set()
@@ -494,18 +533,22 @@ class Supervisor:
             log.info("reattached", runs=len(runs))
         return len(runs)
 
-    @staticmethod
-    def _never_started(status: RunStatus, spec: RunSpec) -> bool:
+    async def _never_started(self, status: RunStatus, spec: RunSpec) -> bool:
         """Whether a non-terminal run found at restart was never handed to
         its backend: still QUEUED (waiting for admission), or admitted
-        (SCHEDULING) as a local run with neither a handle nor a runner status
-        file. Other backends' admitted runs reattach as before (their
-        ``supervise`` cleans up a start cut short)."""
-        if status.handle or (spec.run_dir / "status.json").exists():
+        (SCHEDULING) with no handle recorded and, for a backend that can
+        tell (``never_started``: the local one), no sign of a start the
+        daemon did not record (a runner spawned just before a crash). Other
+        backends' admitted runs reattach (their ``supervise`` cleans up a
+        start cut short), so none runs twice."""
+        if status.handle:
             return False
         if status.phase == "QUEUED":
             return True
-        return status.phase == "SCHEDULING" and spec.backend == "local"
+        if status.phase != "SCHEDULING":
+            return False
+        probe = getattr(self.backends.get(spec.backend), "never_started", None)
+        return probe is not None and bool(await probe(spec))
 
     def _spec(
         self, run_id: str, submitted: Mapping[str, Any], *, env: Mapping[str, str], config: Mapping[str, Any] | None
@@ -596,6 +639,7 @@ class Supervisor:
             state.phase, state.reason, state.message = "SCHEDULING", None, message
             state.admitted = True
             state.extra_env = dict(extra_env)
+            crash_point("admit.recorded")
             state.unqueued.set()
         return True
 
