@@ -275,6 +275,7 @@ class LocalBackend:
                     await reporter.phase("RUNNING")
                 if state == "exited":
                     await self._finish(tailers, status, reporter)
+                    _launch_lock_path(run_dir).unlink(missing_ok=True)
                     return
                 got = unread = 0
                 if state == "running":
@@ -360,11 +361,13 @@ class LocalBackend:
         ``LogIngestPending`` event, the terminal phase, the rest of the
         backlog, then ``LogIngestDone`` (after a daemon restart the
         supervisor resumes runs whose ingest is pending)."""
+        crash_point("final.status_seen")
         drained = False
         with anyio.move_on_after(_EXIT_DRAIN_S):
             await self._drain(tailers, reporter, final=True)
             drained = True
         if drained:
+            crash_point("final.lines_recorded")
             await self._report_truncation(tailers, reporter)
             await self._report_outcome(status, reporter)
             return
