@@ -16,7 +16,7 @@ import pytest
 
 from tests.k8s_sim import SimCluster
 from tests.supervisord.backends.kubernetes.k8s_backend_helpers import MANIFEST_PATH, job_manifest, sim_cluster, use_sim
-from tests.supervisord.crashpoints.harness import Case, check_invariants, crashed, job_command
+from tests.supervisord.crashpoints.harness import Case, Execs, check_invariants, crashed, job_command
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
 pytestmark = pytest.mark.timeout(150)
@@ -78,3 +78,4 @@ def test_kubernetes_run_survives_a_crash_at(
     runs = check_invariants(case, expect=ids)
     if K8S_POINTS[point] == "ERROR" and first:
         assert runs[first]["reason"] == "SubmitInterrupted", runs[first]
+        assert "a" not in Execs.read(execs).runs, "a start that was undone ran its command"
