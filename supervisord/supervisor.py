@@ -462,7 +462,8 @@ class Supervisor:
             if state.starting:
                 # The start was in flight: once it returns, its handle says
                 # what to stop (a start that saw the cancel returns early).
-                await state.start_done.wait()
+                with anyio.move_on_after(_CANCEL_DRAIN_S):
+                    await state.start_done.wait()
                 if state.handle and state.handle != stopped:
                     await backend.cancel(state.spec, state.handle)
         except Exception as err:
