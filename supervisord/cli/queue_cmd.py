@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from supervisord.cli.output import emit, info, output_option, warn
+from supervisord.cli.params import WholeNumber
 from supervisord.cli.reads import connected_client, resolve_runs
 from supervisord.runref import check_run_refs
 from supervisord.task import parse_env_pairs
@@ -29,11 +30,9 @@ def scheduling_options(fn: F) -> F:
     --hold`` to a command (their values arrive in its ``**kwargs``; take
     them out with :func:`take_scheduling`)."""
     options = [
-        click.option("--gpus", type=click.IntRange(min=0), help="Local runs: whole GPUs of this machine (default 0)."),
+        click.option("--gpus", type=WholeNumber(min=0), help="Local runs: whole GPUs of this machine (default 0)."),
         click.option("--queue", help="The scheduler queue (default `default`)."),
-        click.option(
-            "--priority", type=click.IntRange(-1000, 1000), help="-1000..1000 (default 0); higher starts first."
-        ),
+        click.option("--priority", type=WholeNumber(-1000, 1000), help="-1000..1000 (default 0); higher starts first."),
         click.option("--after", multiple=True, metavar="RUN", help="Start once RUN is COMPLETED (repeatable)."),
         click.option(
             "--after-any", "after_any", multiple=True, metavar="RUN", help="Start once RUN is terminal (repeatable)."
