@@ -306,6 +306,10 @@ def _task_from_mapping(doc: Mapping[Any, Any], p: Path, *, env_as_written: Mappi
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise TaskError(f"{p}: `{key}` must be a list of run ids")
         scheduling[key] = list(value)
+    # The daemon checks these again, naming the flags; here the file and key.
+    from supervisord.scheduler.options import parse_scheduling  # only when a file is read
+
+    parse_scheduling(scheduling, names={key: f"{p}: `{key}`" for key in SCHEDULING_KEYS})
     name = string("name")
     return Task(
         name=check_name(name, what=f"{p}: `name`") if name is not None else None,
