@@ -246,6 +246,7 @@ class Daemon:
                 daemon_config = cfg.effective_config(self.daemon_layer, []).data
                 gpus = await anyio.to_thread.run_sync(gpu_inventory, (daemon_config.get("scheduler") or {}).get("gpus"))
                 reattached = await supervisor.reattach_all()
+                await supervisor.remove_orphan_pending()
                 scheduler = Scheduler(store, supervisor, gpus, SchedulerSettings.from_config(daemon_config))
                 await scheduler.load()
                 tg.start_soon(scheduler.run, name="scheduler")

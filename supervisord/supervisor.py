@@ -10,6 +10,7 @@ stream version (optimistic concurrency in the store).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -563,6 +564,33 @@ class Supervisor:
 
     def _remove_pending(self, run_id: str) -> None:
         self._pending_path(run_id).unlink(missing_ok=True)
+
+    async def remove_orphan_pending(self) -> list[str]:
+        """At daemon start, after :meth:`reattach_all` and before any submit:
+        remove every ``pending.json`` no run waits on (its env values
+        would otherwise stay on disk for good): one of a submit cut off
+        before its Submitted committed (the run folder goes too when
+        that leaves it empty), of a run that ended, or of one already
+        handed to its backend. Returns the run ids whose file went."""
+        runs_dir = self.paths.runs_dir
+
+        def find() -> list[str]:
+            return sorted(p.parent.name for p in runs_dir.glob("*/pending.json"))
+
+        removed: list[str] = []
+        for run_id in await anyio.to_thread.run_sync(find):
+            state = self._runs.get(run_id)
+            if state is not None and not state.handle and state.phase in ("QUEUED", "SCHEDULING"):
+                continue  # still to start: its values are in that file only
+            self._remove_pending(run_id)
+            removed.append(run_id)
+        unknown = set(removed) - set(await self.store.get_runs(removed))
+        for run_id in sorted(unknown):
+            with contextlib.suppress(OSError):  # not empty: leave it
+                (runs_dir / run_id).rmdir()
+        if removed:
+            log.info("removed orphan pending files", runs=removed, never_submitted=sorted(unknown))
+        return removed
 
     def run_spec(self, run_id: str) -> RunSpec | None:
         """The :class:`RunSpec` of a run this daemon supervises now (its env
