@@ -49,7 +49,7 @@ from supervisord.exceptions import (
 from supervisord.lifecycle import PHASE_RANK, RunPhase, decide
 from supervisord.paths import Paths
 from supervisord.readside import resolve_run_id
-from supervisord.source import SnapshotStore
+from supervisord.source import SnapshotStore, disk_full, is_no_space
 
 __all__ = ["Supervisor", "SubmitResult", "PHASE_RANK", "MAX_LINES_PER_EVENT"]
 
@@ -547,10 +547,18 @@ class Supervisor:
         ``<run dir>/pending.json`` (mode 0600, private state dir) until it
         starts: they are never recorded in events, yet a daemon restarted
         while the run waits must still start it with them."""
-        spec.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self._pending_path(spec.run_id), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"env": dict(spec.env), "config": dict(spec.config)}, f)
+        try:
+            spec.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(self._pending_path(spec.run_id), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump({"env": dict(spec.env), "config": dict(spec.config)}, f)
+        except OSError as err:
+            self._remove_pending(spec.run_id)
+            with contextlib.suppress(OSError):
+                spec.run_dir.rmdir()
+            if is_no_space(err):
+                raise disk_full(self.snapshots.root, "the new run's pending file could not be written") from err
+            raise
 
     def _read_pending(self, run_id: str) -> dict[str, Any] | None:
         try:
