@@ -692,3 +692,12 @@ class Supervisor:
     def supervised(self) -> int:
         """How many runs have a live supervision task."""
         return sum(1 for s in self._runs.values() if not s.done.is_set())
+
+    def running_local(self) -> list[str]:
+        """The ids of the RUNNING local runs this daemon supervises (their
+        runners write output under ``paths.runs_dir``), sorted."""
+        return sorted(
+            rid
+            for rid, s in self._runs.items()
+            if s.phase == "RUNNING" and s.spec.backend == "local" and not s.done.is_set()
+        )
