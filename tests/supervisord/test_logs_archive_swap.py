@@ -34,7 +34,7 @@ def test_an_archive_swapped_during_a_replay_is_read_whole_from_the_file_checked(
     repo = make_repo(tmp_path / "proj", {"emit.py": EMIT})
     run_id = js.submit(repo, "--", f"{sys.executable} emit.py")
     assert js.cli("wait", run_id, "--timeout", "120s", check=False).returncode == 0
-    expected = "".join("line %07d %s\n" % (i, "y" * 60) for i in range(240000)).encode()
+    expected = "".join(f"line {i:07d} {'y' * 60}\n" for i in range(240000)).encode()
     json.loads(js.cli("prune", "--older-than", "0s", "-o", "json").stdout)
     archive = js.state_dir / "archive" / f"{run_id}.jslog"
     good = archive.read_bytes()
