@@ -401,6 +401,10 @@ class HookRunner:
                 # hooks' outcomes, output records...): an idle hook's lag
                 # goes back to 0 instead of staying at their count.
                 await self.store.wait_for_events(max(self.position, end), limit=1)
+                if self.store.published_seq <= self.saved:
+                    # Seen in the file before this store published it
+                    # (another process appended it): not a busy loop.
+                    await anyio.sleep(FLUSH_S)
                 continue
             events = await self.store.wait_for_events(
                 self.position,
