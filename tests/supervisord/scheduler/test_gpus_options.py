@@ -137,6 +137,9 @@ def test_scheduler_config_keys_validate() -> None:
         ("queue: ../x", "queue"),
         ("priority: 1001", "priority"),
         ("after: ['xyz!']", "after"),
+        ("priority: 1_000", "priority"),  # YAML 1.1 reads these as numbers nobody wrote
+        ("gpus: 0x2", "gpus"),
+        ("gpus: 1:30", "gpus"),
     ],
 )
 def test_a_task_files_scheduling_errors_name_the_file_and_key(tmp_path: Path, text: str, key: str) -> None:
