@@ -10,6 +10,7 @@ stream version (optimistic concurrency in the store).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -49,7 +50,7 @@ from supervisord.exceptions import (
 from supervisord.lifecycle import PHASE_RANK, RunPhase, decide
 from supervisord.paths import Paths
 from supervisord.readside import resolve_run_id
-from supervisord.source import SnapshotStore
+from supervisord.source import SnapshotStore, disk_full, is_no_space
 
 __all__ = ["Supervisor", "SubmitResult", "PHASE_RANK", "MAX_LINES_PER_EVENT"]
 
@@ -590,10 +591,18 @@ class Supervisor:
         ``<run dir>/pending.json`` (mode 0600, private state dir) until it
         starts: they are never recorded in events, yet a daemon restarted
         while the run waits must still start it with them."""
-        spec.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self._pending_path(spec.run_id), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"env": dict(spec.env), "config": dict(spec.config)}, f)
+        try:
+            spec.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(self._pending_path(spec.run_id), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump({"env": dict(spec.env), "config": dict(spec.config)}, f)
+        except OSError as err:
+            self._remove_pending(spec.run_id)
+            with contextlib.suppress(OSError):
+                spec.run_dir.rmdir()
+            if is_no_space(err):
+                raise disk_full(self.snapshots.root, "the new run's pending file could not be written") from err
+            raise
 
     def _read_pending(self, run_id: str) -> dict[str, Any] | None:
         try:
@@ -607,6 +616,33 @@ class Supervisor:
 
     def _remove_pending(self, run_id: str) -> None:
         self._pending_path(run_id).unlink(missing_ok=True)
+
+    async def remove_orphan_pending(self) -> list[str]:
+        """At daemon start, after :meth:`reattach_all` and before any submit:
+        remove every ``pending.json`` no run waits on (its env values
+        would otherwise stay on disk for good): one of a submit cut off
+        before its Submitted committed (the run folder goes too when
+        that leaves it empty), of a run that ended, or of one already
+        handed to its backend. Returns the run ids whose file went."""
+        runs_dir = self.paths.runs_dir
+
+        def find() -> list[str]:
+            return sorted(p.parent.name for p in runs_dir.glob("*/pending.json"))
+
+        removed: list[str] = []
+        for run_id in await anyio.to_thread.run_sync(find):
+            state = self._runs.get(run_id)
+            if state is not None and not state.handle and state.phase in ("QUEUED", "SCHEDULING"):
+                continue  # still to start: its values are in that file only
+            self._remove_pending(run_id)
+            removed.append(run_id)
+        unknown = set(removed) - set(await self.store.get_runs(removed))
+        for run_id in sorted(unknown):
+            with contextlib.suppress(OSError):  # not empty: leave it
+                (runs_dir / run_id).rmdir()
+        if removed:
+            log.info("removed orphan pending files", runs=removed, never_submitted=sorted(unknown))
+        return removed
 
     def run_spec(self, run_id: str) -> RunSpec | None:
         """The :class:`RunSpec` of a run this daemon supervises now (its env
@@ -701,3 +737,12 @@ class Supervisor:
     def supervised(self) -> int:
         """How many runs have a live supervision task."""
         return sum(1 for s in self._runs.values() if not s.done.is_set())
+
+    def running_local(self) -> list[str]:
+        """The ids of the RUNNING local runs this daemon supervises (their
+        runners write output under ``paths.runs_dir``), sorted."""
+        return sorted(
+            rid
+            for rid, s in self._runs.items()
+            if s.phase == "RUNNING" and s.spec.backend == "local" and not s.done.is_set()
+        )
