@@ -524,8 +524,11 @@ class Supervisor:
                 )
                 continue
             fresh = await self._never_started(status, spec)
-            if not fresh:
-                # Started: its env values were for the start only.
+            if not fresh and not status.handle:
+                # Started, its handle not recorded (a runner spawned just
+                # before a crash): its env values were for the start only.
+                # (remove_orphan_pending keeps the file of an admitted run
+                # with no handle, and removes those of runs with one.)
                 self._remove_pending(status.id)
             if not fresh or not self.gated:
                 state.admitted = True
