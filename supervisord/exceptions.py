@@ -37,6 +37,8 @@ Hierarchy (HTTP status on the API in brackets; CLI exit code in braces)::
     │                               (``jobsup prune --delete-archives``, a
     │                               LogsDeleted event); not a failure, no retry [410]
     ├── DaemonError                 the daemon cannot start (socket, lock, store)
+    ├── OutputError                 the CLI cannot write its output (disk full,
+    │                               I/O error; a closed pipe is not one)       {1}
     ├── DaemonUnreachableError      the CLI cannot reach a daemon                {69}
     │   └── DaemonStoppingError     the daemon stopped before it finished the
     │                               request (its stop grace ran out)       [503]
@@ -83,6 +85,7 @@ __all__ = [
     "LogsDamagedError",
     "LogsDeletedError",
     "DaemonError",
+    "OutputError",
     "DaemonUnreachableError",
     "DaemonStoppingError",
     "RemoteError",
@@ -258,6 +261,13 @@ class LogsDeletedError(JobsupError):
 
 class DaemonError(JobsupError):
     """The daemon cannot start or keep running (socket, lock, config, store)."""
+
+
+class OutputError(JobsupError):
+    """The CLI cannot write its output: stdout (or stderr) fails with an
+    OSError other than a closed pipe (``jobsup runs > /dev/full``: disk
+    full, an I/O error). The message is ``cannot write output: <reason>``;
+    the CLI exits 1. A reader that went away (EPIPE) is not an error."""
 
 
 class DaemonUnreachableError(JobsupError):

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import click
 
-from supervisord.cli.output import emit, info, output_option, warn
+from supervisord.cli.output import echo, emit, info, output_option, warn
 from supervisord.cli.reads import connected_client, resolve_runs
 from supervisord.runref import check_run_refs
 from supervisord.task import parse_env_pairs
@@ -71,7 +71,7 @@ def queue(output: str) -> None:
     else:
         info("no run is waiting")
     if doc["gpus"]:
-        click.echo("")
+        echo("")
         rows = [
             {
                 "index": g["index"],
@@ -143,4 +143,4 @@ def rerun(run: str, env_pairs: tuple[str, ...], hold: bool, force: bool) -> None
             f"no value for {', '.join(result['missing_env'])} (not in --env or this environment): "
             "the new run starts without them"
         )
-    click.echo(result["run"]["id"])
+    echo(result["run"]["id"])

@@ -24,7 +24,7 @@ from typing import Any
 
 from supervisord.api.client import Client
 from supervisord.api.wire import EXIT_UNREACHABLE, EXIT_WAIT_TIMEOUT, WAIT_EXIT_CODES, exit_code_for_phase
-from supervisord.cli.output import echo, emit, info
+from supervisord.cli.output import echo, emit, info, writing
 from supervisord.exceptions import AmbiguousRunError, DaemonUnreachableError, JobsupError, RunNotFoundError, UsageError
 
 __all__ = [
@@ -335,9 +335,10 @@ def wait_command(
 def emit_json_line(obj: dict[str, Any], *, flush: bool = True) -> None:
     """``obj`` as one JSON object on one stdout line (``json.dumps`` with
     ``ensure_ascii=False``); flushed unless ``flush`` is False."""
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
-    if flush:
-        sys.stdout.flush()
+    with writing():
+        sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        if flush:
+            sys.stdout.flush()
 
 
 def tail_start(client: Client, ref: str, tail: int | None) -> int:
@@ -411,7 +412,8 @@ def logs_command(client: Client, run: str, *, follow: bool, tail: int | None, ou
         for obj in client.logs(run, follow=False, tail=tail):
             if "line_no" in obj:
                 emit_json_line(obj, flush=False)
-        sys.stdout.flush()
+        with writing():
+            sys.stdout.flush()
         return 0
     # Plain text: the daemon's bytes go to stdout as they come, in the
     # large pieces the socket gives (no per-line work).
@@ -425,16 +427,18 @@ def write_stdout_bytes(data: bytes) -> None:
     text layer holds). Also when that layer is unbuffered
     (``PYTHONUNBUFFERED``: a raw file, whose ``write`` may take only part
     of the bytes, e.g. when a signal interrupts a write to a full pipe).
-    Raises OSError (``EPIPE`` when the reader has gone)."""
-    sys.stdout.flush()
-    out = sys.stdout.buffer
-    view = memoryview(data)
-    while view:
-        n = out.write(view)
-        if n is None:  # a non-blocking stdout that is full
-            import select
+    Raises BrokenPipeError when the reader has gone, OutputError when
+    stdout cannot be written otherwise."""
+    with writing():
+        sys.stdout.flush()
+        out = sys.stdout.buffer
+        view = memoryview(data)
+        while view:
+            n = out.write(view)
+            if n is None:  # a non-blocking stdout that is full
+                import select
 
-            select.select([], [out], [])
-            continue
-        view = view[n:]
-    out.flush()
+                select.select([], [out], [])
+                continue
+            view = view[n:]
+        out.flush()
