@@ -5,7 +5,9 @@ with the HTTP status of :data:`ERROR_STATUS` (:func:`to_wire`); the client
 raises the same class from :mod:`supervisord.exceptions` again
 (:func:`from_wire`).
 Streams are newline-delimited JSON (``application/x-ndjson``), one object a
-line.
+line; one that fails after its headers ends with the error record
+``{"error": {...}, "status": N}`` (:func:`error_record`), which the client
+raises as the error (:func:`raise_error_record`).
 
 Endpoints::
 
@@ -45,8 +47,9 @@ __all__ = [
     "EXIT_UNREACHABLE",
     "to_wire",
     "from_wire",
-    "encode_error",
-    "decode_error",
+    "ERROR_RECORD_KEY",
+    "error_record",
+    "raise_error_record",
     "exit_code_for_phase",
 ]
 
@@ -145,11 +148,25 @@ def from_wire(status: int, body: Any) -> exc.JobsupError:
     return exc.RemoteError(message, errors, remote_type=type_name, http_status=status)
 
 
-def encode_error(err: BaseException) -> tuple[int, dict[str, Any]]:
-    """Alias of :func:`to_wire` (the older name)."""
-    return to_wire(err)
+#: The key of the error record that ends an NDJSON stream whose error came
+#: after its headers (:mod:`supervisord.api.boundary`): no other line of
+#: the ``logs``, ``events`` or ``wait`` streams has it.
+ERROR_RECORD_KEY: Final = "error"
 
 
-def decode_error(status: int, body: Any) -> exc.JobsupError:
-    """Alias of :func:`from_wire` (the older name)."""
-    return from_wire(status, body)
+def error_record(err: BaseException) -> dict[str, Any]:
+    """The last line of an NDJSON stream that failed after its headers:
+    :func:`to_wire`'s body plus the HTTP status the error would have had
+    before them, ``{"error": {"type", "bases", "message", "errors", ...},
+    "status": N}``."""
+    status, body = to_wire(err)
+    return {**body, "status": status}
+
+
+def raise_error_record(obj: Any) -> None:
+    """Raise the error an NDJSON stream's line carries
+    (:func:`error_record`, rebuilt by :func:`from_wire`); return for any
+    other line."""
+    if isinstance(obj, dict) and ERROR_RECORD_KEY in obj:
+        status = obj.get("status")
+        raise from_wire(status if isinstance(status, int) else 500, obj)
