@@ -188,7 +188,7 @@ class Daemon:
 
         return UiServer(
             store=store,
-            actions=SupervisorActions(supervisor, store, rerun=rerun, queue=queue),
+            actions=SupervisorActions(supervisor, rerun=rerun, queue=queue),
             state_dir=self.paths.state_dir,
             settings=settings,
             streams=streams,

@@ -413,9 +413,6 @@ def create_ui_app(
         data = await actions.queue()
         return render("queue.html", page, queue=data)
 
-    async def not_found(request: Request, page: _Page) -> Response:
-        raise _NotFound(f"no page at {request.url.path}")
-
     routes = [
         Route("/", guard(runs_page), methods=["GET"]),
         Route("/stream", guard(runs_stream), methods=["GET"]),
