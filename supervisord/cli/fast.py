@@ -172,7 +172,7 @@ def main(argv: list[str]) -> int | None:
     import sys
 
     from supervisord.cli.output import echo, writing
-    from supervisord.cli.reads import EXIT_OUTPUT_CLOSED, error_exit_code, output_closed
+    from supervisord.cli.reads import EXIT_OUTPUT_CLOSED, output_closed
     from supervisord.exceptions import JobsupError
 
     try:
@@ -187,7 +187,7 @@ def main(argv: list[str]) -> int | None:
     except JobsupError as err:
         with contextlib.suppress(JobsupError):  # stderr may fail too
             echo(f"error: {err}", err=True)
-        return error_exit_code(err)
+        return err.exit_code
     except OSError as err:
         if not output_closed(err):
             raise

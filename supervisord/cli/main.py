@@ -129,11 +129,9 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("aborted", err=True)
         sys.exit(130)
     except JobsupError as exc:
-        from supervisord.cli.reads import error_exit_code
-
         with contextlib.suppress(OSError):  # stderr may fail too
             click.echo(f"error: {exc}", err=True)
-        sys.exit(error_exit_code(exc))
+        sys.exit(exc.exit_code)
     # With standalone_mode=False click returns ctx.exit()'s code.
     sys.exit(rv if isinstance(rv, int) else 0)
 

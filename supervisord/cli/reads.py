@@ -9,7 +9,7 @@ parser ran: the same output and exit codes.
 
 Each ``*_command`` function writes the command's output (machine output
 on stdout, human messages on stderr) and returns its exit code; it raises
-JobsupError for the caller to report (:func:`error_exit_code`).
+JobsupError for the caller to report (one ``error:`` line, the error's ``exit_code``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 from supervisord.api.client import Client
 from supervisord.api.wire import EXIT_UNREACHABLE, EXIT_WAIT_TIMEOUT, WAIT_EXIT_CODES, exit_code_for_phase
 from supervisord.cli.output import echo, emit, info, writing
-from supervisord.exceptions import AmbiguousRunError, DaemonUnreachableError, JobsupError, RunNotFoundError, UsageError
+from supervisord.exceptions import AmbiguousRunError, DaemonUnreachableError, RunNotFoundError, UsageError
 
 __all__ = [
     "EXIT_OTHER_PHASE",
@@ -34,7 +34,6 @@ __all__ = [
     "RUN_COLUMNS",
     "connected_client",
     "emit_json_line",
-    "error_exit_code",
     "follow_logs",
     "logs_command",
     "output_closed",
@@ -106,17 +105,6 @@ def check_output_open() -> None:
     waiting for something new to fail to write."""
     if _reader_gone(1):
         raise BrokenPipeError(errno.EPIPE, "stdout's reader has gone")
-
-
-def error_exit_code(err: JobsupError) -> int:
-    """The CLI's exit code for an error it reports as one ``error:`` line:
-    69 when no daemon answers, 2 for bad input (usage, a run id that names
-    no run or several), 1 for any other."""
-    if isinstance(err, DaemonUnreachableError):
-        return EXIT_UNREACHABLE
-    if isinstance(err, (UsageError, RunNotFoundError, AmbiguousRunError)):
-        return 2
-    return 1
 
 
 def connected_client() -> Client:

@@ -28,17 +28,13 @@ import structlog
 from store import EventStore
 from supervisord.api.streams import StreamCloser
 from supervisord.api.uvicorn_server import Config, Server
-from supervisord.exceptions import ConfigError, UsageError
+from supervisord.exceptions import UiConfigError, UsageError
 from supervisord.ui.app import UiActions, create_ui_app
 from supervisord.ui.auth import UiAuth, load_ui_key
 
 __all__ = ["UiConfigError", "UiServer", "check_ui_settings"]
 
 log = structlog.get_logger("jobsup.ui")
-
-
-class UiConfigError(ConfigError):
-    """The daemon config asks for the page somewhere it may not be served."""
 
 
 def check_ui_settings(settings: Mapping[str, Any]) -> None:
