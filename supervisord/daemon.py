@@ -447,10 +447,7 @@ def _load_config_and_hooks(layer: cfg.Layer) -> tuple[list[HookSpec], Inventory]
         except ConfigError as exc:
             errors.extend(exc.errors)
     if errors:
-        summary = (
-            errors[0] if len(errors) == 1 else f"{len(errors)} config errors:\n" + "\n".join(f"  - {e}" for e in errors)
-        )
-        raise ConfigError(summary, errors)
+        raise ConfigError.of(errors)
     return hooks, gpus
 
 

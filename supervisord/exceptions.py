@@ -77,8 +77,8 @@ raises the same class again, with the same attributes.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import Any, ClassVar
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar, Self
 
 __all__ = [
     "JobsupError",
@@ -156,6 +156,17 @@ class TaskError(UsageError):
 class ConfigError(UsageError):
     """A config layer or the merged config is invalid; ``errors`` holds every
     problem found, so that ``jobsup config validate`` reports them all."""
+
+    @classmethod
+    def of(cls, errors: Sequence[str], what: str = "config errors") -> Self:
+        """The error for every problem in ``errors`` (one or more): the
+        message is the problem when there is one, else ``"N <what>:"`` and
+        a ``"  - <problem>"`` line for each (``what``: ``config errors``,
+        ``hook config errors``, ``config conflicts``...)."""
+        items = list(errors)
+        if len(items) == 1:
+            return cls(items[0], items)
+        return cls(f"{len(items)} {what}:\n" + "\n".join(f"  - {e}" for e in items), items)
 
 
 class SourceError(UsageError):

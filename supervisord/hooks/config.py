@@ -355,12 +355,7 @@ def load_hooks(layers: Sequence[Layer], env: Mapping[str, str] = os.environ) -> 
     """:func:`hooks_from_layers`, raising ConfigError with every error."""
     hooks, errors = hooks_from_layers(layers, env)
     if errors:
-        summary = (
-            errors[0]
-            if len(errors) == 1
-            else f"{len(errors)} hook config errors:\n" + "\n".join(f"  - {e}" for e in errors)
-        )
-        raise ConfigError(summary, errors)
+        raise ConfigError.of(errors, "hook config errors")
     return hooks
 
 

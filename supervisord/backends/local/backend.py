@@ -23,12 +23,8 @@ import structlog
 from store import LOG_INGEST_DONE, LOG_INGEST_PENDING, LogBlock
 from supervisord.backends.base import RunReporter, RunSpec
 from supervisord.backends.local import runner as _runner_module
-from supervisord.backends.local.runner import (
-    OUTPUT_DATA,
-    decode_status,
-    group_alive,
-    proc_start_time,
-)
+from supervisord.backends.local.protocol import OUTPUT_DATA, decode_status
+from supervisord.backends.local.runner import group_alive, proc_start_time
 from supervisord.backends.local.tail import MAX_BLOCKS, FileTailer, RecordTailer, record_source
 from supervisord.exceptions import BackendError, PreflightError
 
