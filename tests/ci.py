@@ -1,6 +1,6 @@
 """The CI run, as the README's test command runs it: ``python -m tests.ci``.
 
-Three steps, in order, stopping at the first that fails:
+Four steps, in order, stopping at the first that fails:
 
 1. lint: ``ruff check``, ``ruff format --check``, ``mypy`` (strict, as
    configured in pyproject.toml) and ``lint-imports`` (the layering
@@ -13,8 +13,12 @@ Three steps, in order, stopping at the first that fails:
    cluster: a fake ``nvidia-smi`` listing two GPUs first on PATH,
    ``CUDA_VISIBLE_DEVICES`` set and ``KUBECONFIG`` naming a broken file.
    Every test's daemon must be independent of the host
-   (tests/supervisord/jobsup_env.py): these pass there as here. Skipped
-   when arguments for pytest are given.
+   (tests/supervisord/jobsup_env.py): these pass there as here;
+4. the store's tests (tests/store) again without its C accelerator
+   (``JOBSUP_STORE_NO_ACCEL=1``: the bytes-method fallback that an install
+   without a C compiler uses).
+
+Steps 3 and 4 are skipped when arguments for pytest are given.
 
 ``--lint-only`` / ``--tests-only`` run one step. Exit code: the failing
 step's, else 0 (pytest's 5, "no tests collected", counts as a failure).
@@ -101,6 +105,13 @@ def main(argv: list[str]) -> int:
                 [sys.executable, "-m", "pytest", "-q", "-n", "0", "-m", "gpus", "tests/supervisord"],
                 env,
             )
+        if rc != 0:
+            return 1 if rc == 5 else rc
+        rc = _run(
+            "pytest tests/store (no C accelerator)",
+            [sys.executable, "-m", "pytest", "-q", "-n", "2", "tests/store"],
+            {**os.environ, "JOBSUP_STORE_NO_ACCEL": "1"},
+        )
         return 1 if rc == 5 else rc
     return 0
 
