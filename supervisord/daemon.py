@@ -343,8 +343,7 @@ class Daemon:
                     async with anyio.create_task_group() as api:
                         api.start_soon(server.serve, [sock])
                         with anyio.fail_after(30):
-                            while not server.started:
-                                await anyio.sleep(0.01)
+                            await server.ready.wait()
                         # What start-up allocated lives as long as the daemon: keep
                         # the garbage collector from re-scanning it on every pass.
                         gc.freeze()
@@ -357,11 +356,8 @@ class Daemon:
                         # updates) end, cleanly: their clients reconnect to the
                         # next daemon. The other requests get STOP_GRACE_S to
                         # finish; those left are answered DaemonStoppingError.
-                        server.should_exit = True
+                        server.stop_listening()
                         page.shutdown()
-                        with anyio.move_on_after(1):
-                            while any(s.is_serving() for s in getattr(server, "servers", [])):
-                                await anyio.sleep(0.01)
                         streams.close_all()
                         cancelled = await inflight.drain(STOP_GRACE_S)
                         if cancelled:

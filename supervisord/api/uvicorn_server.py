@@ -18,6 +18,7 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import structlog
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -35,15 +36,34 @@ PEER_SCOPE_KEY = "jobsup.peer"
 
 class Server(uvicorn.Server):
     """uvicorn's server without its own signal handling: the daemon owns
-    SIGTERM and SIGINT (anyio's signal receiver) and stops each server by
-    setting ``should_exit``. uvicorn's ``serve`` wraps itself in
+    SIGTERM and SIGINT (anyio's signal receiver) and stops each server with
+    :meth:`stop_listening`. uvicorn's ``serve`` wraps itself in
     ``capture_signals``, which would replace the daemon's handlers with
     ``signal.signal`` while the server runs and raise the signal again when it
-    ends; here it does nothing."""
+    ends; here it does nothing. :attr:`ready` is set once it listens (create
+    the server on the event loop)."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        #: Set once the server listens (uvicorn's ``started``).
+        self.ready = anyio.Event()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self.ready.set()
+
+    def stop_listening(self) -> None:
+        """Close the listeners now (no new connection is accepted from here
+        on) and ask the server to exit: uvicorn then lets the open requests
+        finish (``timeout_graceful_shutdown``)."""
+        self.should_exit = True
+        for listener in getattr(self, "servers", []):
+            listener.close()
 
 
 class PeerCredProtocol(H11Protocol):

@@ -72,9 +72,9 @@ def emit(data: Any, fmt: str, *, columns: Sequence[str] | None = None) -> None:
             Console().print(table)
         return
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
-    echo("  ".join(c.upper().ljust(w) for c, w in zip(cols, widths)).rstrip())
+    echo("  ".join(c.upper().ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip())
     for row in cells:
-        echo("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+        echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
 
 
 def _cell(value: Any) -> str:

@@ -252,7 +252,7 @@ def is_pod_spec_path(path: KeyPath) -> bool:
     """Whether ``path`` lies at or below a key holding a pod spec
     (:data:`POD_SPEC_PATHS`), where the pod-spec list rules apply."""
     for pattern in POD_SPEC_PATHS:
-        if len(path) >= len(pattern) and all(p == "*" or p == s for p, s in zip(pattern, path)):
+        if len(path) >= len(pattern) and all(p == "*" or p == s for p, s in zip(pattern, path, strict=False)):
             return True
     return False
 

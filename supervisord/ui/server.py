@@ -200,8 +200,7 @@ class UiServer:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(server.serve, [sock])
                 with anyio.fail_after(30):
-                    while not server.started:
-                        await anyio.sleep(0.01)
+                    await server.ready.wait()
                 started.set()
         finally:
             started.set()

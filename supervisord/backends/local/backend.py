@@ -350,7 +350,8 @@ class LocalBackend:
             except ProcessLookupError:
                 pass
         with anyio.move_on_after(grace + 30):
-            while self._runner_alive(handle):
+            # Another process's life: nothing here is told when it ends.
+            while self._runner_alive(handle):  # noqa: ASYNC110
                 await anyio.sleep(0.05)
         # The runner is gone. If it died without a final status (killed with
         # -9), nothing reaped its group: stop what is left. (After a final
@@ -360,7 +361,7 @@ class LocalBackend:
         if status.get("state") == "running" and isinstance(pgid, int):
             await anyio.to_thread.run_sync(_kill_lost_run, spec.run_id, status, limiter=self._limiter)
             with anyio.fail_after(30):
-                while group_alive(pgid):
+                while group_alive(pgid):  # noqa: ASYNC110 - a process group's life: nothing tells its end
                     await anyio.sleep(0.02)
         # Let supervise see the final status now, not at its next poll (up
         # to 0.5 s later): a cancel of many runs waits for each in turn.

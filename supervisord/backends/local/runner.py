@@ -903,11 +903,11 @@ def _pack_spec(spec: dict[str, Any]) -> bytes:
 
 def _unpack_spec(data: bytes) -> dict[str, Any]:
     items = [os.fsdecode(i) for i in data.split(b"\0")]
-    spec: dict[str, Any] = dict(zip(_SPEC_FIELDS, items))
+    spec: dict[str, Any] = dict(zip(_SPEC_FIELDS, items, strict=False))  # the env pairs follow
     spec["timeout_s"] = int(spec["timeout_s"])
     spec["kill_grace_s"] = int(spec["kill_grace_s"] or 10)
     rest = items[len(_SPEC_FIELDS) :]
-    spec["env"] = dict(zip(rest[::2], rest[1::2]))
+    spec["env"] = dict(zip(rest[::2], rest[1::2], strict=True))
     return spec
 
 
