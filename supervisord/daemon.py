@@ -44,7 +44,7 @@ from supervisord.backends.kubernetes import KubernetesBackend
 from supervisord.backends.local import LocalBackend
 from supervisord.config.unimplemented import not_implemented_warnings
 from supervisord.exceptions import ConfigError, DaemonError, JobsupError, UsageError
-from supervisord.health import disk_full_hint, storage_check
+from supervisord.health import disk_full_hint, output_space_check, storage_check
 from supervisord.hooks.config import HookSpec, load_hooks
 from supervisord.hooks.delivery import HookService
 from supervisord.logging import configure_logging
@@ -262,6 +262,7 @@ class Daemon:
                 supervisor.gated = True  # runs wait in QUEUED for the scheduler
                 planner = Planner(self.daemon_layer, supervisor.snapshots, digest_key)
                 reattached = await supervisor.reattach_all()
+                await supervisor.remove_orphan_pending()
                 scheduler = Scheduler(store, supervisor, gpus, scheduler_settings)
                 await scheduler.load()
                 tg.start_soon(scheduler.run, name="scheduler")
@@ -283,6 +284,9 @@ class Daemon:
                     checks = [
                         {"name": "daemon", "ok": True, "detail": f"pid {os.getpid()} on {self.paths.socket}"},
                         storage_check(store, await store.last_seq()),
+                        await anyio.to_thread.run_sync(
+                            output_space_check, self.paths.runs_dir, supervisor.running_local()
+                        ),
                     ]
                     checks.append(scheduler.doctor())
                     for backend in backends.values():

@@ -12,6 +12,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import anyio
 import structlog
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -27,7 +28,7 @@ from supervisord.api.streams import StreamCloser
 from supervisord.api.uvicorn_server import PEER_SCOPE_KEY
 from supervisord.api.wire import API_PREFIX
 from supervisord.exceptions import UsageError
-from supervisord.health import storage_json
+from supervisord.health import output_space, storage_json
 from supervisord.readside import ReadSide
 from supervisord.retention import Retention, parse_age
 from supervisord.scheduler.driver import Scheduler
@@ -105,8 +106,22 @@ def create_app(
 
         return guarded
 
+    async def output_json() -> dict[str, Any] | None:
+        running = supervisor.running_local()
+        if not running:
+            return None
+        return await anyio.to_thread.run_sync(output_space, supervisor.paths.runs_dir, running)
+
     async def health(request: Request) -> Response:
-        return JSONResponse({"ok": True, **info, "supervised": supervisor.supervised(), "storage": storage_json(store)})
+        return JSONResponse(
+            {
+                "ok": True,
+                **info,
+                "supervised": supervisor.supervised(),
+                "storage": storage_json(store),
+                "output": await output_json(),
+            }
+        )
 
     async def submit(request: Request) -> Response:
         try:
@@ -128,7 +143,9 @@ def create_app(
             project=request.query_params.get("project"),
             phase=request.query_params.get("phase"),
         )
-        return JSONResponse({"runs": [r.to_json() for r in runs], "storage": storage_json(store)})
+        return JSONResponse(
+            {"runs": [r.to_json() for r in runs], "storage": storage_json(store), "output": await output_json()}
+        )
 
     async def show(request: Request) -> Response:
         return JSONResponse(await reads.show(request.path_params["ref"]))
