@@ -16,7 +16,6 @@ next daemon reattaches to them).
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import gc
 import os
@@ -24,22 +23,22 @@ import signal
 import socket
 import stat
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import anyio
 import click
 import structlog
-import uvicorn
 
 from store import EventStore, RunStatus
 from store.errors import StoreError, StoreOpenError
 from supervisord import config as cfg
 from supervisord import version
 from supervisord.api.inflight import InFlight
-from supervisord.api.server import PeerCredProtocol, create_app
+from supervisord.api.server import create_app
 from supervisord.api.streams import StreamCloser
+from supervisord.api.uvicorn_server import Config, PeerCredProtocol, Server
 from supervisord.backends.base import Backend
 from supervisord.backends.kubernetes import KubernetesBackend
 from supervisord.backends.local import LocalBackend
@@ -54,6 +53,7 @@ from supervisord.ownership import check_state_dir, remove_snapshot_leftovers
 from supervisord.paths import Paths
 from supervisord.retention import Retention, RetentionSettings
 from supervisord.scheduler.driver import Scheduler, SchedulerSettings
+from supervisord.scheduler.gpus import Inventory
 from supervisord.scheduler.gpus import inventory as gpu_inventory
 from supervisord.scheduler.rerun import rerun_run
 from supervisord.secret import load_digest_key
@@ -61,6 +61,7 @@ from supervisord.submit import Planner
 from supervisord.supervisor import Supervisor
 from supervisord.ui import UiServer
 from supervisord.ui.actions import SupervisorActions
+from supervisord.ui.server import check_ui_settings
 
 __all__ = ["STOP_GRACE_S", "Daemon", "run_daemon", "sd_notify"]
 
@@ -85,14 +86,6 @@ def sd_notify(message: str) -> bool:
         s.connect(target)
         s.sendall(message.encode())
     return True
-
-
-class _Server(uvicorn.Server):
-    """uvicorn without its own signal handling: the daemon owns signals."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 def _prepare_socket(path: Path) -> socket.socket:
@@ -157,10 +150,18 @@ def _lock_state_dir(state_dir: Path) -> int:
 class Daemon:
     """One daemon instance. ``run()`` serves until ``stop()`` or a signal."""
 
-    def __init__(self, paths: Paths, daemon_layer: cfg.Layer, hooks: list[HookSpec] | None = None) -> None:
+    def __init__(
+        self,
+        paths: Paths,
+        daemon_layer: cfg.Layer,
+        hooks: list[HookSpec] | None = None,
+        gpus: Inventory | None = None,
+    ) -> None:
         self.paths = paths
         self.daemon_layer = daemon_layer
         self.hooks = list(hooks or [])
+        #: The GPUs (None: found by ``run()`` before it starts anything).
+        self.gpus = gpus
         self.settings: dict[str, Any] = dict(cfg.effective_config(daemon_layer, []).data.get("daemon") or {})
         self._stop = anyio.Event()
 
@@ -187,7 +188,7 @@ class Daemon:
 
         return UiServer(
             store=store,
-            actions=SupervisorActions(supervisor, store, rerun=rerun, queue=queue),
+            actions=SupervisorActions(supervisor, rerun=rerun, queue=queue),
             state_dir=self.paths.state_dir,
             settings=settings,
             streams=streams,
@@ -217,6 +218,15 @@ class Daemon:
         # Everything the daemon creates (database, run dirs, snapshots) is
         # private to the user.
         os.umask(0o077)
+        daemon_config = cfg.effective_config(self.daemon_layer, []).data
+        # What can fail on the config fails here, before anything starts:
+        # an error raised in the task group below would reach run_daemon
+        # inside an ExceptionGroup, after the backends started.
+        gpus = self.gpus
+        if gpus is None:
+            gpus = await anyio.to_thread.run_sync(gpu_inventory, (daemon_config.get("scheduler") or {}).get("gpus"))
+        scheduler_settings = SchedulerSettings.from_config(daemon_config)
+        retention_settings = RetentionSettings.from_config(daemon_config)
         self.paths.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         check_state_dir(self.paths.state_dir)
         self.paths.runs_dir.mkdir(mode=0o700, exist_ok=True)
@@ -235,24 +245,30 @@ class Daemon:
             self.paths.socket.unlink(missing_ok=True)
             os.close(lock_fd)
             raise
-        backends = self._backends()
+        try:
+            digest_key = load_digest_key(self.paths.state_dir)
+            backends = self._backends()
+        except BaseException:
+            await store.close()
+            sock.close()
+            self.paths.socket.unlink(missing_ok=True)
+            os.close(lock_fd)
+            raise
         try:
             async with anyio.create_task_group() as tg:
                 for backend in backends.values():
                     tg.start_soon(backend.serve, name=f"backend-{backend.name}")
                 supervisor = Supervisor(store, backends, self.paths, tg)
                 supervisor.gated = True  # runs wait in QUEUED for the scheduler
-                planner = Planner(self.daemon_layer, supervisor.snapshots, load_digest_key(self.paths.state_dir))
-                daemon_config = cfg.effective_config(self.daemon_layer, []).data
-                gpus = await anyio.to_thread.run_sync(gpu_inventory, (daemon_config.get("scheduler") or {}).get("gpus"))
+                planner = Planner(self.daemon_layer, supervisor.snapshots, digest_key)
                 reattached = await supervisor.reattach_all()
                 await supervisor.remove_orphan_pending()
-                scheduler = Scheduler(store, supervisor, gpus, SchedulerSettings.from_config(daemon_config))
+                scheduler = Scheduler(store, supervisor, gpus, scheduler_settings)
                 await scheduler.load()
                 tg.start_soon(scheduler.run, name="scheduler")
                 hook_service = HookService(store, self.hooks, user_agent=f"jobsup/{_version()}")
                 tg.start_soon(hook_service.run, name="hooks")
-                retention = Retention(store, self.paths, RetentionSettings.from_config(daemon_config))
+                retention = Retention(store, self.paths, retention_settings)
                 tg.start_soon(retention.run, name="retention")
                 info = {
                     "pid": os.getpid(),
@@ -310,7 +326,7 @@ class Daemon:
                     streams=streams,
                 )
                 inflight = InFlight(app)
-                config = uvicorn.Config(
+                config = Config(
                     inflight,
                     http=PeerCredProtocol,
                     lifespan="off",
@@ -319,7 +335,7 @@ class Daemon:
                     # A backstop only: InFlight.drain below ends every request first.
                     timeout_graceful_shutdown=STOP_GRACE_S + 5,
                 )
-                server = _Server(config)
+                server = Server(config)
                 with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
 
                     async def on_signal() -> None:
@@ -331,8 +347,7 @@ class Daemon:
                     async with anyio.create_task_group() as api:
                         api.start_soon(server.serve, [sock])
                         with anyio.fail_after(30):
-                            while not server.started:
-                                await anyio.sleep(0.01)
+                            await server.ready.wait()
                         # What start-up allocated lives as long as the daemon: keep
                         # the garbage collector from re-scanning it on every pass.
                         gc.freeze()
@@ -345,11 +360,8 @@ class Daemon:
                         # updates) end, cleanly: their clients reconnect to the
                         # next daemon. The other requests get STOP_GRACE_S to
                         # finish; those left are answered DaemonStoppingError.
-                        server.should_exit = True
+                        server.stop_listening()
                         page.shutdown()
-                        with anyio.move_on_after(1):
-                            while any(s.is_serving() for s in getattr(server, "servers", [])):
-                                await anyio.sleep(0.01)
                         streams.close_all()
                         cancelled = await inflight.drain(STOP_GRACE_S)
                         if cancelled:
@@ -402,12 +414,20 @@ async def _open_store(path: Path, *, synchronous: Any) -> EventStore:
         raise DaemonError(f"cannot open the event store {path}: {err}") from err
 
 
-def _load_config_and_hooks(layer: cfg.Layer) -> list[HookSpec]:
-    """Validate the daemon config and the hooks of the daemon and user
-    configs; raise ConfigError with every error of both at once."""
+def _load_config_and_hooks(layer: cfg.Layer) -> tuple[list[HookSpec], Inventory]:
+    """Validate the daemon config (its ``ui`` section included), the hooks of
+    the daemon and user configs and, once these are valid, the configured
+    GPUs against the machine's (``scheduler.gpus``; blocks up to 15 s on
+    ``nvidia-smi``). Returns ``(hooks, gpus)``; raises ConfigError with every
+    error found at once."""
     errors: list[str] = []
     try:
         cfg.validate_daemon_config(layer)
+    except ConfigError as exc:
+        errors.extend(exc.errors)
+    data = cfg.effective_config(layer, []).data
+    try:
+        check_ui_settings(data.get("ui") or {})
     except ConfigError as exc:
         errors.extend(exc.errors)
     layers = [layer]
@@ -420,21 +440,32 @@ def _load_config_and_hooks(layer: cfg.Layer) -> list[HookSpec]:
         hooks = load_hooks(layers)
     except ConfigError as exc:
         errors.extend(exc.errors)
+    gpus = Inventory(())
+    if not errors:
+        try:
+            gpus = gpu_inventory((data.get("scheduler") or {}).get("gpus"))
+        except ConfigError as exc:
+            errors.extend(exc.errors)
     if errors:
-        summary = (
-            errors[0] if len(errors) == 1 else f"{len(errors)} config errors:\n" + "\n".join(f"  - {e}" for e in errors)
-        )
-        raise ConfigError(summary, errors)
-    return hooks
+        raise ConfigError.of(errors)
+    return hooks, gpus
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    """The exceptions of ``group``, nested groups flattened, in order."""
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
 
 
 def run_daemon() -> None:
     """``jobsup daemon``: validate the daemon config (exit 2 with every
-    error), configure logging, and serve until SIGTERM/SIGINT (exit 1 when
-    the daemon cannot start)."""
+    error), configure logging, and serve until SIGTERM/SIGINT (exit 1 with
+    one ``error:`` line when the daemon cannot start)."""
     try:
         layer = cfg.load_daemon_layer()
-        hooks = _load_config_and_hooks(layer)
+        hooks, gpus = _load_config_and_hooks(layer)
     except JobsupError as err:
         click.echo(f"error: jobsup daemon: {err}", err=True)
         for line in getattr(err, "errors", [])[1:] if len(getattr(err, "errors", [])) > 1 else []:
@@ -449,11 +480,12 @@ def run_daemon() -> None:
     # Before the event loop and its threads allocate (see supervisord.malloc).
     log.info("malloc.tuned" if tune_malloc() else "malloc.default")
     try:
-        anyio.run(Daemon(paths, layer, hooks).run, backend="asyncio")
-    except (JobsupError, StoreError, OSError) as err:
-        # One clear line, then exit 1 (never a traceback, never a hang). The
+        anyio.run(Daemon(paths, layer, hooks, gpus).run, backend="asyncio")
+    except* (JobsupError, StoreError, OSError) as group:
+        # One clear line, then exit 1 (never a traceback, never a hang),
+        # whether the error came alone or from the daemon's task group. The
         # log may be on the full disk: the CLI that autostarted us names it too.
-        text = f"{err}{disk_full_hint(paths.state_dir)}"
+        text = "; ".join(dict.fromkeys(str(e) for e in _leaves(group))) + disk_full_hint(paths.state_dir)
         log.error("cannot start", error=text)
         try:
             click.echo(f"error: jobsup daemon: {text}", err=True)

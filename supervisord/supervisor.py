@@ -647,12 +647,6 @@ class Supervisor:
             log.info("removed orphan pending files", runs=removed, never_submitted=sorted(unknown))
         return removed
 
-    def run_spec(self, run_id: str) -> RunSpec | None:
-        """The :class:`RunSpec` of a run this daemon supervises now (its env
-        values included: keep it in memory), else None (unknown or ended)."""
-        state = self._runs.get(run_id)
-        return None if state is None else state.spec
-
     def run_state(self, run_id: str) -> tuple[str, bool] | None:
         """``(phase, admitted)`` of a run this daemon supervises, else None."""
         state = self._runs.get(run_id)

@@ -1,18 +1,15 @@
 """The daemon's HTTP API (starlette), served on the Unix socket by uvicorn.
 
 Routes and shapes are documented in :mod:`supervisord.api.wire`. Only the
-daemon's own user may connect: :class:`PeerCredProtocol` checks
+daemon's own user may connect:
+:class:`supervisord.api.uvicorn_server.PeerCredProtocol` checks
 ``SO_PEERCRED`` on every new connection and drops any other uid.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import socket
-import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
-from json.encoder import encode_basestring as _json_str  # what json.dumps(str, ensure_ascii=False) uses
 from typing import Any
 
 import anyio
@@ -21,14 +18,14 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from store import EventStore, LogLine
+from store import EventStore
 from supervisord.api.boundary import api_errors
 from supervisord.api.logs_route import logs_response
 from supervisord.api.query import flag_param, float_param, int_param
 from supervisord.api.scheduler_routes import scheduler_routes
 from supervisord.api.streams import StreamCloser
+from supervisord.api.uvicorn_server import PEER_SCOPE_KEY
 from supervisord.api.wire import API_PREFIX
 from supervisord.exceptions import UsageError
 from supervisord.health import output_space, storage_json
@@ -38,45 +35,11 @@ from supervisord.scheduler.driver import Scheduler
 from supervisord.submit import Planner, SubmitRequest
 from supervisord.supervisor import Supervisor
 
-__all__ = ["create_app", "PeerCredProtocol"]
+__all__ = ["create_app"]
 
 log = structlog.get_logger("jobsup.api")
 
 _NDJSON = "application/x-ndjson"
-
-
-class PeerCredProtocol(H11Protocol):
-    """uvicorn's h11 protocol, refusing peers whose uid is not the daemon's
-    (``SO_PEERCRED``, unix(7))."""
-
-    def connection_made(self, transport: Any) -> None:
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family == socket.AF_UNIX:
-            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-            _pid, uid, _gid = struct.unpack("3i", creds)
-            if uid != os.getuid():
-                log.warning("refused connection", peer_uid=uid)
-                # Let uvicorn register the connection, then close it before
-                # any byte is read (data_received only runs after this returns).
-                super().connection_made(transport)
-                transport.close()
-                return
-            # Who is asking, for the requests of this connection to record.
-            self.app = _with_peer(self.app, {"uid": uid, "pid": _pid})
-        super().connection_made(transport)
-
-
-#: The ASGI scope key holding the peer's ``{"uid", "pid"}`` (SO_PEERCRED).
-PEER_SCOPE_KEY = "jobsup.peer"
-
-
-def _with_peer(app: Any, peer: dict[str, int]) -> Any:
-    """``app`` with ``scope["jobsup.peer"] = peer`` on every request."""
-
-    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
-        await app({**scope, PEER_SCOPE_KEY: peer}, receive, send)
-
-    return wrapped
 
 
 def _peer(request: Request) -> dict[str, int]:
@@ -86,13 +49,6 @@ def _peer(request: Request) -> dict[str, int]:
 
 def _dumps(obj: Any) -> bytes:
     return (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
-
-
-def _log_line_json(line: LogLine) -> str:
-    """``{"line_no":N,"stream":S,"text":T}`` and a newline: the same text as
-    :func:`_dumps` of that dict gives, without building a JSON encoder for
-    each line (a replay sends millions; this is ~3x cheaper)."""
-    return f'{{"line_no":{line.line_no:d},"stream":{_json_str(line.stream)},"text":{_json_str(line.text)}}}\n'
 
 
 async def _ndjson(items: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import click
 
 from supervisord.api.client import Client
-from supervisord.cli.output import emit, info, output_option, warn
+from supervisord.cli.output import echo, emit, info, output_option, warn
 from supervisord.cli.params import WholeNumber
 from supervisord.cli.reads import connected_client, resolve_runs
 from supervisord.exceptions import DaemonUnreachableError, JobsupError
@@ -73,7 +73,7 @@ def queue(output: str) -> None:
     else:
         info("no run is waiting")
     if doc["gpus"]:
-        click.echo("")
+        echo("")
         rows = [
             {
                 "index": g["index"],
@@ -192,4 +192,4 @@ def rerun(run: str, env_pairs: tuple[str, ...], hold: bool, force: bool) -> None
             f"no value for {', '.join(result['missing_env'])} (not in --env or this environment): "
             "the new run starts without them"
         )
-    click.echo(result["run"]["id"])
+    echo(result["run"]["id"])

@@ -9,7 +9,7 @@ parser ran: the same output and exit codes.
 
 Each ``*_command`` function writes the command's output (machine output
 on stdout, human messages on stderr) and returns its exit code; it raises
-JobsupError for the caller to report (:func:`error_exit_code`).
+JobsupError for the caller to report (one ``error:`` line, the error's ``exit_code``).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Any
 
 from supervisord.api.client import Client
 from supervisord.api.wire import EXIT_UNREACHABLE, EXIT_WAIT_TIMEOUT, WAIT_EXIT_CODES, exit_code_for_phase
-from supervisord.cli.output import echo, emit, info
-from supervisord.exceptions import AmbiguousRunError, DaemonUnreachableError, JobsupError, RunNotFoundError, UsageError
+from supervisord.cli.output import echo, emit, info, writing
+from supervisord.exceptions import AmbiguousRunError, DaemonUnreachableError, RunNotFoundError, UsageError
 
 __all__ = [
     "EXIT_OTHER_PHASE",
@@ -34,7 +34,6 @@ __all__ = [
     "RUN_COLUMNS",
     "connected_client",
     "emit_json_line",
-    "error_exit_code",
     "follow_logs",
     "logs_command",
     "output_closed",
@@ -106,17 +105,6 @@ def check_output_open() -> None:
     waiting for something new to fail to write."""
     if _reader_gone(1):
         raise BrokenPipeError(errno.EPIPE, "stdout's reader has gone")
-
-
-def error_exit_code(err: JobsupError) -> int:
-    """The CLI's exit code for an error it reports as one ``error:`` line:
-    69 when no daemon answers, 2 for bad input (usage, a run id that names
-    no run or several), 1 for any other."""
-    if isinstance(err, DaemonUnreachableError):
-        return EXIT_UNREACHABLE
-    if isinstance(err, (UsageError, RunNotFoundError, AmbiguousRunError)):
-        return 2
-    return 1
 
 
 def connected_client() -> Client:
@@ -337,9 +325,10 @@ def wait_command(
 def emit_json_line(obj: dict[str, Any], *, flush: bool = True) -> None:
     """``obj`` as one JSON object on one stdout line (``json.dumps`` with
     ``ensure_ascii=False``); flushed unless ``flush`` is False."""
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
-    if flush:
-        sys.stdout.flush()
+    with writing():
+        sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        if flush:
+            sys.stdout.flush()
 
 
 def tail_start(client: Client, ref: str, tail: int | None) -> int:
@@ -413,7 +402,8 @@ def logs_command(client: Client, run: str, *, follow: bool, tail: int | None, ou
         for obj in client.logs(run, follow=False, tail=tail):
             if "line_no" in obj:
                 emit_json_line(obj, flush=False)
-        sys.stdout.flush()
+        with writing():
+            sys.stdout.flush()
         return 0
     # Plain text: the daemon's bytes go to stdout as they come, in the
     # large pieces the socket gives (no per-line work).
@@ -427,16 +417,18 @@ def write_stdout_bytes(data: bytes) -> None:
     text layer holds). Also when that layer is unbuffered
     (``PYTHONUNBUFFERED``: a raw file, whose ``write`` may take only part
     of the bytes, e.g. when a signal interrupts a write to a full pipe).
-    Raises OSError (``EPIPE`` when the reader has gone)."""
-    sys.stdout.flush()
-    out = sys.stdout.buffer
-    view = memoryview(data)
-    while view:
-        n = out.write(view)
-        if n is None:  # a non-blocking stdout that is full
-            import select
+    Raises BrokenPipeError when the reader has gone, OutputError when
+    stdout cannot be written otherwise."""
+    with writing():
+        sys.stdout.flush()
+        out = sys.stdout.buffer
+        view = memoryview(data)
+        while view:
+            n = out.write(view)
+            if n is None:  # a non-blocking stdout that is full
+                import select
 
-            select.select([], [out], [])
-            continue
-        view = view[n:]
-    out.flush()
+                select.select([], [out], [])
+                continue
+            view = view[n:]
+        out.flush()

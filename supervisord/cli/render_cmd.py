@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import secrets
 import shlex
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from supervisord.backends.kubernetes.manifest.render import (
     objects_to_yaml,
     render_run,
 )
-from supervisord.cli.output import output_option, warn
+from supervisord.cli.output import echo, output_option, warn
 from supervisord.cli.shape import reject_shape_flags, shape_flag_options
 from supervisord.config.effective import effective_config
 from supervisord.config.sources import current_kube_context, load_client_layers, load_daemon_layer
@@ -111,8 +110,7 @@ def render_command(
     for note in rendered.notes:
         warn(note)
     text = objects_to_json(rendered.objects) if output == "json" else objects_to_yaml(rendered.objects)
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    echo(text, nl=False)
 
 
 def render_task(

@@ -167,7 +167,7 @@ def validate_daemon_config(layer: Layer, env: Mapping[str, str] = os.environ) ->
         except ConfigError as exc:
             errors = exc.errors
     if errors:
-        raise ConfigError(_summary(errors, "daemon config"), errors)
+        raise ConfigError.of(errors, "daemon config errors")
 
 
 def effective_config(
@@ -209,7 +209,7 @@ def effective_config(
     for layer in layers:
         errors.extend(layer_errors(layer))
     if errors:
-        raise ConfigError(_summary(errors, "config"), errors)
+        raise ConfigError.of(errors)
 
     resolved = _configured_context(layers) or context
     folded: list[Layer] = []
@@ -219,14 +219,14 @@ def effective_config(
         except ConfigError as exc:
             errors.extend(exc.errors)
     if errors:
-        raise ConfigError(_summary(errors, "config"), errors)
+        raise ConfigError.of(errors)
 
     base = merge_layers([Layer("default", None, defaults())])
     try:
         daemon_view = merge_layers(folded[:1], base=base)
         merged = merge_layers(folded, base=base)
     except ConfigError as exc:
-        raise ConfigError(_summary(exc.errors, "config"), exc.errors) from None
+        raise ConfigError.of(exc.errors) from None
     data, origins = merged.data, merged.origins
     _fill_defaults(data, defaults(), (), origins)
     _impose_daemon_only(data, origins, daemon_view)
@@ -248,7 +248,7 @@ def effective_config(
 
     final_errors = [f"merged config: {e}" + _blame(e, origins) for e in validate_document(data)]
     if final_errors:
-        raise ConfigError(_summary(final_errors, "config"), final_errors)
+        raise ConfigError.of(final_errors)
     return EffectiveConfig(
         data=_ordered(data, CONFIG_SCHEMA),
         origins={
@@ -299,12 +299,6 @@ def _from(eff: EffectiveConfig, prefix: str) -> str:
         if key == prefix or key.startswith(prefix + "[") or key.startswith(prefix + "."):
             return f" (from {describe_origin(origin)})"
     return ""
-
-
-def _summary(errors: list[str], what: str) -> str:
-    if len(errors) == 1:
-        return errors[0]
-    return f"{len(errors)} {what} errors:\n" + "\n".join(f"  - {e}" for e in errors)
 
 
 def _where(layer: Layer) -> str:

@@ -66,7 +66,7 @@ from store import (
 )
 from supervisord.api.query import int_param
 from supervisord.api.streams import StreamCloser
-from supervisord.exceptions import JobsupError, UsageError
+from supervisord.exceptions import JobsupError, RunNotFoundError, UsageError
 from supervisord.ui.auth import COOKIE_NAME, SESSION_TTL_S, UiAuth
 
 __all__ = ["HEARTBEAT_S", "PAGE_RUNS", "TAIL_LINES", "UiActions", "create_ui_app"]
@@ -227,7 +227,7 @@ def create_ui_app(
             except _BadRequest as err:
                 return Response(f"{err}\n", status_code=400, media_type="text/plain")
             except JobsupError as err:
-                return render("error.html", page, status=_status_of(err), message=str(err))
+                return render("error.html", page, status=err.http_status, message=str(err))
 
         return handler
 
@@ -288,7 +288,7 @@ def create_ui_app(
     async def run_facts(run_id: str) -> dict[str, Any]:
         run = await store.get_run(run_id)
         if run is None:
-            raise _NotFound(f"run {run_id} not found")
+            raise RunNotFoundError(f"run {run_id} not found")
         first = await store.read_all(0, limit=1, run_id=run_id)
         submitted = first[0].data if first else {}
         return {"run": run, "submitted": submitted}
@@ -413,9 +413,6 @@ def create_ui_app(
         data = await actions.queue()
         return render("queue.html", page, queue=data)
 
-    async def not_found(request: Request, page: _Page) -> Response:
-        raise _NotFound(f"no page at {request.url.path}")
-
     routes = [
         Route("/", guard(runs_page), methods=["GET"]),
         Route("/stream", guard(runs_stream), methods=["GET"]),
@@ -430,19 +427,6 @@ def create_ui_app(
         Mount("/static", app=_Guarded(StaticFiles(directory=str(_HERE / "static")), auth, allowed_hosts)),
     ]
     return Starlette(routes=routes)
-
-
-class _NotFound(JobsupError):
-    pass
-
-
-def _status_of(err: JobsupError) -> int:
-    name = type(err).__name__
-    if "NotFound" in name:
-        return 404
-    if "Usage" in name or "Ambiguous" in name:
-        return 400
-    return 409
 
 
 _SECURITY_HEADERS = {

@@ -24,12 +24,8 @@ import structlog
 from store import LOG_INGEST_DONE, LOG_INGEST_PENDING, LogBlock
 from supervisord.backends.base import RunReporter, RunSpec
 from supervisord.backends.local import runner as _runner_module
-from supervisord.backends.local.runner import (
-    OUTPUT_DATA,
-    decode_status,
-    group_alive,
-    proc_start_time,
-)
+from supervisord.backends.local.protocol import OUTPUT_DATA, decode_status
+from supervisord.backends.local.runner import group_alive, proc_start_time
 from supervisord.backends.local.tail import MAX_BLOCKS, FileTailer, RecordTailer, record_source
 from supervisord.crashpoints import crash_point
 from supervisord.exceptions import BackendError, PreflightError
@@ -415,7 +411,8 @@ class LocalBackend:
             except ProcessLookupError:
                 pass
         with anyio.move_on_after(grace + 30):
-            while self._runner_alive(handle):
+            # Another process's life: nothing here is told when it ends.
+            while self._runner_alive(handle):  # noqa: ASYNC110
                 await anyio.sleep(0.05)
         # The runner is gone. If it died without a final status (killed with
         # -9), nothing reaped its group: stop what is left. (After a final
@@ -425,7 +422,7 @@ class LocalBackend:
         if status.get("state") == "running" and isinstance(pgid, int):
             await anyio.to_thread.run_sync(_kill_lost_run, spec.run_id, status, limiter=self._limiter)
             with anyio.fail_after(30):
-                while group_alive(pgid):
+                while group_alive(pgid):  # noqa: ASYNC110 - a process group's life: nothing tells its end
                     await anyio.sleep(0.02)
         # Let supervise see the final status now, not at its next poll (up
         # to 0.5 s later): a cancel of many runs waits for each in turn.

@@ -190,9 +190,11 @@ def test_a_non_loopback_host_needs_tls(tmp_path: Path) -> None:
         env.start_daemon(extra_env={"JOBSUP_DAEMON_CONFIG": str(cfg)}, wait=False)
         assert env.daemon is not None
         rc = env.daemon.wait(timeout=60)
-        assert rc != 0
+        assert rc == 2
         log = env.daemon_log.read_text()
-        assert "ui.host" in log and "tls_cert" in log
+        assert "Traceback" not in log, log
+        errors = [line for line in log.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "ui.host" in errors[0] and "tls_cert" in errors[0], log
 
 
 def test_a_run_whose_archived_log_is_gone_says_why(js: JobsupEnv, repo: Path) -> None:
