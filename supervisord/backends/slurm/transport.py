@@ -188,10 +188,13 @@ class SshTransport(Transport):
         return ["ssh", *self._options, *extra]
 
     async def _ensure_master(self, timeout_s: float) -> None:
-        """Start the shared connection unless its socket is there."""
+        """Start the shared connection unless its socket answers (a master
+        that died leaves its socket behind: removed, and a new one starts)."""
         async with self._master_lock:
-            if os.path.exists(self._control):
+            if _socket_answers(self._control):
                 return
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._control)
             argv = self._argv("-o", "ControlMaster=yes", "-o", "ControlPersist=600", "-f", "-N", self.host)
             # The master stays in the background: its stdio must not be our pipes.
             with tempfile.TemporaryFile() as err:
