@@ -9,6 +9,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -165,7 +166,13 @@ async def test_two_users_jobs_are_not_confused(slurm: SlurmCluster, tmp_path: Pa
         a = await ha.submit('echo "me=$(id -un)"; sleep 2')
         b = await hb.submit('echo "me=$(id -un)"; sleep 2; exit 4')
         slurm.slurm(
-            "sbatch", f"--job-name=jobsup-{a}", f"--comment=jobsup:{a}", "-o", "/dev/null", "--wrap", "exit 7",
+            "sbatch",
+            f"--job-name=jobsup-{a}",
+            f"--comment=jobsup:{a}",
+            "-o",
+            "/dev/null",
+            "--wrap",
+            "exit 7",
             user="citest",
         )
         ra, rb = await ha.terminal(a), await hb.terminal(b)
@@ -185,10 +192,11 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def private_cluster(slurm: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+def private_cluster(slurm: SlurmCluster) -> Iterator[SlurmCluster]:
     """A second cluster of its own (about 2 s to start), so stopping its
-    slurmctld disturbs no other test."""
-    where = Path(tmp_path_factory.mktemp("private-slurm"))
+    slurmctld disturbs no other test. Not under pytest's 0700 temp folder:
+    sshd reads the keys as the test user."""
+    where = Path(tempfile.mkdtemp(prefix="jobsup-private-slurm-"))
     env = {
         **os.environ,
         "JOBSUP_SLURM_CTLD_PORT": str(_free_port()),
