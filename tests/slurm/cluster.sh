@@ -12,6 +12,8 @@
 # jobsup-slurm-citest (as the user citest, created when missing), both on
 # 127.0.0.1:$SSH_PORT with a throwaway key. Ports: JOBSUP_SLURM_CTLD_PORT
 # (16817), JOBSUP_SLURM_SLURMD_PORT (16818), JOBSUP_SLURM_SSH_PORT (22022).
+# The node: JOBSUP_SLURM_CPUS (8) and JOBSUP_SLURM_MEMORY_MB (4000), whatever
+# the machine has (config_overrides), e.g. 128 CPUs for 100 jobs at once.
 # Cgroups are not used (proctrack/linuxproc, task/none); no slurmdbd: sacct -c
 # reads the jobcomp file.
 set -euo pipefail
@@ -21,6 +23,8 @@ D=${2:?usage: cluster.sh $cmd DIR}
 CTLD_PORT=${JOBSUP_SLURM_CTLD_PORT:-16817}
 SLURMD_PORT=${JOBSUP_SLURM_SLURMD_PORT:-16818}
 SSH_PORT=${JOBSUP_SLURM_SSH_PORT:-22022}
+CPUS=${JOBSUP_SLURM_CPUS:-8}
+MEMORY_MB=${JOBSUP_SLURM_MEMORY_MB:-4000}
 NODE=jobsupnode
 TEST_USER=citest
 
@@ -105,7 +109,7 @@ SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
 DependencyParameters=kill_invalid_depend
 SlurmdParameters=config_overrides
 GresTypes=gpu
-NodeName=$NODE NodeHostname=$(hostname -s) NodeAddr=127.0.0.1 CPUs=8 RealMemory=4000 Gres=gpu:4 State=UNKNOWN
+NodeName=$NODE NodeHostname=$(hostname -s) NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$MEMORY_MB Gres=gpu:4 State=UNKNOWN
 PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
 PartitionName=tiny Nodes=$NODE Default=NO MaxTime=INFINITE State=UP
 CONF

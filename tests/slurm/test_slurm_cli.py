@@ -122,3 +122,19 @@ def test_daemon_killed_mid_run_log_once(js: JobsupEnv, repo: Path, cluster: Slur
     js.start_daemon(extra_env={"JOBSUP_SSH_CONFIG": str(cluster.ssh_config)})
     assert js.cli("wait", run_id, "--timeout", "2m").returncode == 0
     assert lines(js, run_id) == [f"n-{i}" for i in range(1, 31)]
+
+
+def test_job_that_ended_while_the_daemon_was_down(js: JobsupEnv, repo: Path, cluster: SlurmCluster) -> None:
+    run_id = js.submit(repo, "--backend", "slurm", "--name", "ends-alone", "--", "bash count.sh 3 1; exit 6")
+    js.cli("wait", run_id, "--for", "RUNNING", "--timeout", "2m")
+    job = str(js.show(run_id)["handle"]["job_id"])
+    js.kill_daemon()
+    deadline = time.monotonic() + 60
+    while cluster.slurm("squeue", "-h", "-j", job, "-o", "%T").split() not in ([], ["FAILED"]):
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    js.start_daemon(extra_env={"JOBSUP_SSH_CONFIG": str(cluster.ssh_config)})
+    assert js.cli("wait", run_id, "--timeout", "2m", check=False).returncode == 1
+    shown = js.show(run_id)
+    assert shown["exit_code"] == 6 and shown["reason"] == "NonZeroExit", shown
+    assert lines(js, run_id) == ["n-1", "n-2", "n-3"]
