@@ -9,18 +9,21 @@ running the tests) and ``ssh`` (``ssh jobsup-slurm-citest``: the user
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import secrets
 import subprocess
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from supervisord.backends.slurm import SlurmBackend
+from tests.supervisord.backends.conformance import BackendHarness, SupervisorHarness
 
-__all__ = ["SlurmCluster", "cluster_or_skip", "TRANSPORTS", "SSH_HOST"]
+__all__ = ["SlurmCluster", "cluster_or_skip", "supervised", "texts", "TRANSPORTS", "SSH_HOST"]
 
 TRANSPORTS = ("local", "ssh")
 SSH_HOST = "jobsup-slurm-citest"
@@ -77,3 +80,26 @@ def cluster_or_skip() -> SlurmCluster:
         pytest.skip(f"the test Slurm cluster in {where} is not up (no {where}/env)")
     os.environ["SLURM_CONF"] = str(cluster.conf)
     return cluster
+
+
+@contextlib.asynccontextmanager
+async def supervised(
+    root: Path, make: Any, config: dict[str, Any], *, files: dict[str, str] | None = None
+) -> AsyncIterator[SupervisorHarness]:
+    """A supervisor over a real store in ``root`` driving ``make()`` (a
+    SlurmBackend) with run ``config``; ``files``: more repository files."""
+    h = BackendHarness(name="slurm", make=make, config=config, stderr_stream="stdout", repo_files=files or {})
+    gen = SupervisorHarness.open(root, h)
+    sh = await gen.__anext__()
+    try:
+        yield sh
+    finally:
+        # Run the generator to its end (as pytest does for a fixture): it
+        # cancels its task group, closes the backend and the store.
+        with contextlib.suppress(StopAsyncIteration):
+            await gen.__anext__()
+
+
+def texts(lines: list[tuple[str, str]]) -> list[str]:
+    """The texts of ``(stream, text)`` log lines."""
+    return [t for _, t in lines]

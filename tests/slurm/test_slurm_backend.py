@@ -4,45 +4,18 @@ drives a real SlurmBackend; jobs run for real."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import socket
 import subprocess
-import tempfile
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 
 from supervisord.backends.slurm import SlurmBackend
 from supervisord.backends.slurm.transport import SshTransport
-from tests.slurm.slurm_env import CLUSTER_SH, SSH_HOST, SlurmCluster
-from tests.supervisord.backends.conformance import BackendHarness, SupervisorHarness
+from tests.slurm.slurm_env import SSH_HOST, SlurmCluster, supervised, texts
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240)]
-
-
-@contextlib.asynccontextmanager
-async def supervised(
-    root: Path, make: Any, config: dict[str, Any], *, files: dict[str, str] | None = None
-) -> AsyncIterator[SupervisorHarness]:
-    h = BackendHarness(name="slurm", make=make, config=config, stderr_stream="stdout", repo_files=files or {})
-    gen = SupervisorHarness.open(root, h)
-    sh = await gen.__anext__()
-    try:
-        yield sh
-    finally:
-        # Run the generator to its end (as pytest does for a fixture): it
-        # cancels its task group, closes the backend and the store.
-        with contextlib.suppress(StopAsyncIteration):
-            await gen.__anext__()
-
-
-def texts(lines: list[tuple[str, str]]) -> list[str]:
-    return [t for _, t in lines]
 
 
 async def test_exit_code_and_env_file_removed(slurm: SlurmCluster, transport: str, tmp_path: Path) -> None:
@@ -97,19 +70,6 @@ async def test_over_memory_is_oomkilled(slurm: SlurmCluster, tmp_path: Path) -> 
         run_id = await h.submit("python3 -c 'import time; b = bytearray(400 << 20); time.sleep(30)'")
         run = await h.terminal(run_id, timeout_s=90)
         assert run.phase == "ERROR" and run.reason == "OOMKilled", run
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-async def test_slurm_time_limit_is_deadline_exceeded(slurm: SlurmCluster, tmp_path: Path) -> None:
-    """Slurm's own TIMEOUT (jobsup's exact deadline off): about 70 s."""
-    make = lambda: slurm.backend(enforce_deadline=False)  # noqa: E731
-    async with supervised(tmp_path, make, slurm.config("local", tmp_path)) as h:
-        run_id = await h.submit("echo start; sleep 600", timeout_s=60)
-        run = await h.terminal(run_id, timeout_s=200)
-        assert run.phase == "ERROR" and run.reason == "DeadlineExceeded", run
-        assert "TIMEOUT" in (run.message or ""), run
-        assert any("DUE TO TIME LIMIT" in t for t in texts(await h.lines(run_id)))
 
 
 async def test_restart_mid_run_records_each_line_once(slurm: SlurmCluster, transport: str, tmp_path: Path) -> None:
@@ -180,51 +140,3 @@ async def test_two_users_jobs_are_not_confused(slurm: SlurmCluster, tmp_path: Pa
         assert texts(await ha.lines(a)) == ["me=root"]
         assert texts(await hb.lines(b)) == ["me=citest"]
         assert ra.handle is not None and rb.handle is not None and ra.handle["job_id"] != rb.handle["job_id"]
-
-
-# -- slurmctld away --------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def private_cluster(slurm: SlurmCluster) -> Iterator[SlurmCluster]:
-    """A second cluster of its own (about 2 s to start), so stopping its
-    slurmctld disturbs no other test. Not under pytest's 0700 temp folder:
-    sshd reads the keys as the test user."""
-    where = Path(tempfile.mkdtemp(prefix="jobsup-private-slurm-"))
-    env = {
-        **os.environ,
-        "JOBSUP_SLURM_CTLD_PORT": str(_free_port()),
-        "JOBSUP_SLURM_SLURMD_PORT": str(_free_port()),
-        "JOBSUP_SLURM_SSH_PORT": str(_free_port()),
-    }
-    subprocess.run([str(CLUSTER_SH), "up", str(where)], check=True, env=env, timeout=120, capture_output=True)
-    try:
-        yield SlurmCluster(where)
-    finally:
-        subprocess.run([str(CLUSTER_SH), "down", str(where)], check=False, timeout=120)
-        shutil.rmtree(where, ignore_errors=True)
-
-
-@pytest.mark.slow
-async def test_slurmctld_away_30s_is_no_outcome(private_cluster: SlurmCluster, tmp_path: Path) -> None:
-    """With slurmctld stopped for 30 s (longer than lost_after_s here) the
-    run records no terminal phase; it completes once slurmctld is back."""
-    c = private_cluster
-    make = lambda: c.backend(lost_after_s=10)  # noqa: E731
-    async with supervised(tmp_path, make, c.config("ssh", tmp_path)) as h:
-        run_id = await h.submit("echo before; sleep 40; echo after")
-        await h.wait_until(run_id, lambda r: r.phase == "RUNNING")
-        await anyio.to_thread.run_sync(c.sh, "ctld-stop")
-        await anyio.sleep(30)
-        run = await h.store.get_run(run_id)
-        assert run is not None and run.phase == "RUNNING", run
-        await anyio.to_thread.run_sync(c.sh, "ctld-start")
-        run = await h.terminal(run_id, timeout_s=120)
-        assert run.phase == "COMPLETED", run
-        assert texts(await h.lines(run_id)) == ["before", "after"]

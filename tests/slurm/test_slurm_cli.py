@@ -105,7 +105,7 @@ def test_unreachable_host_is_refused_at_submit(js: JobsupEnv, repo: Path) -> Non
 
 def test_doctor_checks_slurm(js: JobsupEnv) -> None:
     doc = json.loads(js.cli("doctor", "-o", "json", check=False).stdout)
-    checks = {c["name"]: c for c in (doc.get("checks") if isinstance(doc, dict) else doc)}
+    checks = {c["name"]: c for c in (doc["checks"] if isinstance(doc, dict) else doc)}
     for name in ("slurm.reach", "slurm.version", "slurm.partition", "slurm.accounting", "slurm.remote_dir"):
         assert checks[name]["ok"], checks[name]
     assert "22.05" in checks["slurm.version"]["detail"]

@@ -54,8 +54,8 @@ log = structlog.get_logger("jobsup.slurm")
 LOG_SOURCE = OUTPUT_LOG
 _READ_BYTES = 4 << 20
 _TAIL_BYTES = 8192
-#: Cycles a non-zero exit code waits for its job to leave the queue.
-_SETTLE_CYCLES = 5
+#: Seconds a non-zero exit code waits for its job to leave the queue.
+_SETTLE_S = 30.0
 #: Oldest Slurm this backend supports (``squeue --me``: 20.11).
 MIN_VERSION = (20, 11)
 
@@ -373,7 +373,7 @@ class SlurmBackend:
         poller.add(job_id, run_dir)
         absent_since: float | None = None
         number = 0
-        deferred = 0
+        settle_until: float | None = None
         try:
             while True:
                 cycle = await poller.cycle(number)
@@ -407,11 +407,12 @@ class SlurmBackend:
                     # Ended, but squeue gives no exit code: ask sacct/scontrol once.
                     with contextlib.suppress(TransportError):
                         record = await lookup_ended(t, job_id, timeout_s=self.command_timeout_s) or record
-                if exit_file and record is not None and record.state in ACTIVE_STATES and deferred < _SETTLE_CYCLES:
+                if exit_file and record is not None and record.state in ACTIVE_STATES:
                     # A failed command's job is still ending: Slurm may yet say
-                    # why (a memory kill's message comes after the exit code).
-                    deferred += 1
-                    continue
+                    # why (scancel, a memory kill's message after the exit code).
+                    settle_until = settle_until or time.monotonic() + _SETTLE_S
+                    if time.monotonic() < settle_until:
+                        continue
                 tail = ""
                 if _needs_tail(record, exit_file):
                     tail = await self._tail(t, run_dir, size)

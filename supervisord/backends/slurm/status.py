@@ -50,6 +50,9 @@ ACTIVE_STATES = frozenset(
         "SPECIAL_EXIT",
     }
 )
+#: End states in which Slurm killed the job: they explain a non-zero exit
+#: code the wrapper may still have written as the kill arrived.
+SLURM_KILLS = frozenset({"TIMEOUT", "OUT_OF_MEMORY", "DEADLINE", "CANCELLED", "PREEMPTED", "NODE_FAIL", "BOOT_FAIL"})
 _WAITING = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD"})
 OOM_MARK = "exceeded memory limit"
 
@@ -145,7 +148,7 @@ def observe(
     """The run's phase from the exit-code file (first: it is the command's
     own word) and the job's ``record``; None when neither says anything."""
     state = record.state if record else ""
-    if exit_file is not None and state not in ("TIMEOUT", "OUT_OF_MEMORY", "DEADLINE"):
+    if exit_file is not None and (exit_file == 0 or state not in SLURM_KILLS):
         if exit_file == 0:
             return Observation("COMPLETED", exit_code=0)
         if OOM_MARK in output_tail:

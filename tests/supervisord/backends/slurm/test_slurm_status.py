@@ -60,6 +60,8 @@ def rec(state: str, code: int | None = None, sig: int | None = None, reason: str
         (None, 5, "", ("ERROR", "NonZeroExit")),
         # ... but not over Slurm's kill for a time limit.
         (rec("TIMEOUT"), 143, "", ("ERROR", "DeadlineExceeded")),
+        (rec("CANCELLED"), 143, "", ("CANCELED", "Canceled")),
+        (rec("CANCELLED"), 0, "", ("COMPLETED", None)),
     ],
 )
 def test_observe(record: JobRecord | None, exit_file: int | None, tail: str, want: tuple[str, str | None]) -> None:
