@@ -138,3 +138,10 @@ def test_job_that_ended_while_the_daemon_was_down(js: JobsupEnv, repo: Path, clu
     shown = js.show(run_id)
     assert shown["exit_code"] == 6 and shown["reason"] == "NonZeroExit", shown
     assert lines(js, run_id) == ["n-1", "n-2", "n-3"]
+
+
+def test_gpus_reach_sbatch(js: JobsupEnv, repo: Path) -> None:
+    run_id = js.submit(repo, "--backend", "slurm", "--name", "gpus", "--gpus", "2", "--", 'echo "gpus=$SLURM_JOB_GPUS"')
+    assert js.cli("wait", run_id, "--timeout", "2m").returncode == 0
+    (line,) = lines(js, run_id)
+    assert line.startswith("gpus=") and len(line[5:].split(",")) == 2, line
