@@ -339,26 +339,41 @@ class SlurmBackend:
         finally:
             self._runs.pop(spec.run_id, None)
 
+    async def never_started(self, spec: RunSpec) -> bool:
+        """Whether an admitted run with no recorded handle has no Slurm job
+        (asked by a restarted daemon): no job of the user named
+        ``jobsup-<id>`` with the comment ``jobsup:<id>``. False when the
+        cluster cannot be asked (then ``supervise`` looks again)."""
+        try:
+            return await self._find_job(spec) is None
+        except (TransportError, ConfigError, OSError):
+            return False
+
+    async def _find_job(self, spec: RunSpec) -> str | None:
+        """The job id of ``spec``'s run found by name and comment, or None.
+        Raises TransportError, ConfigError."""
+        settings = self.settings(spec)
+        done = await self.transport(settings.host).run(
+            f"squeue -h --me -t all -n {job_name(spec.run_id)} -o '%i|%k'", timeout_s=self.command_timeout_s
+        )
+        if done.code != 0:
+            raise TransportError(f"squeue failed ({settings.where}): {done.err}")
+        for line in done.out.splitlines():
+            jid, _, comment = line.partition("|")
+            if comment.strip() == f"jobsup:{spec.run_id}":
+                return jid.strip()
+        return None
+
     async def _adopt(self, spec: RunSpec, reporter: RunReporter) -> Mapping[str, Any]:
         """A start cut short by a daemon stop: find the job by name."""
         settings = self.settings(spec)
         t = self.transport(settings.host)
-        done = await t.run(
-            f"squeue -h --me -t all -n {job_name(spec.run_id)} -o '%i|%k'", timeout_s=self.command_timeout_s
-        )
-        for line in done.out.splitlines():
-            jid, _, comment = line.partition("|")
-            if comment.strip() == f"jobsup:{spec.run_id}":
-                root_done = await t.run(f"cd {remote_dir_expr(settings.remote_dir)} && pwd -P")
-                root = root_done.out.strip()
-                handle = {
-                    "job_id": jid.strip(),
-                    "host": settings.host,
-                    "run_dir": f"{root}/runs/{spec.run_id}",
-                    "remote_dir": root,
-                }
-                await reporter.handle(handle)
-                return handle
+        jid = await self._find_job(spec)
+        if jid is not None:
+            root = (await t.run(f"cd {remote_dir_expr(settings.remote_dir)} && pwd -P")).out.strip()
+            handle = {"job_id": jid, "host": settings.host, "run_dir": f"{root}/runs/{spec.run_id}", "remote_dir": root}
+            await reporter.handle(handle)
+            return handle
         raise BackendError("the daemon stopped while submitting this run, and no Slurm job of it was found")
 
     async def _follow(self, spec: RunSpec, handle: Mapping[str, Any], reporter: RunReporter) -> None:
@@ -424,7 +439,14 @@ class SlurmBackend:
                     if exit_file is not None or (record is not None and record.elapsed_s):
                         # It ran (maybe between two cycles): say so before its outcome.
                         await reporter.phase("RUNNING")
-                    await reporter.phase(obs.phase, reason=obs.reason, message=obs.message, exit_code=obs.exit_code)
+                    # The job's own end (not a cancel's): a cancel in progress keeps it.
+                    await reporter.phase(
+                        obs.phase,
+                        reason=obs.reason,
+                        message=obs.message,
+                        exit_code=obs.exit_code,
+                        final=obs.phase != "CANCELED",
+                    )
                     return
                 if (
                     self.enforce_deadline

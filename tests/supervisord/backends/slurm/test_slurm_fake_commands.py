@@ -15,6 +15,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from supervisord.backends.base import RunSpec
 from supervisord.backends.slurm import SlurmBackend
 from tests.supervisord.backends.conformance import BackendHarness, SupervisorHarness
 
@@ -71,3 +72,20 @@ async def test_squeue_failing_decides_nothing(fake_bin: Path, tmp_path: Path) ->
         (fake_bin / "scontrol").write_text("#!/bin/sh\necho 'JobId=4242 JobState=COMPLETED ExitCode=0:0'\n")
         run = await sh.terminal(run_id, timeout_s=30)
         assert run.phase == "COMPLETED", run
+
+
+async def test_never_started_looks_for_the_job_by_name_and_comment(fake_bin: Path, tmp_path: Path) -> None:
+    spec = RunSpec(
+        run_id="0123456789ab", project="p", name="n", backend="slurm", command="true", timeout_s=60, env={},
+        config={}, snapshot=tmp_path / "s.tar", snapshot_sha256="x", commit="c", repo=str(tmp_path),
+        run_dir=tmp_path, submitted={},
+    )  # fmt: skip
+    backend = SlurmBackend()
+    try:
+        assert await backend.never_started(spec)
+        (fake_bin / "squeue").write_text("#!/bin/sh\necho '77|jobsup:ffffffffffff'\necho '78|jobsup:0123456789ab'\n")
+        assert not await backend.never_started(spec)
+        (fake_bin / "squeue").write_text(DOWN)
+        assert not await backend.never_started(spec)  # cannot tell: supervise looks again
+    finally:
+        await backend.aclose()
