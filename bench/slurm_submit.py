@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -145,6 +146,7 @@ def main() -> None:
         load_after = load_average()
     finally:
         subprocess.run([str(CLUSTER_SH), "down", str(where)], check=False, timeout=120)
+        shutil.rmtree(where, ignore_errors=True)
 
     cpu_pct = 100.0 * (cpu1 - cpu0) / (w1 - w0)
     figures = [
