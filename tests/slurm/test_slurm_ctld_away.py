@@ -36,8 +36,8 @@ def private_cluster(slurm: SlurmCluster) -> Iterator[SlurmCluster]:
         "JOBSUP_SLURM_SLURMD_PORT": str(_free_port()),
         "JOBSUP_SLURM_SSH_PORT": str(_free_port()),
     }
-    subprocess.run([str(CLUSTER_SH), "up", str(where)], check=True, env=env, timeout=120, capture_output=True)
     try:
+        subprocess.run([str(CLUSTER_SH), "up", str(where)], check=True, env=env, timeout=120, capture_output=True)
         yield SlurmCluster(where)
     finally:
         subprocess.run([str(CLUSTER_SH), "down", str(where)], check=False, timeout=120)
