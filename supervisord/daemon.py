@@ -19,6 +19,7 @@ from __future__ import annotations
 import fcntl
 import gc
 import os
+import shutil
 import signal
 import socket
 import stat
@@ -42,6 +43,7 @@ from supervisord.api.uvicorn_server import Config, PeerCredProtocol, Server
 from supervisord.backends.base import Backend
 from supervisord.backends.kubernetes import KubernetesBackend
 from supervisord.backends.local import LocalBackend
+from supervisord.backends.slurm import SlurmBackend
 from supervisord.config.unimplemented import not_implemented_warnings
 from supervisord.exceptions import ConfigError, DaemonError, JobsupError, UsageError
 from supervisord.health import disk_full_hint, output_space_check, storage_check
@@ -202,7 +204,15 @@ class Daemon:
         return {
             "local": LocalBackend(),
             "kubernetes": KubernetesBackend(kubeconfig=kubeconfig, doctor_config=self._kubernetes_doctor_config),
+            "slurm": SlurmBackend(ssh_options=_ssh_options(), doctor_config=self._slurm_doctor_config),
         }
+
+    def _slurm_doctor_config(self) -> Mapping[str, Any]:
+        """The ``slurm`` section ``doctor`` checks: the daemon's config and
+        the user's (blocking: reads files). Raises ConfigError."""
+        layers = cfg.load_client_layers(task=None, cli_config=[], cwd=Path.home())
+        section = cfg.effective_config(self.daemon_layer, layers).data.get("slurm") or {}
+        return section if isinstance(section, Mapping) else {}
 
     def _kubernetes_doctor_config(self) -> Mapping[str, Any]:
         """The ``kubernetes`` section ``doctor`` checks: the daemon's config
@@ -385,11 +395,25 @@ def _doctor_not_applicable(backend: str, daemon_layer: cfg.Layer) -> str | None:
     allowed = cfg.effective_config(daemon_layer, []).data.get("allowed_backends") or []
     if backend not in allowed:
         return f"the {backend} backend is not allowed (allowed_backends: {', '.join(allowed) or 'none'})"
+    if backend == "slurm":
+        layers = [daemon_layer]
+        with contextlib.suppress(ConfigError):
+            layers.append(cfg.load_user_layer())
+        host = (cfg.effective_config(daemon_layer, layers[1:]).data.get("slurm") or {}).get("host")
+        if not host and shutil.which("sbatch") is None:
+            return "no slurm.host and no sbatch on this machine"
     if backend == "kubernetes":
         files = cfg.kubeconfig_files()
         if not any(f.is_file() for f in files) and not os.environ.get("KUBERNETES_SERVICE_HOST"):
             return "no kubeconfig (" + os.pathsep.join(str(f) for f in files) + ") and not inside a cluster"
     return None
+
+
+def _ssh_options() -> list[str]:
+    """Extra ``ssh`` options of the Slurm backend: ``-F $JOBSUP_SSH_CONFIG``
+    when that names an ssh config file (else ssh reads the user's own)."""
+    path = os.environ.get("JOBSUP_SSH_CONFIG")
+    return ["-F", path] if path else []
 
 
 def _version() -> str:

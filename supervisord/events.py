@@ -92,7 +92,7 @@ define(
     data={
         "project": "*required* str",
         "name": "*required* str",
-        "backend": "*required* str: local | kubernetes",
+        "backend": "*required* str: local | kubernetes | slurm",
         "command": "str: the bash text",
         "timeout_s": "int: wall-clock limit in seconds",
         "source": "{repo, rev, commit, snapshot_sha256, snapshot_size}",
@@ -100,6 +100,7 @@ define(
         "config": "the effective config, secrets redacted with the same keyed digest",
         "task_file": "str | None: the task file's path",
         "manifest": "str | None: the Kubernetes manifest path given at submit",
+        "slurm": "{gpus: int > 0}: a Slurm run's --gpus (sbatch --gpus; the local scheduler then counts 0)",
         "cwd": "str: the client's working directory",
         "submitted_by_uid": "int: the daemon's uid (the API peer's when over the Unix socket)",
         "submitted_by_pid": "int: the API peer's pid (over the Unix socket)",

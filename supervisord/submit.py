@@ -163,7 +163,11 @@ class Planner:
         backend = task.get("backend") or data.get("backend") or "local"
         if backend not in BACKENDS:
             raise TaskError(f"--backend: {backend!r} is not a backend; use one of {', '.join(BACKENDS)}")
-        if backend != "local" and scheduling["gpus"]:
+        slurm_gpus = 0
+        if backend == "slurm" and scheduling["gpus"]:
+            # The cluster's GPUs, asked of sbatch: none of this machine's.
+            slurm_gpus, scheduling["gpus"] = scheduling["gpus"], 0
+        if backend == "kubernetes" and scheduling["gpus"]:
             raise TaskError(f"--gpus: only local runs get GPUs from jobsup; {SHAPE_FLAGS_GPUS_HINT}")
         context = (data.get("kubernetes") or {}).get("context") if backend == "kubernetes" else None
         cfg.check_allowed(effective, backend, context)
@@ -219,6 +223,8 @@ class Planner:
             # The client's id for this submit: after a connection lost
             # mid-submit it finds out whether the run was recorded.
             submitted["request_id"] = req.request_id
+        if slurm_gpus:
+            submitted["slurm"] = {"gpus": slurm_gpus}
         if on_done is not None:
             # Run by the on-done hook when the run ends (supervisord.hooks).
             submitted["on_done"] = list(on_done)

@@ -5,13 +5,13 @@ an error naming the key and the file)::
 
     name: train                 # default: first word of the command
     run: python train.py        # the command, as bash text
-    backend: local              # local | kubernetes (default: config, else local)
+    backend: local              # local | kubernetes | slurm (default: config, else local)
     timeout: 30m                # 90s | 30m | 4h | 1d
     env: {SEED: "1"}            # values are secrets: recorded by name and hash only
     config: {...}               # the task config layer (see supervisord.config)
     kubernetes:
       manifest: .jobsup/k8s.yaml   # repository-relative path in the recorded commit
-    gpus: 1                     # local runs: whole GPUs of this machine (default 0)
+    gpus: 1                     # local runs: whole GPUs of this machine; slurm: sbatch --gpus (default 0)
     queue: default              # the scheduler queue
     priority: 0                 # -1000..1000; higher starts first
     after: [RUN]                # start once these runs are COMPLETED
@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 #: Backends a task may name.
-BACKENDS: tuple[str, ...] = ("local", "kubernetes")
+BACKENDS: tuple[str, ...] = ("local", "kubernetes", "slurm")
 #: The run timeout when neither the task nor the CLI gives one (README, "Task files": 4h).
 DEFAULT_TIMEOUT_S = 4 * 3600
 #: The longest timeout accepted: 366 days.

@@ -67,6 +67,10 @@ TASK_KEYS: tuple[KeyPath, ...] = (
     ("kubernetes", "pod_ready_timeout_s"),
     ("kubernetes", "node_selector"),
     ("kubernetes", "tolerations"),
+    ("slurm", "partition"),
+    ("slurm", "account"),
+    ("slurm", "qos"),
+    ("slurm", "sbatch_args"),
     ("env",),
     ("local",),
 )
@@ -95,7 +99,8 @@ def defaults() -> dict[str, Any]:
             "pvc_mounts": [],
             "secret_mounts": [],
         },
-        "allowed_backends": ["local", "kubernetes"],
+        "slurm": {"remote_dir": "~/.jobsup", "sbatch_args": []},
+        "allowed_backends": ["local", "kubernetes", "slurm"],
         "daemon": {"synchronous": "FULL", "log_level": "info"},
     }
 
@@ -371,16 +376,14 @@ def _task_key_errors(layer: Layer) -> list[str]:
     for key, value in layer.data.items():
         if (key,) in TASK_KEYS or key == "hooks":  # hooks: see _hooks_error
             continue
-        if key == "kubernetes" and isinstance(value, Mapping):
+        if key in ("kubernetes", "slurm") and isinstance(value, Mapping):
             for sub in value:
-                if ("kubernetes", sub) not in TASK_KEYS:
-                    errors.append(
-                        f"{where}: kubernetes.{sub}: a task may not set this key (allowed in a task: {allowed})"
-                    )
+                if (key, sub) not in TASK_KEYS:
+                    errors.append(f"{where}: {key}.{sub}: a task may not set this key (allowed in a task: {allowed})")
             continue
-        if key == "kubernetes":
+        if key in ("kubernetes", "slurm"):
             errors.append(
-                f"{where}: kubernetes: a task may set only some keys below it, not the whole mapping (allowed in a task: {allowed})"
+                f"{where}: {key}: a task may set only some keys below it, not the whole mapping (allowed in a task: {allowed})"
             )
             continue
         errors.append(f"{where}: {format_path((key,))}: a task may not set this key (allowed in a task: {allowed})")

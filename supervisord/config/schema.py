@@ -9,7 +9,7 @@ against :data:`CONFIG_SCHEMA`, then with the semantic checks of
 Keys::
 
     project: str                        grouping of runs
-    backend: local | kubernetes         default backend
+    backend: local | kubernetes | slurm   default backend
     env: {NAME: str}                    env for every run (secret values)
     local: {kill_grace_s: int > 0, shell: str,
             max_log_bytes: int > 0      stop recording a run's output past this many bytes (LogsTruncated)
@@ -30,7 +30,12 @@ Keys::
       allowed_contexts: [str]           daemon-only
       context_configs: {<context>: {<kubernetes key but context,
                                      allowed_contexts, context_configs>}}
-    allowed_backends: [local | kubernetes]   daemon-only
+    slurm:                              (supervisord.backends.slurm; README "Running on Slurm")
+      host: str                         ssh destination of a login node (empty: this machine's commands)
+      partition: str, account: str, qos: str
+      sbatch_args: [str]                more sbatch options, after jobsup's own
+      remote_dir: str                   the runs' folder on the cluster (default ~/.jobsup)
+    allowed_backends: [local | kubernetes | slurm]   daemon-only
     ui: {port: 1..65535, host: str, tls_cert: str, tls_key: str}   daemon-only
     daemon: {synchronous: FULL | NORMAL,
              max_running: int > 0 (the default queue's cap when it sets none),
@@ -193,7 +198,7 @@ CONFIG_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
     "properties": {
         "project": _STR,
-        "backend": {"enum": ["local", "kubernetes"]},
+        "backend": {"enum": ["local", "kubernetes", "slurm"]},
         "env": {
             "type": "object",
             "propertyNames": {"pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"},
@@ -227,9 +232,21 @@ CONFIG_SCHEMA: dict[str, Any] = {
                 },
             },
         },
+        "slurm": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "host": {"type": "string"},
+                "partition": _STR,
+                "account": _STR,
+                "qos": _STR,
+                "sbatch_args": {"type": "array", "items": _STR},
+                "remote_dir": _STR,
+            },
+        },
         "allowed_backends": {
             "type": "array",
-            "items": {"enum": ["local", "kubernetes"]},
+            "items": {"enum": ["local", "kubernetes", "slurm"]},
             "uniqueItems": True,
         },
         "ui": {

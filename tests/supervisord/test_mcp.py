@@ -284,7 +284,7 @@ async def test_bad_input_is_a_tool_error_naming_the_field_and_records_nothing(js
         assert (await call_error(s, "logs", {"run": "ffffffffffff", "bogus": 1})).startswith("bogus: ")
         msg = await call_error(s, "submit", {"command": "true", "timeout": "soon"})
         assert msg.startswith("timeout"), msg
-        msg = await call_error(s, "submit", {"command": "true", "backend": "slurm"})
+        msg = await call_error(s, "submit", {"command": "true", "backend": "lsf"})
         assert msg.startswith("backend: "), msg
         msg = await call_error(s, "submit", {"command": "true", "env": {"TOKEN": 123456789}})
         assert msg.startswith("env.TOKEN: ") and "123456789" not in msg, msg
