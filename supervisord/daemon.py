@@ -16,6 +16,7 @@ next daemon reattaches to them).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import gc
 import os

@@ -103,13 +103,14 @@ def render_command(
         reject_shape_flags({"image": image, "cpus": cpus, "memory": memory})
         doc = render_slurm(task_file, words, timeout=timeout, run_id=run_id, gpus=gpus, config_items=list(config_items))
         if output == "json":
-            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+            echo(json.dumps(doc, indent=2))
         else:
-            sys.stdout.write(
+            echo(
                 f"# on {doc['where']}, in the run folder {doc['run_dir']} (remote_dir as configured:"
                 " a run uses its absolute path on the cluster):\n"
                 f"{doc['command']}\n"
-                f"# {doc['run_dir']}/job.sh:\n{doc['wrapper']}"
+                f"# {doc['run_dir']}/job.sh:\n{doc['wrapper']}",
+                nl=False,
             )
         return
     reject_shape_flags({"image": image, "gpus": gpus, "cpus": cpus, "memory": memory})
