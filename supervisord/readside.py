@@ -22,6 +22,7 @@ import anyio
 
 from store import PHASE_CHANGED, EventStore, RunStatus
 from store.types import PHASES
+from supervisord.events import RUN_UPDATED
 from supervisord.exceptions import AmbiguousRunError, RunNotFoundError, UsageError
 from supervisord.lifecycle import reached
 from supervisord.runref import check_run_ref
@@ -88,15 +89,18 @@ class ReadSide:
 
     async def show(self, ref: str) -> dict[str, Any]:
         """``{"run": Run, "submitted": the Submitted event's data, "hooks":
-        the run's hook outcome events (HookDelivered, HookFailed)}``."""
+        the run's hook outcome events (HookDelivered, HookFailed),
+        "updates": its RunUpdated events (``jobsup update``)}``."""
         run_id = await self.resolve(ref)
         run = await self.get(run_id)
         first = await self.store.read_all(0, limit=1, run_id=run_id)  # Submitted, not the whole stream
         hooks = await self.store.read_all(0, limit=1000, run_id=run_id, types=_HOOK_OUTCOMES)
+        updates = await self.store.read_all(0, limit=1000, run_id=run_id, types=[RUN_UPDATED])
         return {
             "run": run.to_json(),
             "submitted": first[0].data if first else {},
             "hooks": [e.to_json() for e in hooks],
+            "updates": [e.to_json() for e in updates],
         }
 
     # -- wait --------------------------------------------------------------------

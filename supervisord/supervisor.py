@@ -48,6 +48,7 @@ from supervisord.exceptions import (
 from supervisord.lifecycle import PHASE_RANK, RunPhase, decide
 from supervisord.paths import Paths
 from supervisord.readside import resolve_run_id
+from supervisord.scheduler.update import RUN_UPDATED, apply_updates
 from supervisord.source import SnapshotStore
 
 __all__ = ["Supervisor", "SubmitResult", "PHASE_RANK", "MAX_LINES_PER_EVENT"]
@@ -366,6 +367,7 @@ class Supervisor:
                         await state.unqueued.wait()
                         if not state.admitted:
                             return  # ended while queued
+                        spec = state.spec  # `jobsup update` may have changed it while queued
                         if state.extra_env:
                             spec = state.spec = dataclasses.replace(spec, env={**spec.env, **state.extra_env})
                         handle = await backend.start(spec, reporter)
@@ -472,6 +474,9 @@ class Supervisor:
         for status in runs:
             events = await self.store.read_all(0, limit=1, run_id=status.id)  # Submitted, not the whole stream
             submitted = events[0].data if events else {}
+            updates = await self.store.read_all(0, limit=10_000, run_id=status.id, types=[RUN_UPDATED])
+            if updates:  # `jobsup update` while it was queued
+                submitted = apply_updates(submitted, [e.data for e in updates])
             pending = self._read_pending(status.id) or {}
             env = pending.get("env") if isinstance(pending.get("env"), dict) else {}
             config = pending.get("config") if isinstance(pending.get("config"), dict) else None
@@ -597,6 +602,26 @@ class Supervisor:
             state.admitted = True
             state.extra_env = dict(extra_env)
             state.unqueued.set()
+        return True
+
+    async def update_queued(self, run_id: str, data: Mapping[str, Any]) -> bool:
+        """Record ``RunUpdated`` (``data``: ``{"old", "new"}``, see
+        :mod:`supervisord.scheduler.update`) on a run that still waits for
+        admission, and start it with the new values (its timeout). Returns
+        False (recording nothing) when it is not waiting any more."""
+        state = self._runs.get(run_id)
+        if state is None:
+            return False
+        async with state.lock:
+            if state.admitted or state.cancel_requested or state.phase != "QUEUED":
+                return False
+            await _Reporter(self.store, state)._append_locked(
+                [NewEvent(RUN_UPDATED, dict(data))], wait_for_storage=False
+            )
+            submitted = apply_updates(state.spec.submitted, [data])
+            state.spec = dataclasses.replace(
+                state.spec, submitted=submitted, timeout_s=int(submitted.get("timeout_s") or 0)
+            )
         return True
 
     def resume_admitted(self, run_id: str, extra_env: Mapping[str, str]) -> None:

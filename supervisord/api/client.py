@@ -313,6 +313,19 @@ class Client:
         """``POST /runs/{ref}/release``: the run after the release."""
         return dict(self._call("POST", f"/runs/{ref}/release")["run"])
 
+    def update(self, refs: list[str], changes: Mapping[str, Any]) -> dict[str, Any]:
+        """``POST /update`` (``changes``: priority, gpus, queue, timeout):
+        ``{"runs": [Run], "updated": {id: {"old", "new"}}}``."""
+        return dict(self._call("POST", "/update", json_body={"runs": list(refs), **dict(changes)}))
+
+    def pause(self, ref: str) -> dict[str, Any]:
+        """``POST /runs/{ref}/pause``: the run after the pause."""
+        return dict(self._call("POST", f"/runs/{ref}/pause")["run"])
+
+    def resume(self, ref: str) -> dict[str, Any]:
+        """``POST /runs/{ref}/resume``: the run after the resume."""
+        return dict(self._call("POST", f"/runs/{ref}/resume")["run"])
+
     def rerun(self, ref: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """``POST /runs/{ref}/rerun`` with ``{"env", "hold", "force"}``:
         ``{"run": Run, "rerun_of": id, "missing_env": [NAME]}``."""

@@ -3,6 +3,8 @@
     GET  /v1/queue                  {"waiting": [...], "gpus": [...], "queues": [...]}
     POST /v1/runs/{ref}/hold        {"run": Run}
     POST /v1/runs/{ref}/release     {"run": Run}
+    POST /v1/update                 {"runs": [ref], "priority"?, "gpus"?, "queue"?, "timeout"?}
+                                    -> {"runs": [Run], "updated": {id: {"old", "new"}}}
     POST /v1/runs/{ref}/rerun       {"env": {NAME: value}, "hold": bool, "force": bool}
                                     -> {"run": Run, "rerun_of": id, "missing_env": [NAME]}
 
@@ -22,9 +24,21 @@ from supervisord.api.wire import API_PREFIX
 from supervisord.exceptions import UsageError
 from supervisord.scheduler.driver import Scheduler
 from supervisord.scheduler.rerun import rerun_run
+from supervisord.scheduler.update import parse_changes
 from supervisord.supervisor import Supervisor
 
 __all__ = ["scheduler_routes"]
+
+
+async def _json_object(request: Request, what: str) -> dict[str, Any]:
+    """The request's JSON object body. Raises UsageError naming ``what``."""
+    try:
+        body: Any = await request.json()
+    except ValueError:
+        raise UsageError(f"{what}: the request body is not JSON") from None
+    if not isinstance(body, dict):
+        raise UsageError(f"{what}: the request body must be a JSON object")
+    return body
 
 
 def scheduler_routes(*, supervisor: Supervisor, scheduler: Scheduler, digest_key: bytes) -> list[Route]:
@@ -42,6 +56,17 @@ def scheduler_routes(*, supervisor: Supervisor, scheduler: Scheduler, digest_key
         run_id = await supervisor.resolve(request.path_params["ref"])
         await scheduler.release(run_id)
         return JSONResponse({"run": (await supervisor.get(run_id)).to_json()})
+
+    async def update(request: Request) -> Response:
+        body = await _json_object(request, "update")
+        refs = body.pop("runs", None)
+        if not isinstance(refs, list) or not refs or not all(isinstance(r, str) for r in refs):
+            raise UsageError("update: name at least one run")
+        changes = parse_changes(body)
+        run_ids = list(dict.fromkeys([await supervisor.resolve(r) for r in refs]))
+        updated = await scheduler.update(run_ids, changes)
+        runs = [(await supervisor.get(r)).to_json() for r in run_ids]
+        return JSONResponse({"runs": runs, "updated": updated})
 
     async def rerun(request: Request) -> Response:
         try:
@@ -63,4 +88,5 @@ def scheduler_routes(*, supervisor: Supervisor, scheduler: Scheduler, digest_key
         Route(f"{p}/runs/{{ref}}/hold", api_errors(hold), methods=["POST"]),
         Route(f"{p}/runs/{{ref}}/release", api_errors(release), methods=["POST"]),
         Route(f"{p}/runs/{{ref}}/rerun", api_errors(rerun), methods=["POST"]),
+        Route(f"{p}/update", api_errors(update), methods=["POST"]),
     ]

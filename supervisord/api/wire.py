@@ -23,6 +23,8 @@ Endpoints::
     GET  /v1/queue                        {"waiting": [...], "gpus": [...], "queues": [...]}  (scheduler_routes)
     POST /v1/runs/{ref}/hold              {"run": Run}
     POST /v1/runs/{ref}/release           {"run": Run}
+    POST /v1/update                       {"runs": [ref], "priority"?, "gpus"?, "queue"?, "timeout"?}
+                                          -> {"runs": [Run], "updated": {id: {"old", "new"}}}
     POST /v1/runs/{ref}/rerun             {"env", "hold", "force"} -> {"run": Run, "rerun_of", "missing_env"}
     GET  /v1/hooks                        {"hooks": [{"name", "kind", "when", "match", "target", "source",
                                             "checkpoint", "position", "lag", "delivering", "last_outcome"}]}

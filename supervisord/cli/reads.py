@@ -210,6 +210,13 @@ def show_document(doc: dict[str, Any]) -> dict[str, Any]:
     }
     if sub.get("on_done"):
         full["on_done"] = sub["on_done"]
+    updates = doc.get("updates") or []
+    if updates:
+        # `jobsup update` while queued: the values in force, and each change.
+        for e in updates:
+            if "timeout_s" in (e["data"].get("new") or {}):
+                full["timeout_s"] = e["data"]["new"]["timeout_s"]
+        full["updates"] = [{"seq": e["seq"], "at": e["at"], **e["data"]} for e in updates]
     if doc.get("hooks"):
         full["hooks"] = [{"type": e["type"], "seq": e["seq"], "at": e["at"], **e["data"]} for e in doc["hooks"]]
     return full

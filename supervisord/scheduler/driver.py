@@ -16,6 +16,10 @@ Events it reads (and what it records, on the run's own stream):
 ``ResourcesFreed``
     ``{"queue": str, "gpus": [uuid]}``: an admitted run reached a terminal
     phase, its GPUs and queue slot are free (recorded after that phase).
+``RunUpdated``
+    ``{"old": {...}, "new": {...}}`` (``jobsup update``, see
+    :mod:`supervisord.scheduler.update`): a waiting run's priority, GPUs,
+    queue or timeout changed; the next pass decides with the new values.
 ``PhaseChanged`` QUEUED
     ``reason`` Held | WaitingForDependency | WaitingForSlot | WaitingForGPUs
     and ``message``: recorded only when they change.
@@ -67,6 +71,7 @@ from supervisord.scheduler.policy import (
     decide,
     find_cycle,
 )
+from supervisord.scheduler.update import RUN_UPDATED, changed_values
 from supervisord.supervisor import Supervisor
 
 __all__ = ["ADMITTED", "HELD_EVENT", "HOLD_RELEASED", "RESOURCES_FREED", "Scheduler", "SchedulerSettings"]
@@ -77,7 +82,7 @@ ADMITTED = "Admitted"
 HELD_EVENT = "Held"
 HOLD_RELEASED = "HoldReleased"
 RESOURCES_FREED = "ResourcesFreed"
-_TYPES = (SUBMITTED, PHASE_CHANGED, ADMITTED, HELD_EVENT, HOLD_RELEASED)
+_TYPES = (SUBMITTED, PHASE_CHANGED, ADMITTED, HELD_EVENT, HOLD_RELEASED, RUN_UPDATED)
 _RETRY_S = 1.0
 
 
@@ -122,6 +127,28 @@ class _Run:
     admitted_at: str | None = None
     deadline: float = 0.0
     cached: Waiting | None = None  # what decide() gets; rebuilt when ``held`` changes
+
+    def current(self) -> dict[str, Any]:
+        """The values ``jobsup update`` may change (supervisord.scheduler.update.UPDATABLE)."""
+        return {
+            "priority": int(self.sched["priority"]),
+            "gpus": int(self.sched["gpus"]),
+            "queue": self.queue,
+            "timeout_s": self.timeout_s,
+        }
+
+    def fold_update(self, new: Mapping[str, Any]) -> bool:
+        """Take a RunUpdated's ``new`` values; returns whether any differed."""
+        before = self.current()
+        for key in ("priority", "gpus"):
+            if key in new:
+                self.sched[key] = int(new[key])
+        if "queue" in new:
+            self.queue = self.sched["queue"] = str(new["queue"])
+        if "timeout_s" in new:
+            self.timeout_s = int(new["timeout_s"])
+        self.cached = None
+        return self.current() != before
 
     def waiting(self) -> Waiting:
         if self.cached is None or self.cached.held != self.held:
@@ -214,7 +241,10 @@ class Scheduler:
         self._cursor = await self.store.last_seq()
         for status in reversed(await self.store.list_runs(non_terminal_only=True)):
             events = await self.store.read_all(
-                0, limit=1_000_000, run_id=status.id, types=[SUBMITTED, ADMITTED, HELD_EVENT, HOLD_RELEASED]
+                0,
+                limit=1_000_000,
+                run_id=status.id,
+                types=[SUBMITTED, ADMITTED, HELD_EVENT, HOLD_RELEASED, RUN_UPDATED],
             )
             if not events or events[0].type != SUBMITTED:
                 continue
@@ -229,6 +259,8 @@ class Scheduler:
                     run.held = False
                 elif e.type == ADMITTED:
                     admitted = e
+                elif e.type == RUN_UPDATED and admitted is None:
+                    run.fold_update(e.data.get("new") or {})
             if admitted is not None:
                 self._admitted(run, admitted.at, admitted.data)
                 state = self.supervisor.run_state(run.run_id)
@@ -280,6 +312,8 @@ class Scheduler:
             changed = run.held != held
             run.held = held
             return changed
+        if e.type == RUN_UPDATED and rid in self._waiting:
+            return run.fold_update(e.data.get("new") or {})
         if e.type == ADMITTED and rid in self._waiting:
             self._admitted(run, e.at, e.data)
             return True
@@ -443,6 +477,42 @@ class Scheduler:
                 await self.supervisor.append_event(run_id, HOLD_RELEASED, {})
                 run.held = False
                 self._dirty = True
+
+    async def update(self, run_ids: list[str], changes: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """Change queued runs (``changes``: what
+        :func:`~supervisord.scheduler.update.parse_changes` returns) and
+        return the RunUpdated data (``{"old", "new"}``) of each run that
+        changed, by id (a run already at those values records nothing). All or nothing: every run is checked before any
+        is touched, under the scheduler's lock, so none is admitted
+        meanwhile. Raises UsageError naming each run that is not waiting to
+        start, TaskError for more GPUs than this daemon has; nothing is
+        recorded then. The next pass (at once) decides with the new values."""
+        total = len(self.inventory.gpus)
+        if changes.get("gpus", 0) > total:
+            why = f" ({self.inventory.note})" if self.inventory.note else ""
+            n = changes["gpus"]
+            raise TaskError(
+                f"--gpus: asks for {n} GPU{'s' if n != 1 else ''}, this machine has {total} for jobsup{why}"
+            )
+        async with self._lock:
+            bad = []
+            for rid in run_ids:
+                if rid not in self._waiting:
+                    status = await self.supervisor.get(rid)
+                    bad.append(f"run {rid} is {status.phase}: only a queued run can be updated")
+            if bad:
+                raise UsageError("; ".join(bad) + ("; nothing was changed" if len(run_ids) > 1 else ""))
+            changed: dict[str, dict[str, Any]] = {}
+            for rid in run_ids:
+                run = self._waiting[rid]
+                data = changed_values(run.current(), changes)
+                if data is None:
+                    continue
+                if await self.supervisor.update_queued(rid, data):
+                    run.fold_update(data["new"])
+                    changed[rid] = data
+                    self._dirty = True
+            return changed
 
     def doctor(self) -> dict[str, Any]:
         """The ``gpus`` check of ``jobsup doctor`` (always ok: no GPU is not an error)."""
