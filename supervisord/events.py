@@ -319,7 +319,8 @@ QUEUE_CHANGED: Final = define(
     writer="scheduler, on `jobsup queue set` (stream `daemon`, not a run's)",
     data={
         "queue": "*required* str: the queue's name",
-        "max_parallel": "*required* int | None: the cap set at runtime (None: no cap)",
+        "max_parallel": "*required* int | None: the cap in force from now (None: no cap)",
+        "source": "*required* runtime | config: set at runtime, or the runtime cap dropped (the config's again)",
         "old": "int | None: the cap in force before",
         "source_before": "str: where that cap came from (config | runtime | none)",
     },

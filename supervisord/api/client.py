@@ -313,6 +313,11 @@ class Client:
         """``POST /runs/{ref}/release``: the run after the release."""
         return dict(self._call("POST", f"/runs/{ref}/release")["run"])
 
+    def queue_set(self, name: str, max_parallel: int | None, *, from_config: bool = False) -> dict[str, Any]:
+        """``POST /queues/{name}``: ``{"queue": its row of the queue view, "new": bool}``."""
+        body: dict[str, Any] = {"from_config": True} if from_config else {"max_parallel": max_parallel}
+        return dict(self._call("POST", f"/queues/{name}", json_body=body))
+
     def update(self, refs: list[str], changes: Mapping[str, Any]) -> dict[str, Any]:
         """``POST /update`` (``changes``: priority, gpus, queue, timeout):
         ``{"runs": [Run], "updated": {id: {"old", "new"}}}``."""

@@ -3,6 +3,8 @@
     GET  /v1/queue                  {"waiting": [...], "gpus": [...], "queues": [...]}
     POST /v1/runs/{ref}/hold        {"run": Run}
     POST /v1/runs/{ref}/release     {"run": Run}
+    POST /v1/queues/{name}          {"max_parallel": int | null, "from_config"?: bool}
+                                    -> {"queue": {name, max_parallel, source, running, waiting}, "new": bool}
     POST /v1/update                 {"runs": [ref], "priority"?, "gpus"?, "queue"?, "timeout"?}
                                     -> {"runs": [Run], "updated": {id: {"old", "new"}}}
     POST /v1/runs/{ref}/rerun       {"env": {NAME: value}, "hold": bool, "force": bool}
@@ -68,6 +70,15 @@ def scheduler_routes(*, supervisor: Supervisor, scheduler: Scheduler, digest_key
         runs = [(await supervisor.get(r)).to_json() for r in run_ids]
         return JSONResponse({"runs": runs, "updated": updated})
 
+    async def queue_set(request: Request) -> Response:
+        body = await _json_object(request, "queue set")
+        if "max_parallel" not in body and not body.get("from_config"):
+            raise UsageError("queue set: give --max-parallel N|none|config")
+        doc = await scheduler.set_cap(
+            request.path_params["name"], body.get("max_parallel"), from_config=bool(body.get("from_config"))
+        )
+        return JSONResponse(doc)
+
     async def rerun(request: Request) -> Response:
         try:
             body: Any = await request.json()
@@ -89,4 +100,5 @@ def scheduler_routes(*, supervisor: Supervisor, scheduler: Scheduler, digest_key
         Route(f"{p}/runs/{{ref}}/release", api_errors(release), methods=["POST"]),
         Route(f"{p}/runs/{{ref}}/rerun", api_errors(rerun), methods=["POST"]),
         Route(f"{p}/update", api_errors(update), methods=["POST"]),
+        Route(f"{p}/queues/{{name}}", api_errors(queue_set), methods=["POST"]),
     ]

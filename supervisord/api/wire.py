@@ -23,6 +23,8 @@ Endpoints::
     GET  /v1/queue                        {"waiting": [...], "gpus": [...], "queues": [...]}  (scheduler_routes)
     POST /v1/runs/{ref}/hold              {"run": Run}
     POST /v1/runs/{ref}/release           {"run": Run}
+    POST /v1/queues/{name}                {"max_parallel": int | null, "from_config"?: bool}
+                                          -> {"queue": {name, max_parallel, source, running, waiting}, "new": bool}
     POST /v1/update                       {"runs": [ref], "priority"?, "gpus"?, "queue"?, "timeout"?}
                                           -> {"runs": [Run], "updated": {id: {"old", "new"}}}
     POST /v1/runs/{ref}/rerun             {"env", "hold", "force"} -> {"run": Run, "rerun_of", "missing_env"}

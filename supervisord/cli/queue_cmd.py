@@ -58,10 +58,18 @@ _WAIT_COLUMNS = ("position", "id", "name", "queue", "priority", "gpus", "reason"
 _GPU_COLUMNS = ("index", "uuid", "name", "holder", "since")
 
 
-@click.command("queue")
+_QUEUE_COLUMNS = ("name", "max_parallel", "source", "running", "waiting")
+
+
+@click.group("queue", invoke_without_command=True)
 @output_option()
-def queue(output: str) -> None:
-    """Waiting runs in start order with why they wait, then each GPU and its holder."""
+@click.pass_context
+def queue(ctx: click.Context, output: str) -> None:
+    """Waiting runs in start order with why they wait, then each queue's cap
+    (and where it comes from) and each GPU and its holder. `jobsup queue set`
+    changes a queue's cap."""
+    if ctx.invoked_subcommand is not None:
+        return
     doc = connected_client().queue()
     if output != "table":
         emit(doc, output)
@@ -69,7 +77,10 @@ def queue(output: str) -> None:
     if doc["waiting"]:
         emit(doc["waiting"], "table", columns=_WAIT_COLUMNS)
     else:
-        info("no run is waiting")
+        click.echo("no run is waiting")
+    click.echo("")
+    rows = [{**q, "max_parallel": "none" if q["max_parallel"] is None else q["max_parallel"]} for q in doc["queues"]]
+    emit(rows, "table", columns=_QUEUE_COLUMNS)
     if doc["gpus"]:
         click.echo("")
         rows = [
@@ -85,6 +96,46 @@ def queue(output: str) -> None:
         emit(rows, "table", columns=_GPU_COLUMNS)
     else:
         info("no GPUs are managed by this daemon (see `jobsup doctor`)")
+
+
+@queue.command("set")
+@click.argument("name", metavar="Q")
+@click.option(
+    "--max-parallel",
+    "max_parallel",
+    required=True,
+    metavar="N|none|config",
+    help="At most N runs of queue Q started at once; none: no cap; config: the daemon config's cap again.",
+)
+@output_option()
+def queue_set(name: str, max_parallel: str, output: str) -> None:
+    """Set queue Q's cap now: it takes effect at once, outlives daemon
+    restarts and beats the daemon config until set again. A queue that no
+    config, run or earlier `queue set` named is created (with a note)."""
+    from supervisord.scheduler.options import QUEUE_NAME
+
+    if not QUEUE_NAME.match(name):
+        raise click.BadParameter(
+            f"{name!r} is not a queue name (1-63 letters, digits, '.', '_' or '-', starting with a letter or digit)",
+            param_hint="'Q'",
+        )
+    text = max_parallel.strip().lower()
+    cap: int | None = None
+    if text not in ("none", "config"):
+        if not text.isdigit() or not 1 <= int(text) <= 100_000:
+            raise click.BadParameter(
+                f"{max_parallel!r}: use a whole number 1..100000, none or config", param_hint="'--max-parallel'"
+            )
+        cap = int(text)
+    doc = connected_client().queue_set(name, cap, from_config=text == "config")
+    if output != "table":
+        emit(doc, output)
+        return
+    q = doc["queue"]
+    if doc["new"]:
+        info(f"note: queue {name!r} is new (no config, run or earlier `queue set` named it)")
+    shown = "none" if q["max_parallel"] is None else q["max_parallel"]
+    click.echo(f"queue {name}: max_parallel {shown} ({q['source']}); {q['running']} running, {q['waiting']} waiting")
 
 
 def _hold_or_release(action: str, runs_: tuple[str, ...], output: str) -> None:

@@ -20,6 +20,10 @@ Events it reads (and what it records, on the run's own stream):
     ``{"old": {...}, "new": {...}}`` (``jobsup update``, see
     :mod:`supervisord.scheduler.update`): a waiting run's priority, GPUs,
     queue or timeout changed; the next pass decides with the new values.
+``QueueChanged`` (on the stream :data:`DAEMON_STREAM`, not a run's)
+    ``{"queue", "max_parallel", "source", "old", "source_before"}``
+    (``jobsup queue set``): a queue's cap set at runtime; it beats the
+    daemon config's cap until set again (``source: config`` drops it).
 ``PhaseChanged`` QUEUED
     ``reason`` Held | WaitingForDependency | WaitingForSlot | WaitingForGPUs
     and ``message``: recorded only when they change.
@@ -48,10 +52,13 @@ from store import (
     PHASE_CHANGED,
     SUBMITTED,
     TERMINAL_PHASES,
+    ConcurrencyError,
     EventStore,
+    NewEvent,
     RecordedEvent,
     StoreError,
 )
+from supervisord.events import QUEUE_CHANGED
 from supervisord.exceptions import (
     AmbiguousRunError,
     RunNotFoundError,
@@ -59,7 +66,7 @@ from supervisord.exceptions import (
     UsageError,
 )
 from supervisord.scheduler.gpus import Inventory, gpu_env
-from supervisord.scheduler.options import DEFAULT_QUEUE, scheduling_of
+from supervisord.scheduler.options import DEFAULT_QUEUE, QUEUE_NAME, scheduling_of
 from supervisord.scheduler.policy import (
     DEADLINE_SLACK_S,
     DEPENDENCY_FAILED,
@@ -74,7 +81,15 @@ from supervisord.scheduler.policy import (
 from supervisord.scheduler.update import RUN_UPDATED, changed_values
 from supervisord.supervisor import Supervisor
 
-__all__ = ["ADMITTED", "HELD_EVENT", "HOLD_RELEASED", "RESOURCES_FREED", "Scheduler", "SchedulerSettings"]
+__all__ = [
+    "ADMITTED",
+    "DAEMON_STREAM",
+    "HELD_EVENT",
+    "HOLD_RELEASED",
+    "RESOURCES_FREED",
+    "Scheduler",
+    "SchedulerSettings",
+]
 
 log = structlog.get_logger("jobsup.scheduler")
 
@@ -82,7 +97,10 @@ ADMITTED = "Admitted"
 HELD_EVENT = "Held"
 HOLD_RELEASED = "HoldReleased"
 RESOURCES_FREED = "ResourcesFreed"
-_TYPES = (SUBMITTED, PHASE_CHANGED, ADMITTED, HELD_EVENT, HOLD_RELEASED, RUN_UPDATED)
+_TYPES = (SUBMITTED, PHASE_CHANGED, ADMITTED, HELD_EVENT, HOLD_RELEASED, RUN_UPDATED, QUEUE_CHANGED)
+#: The stream of the daemon's own events (``QueueChanged``): not a run's, so
+#: no run row is ever made of it (a stream without Submitted has none).
+DAEMON_STREAM = "daemon"
 _RETRY_S = 1.0
 
 
@@ -199,6 +217,9 @@ class Scheduler:
         self._last = Decision()
         self._lock = anyio.Lock()
         self._dirty = True  # something may have changed since the last pass
+        #: Queue caps set at runtime (``jobsup queue set``): they beat ``settings.caps``.
+        self._runtime_caps: dict[str, int | None] = {}
+        self._daemon_version = 0  # of DAEMON_STREAM
         self.passes = 0
 
     # -- state from the log -----------------------------------------------------
@@ -239,6 +260,11 @@ class Scheduler:
         hold their GPUs again; one that was admitted but never handed to its
         backend is let start (with its GPUs)."""
         self._cursor = await self.store.last_seq()
+        self._runtime_caps.clear()
+        for e in await self.store.read_stream(DAEMON_STREAM):
+            self._daemon_version = e.version
+            if e.type == QUEUE_CHANGED:
+                self._fold_queue_changed(e.data)
         for status in reversed(await self.store.list_runs(non_terminal_only=True)):
             events = await self.store.read_all(
                 0,
@@ -280,6 +306,10 @@ class Scheduler:
         dependency's phase), so the driver's own QUEUED reasons and the
         phases of started runs do not cost a pass."""
         rid = e.run_id
+        if e.type == QUEUE_CHANGED:
+            if rid == DAEMON_STREAM:
+                self._daemon_version = max(self._daemon_version, e.version)
+            return self._fold_queue_changed(e.data)
         if e.type == SUBMITTED:
             if rid in self._waiting or rid in self._active:
                 return False
@@ -365,7 +395,87 @@ class Scheduler:
         """What :func:`decide` gets now."""
         waiting = [r.waiting() for r in self._waiting.values()]
         active = [Active(r.run_id, r.queue, r.gpus, r.deadline) for r in self._active.values()]
-        return Situation(waiting, active, self.inventory.gpus, self.settings.caps, self._dep_phase, time.time())
+        return Situation(waiting, active, self.inventory.gpus, self.caps(), self._dep_phase, time.time())
+
+    # -- queue caps ---------------------------------------------------------------
+
+    def caps(self) -> dict[str, int | None]:
+        """Each queue's cap in force: the daemon config's, with those set at runtime over them."""
+        return {**self.settings.caps, **self._runtime_caps}
+
+    def cap_source(self, queue: str) -> str:
+        """Where ``queue``'s cap comes from: ``runtime`` (``jobsup queue
+        set``), ``config`` (the daemon config) or ``none`` (no cap)."""
+        if queue in self._runtime_caps:
+            return "runtime"
+        return "config" if self.settings.caps.get(queue) is not None else "none"
+
+    def _fold_queue_changed(self, data: Mapping[str, Any]) -> bool:
+        """Take a QueueChanged; returns whether the cap in force changed."""
+        queue = str(data.get("queue") or "")
+        before = self.caps().get(queue)
+        if data.get("source") == "config":
+            self._runtime_caps.pop(queue, None)
+        else:
+            cap = data.get("max_parallel")
+            self._runtime_caps[queue] = None if cap is None else int(cap)
+        return self.caps().get(queue) != before
+
+    async def set_cap(self, queue: str, max_parallel: int | None, *, from_config: bool = False) -> dict[str, Any]:
+        """``jobsup queue set Q --max-parallel N|none|config``: record
+        QueueChanged (on :data:`DAEMON_STREAM`) and decide again at once
+        with the new cap; it outlives restarts and beats the daemon config
+        until set again (``from_config``: drop the runtime cap, the config's
+        is in force again). Returns ``{"queue": the queue's row as
+        :meth:`view` shows it, "new": whether no config, run or earlier
+        ``queue set`` named the queue}``. Raises TaskError naming
+        ``--max-parallel`` or the queue name."""
+        if not QUEUE_NAME.match(queue):
+            raise TaskError(
+                f"queue {queue!r}: not a queue name (1-63 letters, digits, '.', '_' or '-', starting with a letter or digit)"
+            )
+        if max_parallel is not None and (
+            isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or not 1 <= max_parallel <= 100_000
+        ):
+            raise TaskError(f"--max-parallel: {max_parallel!r} is not a whole number 1..100000 (or none)")
+        async with self._lock:
+            new = queue not in self._queue_names()
+            data: dict[str, Any] = {
+                "queue": queue,
+                "max_parallel": self.settings.caps.get(queue) if from_config else max_parallel,
+                "source": "config" if from_config else "runtime",
+                "old": self.caps().get(queue),
+                "source_before": self.cap_source(queue),
+            }
+            event = [NewEvent(QUEUE_CHANGED, data)]
+            try:
+                recorded = await self.store.append(DAEMON_STREAM, self._daemon_version, event)
+            except ConcurrencyError:
+                self._daemon_version = (await self.store.read_stream(DAEMON_STREAM))[-1].version
+                recorded = await self.store.append(DAEMON_STREAM, self._daemon_version, event)
+            self._daemon_version = recorded[-1].version
+            if self._fold_queue_changed(data):
+                self._dirty = True
+        return {"queue": self._queue_row(queue), "new": new}
+
+    def _queue_row(self, queue: str) -> dict[str, Any]:
+        """One queue as :meth:`view` shows it."""
+        return {
+            "name": queue,
+            "max_parallel": self.caps().get(queue),
+            "source": self.cap_source(queue),
+            "running": sum(1 for r in self._active.values() if r.queue == queue),
+            "waiting": sum(1 for r in self._waiting.values() if r.queue == queue),
+        }
+
+    def _queue_names(self) -> set[str]:
+        return {
+            *self.settings.caps,
+            *self._runtime_caps,
+            DEFAULT_QUEUE,
+            *(r.queue for r in self._active.values()),
+            *(r.queue for r in self._waiting.values()),
+        }
 
     async def _pass(self) -> None:
         self.passes += 1
@@ -531,7 +641,8 @@ class Scheduler:
         project, name, queue, priority, gpus, after, after_any, held,
         reason, message, created_at), ``gpus`` (index, uuid, name, memory,
         holder: {id, project, name, since} or None, since) and ``queues`` (name,
-        max_parallel, running, waiting)."""
+        max_parallel, source: runtime | config | none, running, waiting;
+        ``default`` always)."""
         waiting = []
         order = [rid for rid in self._last.order if rid in self._waiting]
         order += sorted((r for r in self._waiting if r not in set(order)), key=lambda r: self._waiting[r].order)
@@ -567,16 +678,5 @@ class Scheduler:
                     "since": None if h is None else h.admitted_at,
                 }
             )
-        names = sorted(
-            {*self.settings.caps, *(r.queue for r in self._active.values()), *(r.queue for r in self._waiting.values())}
-        )
-        queues = [
-            {
-                "name": q,
-                "max_parallel": self.settings.caps.get(q),
-                "running": sum(1 for r in self._active.values() if r.queue == q),
-                "waiting": sum(1 for r in self._waiting.values() if r.queue == q),
-            }
-            for q in names
-        ]
+        queues = [self._queue_row(q) for q in sorted(self._queue_names())]
         return {"waiting": waiting, "gpus": gpus, "queues": queues}

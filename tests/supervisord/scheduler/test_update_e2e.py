@@ -145,3 +145,61 @@ def test_update_outputs_match_their_schemas(js: JobsupEnv, repo: Path) -> None:
     for ev in map(json.loads, js.cli("events", rid, "-o", "json").stdout.splitlines()):
         assert not schemas.schema_errors("event", ev), ev
     js.cli("cancel", rid)
+
+
+def _queue_row(js: JobsupEnv, name: str) -> dict[str, Any]:
+    doc = json.loads(js.cli("queue", "-o", "json").stdout)
+    (row,) = [q for q in doc["queues"] if q["name"] == name]
+    return dict(row)
+
+
+def test_queue_set_caps_at_once_outlives_a_restart_and_config_comes_back(js: JobsupEnv, repo: Path) -> None:
+    from supervisord import schemas
+
+    assert _queue_row(js, "default")["source"] == "none"
+    out = js.cli("queue", "set", "capped", "--max-parallel", "1")
+    assert "is new" in out.stderr and "max_parallel 1 (runtime)" in out.stdout, out
+    (ev,) = [
+        e
+        for e in map(json.loads, js.cli("events", "-o", "json").stdout.splitlines())
+        if e["type"] == "QueueChanged" and e["data"]["queue"] == "capped"
+    ]
+    assert ev["run_id"] == "daemon" and ev["data"]["max_parallel"] == 1 and ev["data"]["source_before"] == "none"
+    assert not schemas.schema_errors("event", ev)
+    gate = repo.parent / "gate-capped"
+    first = js.submit(repo, "--name", "c1", "--queue", "capped", "--", f"while [ ! -e {gate} ]; do sleep 0.1; done")
+    _until(lambda: js.show(first)["phase"] == "RUNNING")
+    second = js.submit(repo, "--name", "c2", "--queue", "capped", "--", "true")
+    _until(lambda: js.show(second)["reason"] == "WaitingForSlot")
+    js.stop_daemon()
+    js.start_daemon()
+    row = _queue_row(js, "capped")
+    assert (row["max_parallel"], row["source"], row["running"], row["waiting"]) == (1, "runtime", 1, 1)
+    assert not schemas.schema_errors("queue", json.loads(js.cli("queue", "-o", "json").stdout))
+    table = js.cli("queue").stdout
+    assert "capped" in table and "runtime" in table
+    # Lifting the cap lets the second run start at once.
+    js.cli("queue", "set", "capped", "--max-parallel", "none")
+    js.cli("wait", second, "--timeout", "120s")
+    assert js.show(first)["phase"] == "RUNNING"
+    gate.touch()
+    js.cli("wait", first, "--timeout", "120s")
+    back = json.loads(js.cli("queue", "set", "capped", "--max-parallel", "config", "-o", "json").stdout)
+    assert back["queue"]["source"] == "none" and back["new"] is False
+
+
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (["q1", "--max-parallel", "0"], "--max-parallel"),
+        (["q1", "--max-parallel", "lots"], "--max-parallel"),
+        (["bad/name", "--max-parallel", "2"], "Q"),
+        (["q1"], "--max-parallel"),
+    ],
+)
+def test_queue_set_bad_input_is_one_line_exit_2(js: JobsupEnv, args: list[str], names: str) -> None:
+    r = js.cli("queue", "set", *args, check=False)
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and names in lines[0], r.stderr
+    assert "q1" not in {q["name"] for q in json.loads(js.cli("queue", "-o", "json").stdout)["queues"]}
