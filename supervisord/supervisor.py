@@ -37,8 +37,9 @@ from store import (
     NewEvent,
     RunStatus,
 )
-from supervisord.backends.base import Backend, RunSpec
-from supervisord.events import CANCEL_FAILED, STORAGE_TROUBLE
+from supervisord.backends.base import PAUSED, Backend, Pausable, RunSpec, paused_message
+from supervisord.events import CANCEL_FAILED, RESUMED, STORAGE_TROUBLE
+from supervisord.events import PAUSED as PAUSED_EVENT
 from supervisord.exceptions import (
     BackendError,
     RunInFlightError,
@@ -461,6 +462,48 @@ class Supervisor:
         if not state.done.is_set() and not state.outcome_seen.is_set() and state.scope is not None:
             state.scope.cancel()
         await reporter.phase("CANCELED", reason="Canceled", message="canceled by request", _cancel=True)
+        return await self.get(run_id)
+
+    # -- pause / resume ----------------------------------------------------------
+
+    async def pause(self, run_id: str, *, requested_by: Mapping[str, int] | None = None) -> RunStatus:
+        """Pause a RUNNING run of a backend that can (local): its processes
+        stop, it stays RUNNING with reason ``Paused``, keeps its GPUs, and
+        paused time does not count toward its timeout. Records ``Paused``
+        (``requested_by_uid``/``_pid``). A paused run is returned unchanged.
+        Raises UsageError (not RUNNING, another backend, being canceled),
+        BackendError (the backend could not)."""
+        return await self._pause_or_resume(run_id, True, requested_by)
+
+    async def resume(self, run_id: str, *, requested_by: Mapping[str, int] | None = None) -> RunStatus:
+        """Let a paused run go on: records ``Resumed`` (``paused_s``: that
+        pause's length). A run that is not paused is returned unchanged.
+        Raises as :meth:`pause`."""
+        return await self._pause_or_resume(run_id, False, requested_by)
+
+    async def _pause_or_resume(self, run_id: str, pause: bool, requested_by: Mapping[str, int] | None) -> RunStatus:
+        verb = "paused" if pause else "resumed"
+        status = await self.get(run_id)
+        state = self._runs.get(run_id)
+        backend = self.backends.get(status.backend)
+        if not isinstance(backend, Pausable):
+            raise UsageError(f"run {run_id} is a {status.backend} run: only local runs can be {verb}")
+        if status.phase != "RUNNING" or state is None:
+            raise UsageError(f"run {run_id} is {status.phase}: only a RUNNING run can be {verb}")
+        if state.cancel_requested:
+            raise UsageError(f"run {run_id} is being canceled")
+        if (state.reason == PAUSED) == pause:
+            return status
+        result = await (backend.pause if pause else backend.resume)(state.spec, state.handle)
+        who = {f"requested_by_{k}": v for k, v in (requested_by or {}).items()}
+        reporter = _Reporter(self.store, state)
+        if pause:
+            await reporter.record(PAUSED_EVENT, who)
+            await reporter.phase("RUNNING", reason=PAUSED, message=paused_message(run_id))
+        else:
+            await reporter.record(RESUMED, {"paused_s": float(result.get("last_pause_s") or 0.0), **who})
+            await reporter.phase("RUNNING")
+        log.info(verb, run=run_id)
         return await self.get(run_id)
 
     # -- restart ---------------------------------------------------------------

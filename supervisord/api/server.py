@@ -182,6 +182,14 @@ def create_app(
         run = await supervisor.cancel(run_id, requested_by=_peer(request))
         return JSONResponse({"run": run.to_json()})
 
+    async def pause(request: Request) -> Response:
+        run_id = await supervisor.resolve(request.path_params["ref"])
+        return JSONResponse({"run": (await supervisor.pause(run_id, requested_by=_peer(request))).to_json()})
+
+    async def resume(request: Request) -> Response:
+        run_id = await supervisor.resolve(request.path_params["ref"])
+        return JSONResponse({"run": (await supervisor.resume(run_id, requested_by=_peer(request))).to_json()})
+
     async def logs(request: Request) -> Response:
         return await logs_response(request, supervisor, store)
 
@@ -248,6 +256,8 @@ def create_app(
         Route(f"{p}/runs", api_errors(list_runs), methods=["GET"]),
         Route(f"{p}/runs/{{ref}}", api_errors(show), methods=["GET"]),
         Route(f"{p}/runs/{{ref}}/cancel", api_errors(cancel), methods=["POST"]),
+        Route(f"{p}/runs/{{ref}}/pause", api_errors(pause), methods=["POST"]),
+        Route(f"{p}/runs/{{ref}}/resume", api_errors(resume), methods=["POST"]),
         Route(f"{p}/runs/{{ref}}/logs", api_errors(ends_on_stop(logs, only_when_following=True)), methods=["GET"]),
         Route(f"{p}/wait", api_errors(ends_on_stop(wait)), methods=["GET"]),
         Route(f"{p}/events", api_errors(ends_on_stop(events, only_when_following=True)), methods=["GET"]),

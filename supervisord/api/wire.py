@@ -14,6 +14,8 @@ Endpoints::
     GET  /v1/runs?all=&project=&phase=    {"runs": [Run]}
     GET  /v1/runs/{ref}                   {"run": Run, "submitted": {...}, "hooks": [HookDelivered/HookFailed events]}
     POST /v1/runs/{ref}/cancel            {"run": Run}
+    POST /v1/runs/{ref}/pause             {"run": Run}   (local runs: SIGSTOP, reason Paused)
+    POST /v1/runs/{ref}/resume            {"run": Run}
     GET  /v1/runs/{ref}/logs?after_line=&tail=&limit=&follow=&format=text|ndjson|blocks
                                           plain text by default; see supervisord.api.logs_route
     GET  /v1/wait?run=&for=&after=&timeout=               ndjson {"heartbeat": seq}..., then {"result": WaitResult}

@@ -38,6 +38,8 @@ COMMANDS: Final[dict[str, str]] = {
     "release": "supervisord.cli.queue_cmd:release",
     "rerun": "supervisord.cli.queue_cmd:rerun",
     "update": "supervisord.cli.control_cmd:update",
+    "pause": "supervisord.cli.control_cmd:pause",
+    "resume": "supervisord.cli.control_cmd:resume",
     "ui": "supervisord.cli.ui_cmd:ui",
     "hooks": "supervisord.cli.hooks_cmd:hooks",
     "prune": "supervisord.cli.prune_cmd:prune",

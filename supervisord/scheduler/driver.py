@@ -24,6 +24,9 @@ Events it reads (and what it records, on the run's own stream):
     ``{"queue", "max_parallel", "source", "old", "source_before"}``
     (``jobsup queue set``): a queue's cap set at runtime; it beats the
     daemon config's cap until set again (``source: config`` drops it).
+``Resumed`` (``jobsup resume``)
+    ``{"paused_s": float}``: an admitted run's deadline moves by its pause
+    (a paused run keeps its GPUs and queue slot).
 ``PhaseChanged`` QUEUED
     ``reason`` Held | WaitingForDependency | WaitingForSlot | WaitingForGPUs
     and ``message``: recorded only when they change.
@@ -58,7 +61,7 @@ from store import (
     RecordedEvent,
     StoreError,
 )
-from supervisord.events import QUEUE_CHANGED
+from supervisord.events import QUEUE_CHANGED, RESUMED
 from supervisord.exceptions import (
     AmbiguousRunError,
     RunNotFoundError,
@@ -97,7 +100,7 @@ ADMITTED = "Admitted"
 HELD_EVENT = "Held"
 HOLD_RELEASED = "HoldReleased"
 RESOURCES_FREED = "ResourcesFreed"
-_TYPES = (SUBMITTED, PHASE_CHANGED, ADMITTED, HELD_EVENT, HOLD_RELEASED, RUN_UPDATED, QUEUE_CHANGED)
+_TYPES = (SUBMITTED, PHASE_CHANGED, ADMITTED, HELD_EVENT, HOLD_RELEASED, RUN_UPDATED, QUEUE_CHANGED, RESUMED)
 #: The stream of the daemon's own events (``QueueChanged``): not a run's, so
 #: no run row is ever made of it (a stream without Submitted has none).
 DAEMON_STREAM = "daemon"
@@ -342,6 +345,10 @@ class Scheduler:
             changed = run.held != held
             run.held = held
             return changed
+        if e.type == RESUMED and rid in self._active:
+            # Paused time does not count toward its timeout: its deadline moves.
+            run.deadline += float(e.data.get("paused_s") or 0.0)
+            return False
         if e.type == RUN_UPDATED and rid in self._waiting:
             return run.fold_update(e.data.get("new") or {})
         if e.type == ADMITTED and rid in self._waiting:
