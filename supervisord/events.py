@@ -60,6 +60,7 @@ __all__ = [
     "QUEUE_CHANGED",
     "PAUSED",
     "RESUMED",
+    "CONFIG_RELOADED",
 ]
 
 
@@ -340,5 +341,14 @@ RESUMED: Final = define(
         "paused_s": "*required* float: how long it was paused",
         "requested_by_uid": "int: the API peer's uid",
         "requested_by_pid": "int: the API peer's pid",
+    },
+)
+CONFIG_RELOADED: Final = define(
+    "ConfigReloaded",
+    writer="daemon, on `jobsup daemon reload` (stream `daemon`, not a run's)",
+    data={
+        "changed": "*required* [str]: the config keys that changed (section.key; names only, never values)",
+        "hooks": "*required* {added, removed, changed: [hook name]}",
+        "restart_needed": "[str]: changed keys that take effect only at the next daemon start",
     },
 )

@@ -356,7 +356,15 @@ class Client:
 
     def hooks(self) -> list[dict[str, Any]]:
         """``GET /hooks``: every hook with its checkpoint, lag and last outcome."""
-        return list(self._call("GET", "/hooks")["hooks"])
+        return list(self.hooks_doc()["hooks"])
+
+    def hooks_doc(self) -> dict[str, Any]:
+        """``GET /hooks``: ``{"hooks": [...], "config_changed": [str]}``."""
+        return dict(self._call("GET", "/hooks"))
+
+    def daemon_control(self, action: str, *, restart: bool = False) -> dict[str, Any]:
+        """``POST /daemon/{action}`` (``stop``, with ``restart``; ``reload``)."""
+        return dict(self._call("POST", f"/daemon/{action}", json_body={"restart": restart}, timeout=120.0))
 
 
 def _ndjson(resp: Response) -> Iterator[dict[str, Any]]:

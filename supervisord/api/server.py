@@ -118,6 +118,8 @@ def create_app(
     hooks: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
     retention: Retention | None = None,
     streams: StreamCloser | None = None,
+    config_changed: Callable[[], list[str]] | None = None,
+    daemon_control: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] | None = None,
 ) -> Starlette:
     """Build the API application over a running supervisor and store (and
     the scheduler, whose routes it adds when given): writes go to the
@@ -125,7 +127,10 @@ def create_app(
     lists the hooks with their checkpoints (``GET /v1/hooks``); ``retention``
     answers ``POST /v1/prune``. ``streams`` ends the open streams (logs,
     wait, events) cleanly when the daemon stops
-    (:class:`~supervisord.api.streams.StreamCloser`)."""
+    (:class:`~supervisord.api.streams.StreamCloser`). ``config_changed``
+    says which config files changed since the daemon read them (``GET
+    /v1/hooks`` carries it); ``daemon_control`` answers ``POST
+    /v1/daemon/{stop|reload}``."""
     reads = ReadSide(store)
 
     def ends_on_stop(
@@ -216,7 +221,21 @@ def create_app(
         return JSONResponse({"checks": await doctor()})
 
     async def hooks_route(request: Request) -> Response:
-        return JSONResponse({"hooks": await hooks() if hooks is not None else []})
+        return JSONResponse(
+            {
+                "hooks": await hooks() if hooks is not None else [],
+                "config_changed": config_changed() if config_changed is not None else [],
+            }
+        )
+
+    async def daemon_route(request: Request) -> Response:
+        if daemon_control is None:
+            raise UsageError("this daemon cannot be controlled over the API")
+        try:
+            body: Any = await request.json()
+        except ValueError:
+            body = {}
+        return JSONResponse(await daemon_control(request.path_params["action"], body if isinstance(body, dict) else {}))
 
     async def ui_route(request: Request) -> Response:
         if ui is None:
@@ -263,6 +282,7 @@ def create_app(
         Route(f"{p}/events", api_errors(ends_on_stop(events, only_when_following=True)), methods=["GET"]),
         Route(f"{p}/doctor", api_errors(doctor_route), methods=["GET"]),
         Route(f"{p}/hooks", api_errors(hooks_route), methods=["GET"]),
+        Route(f"{p}/daemon/{{action}}", api_errors(daemon_route), methods=["POST"]),
     ]
     if scheduler is not None:
         routes += scheduler_routes(supervisor=supervisor, scheduler=scheduler, digest_key=planner.digest_key)

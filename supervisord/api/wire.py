@@ -31,7 +31,10 @@ Endpoints::
                                           -> {"runs": [Run], "updated": {id: {"old", "new"}}}
     POST /v1/runs/{ref}/rerun             {"env", "hold", "force"} -> {"run": Run, "rerun_of", "missing_env"}
     GET  /v1/hooks                        {"hooks": [{"name", "kind", "when", "match", "target", "source",
-                                            "checkpoint", "position", "lag", "delivering", "last_outcome"}]}
+                                            "checkpoint", "position", "lag", "delivering", "last_outcome"}],
+                                           "config_changed": [str]}   (config files changed since read)
+    POST /v1/daemon/stop    {"restart"?: bool}  {"pid", "supervised", "systemd"}  (then the daemon stops)
+    POST /v1/daemon/reload                {"changed": [key], "hooks": {added, removed, changed}, "restart_needed"}
 
 A ``Run`` is :meth:`store.RunStatus.to_json` (id, project, name, backend,
 phase, reason, message, exit_code, created_at, updated_at, last_seq, ...).

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from supervisord.cli.output import emit, info, output_option
+from supervisord.cli.output import emit, info, output_option, warn
 from supervisord.cli.reads import connected_client
 
 __all__ = ["hooks"]
@@ -30,7 +30,10 @@ def _last(outcome: dict[str, Any] | None) -> str | None:
 def hooks(output: str) -> None:
     """List the daemon's hooks: checkpoint (last event seq finished with),
     lag (events after it) and the last outcome this daemon recorded."""
-    rows = connected_client().hooks()
+    doc = connected_client().hooks_doc()
+    rows = list(doc["hooks"])
+    for message in doc.get("config_changed") or []:
+        warn(message)
     if output != "table":
         emit(rows, output)
         return

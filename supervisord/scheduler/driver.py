@@ -61,7 +61,7 @@ from store import (
     RecordedEvent,
     StoreError,
 )
-from supervisord.events import QUEUE_CHANGED, RESUMED
+from supervisord.events import CONFIG_RELOADED, QUEUE_CHANGED, RESUMED
 from supervisord.exceptions import (
     AmbiguousRunError,
     RunNotFoundError,
@@ -100,7 +100,17 @@ ADMITTED = "Admitted"
 HELD_EVENT = "Held"
 HOLD_RELEASED = "HoldReleased"
 RESOURCES_FREED = "ResourcesFreed"
-_TYPES = (SUBMITTED, PHASE_CHANGED, ADMITTED, HELD_EVENT, HOLD_RELEASED, RUN_UPDATED, QUEUE_CHANGED, RESUMED)
+_TYPES = (
+    SUBMITTED,
+    PHASE_CHANGED,
+    ADMITTED,
+    HELD_EVENT,
+    HOLD_RELEASED,
+    RUN_UPDATED,
+    QUEUE_CHANGED,
+    RESUMED,
+    CONFIG_RELOADED,
+)
 #: The stream of the daemon's own events (``QueueChanged``): not a run's, so
 #: no run row is ever made of it (a stream without Submitted has none).
 DAEMON_STREAM = "daemon"
@@ -309,6 +319,8 @@ class Scheduler:
         dependency's phase), so the driver's own QUEUED reasons and the
         phases of started runs do not cost a pass."""
         rid = e.run_id
+        if e.type == CONFIG_RELOADED:
+            return True  # the settings changed (Daemon reload)
         if e.type == QUEUE_CHANGED:
             if rid == DAEMON_STREAM:
                 self._daemon_version = max(self._daemon_version, e.version)
@@ -454,16 +466,27 @@ class Scheduler:
                 "old": self.caps().get(queue),
                 "source_before": self.cap_source(queue),
             }
-            event = [NewEvent(QUEUE_CHANGED, data)]
-            try:
-                recorded = await self.store.append(DAEMON_STREAM, self._daemon_version, event)
-            except ConcurrencyError:
-                self._daemon_version = (await self.store.read_stream(DAEMON_STREAM))[-1].version
-                recorded = await self.store.append(DAEMON_STREAM, self._daemon_version, event)
-            self._daemon_version = recorded[-1].version
+            await self._append_daemon_event(QUEUE_CHANGED, data)
             if self._fold_queue_changed(data):
                 self._dirty = True
         return {"queue": self._queue_row(queue), "new": new}
+
+    async def _append_daemon_event(self, etype: str, data: Mapping[str, Any]) -> None:
+        event = [NewEvent(etype, dict(data))]
+        try:
+            recorded = await self.store.append(DAEMON_STREAM, self._daemon_version, event)
+        except ConcurrencyError:
+            self._daemon_version = (await self.store.read_stream(DAEMON_STREAM))[-1].version
+            recorded = await self.store.append(DAEMON_STREAM, self._daemon_version, event)
+        self._daemon_version = recorded[-1].version
+
+    async def record_daemon_event(self, etype: str, data: Mapping[str, Any]) -> None:
+        """Record an event of the daemon's own (ConfigReloaded) on
+        :data:`DAEMON_STREAM` and decide again (the caller changed
+        :attr:`settings` first)."""
+        async with self._lock:
+            await self._append_daemon_event(etype, data)
+            self._dirty = True
 
     def _queue_row(self, queue: str) -> dict[str, Any]:
         """One queue as :meth:`view` shows it."""
