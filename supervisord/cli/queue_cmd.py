@@ -21,12 +21,12 @@ __all__ = ["hold", "queue", "release", "rerun", "scheduling_options", "take_sche
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_SCHED_PARAMS = ("gpus", "queue", "priority", "after", "after_any", "hold")
+_SCHED_PARAMS = ("gpus", "queue", "priority", "after", "after_any", "after_failed", "hold")
 
 
 def scheduling_options(fn: F) -> F:
     """Add ``--gpus N --queue Q --priority P --after RUN… --after-any RUN…
-    --hold`` to a command (their values arrive in its ``**kwargs``; take
+    --after-failed RUN… --hold`` to a command (their values arrive in its ``**kwargs``; take
     them out with :func:`take_scheduling`)."""
     options = [
         click.option("--gpus", type=click.IntRange(min=0), help="Local runs: whole GPUs of this machine (default 0)."),
@@ -37,6 +37,13 @@ def scheduling_options(fn: F) -> F:
         click.option("--after", multiple=True, metavar="RUN", help="Start once RUN is COMPLETED (repeatable)."),
         click.option(
             "--after-any", "after_any", multiple=True, metavar="RUN", help="Start once RUN is terminal (repeatable)."
+        ),
+        click.option(
+            "--after-failed",
+            "after_failed",
+            multiple=True,
+            metavar="RUN",
+            help="Start only if RUN ended ERROR (else CANCELED DependencyFailed; repeatable).",
         ),
         click.option("--hold", is_flag=True, help="Queue the run held; `jobsup release RUN` lets it start."),
     ]

@@ -194,6 +194,7 @@ class _Run:
                 after_any=tuple(s["after_any"]),
                 held=self.held,
                 timeout_s=self.timeout_s,
+                after_failed=tuple(s["after_failed"]),
             )
         return self.cached
 
@@ -262,7 +263,7 @@ class Scheduler:
         self._active[run.run_id] = run
 
     async def _watch_deps(self, run: _Run) -> None:
-        for dep in [*run.sched["after"], *run.sched["after_any"]]:
+        for dep in [*run.sched["after"], *run.sched["after_any"], *run.sched["after_failed"]]:
             if dep not in self._dep_phase:
                 status = await self.store.get_run(dep)
                 self._dep_phase[dep] = status.phase if status is not None else "QUEUED"
@@ -574,7 +575,7 @@ class Scheduler:
                 f"--gpus: asks for {sched['gpus']} GPU{'s' if sched['gpus'] != 1 else ''}, "
                 f"this machine has {total} for jobsup{why}"
             )
-        for key, flag in (("after", "--after"), ("after_any", "--after-any")):
+        for key, flag in (("after", "--after"), ("after_any", "--after-any"), ("after_failed", "--after-failed")):
             ids: list[str] = []
             for ref in sched[key]:
                 try:
@@ -585,8 +586,13 @@ class Scheduler:
                     ids.append(rid)
             sched[key] = ids
         sched["after_any"] = [r for r in sched["after_any"] if r not in sched["after"]]
-        edges = {r.run_id: [*r.sched["after"], *r.sched["after_any"]] for r in self._waiting.values()}
-        edges["(new run)"] = [*sched["after"], *sched["after_any"]]
+        if not sched["after_failed"]:
+            del sched["after_failed"]  # recorded only when given
+        edges = {
+            r.run_id: [*r.sched["after"], *r.sched["after_any"], *r.sched["after_failed"]]
+            for r in self._waiting.values()
+        }
+        edges["(new run)"] = [*sched["after"], *sched["after_any"], *sched.get("after_failed", [])]
         cycle = find_cycle(edges)
         if cycle is not None:
             raise TaskError(f"--after: the dependencies form a cycle: {' -> '.join(cycle)}")

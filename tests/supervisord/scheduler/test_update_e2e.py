@@ -203,3 +203,16 @@ def test_queue_set_bad_input_is_one_line_exit_2(js: JobsupEnv, args: list[str], 
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and names in lines[0], r.stderr
     assert "q1" not in {q["name"] for q in json.loads(js.cli("queue", "-o", "json").stdout)["queues"]}
+
+
+def test_after_failed_starts_only_after_an_error(js: JobsupEnv, repo: Path) -> None:
+    bad = js.submit(repo, "--name", "fails", "--", "exit 3")
+    fix = js.submit(repo, "--name", "fixer", "--after-failed", bad, "--", "echo fixing")
+    good = js.submit(repo, "--name", "passes", "--", "true")
+    skip = js.submit(repo, "--name", "skipped", "--after-failed", good, "--", "echo never")
+    assert js.cli("wait", fix, "--timeout", "120s", check=False).returncode == 0
+    assert js.cli("wait", skip, "--timeout", "120s", check=False).returncode == 3
+    show = js.show(skip)
+    assert show["reason"] == "DependencyFailed" and "--after-failed" in show["message"], show
+    (sub,) = _events(js, fix, "Submitted")
+    assert sub["data"]["scheduling"]["after_failed"] == [bad]
