@@ -285,5 +285,7 @@ def create_app(
         Route(f"{p}/daemon/{{action}}", api_errors(daemon_route), methods=["POST"]),
     ]
     if scheduler is not None:
-        routes += scheduler_routes(supervisor=supervisor, scheduler=scheduler, digest_key=planner.digest_key)
+        routes += scheduler_routes(
+            supervisor=supervisor, scheduler=scheduler, digest_key=planner.digest_key, source_at=planner.source_at
+        )
     return Starlette(routes=routes)

@@ -7,6 +7,7 @@ They talk to the daemon only through :class:`supervisord.api.client.Client`.
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -178,15 +179,32 @@ def release(runs_: tuple[str, ...], output: str) -> None:
 
 @click.command("rerun")
 @click.argument("run")
+@click.argument("command", nargs=-1, metavar="[-- CMD...]")
+@click.option("--rev", help="Run this commit (branch, tag) of the run's repository instead of the recorded one.")
+@click.option(
+    "--with-dependents",
+    is_flag=True,
+    help="Also submit again the runs canceled (DependencyFailed) because RUN failed, after the new run.",
+)
 @click.option(
     "--env", "env_pairs", multiple=True, metavar="K=V", help="A value for one of the run's env names (repeatable)."
 )
 @click.option("--hold", is_flag=True, help="Queue the new run held.")
 @click.option("--force", is_flag=True, help="Submit even if the same project+name has a run in flight.")
-def rerun(run: str, env_pairs: tuple[str, ...], hold: bool, force: bool) -> None:
+def rerun(
+    run: str,
+    command: tuple[str, ...],
+    rev: str | None,
+    with_dependents: bool,
+    env_pairs: tuple[str, ...],
+    hold: bool,
+    force: bool,
+) -> None:
     """Submit RUN's task, commit, effective config and scheduling options again
-    as a new run; print its id. Env values are not stored: each of the run's
-    env names takes its value from --env, else from this environment."""
+    as a new run; print its id (then, with --with-dependents, the id of each
+    dependent submitted again, one a line). Env values are not stored: each
+    of the run's env names takes its value from --env, else from this
+    environment. `-- CMD...` runs another command; --rev another commit."""
     given = parse_env_pairs(env_pairs)
     check_run_refs([run])
     client = connected_client()
@@ -195,10 +213,18 @@ def rerun(run: str, env_pairs: tuple[str, ...], hold: bool, force: bool) -> None
     if unknown:
         warn(f"--env {', '.join(unknown)}: not an env name of run {run}; ignored")
     env = {k: given[k] if k in given else os.environ[k] for k in names if k in given or k in os.environ}
-    result = client.rerun(run, {"env": env, "hold": hold, "force": force})
+    body: dict[str, Any] = {"env": env, "hold": hold, "force": force, "with_dependents": with_dependents}
+    if rev is not None:
+        body["rev"] = rev
+    if command:
+        body["command"] = command[0] if len(command) == 1 else shlex.join(command)
+    result = client.rerun(run, body)
     if result.get("missing_env"):
         warn(
             f"no value for {', '.join(result['missing_env'])} (not in --env or this environment): "
             "the new run starts without them"
         )
     click.echo(result["run"]["id"])
+    for dep in result.get("dependents") or []:
+        info(f"dependent {dep['rerun_of']} submitted again as {dep['run']['id']}")
+        click.echo(dep["run"]["id"])

@@ -216,3 +216,27 @@ def test_after_failed_starts_only_after_an_error(js: JobsupEnv, repo: Path) -> N
     assert show["reason"] == "DependencyFailed" and "--after-failed" in show["message"], show
     (sub,) = _events(js, fix, "Submitted")
     assert sub["data"]["scheduling"]["after_failed"] == [bad]
+
+
+def test_rerun_with_a_new_rev_a_new_command_and_its_dependents(js: JobsupEnv, tmp_path: Path) -> None:
+    import subprocess
+
+    proj = make_repo(tmp_path / "rr", {"v": "1\n"})
+    first = js.submit(proj, "--name", "rr-a", "--", "cat v; exit 1")
+    b = js.submit(proj, "--name", "rr-b", "--after", first, "--", "echo b")
+    c = js.submit(proj, "--name", "rr-c", "--after", b, "--", "echo c")
+    assert js.cli("wait", c, "--timeout", "120s", check=False).returncode == 3
+    (proj / "v").write_text("2\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-C", str(proj)]
+    subprocess.run([*git, "commit", "-qam", "two"], check=True)
+    out = js.cli("rerun", first, "--rev", "main", "--with-dependents", "--", "cat v", cwd=proj)
+    new_a, new_b, new_c = out.stdout.split()
+    assert f"dependent {b} submitted again as {new_b}" in out.stderr, out.stderr
+    js.cli("wait", new_a, new_b, new_c, "--timeout", "120s")
+    assert js.cli("logs", new_a).stdout == "2\n"
+    (sub,) = _events(js, new_c, "Submitted")
+    assert sub["data"]["scheduling"]["after"] == [new_b] and sub["data"]["rerun_of"] == c
+    (sub_a,) = _events(js, new_a, "Submitted")
+    assert sub_a["data"]["command"] == "cat v" and sub_a["data"]["source"]["rev"] == "main"
+    bad = js.cli("rerun", first, "--rev", "no-such-rev", check=False)
+    assert bad.returncode == 2 and "--rev" in bad.stderr and bad.stderr.count("\n") == 1, bad.stderr
