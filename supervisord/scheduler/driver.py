@@ -600,8 +600,9 @@ class Scheduler:
         return out
 
     async def hold(self, run_id: str) -> None:
-        """Hold a queued run (record ``Held``); a no-op for a held one.
-        Raises UsageError when the run is not waiting to start."""
+        """Hold a queued run (record ``Held``) and decide at once; a no-op
+        for a held one. Raises UsageError when the run is not waiting to
+        start."""
         async with self._lock:
             run = self._waiting.get(run_id)
             if run is None:
@@ -609,7 +610,8 @@ class Scheduler:
                 raise UsageError(f"run {run_id} is {status.phase}: only a queued run can be held")
             if not run.held:
                 await self.supervisor.append_event(run_id, HELD_EVENT, {})
-                run.held = self._dirty = True
+                run.held = True
+                await self._pass_now()
 
     async def release(self, run_id: str) -> None:
         """Release a held run (record ``HoldReleased``); a no-op for a queued
@@ -622,7 +624,18 @@ class Scheduler:
             if run.held:
                 await self.supervisor.append_event(run_id, HOLD_RELEASED, {})
                 run.held = False
-                self._dirty = True
+                await self._pass_now()
+
+    async def _pass_now(self) -> None:
+        """Decide at once (the caller holds the lock), so that what a
+        request answers is the state after its change (``hold`` answers
+        QUEUED Held, not the reason from before)."""
+        self._dirty = False
+        try:
+            await self._pass()
+        except BaseException:
+            self._dirty = True  # the loop tries again
+            raise
 
     async def update(self, run_ids: list[str], changes: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         """Change queued runs (``changes``: what
