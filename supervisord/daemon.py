@@ -59,6 +59,7 @@ from supervisord.retention import Retention, RetentionSettings
 from supervisord.scheduler.driver import Scheduler, SchedulerSettings
 from supervisord.scheduler.gpus import inventory as gpu_inventory
 from supervisord.scheduler.rerun import rerun_run
+from supervisord.scheduler.update import parse_changes
 from supervisord.secret import load_digest_key
 from supervisord.submit import Planner
 from supervisord.supervisor import Supervisor
@@ -194,9 +195,12 @@ class Daemon:
         async def queue() -> dict[str, Any]:
             return scheduler.view()
 
+        async def update(run_id: str, changes: Mapping[str, Any]) -> object:
+            return await scheduler.update([run_id], parse_changes(changes))
+
         return UiServer(
             store=store,
-            actions=SupervisorActions(supervisor, store, rerun=rerun, queue=queue),
+            actions=SupervisorActions(supervisor, store, rerun=rerun, queue=queue, update=update),
             state_dir=self.paths.state_dir,
             settings=settings,
             streams=streams,

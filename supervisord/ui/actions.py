@@ -24,7 +24,8 @@ class SupervisorActions:
     records the old run's Submitted data again (same task, commit, recorded
     config) with ``rerun_of`` set. Env values are never stored, so a run
     rerun from the page gets none: the page is for tasks that need none.
-    ``queue`` (when given) returns the scheduler's view.
+    ``queue`` (when given) returns the scheduler's view; ``update`` (when
+    given) is ``jobsup update`` of one run (``{"priority": P}``).
     """
 
     def __init__(
@@ -34,8 +35,10 @@ class SupervisorActions:
         *,
         rerun: Callable[[str], Awaitable[RunStatus]] | None = None,
         queue: Callable[[], Awaitable[Mapping[str, Any]]] | None = None,
+        update: Callable[[str, Mapping[str, Any]], Awaitable[object]] | None = None,
     ) -> None:
         self._supervisor, self._store, self._rerun, self._queue = supervisor, store, rerun, queue
+        self._update = update
 
     async def resolve(self, ref: str) -> str:
         return await self._supervisor.resolve(ref)
@@ -55,3 +58,15 @@ class SupervisorActions:
 
     async def queue(self) -> Mapping[str, Any] | None:
         return await self._queue() if self._queue is not None else None
+
+    async def pause(self, run_id: str) -> RunStatus:
+        return await self._supervisor.pause(run_id)
+
+    async def resume(self, run_id: str) -> RunStatus:
+        return await self._supervisor.resume(run_id)
+
+    async def set_priority(self, run_id: str, priority: int) -> RunStatus:
+        if self._update is None:
+            raise UsageError("this daemon has no scheduler: a run's priority cannot change")
+        await self._update(run_id, {"priority": priority})
+        return await self._supervisor.get(run_id)
