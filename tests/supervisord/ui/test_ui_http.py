@@ -240,3 +240,10 @@ def test_page_buttons_pause_resume_and_priority(js: JobsupEnv, repo: Path) -> No
     refused = client.post(f"/runs/{held}/pause", data={"csrf": token}, headers=origin)
     assert refused.status_code == 400 and "only a RUNNING run can be paused" in refused.text
     js.cli("cancel", run_id, held)
+
+
+def test_events_page_shows_the_daemons_own_events_unlinked(js: JobsupEnv) -> None:
+    js.cli("queue", "set", "pageq", "--max-parallel", "2")
+    client = _login(page_url(js))
+    page = client.get("/events?type=QueueChanged").text
+    assert "QueueChanged" in page and "daemon" in page and 'href="/runs/daemon"' not in page
