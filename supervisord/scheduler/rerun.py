@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from store import SUBMITTED, EventStore, RunStatus
-from supervisord.exceptions import SourceError, TaskError
+from supervisord.exceptions import SourceError, TaskError, UsageError
 from supervisord.scheduler.options import scheduling_of
 from supervisord.secret import env_digest
 from supervisord.supervisor import Supervisor
@@ -29,7 +29,7 @@ from supervisord.supervisor import Supervisor
 if TYPE_CHECKING:
     from supervisord.scheduler.driver import Scheduler
 
-__all__ = ["failed_dependents", "rerun_run", "rerun_submitted"]
+__all__ = ["check_dependencies_alive", "failed_dependents", "rerun_run", "rerun_submitted"]
 
 _DEP_KEYS = ("after", "after_any", "after_failed")
 #: ``(repo, rev) -> a Submitted source`` (supervisord.submit.Planner.source_at).
@@ -98,6 +98,23 @@ async def failed_dependents(store: EventStore, run_id: str) -> list[tuple[str, d
     return out
 
 
+def check_dependencies_alive(old_id: str, after: list[str], statuses: Mapping[str, RunStatus]) -> None:
+    """Refuse a rerun of ``old_id`` that would end ``DependencyFailed`` at
+    once: one of the runs in its ``after`` (full ids; ``statuses`` their
+    run statuses) ended other than COMPLETED. Raises UsageError naming that
+    run and how it ended, with what to do instead."""
+    for dep in after:
+        status = statuses.get(dep)
+        if status is None or not status.terminal or status.phase == "COMPLETED":
+            continue
+        how = status.phase + (f" ({status.reason})" if status.reason else "")
+        raise UsageError(
+            f"rerun {old_id}: it starts after run {dep}, which ended {how}: the new run would end "
+            "CANCELED (DependencyFailed) at once; rerun "
+            f"{dep} first, then submit this task again with --after <that run's id>"
+        )
+
+
 async def rerun_run(
     supervisor: Supervisor,
     scheduler: Scheduler | None,
@@ -117,9 +134,11 @@ async def rerun_run(
     value)``. ``rev``: run that commit of the run's repository instead
     (snapshotted with ``source_at``); ``command``: run this instead;
     ``renamed``: old run id -> its rerun, for the dependencies (``rerun
-    --with-dependents``). Raises what :func:`rerun_submitted`,
-    ``source_at``, :meth:`~supervisord.scheduler.driver.Scheduler.prepare`
-    and :meth:`~supervisord.supervisor.Supervisor.submit` raise (nothing is
+    --with-dependents``). Raises UsageError when a run it starts after
+    ended other than COMPLETED (:func:`check_dependencies_alive`), and
+    what :func:`rerun_submitted`, ``source_at``,
+    :meth:`~supervisord.scheduler.driver.Scheduler.prepare` and
+    :meth:`~supervisord.supervisor.Supervisor.submit` raise (nothing is
     recorded then)."""
     first = await supervisor.store.read_all(0, limit=1, run_id=run_id)
     old = first[0].data if first else {}
@@ -144,6 +163,8 @@ async def rerun_run(
         for key in _DEP_KEYS:
             sched[key] = [renamed.get(d, d) for d in sched.get(key) or []]
         new["scheduling"] = sched
+    after = list(new["scheduling"]["after"])
+    check_dependencies_alive(run_id, after, await supervisor.store.get_runs(after))
     if scheduler is not None:
         new = await scheduler.prepare(new)
     values = {k: v for k, v in env.items() if k in (old.get("env") or {})}
