@@ -25,11 +25,12 @@ import signal
 import socket
 import stat
 import sys
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import click
 import structlog
 
@@ -45,7 +46,9 @@ from supervisord.backends.base import Backend
 from supervisord.backends.kubernetes import KubernetesBackend
 from supervisord.backends.local import LocalBackend
 from supervisord.backends.slurm import SlurmBackend
+from supervisord.config.sources import config_file_path
 from supervisord.config.unimplemented import not_implemented_warnings
+from supervisord.events import CONFIG_RELOADED
 from supervisord.exceptions import ConfigError, DaemonError, JobsupError, UsageError
 from supervisord.health import disk_full_hint, output_space_check, storage_check
 from supervisord.hooks.config import HookSpec, load_hooks
@@ -59,6 +62,7 @@ from supervisord.scheduler.driver import Scheduler, SchedulerSettings
 from supervisord.scheduler.gpus import Inventory
 from supervisord.scheduler.gpus import inventory as gpu_inventory
 from supervisord.scheduler.rerun import rerun_run
+from supervisord.scheduler.update import parse_changes
 from supervisord.secret import load_digest_key
 from supervisord.submit import Planner
 from supervisord.supervisor import Supervisor
@@ -167,6 +171,12 @@ class Daemon:
         self.gpus = gpus
         self.settings: dict[str, Any] = dict(cfg.effective_config(daemon_layer, []).data.get("daemon") or {})
         self._stop = anyio.Event()
+        #: The process's exit code once ``run()`` returns: 75 when a
+        #: ``daemon restart`` asked a daemon under systemd to stop, so that
+        #: systemd (Restart=on-failure) starts it again.
+        self.exit_code = 0
+        self.under_systemd = bool(os.environ.get("NOTIFY_SOCKET"))
+        self.config_files = ConfigFiles.now()
 
     def stop(self) -> None:
         """Ask ``run()`` to shut down."""
@@ -189,9 +199,12 @@ class Daemon:
         async def queue() -> dict[str, Any]:
             return scheduler.view()
 
+        async def update(run_id: str, changes: Mapping[str, Any]) -> object:
+            return await scheduler.update([run_id], parse_changes(changes))
+
         return UiServer(
             store=store,
-            actions=SupervisorActions(supervisor, rerun=rerun, queue=queue),
+            actions=SupervisorActions(supervisor, rerun=rerun, queue=queue, update=update),
             state_dir=self.paths.state_dir,
             settings=settings,
             streams=streams,
@@ -278,9 +291,9 @@ class Daemon:
                 await scheduler.load()
                 tg.start_soon(scheduler.run, name="scheduler")
                 hook_service = HookService(store, self.hooks, user_agent=f"jobsup/{_version()}")
-                tg.start_soon(hook_service.run, name="hooks")
+                hook_scope = await tg.start(_in_scope, hook_service.run, name="hooks")
                 retention = Retention(store, self.paths, retention_settings)
-                tg.start_soon(retention.run, name="retention")
+                retention_scope = await tg.start(_in_scope, retention.run, name="retention")
                 info = {
                     "pid": os.getpid(),
                     "uid": os.getuid(),
@@ -291,6 +304,49 @@ class Daemon:
                     "backends": sorted(backends),
                 }
 
+                async def hooks_status() -> list[dict[str, Any]]:
+                    return await hook_service.status()
+
+                async def reload() -> dict[str, Any]:
+                    nonlocal hook_service, hook_scope, retention_scope
+                    layer, hooks = await anyio.to_thread.run_sync(_reload_config)  # ConfigError: nothing changed
+                    old = cfg.effective_config(self.daemon_layer, []).data
+                    new = cfg.effective_config(layer, []).data
+                    report = config_changes(old, new, self.hooks, hooks)
+                    self.daemon_layer = planner.daemon_layer = layer
+                    self.config_files = ConfigFiles.now()
+                    if any(report["hooks"].values()):
+                        # Each hook resumes from its stored checkpoint.
+                        hook_scope.cancel()
+                        self.hooks = hooks
+                        hook_service = HookService(store, hooks, user_agent=f"jobsup/{_version()}")
+                        hook_scope = await tg.start(_in_scope, hook_service.run, name="hooks")
+                    new_retention = RetentionSettings.from_config(new)
+                    if new_retention != retention.settings:
+                        retention_scope.cancel()
+                        retention.settings = new_retention
+                        retention_scope = await tg.start(_in_scope, retention.run, name="retention")
+                    scheduler.settings = SchedulerSettings.from_config(new)
+                    await scheduler.record_daemon_event(CONFIG_RELOADED, report)
+                    log.info("config reloaded", changed=report["changed"], hooks=report["hooks"])
+                    return report
+
+                async def control(action: str, body: dict[str, Any]) -> dict[str, Any]:
+                    if action == "reload":
+                        return await reload()
+                    if action != "stop":
+                        raise UsageError(f"daemon: unknown action {action!r} (use stop or reload)")
+                    if body.get("restart") and self.under_systemd:
+                        self.exit_code = 75  # Restart=on-failure starts it again
+                    log.info("stopping", requested="restart" if body.get("restart") else "stop")
+
+                    async def later() -> None:
+                        await anyio.sleep(0.05)  # after the answer went out
+                        self._stop.set()
+
+                    tg.start_soon(later)
+                    return {"pid": os.getpid(), "supervised": supervisor.supervised(), "systemd": self.under_systemd}
+
                 async def doctor() -> list[dict[str, Any]]:
                     checks = [
                         {"name": "daemon", "ok": True, "detail": f"pid {os.getpid()} on {self.paths.socket}"},
@@ -299,6 +355,14 @@ class Daemon:
                             output_space_check, self.paths.runs_dir, supervisor.running_local()
                         ),
                     ]
+                    stale = self.config_files.changed()
+                    checks.append(
+                        {
+                            "name": "config",
+                            "ok": True,
+                            "detail": "warning: " + "; ".join(stale) if stale else "as the daemon read it",
+                        }
+                    )
                     checks.append(scheduler.doctor())
                     for backend in backends.values():
                         skip = _doctor_not_applicable(backend.name, self.daemon_layer)
@@ -332,7 +396,9 @@ class Daemon:
                     doctor=doctor,
                     ui=ui,
                     scheduler=scheduler,
-                    hooks=hook_service.status,
+                    hooks=hooks_status,
+                    config_changed=lambda: self.config_files.changed(),
+                    daemon_control=control,
                     retention=retention,
                     streams=streams,
                 )
@@ -504,8 +570,9 @@ def run_daemon() -> None:
     paths = Paths.from_env()
     # Before the event loop and its threads allocate (see supervisord.malloc).
     log.info("malloc.tuned" if tune_malloc() else "malloc.default")
+    daemon = Daemon(paths, layer, hooks, gpus)
     try:
-        anyio.run(Daemon(paths, layer, hooks, gpus).run, backend="asyncio")
+        anyio.run(daemon.run, backend="asyncio")
     except* (JobsupError, StoreError, OSError) as group:
         # One clear line, then exit 1 (never a traceback, never a hang),
         # whether the error came alone or from the daemon's task group. The
@@ -517,3 +584,102 @@ def run_daemon() -> None:
         except OSError:
             pass
         sys.exit(1)
+    if daemon.exit_code:
+        sys.exit(daemon.exit_code)
+
+
+async def _in_scope(
+    fn: Callable[[], Awaitable[None]],
+    *,
+    task_status: anyio.abc.TaskStatus[anyio.CancelScope] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run ``fn`` in a cancel scope of its own, handed to the starter (to
+    stop it alone: a config reload restarts the hooks and retention)."""
+    with anyio.CancelScope() as scope:
+        task_status.started(scope)
+        await fn()
+
+
+def _reload_config() -> tuple[cfg.Layer, list[HookSpec]]:
+    """Read and check the daemon config and the user config's hooks again
+    (blocking: reads files). Raises ConfigError with every error."""
+    layer = cfg.load_daemon_layer()
+    hooks, _gpus = _load_config_and_hooks(layer)  # the GPUs are checked; a change needs a restart
+    return layer, hooks
+
+
+class ConfigFiles:
+    """What the daemon and user config files were when the daemon read
+    them (path -> (size, mtime_ns) or None when absent), to tell when they
+    changed since (``jobsup hooks``, ``doctor``)."""
+
+    def __init__(self, seen: dict[str, tuple[int, int] | None]) -> None:
+        self.seen = seen
+
+    @staticmethod
+    def _stat(path: Path) -> tuple[int, int] | None:
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        return (st.st_size, st.st_mtime_ns)
+
+    @classmethod
+    def now(cls) -> ConfigFiles:
+        """The files as they are now."""
+        seen: dict[str, tuple[int, int] | None] = {}
+        for name in ("daemon", "user"):
+            try:
+                path, _ = config_file_path(name, cwd=None, env=os.environ)
+            except (ConfigError, OSError):
+                continue
+            seen[str(path)] = cls._stat(path)
+        return cls(seen)
+
+    def changed(self) -> list[str]:
+        """One message per file that changed since it was read."""
+        out = []
+        for path, before in self.seen.items():
+            after = self._stat(Path(path))
+            if after != before:
+                what = "was created" if before is None else "was removed" if after is None else "changed"
+                out.append(f"{path} {what} since the daemon read it; `jobsup daemon reload` applies it")
+        return out
+
+
+#: Config keys a reload records but that take effect only at the next start.
+_RESTART_KEYS = ("daemon.synchronous", "daemon.log_level", "scheduler.gpus")
+
+
+def config_changes(
+    old: Mapping[str, Any], new: Mapping[str, Any], old_hooks: list[HookSpec], new_hooks: list[HookSpec]
+) -> dict[str, Any]:
+    """The ConfigReloaded data for going from the effective daemon config
+    ``old`` to ``new`` and hooks ``old_hooks`` to ``new_hooks``:
+    ``{"changed": [dotted keys, two levels deep], "hooks": {"added",
+    "removed", "changed": [hook names]}, "restart_needed": [keys]}``. Keys
+    only, never values (a config may hold secrets)."""
+
+    def flat(doc: Mapping[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in doc.items():
+            if key == "hooks":
+                continue
+            if isinstance(value, Mapping) and value:
+                for sub, v in value.items():
+                    out[f"{key}.{sub}"] = v
+            else:
+                out[str(key)] = value
+        return out
+
+    a, b = flat(old), flat(new)
+    changed = sorted(k for k in {*a, *b} if a.get(k) != b.get(k))
+    before = {h.name: h for h in old_hooks}
+    after = {h.name: h for h in new_hooks}
+    hooks = {
+        "added": sorted(set(after) - set(before)),
+        "removed": sorted(set(before) - set(after)),
+        "changed": sorted(n for n in set(before) & set(after) if before[n] != after[n]),
+    }
+    restart = [k for k in changed if k in _RESTART_KEYS]
+    return {"changed": changed, "hooks": hooks, "restart_needed": restart}

@@ -56,6 +56,11 @@ __all__ = [
     "LOGS_DELETED",
     "RUN_DIR_REMOVED",
     "STORAGE_TROUBLE",
+    "RUN_UPDATED",
+    "QUEUE_CHANGED",
+    "PAUSED",
+    "RESUMED",
+    "CONFIG_RELOADED",
 ]
 
 
@@ -298,5 +303,53 @@ STORAGE_TROUBLE: Final = define(
         "message": "str: the store's error",
         "since": "str: UTC, when writing stopped",
         "resumed_at": "str: UTC, when it worked again",
+    },
+)
+
+# -- control while it runs (`jobsup update`, `queue set`, `pause`/`resume`) --------
+
+RUN_UPDATED: Final = define(
+    "RunUpdated",
+    writer="scheduler, on `jobsup update` of a QUEUED run (supervisord.scheduler.update)",
+    data={
+        "old": "*required* {key: value}: the values before, of the keys that changed",
+        "new": "*required* {key: value}: the values after; keys among priority, gpus, queue, timeout_s",
+    },
+)
+QUEUE_CHANGED: Final = define(
+    "QueueChanged",
+    writer="scheduler, on `jobsup queue set` (stream `daemon`, not a run's)",
+    data={
+        "queue": "*required* str: the queue's name",
+        "max_parallel": "*required* int | None: the cap in force from now (None: no cap)",
+        "source": "*required* runtime | config: set at runtime, or the runtime cap dropped (the config's again)",
+        "old": "int | None: the cap in force before",
+        "source_before": "str: where that cap came from (config | runtime | none)",
+    },
+)
+PAUSED: Final = define(
+    "Paused",
+    writer="supervisor, on `jobsup pause` (the run's process group got SIGSTOP)",
+    data={
+        "requested_by_uid": "int: the API peer's uid",
+        "requested_by_pid": "int: the API peer's pid",
+    },
+)
+RESUMED: Final = define(
+    "Resumed",
+    writer="supervisor, on `jobsup resume` (the run's process group got SIGCONT)",
+    data={
+        "paused_s": "*required* float: how long it was paused",
+        "requested_by_uid": "int: the API peer's uid",
+        "requested_by_pid": "int: the API peer's pid",
+    },
+)
+CONFIG_RELOADED: Final = define(
+    "ConfigReloaded",
+    writer="daemon, on `jobsup daemon reload` (stream `daemon`, not a run's)",
+    data={
+        "changed": "*required* [str]: the config keys that changed (section.key; names only, never values)",
+        "hooks": "*required* {added, removed, changed: [hook name]}",
+        "restart_needed": "[str]: changed keys that take effect only at the next daemon start",
     },
 )

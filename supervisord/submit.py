@@ -23,7 +23,7 @@ import anyio
 
 from supervisord import config as cfg
 from supervisord.envcheck import check_env
-from supervisord.exceptions import ConfigError, TaskError
+from supervisord.exceptions import ConfigError, SourceError, TaskError
 from supervisord.scheduler.options import parse_scheduling
 from supervisord.secret import env_digest, redact
 from supervisord.source import (
@@ -229,6 +229,22 @@ class Planner:
             # Run by the on-done hook when the run ends (supervisord.hooks).
             submitted["on_done"] = list(on_done)
         return Plan(submitted=submitted, env=merged_env, config=data, force=req.force, warnings=warnings)
+
+    async def source_at(self, repo: Path, rev: str) -> dict[str, Any]:
+        """A Submitted ``source`` for commit ``rev`` of ``repo`` (``rerun
+        --rev``): the commit resolved and snapshotted as a submit does.
+        Raises SourceError naming ``--rev``."""
+        if not repo.is_dir():
+            raise SourceError(f"--rev {rev!r}: the run's repository {repo} is not there any more")
+        commit = await anyio.to_thread.run_sync(resolve_commit, repo, rev, limiter=self._git)
+        snapshot = await self._snapshot(repo, commit)
+        return {
+            "repo": str(repo),
+            "rev": rev,
+            "commit": commit,
+            "snapshot_sha256": snapshot.sha256,
+            "snapshot_size": snapshot.size,
+        }
 
     async def _snapshot(self, repo: Path, commit: str) -> Snapshot:
         """:meth:`SnapshotStore.create`, cancellable: ``git archive`` runs

@@ -16,6 +16,7 @@ an error naming the key and the file)::
     priority: 0                 # -1000..1000; higher starts first
     after: [RUN]                # start once these runs are COMPLETED
     after_any: [RUN]            # start once these runs are terminal
+    after_failed: [RUN]         # start only if these runs ended ERROR
 
 CLI flags override the file key by key (``--env`` adds to / replaces keys of
 ``env``).
@@ -62,9 +63,10 @@ _TASK_KEYS = {
     "priority",
     "after",
     "after_any",
+    "after_failed",
 }
 #: The scheduling keys of a task (their checks: supervisord.scheduler.options).
-SCHEDULING_KEYS = ("gpus", "queue", "priority", "after", "after_any")
+SCHEDULING_KEYS = ("gpus", "queue", "priority", "after", "after_any", "after_failed")
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -328,7 +330,7 @@ def _task_from_mapping(
     queue = string("queue")
     if queue is not None:
         scheduling["queue"] = queue
-    for key in ("after", "after_any"):
+    for key in ("after", "after_any", "after_failed"):
         value = doc.get(key)
         if value is None:
             continue

@@ -341,6 +341,24 @@ class Client:
         """``POST /runs/{ref}/release``: the run after the release."""
         return dict(self._call("POST", f"/runs/{ref}/release")["run"])
 
+    def queue_set(self, name: str, max_parallel: int | None, *, from_config: bool = False) -> dict[str, Any]:
+        """``POST /queues/{name}``: ``{"queue": its row of the queue view, "new": bool}``."""
+        body: dict[str, Any] = {"from_config": True} if from_config else {"max_parallel": max_parallel}
+        return dict(self._call("POST", f"/queues/{name}", json_body=body))
+
+    def update(self, refs: list[str], changes: Mapping[str, Any]) -> dict[str, Any]:
+        """``POST /update`` (``changes``: priority, gpus, queue, timeout):
+        ``{"runs": [Run], "updated": {id: {"old", "new"}}}``."""
+        return dict(self._call("POST", "/update", json_body={"runs": list(refs), **dict(changes)}))
+
+    def pause(self, ref: str) -> dict[str, Any]:
+        """``POST /runs/{ref}/pause``: the run after the pause."""
+        return dict(self._call("POST", f"/runs/{ref}/pause")["run"])
+
+    def resume(self, ref: str) -> dict[str, Any]:
+        """``POST /runs/{ref}/resume``: the run after the resume."""
+        return dict(self._call("POST", f"/runs/{ref}/resume")["run"])
+
     def rerun(self, ref: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """``POST /runs/{ref}/rerun`` with ``{"env", "hold", "force"}``:
         ``{"run": Run, "rerun_of": id, "missing_env": [NAME]}``."""
@@ -366,7 +384,15 @@ class Client:
 
     def hooks(self) -> list[dict[str, Any]]:
         """``GET /hooks``: every hook with its checkpoint, lag and last outcome."""
-        return list(self._call("GET", "/hooks")["hooks"])
+        return list(self.hooks_doc()["hooks"])
+
+    def hooks_doc(self) -> dict[str, Any]:
+        """``GET /hooks``: ``{"hooks": [...], "config_changed": [str]}``."""
+        return dict(self._call("GET", "/hooks"))
+
+    def daemon_control(self, action: str, *, restart: bool = False) -> dict[str, Any]:
+        """``POST /daemon/{action}`` (``stop``, with ``restart``; ``reload``)."""
+        return dict(self._call("POST", f"/daemon/{action}", json_body={"restart": restart}, timeout=120.0))
 
 
 def _ndjson(resp: Response) -> Iterator[dict[str, Any]]:

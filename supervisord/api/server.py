@@ -75,6 +75,8 @@ def create_app(
     hooks: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
     retention: Retention | None = None,
     streams: StreamCloser | None = None,
+    config_changed: Callable[[], list[str]] | None = None,
+    daemon_control: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] | None = None,
 ) -> Starlette:
     """Build the API application over a running supervisor and store (and
     the scheduler, whose routes it adds when given): writes go to the
@@ -82,7 +84,10 @@ def create_app(
     lists the hooks with their checkpoints (``GET /v1/hooks``); ``retention``
     answers ``POST /v1/prune``. ``streams`` ends the open streams (logs,
     wait, events) cleanly when the daemon stops
-    (:class:`~supervisord.api.streams.StreamCloser`)."""
+    (:class:`~supervisord.api.streams.StreamCloser`). ``config_changed``
+    says which config files changed since the daemon read them (``GET
+    /v1/hooks`` carries it); ``daemon_control`` answers ``POST
+    /v1/daemon/{stop|reload}``."""
     reads = ReadSide(store)
 
     def ends_on_stop(
@@ -155,6 +160,14 @@ def create_app(
         run = await supervisor.cancel(run_id, requested_by=_peer(request))
         return JSONResponse({"run": run.to_json()})
 
+    async def pause(request: Request) -> Response:
+        run_id = await supervisor.resolve(request.path_params["ref"])
+        return JSONResponse({"run": (await supervisor.pause(run_id, requested_by=_peer(request))).to_json()})
+
+    async def resume(request: Request) -> Response:
+        run_id = await supervisor.resolve(request.path_params["ref"])
+        return JSONResponse({"run": (await supervisor.resume(run_id, requested_by=_peer(request))).to_json()})
+
     async def logs(request: Request) -> Response:
         return await logs_response(request, supervisor, store)
 
@@ -181,7 +194,21 @@ def create_app(
         return JSONResponse({"checks": await doctor()})
 
     async def hooks_route(request: Request) -> Response:
-        return JSONResponse({"hooks": await hooks() if hooks is not None else []})
+        return JSONResponse(
+            {
+                "hooks": await hooks() if hooks is not None else [],
+                "config_changed": config_changed() if config_changed is not None else [],
+            }
+        )
+
+    async def daemon_route(request: Request) -> Response:
+        if daemon_control is None:
+            raise UsageError("this daemon cannot be controlled over the API")
+        try:
+            body: Any = await request.json()
+        except ValueError:
+            body = {}
+        return JSONResponse(await daemon_control(request.path_params["action"], body if isinstance(body, dict) else {}))
 
     async def ui_route(request: Request) -> Response:
         if ui is None:
@@ -221,12 +248,17 @@ def create_app(
         Route(f"{p}/runs", api_errors(list_runs), methods=["GET"]),
         Route(f"{p}/runs/{{ref}}", api_errors(show), methods=["GET"]),
         Route(f"{p}/runs/{{ref}}/cancel", api_errors(cancel), methods=["POST"]),
+        Route(f"{p}/runs/{{ref}}/pause", api_errors(pause), methods=["POST"]),
+        Route(f"{p}/runs/{{ref}}/resume", api_errors(resume), methods=["POST"]),
         Route(f"{p}/runs/{{ref}}/logs", api_errors(ends_on_stop(logs, only_when_following=True)), methods=["GET"]),
         Route(f"{p}/wait", api_errors(ends_on_stop(wait)), methods=["GET"]),
         Route(f"{p}/events", api_errors(ends_on_stop(events, only_when_following=True)), methods=["GET"]),
         Route(f"{p}/doctor", api_errors(doctor_route), methods=["GET"]),
         Route(f"{p}/hooks", api_errors(hooks_route), methods=["GET"]),
+        Route(f"{p}/daemon/{{action}}", api_errors(daemon_route), methods=["POST"]),
     ]
     if scheduler is not None:
-        routes += scheduler_routes(supervisor=supervisor, scheduler=scheduler, digest_key=planner.digest_key)
+        routes += scheduler_routes(
+            supervisor=supervisor, scheduler=scheduler, digest_key=planner.digest_key, source_at=planner.source_at
+        )
     return Starlette(routes=routes)

@@ -16,6 +16,8 @@ Endpoints::
     GET  /v1/runs?all=&project=&phase=    {"runs": [Run]}
     GET  /v1/runs/{ref}                   {"run": Run, "submitted": {...}, "hooks": [HookDelivered/HookFailed events]}
     POST /v1/runs/{ref}/cancel            {"run": Run}
+    POST /v1/runs/{ref}/pause             {"run": Run}   (local runs: SIGSTOP, reason Paused)
+    POST /v1/runs/{ref}/resume            {"run": Run}
     GET  /v1/runs/{ref}/logs?after_line=&tail=&limit=&follow=&format=text|ndjson|blocks
                                           plain text by default; see supervisord.api.logs_route
     GET  /v1/wait?run=&for=&after=&timeout=               ndjson {"heartbeat": seq}..., then {"result": WaitResult}
@@ -25,9 +27,16 @@ Endpoints::
     GET  /v1/queue                        {"waiting": [...], "gpus": [...], "queues": [...]}  (scheduler_routes)
     POST /v1/runs/{ref}/hold              {"run": Run}
     POST /v1/runs/{ref}/release           {"run": Run}
+    POST /v1/queues/{name}                {"max_parallel": int | null, "from_config"?: bool}
+                                          -> {"queue": {name, max_parallel, source, running, waiting}, "new": bool}
+    POST /v1/update                       {"runs": [ref], "priority"?, "gpus"?, "queue"?, "timeout"?}
+                                          -> {"runs": [Run], "updated": {id: {"old", "new"}}}
     POST /v1/runs/{ref}/rerun             {"env", "hold", "force"} -> {"run": Run, "rerun_of", "missing_env"}
     GET  /v1/hooks                        {"hooks": [{"name", "kind", "when", "match", "target", "source",
-                                            "checkpoint", "position", "lag", "delivering", "last_outcome"}]}
+                                            "checkpoint", "position", "lag", "delivering", "last_outcome"}],
+                                           "config_changed": [str]}   (config files changed since read)
+    POST /v1/daemon/stop    {"restart"?: bool}  {"pid", "supervised", "systemd"}  (then the daemon stops)
+    POST /v1/daemon/reload                {"changed": [key], "hooks": {added, removed, changed}, "restart_needed"}
 
 A ``Run`` is :meth:`store.RunStatus.to_json` (id, project, name, backend,
 phase, reason, message, exit_code, created_at, updated_at, last_seq, ...).

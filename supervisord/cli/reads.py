@@ -200,6 +200,13 @@ def show_document(doc: dict[str, Any]) -> dict[str, Any]:
     }
     if sub.get("on_done"):
         full["on_done"] = sub["on_done"]
+    updates = doc.get("updates") or []
+    if updates:
+        # `jobsup update` while queued: the values in force, and each change.
+        for e in updates:
+            if "timeout_s" in (e["data"].get("new") or {}):
+                full["timeout_s"] = e["data"]["new"]["timeout_s"]
+        full["updates"] = [{"seq": e["seq"], "at": e["at"], **e["data"]} for e in updates]
     if doc.get("hooks"):
         full["hooks"] = [{"type": e["type"], "seq": e["seq"], "at": e["at"], **e["data"]} for e in doc["hooks"]]
     return full
@@ -307,6 +314,11 @@ def wait_command(
             result = obj["result"]
     runs_out = result.get("runs") or []
     code = EXIT_WAIT_TIMEOUT if result.get("timed_out") else wait_exit_code(for_, runs_out)
+    never = [r for r in runs_out if r["id"] in (result.get("never") or [])]
+    if never:
+        # A phase before the end, asked of a run that has ended: its own
+        # phase's exit code (COMPLETED: EXIT_OTHER_PHASE, not a success).
+        code = exit_code_for_phase(never[0]["phase"]) or EXIT_OTHER_PHASE
     try:
         if output != "table":
             emit(runs_out, output)
@@ -319,6 +331,8 @@ def wait_command(
         info(f"run {r['id']}: {r['phase']}" + (f" ({r['reason']})" if r.get("reason") else ""))
     if result.get("timed_out"):
         info("wait: timed out")
+    for r in never:
+        info(f"wait: run {r['id']} ended {r['phase']} without being {for_.upper()}: it never will be")
     return code
 
 
@@ -347,10 +361,15 @@ def follow_logs(client: Client, ref: str, *, tail: int | None = None, output: st
     object per line, as ``GET /runs/{ref}/logs?format=ndjson``). When the
     daemon goes away it reconnects and resumes after the last line printed
     (:func:`reconnecting`). Returns the ended run (``{}`` if the stream
-    ended without one); says on stderr how it ended. Raises OSError
+    ended without one); says on stderr why a run still QUEUED waits
+    (``waiting to start: Held``) and how it ended. Raises OSError
     (``EPIPE``: :func:`output_closed`) when stdout's reader has gone,
     also while no line comes (:func:`check_output_open`)."""
     end: dict[str, Any] = {}
+    now = client.show(ref)["run"]
+    if now.get("phase") == "QUEUED" and now.get("reason"):
+        # Nothing to show yet: say why, then follow as it starts.
+        info(f"waiting to start: {now['reason']}" + (f" ({now['message']})" if now.get("message") else ""))
     # The cursor is a line number from the start, also with --tail: the
     # tail's first line is found once (lines are numbered 1..log_lines), so
     # a reconnect resumes from the line reached, never re-applies the tail

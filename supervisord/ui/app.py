@@ -14,6 +14,8 @@ Routes (every one needs the session cookie, see :mod:`supervisord.ui.auth`)::
     GET  /runs/{id}/stream          SSE: "run" (status) and "lines" events
     POST /runs/{id}/cancel          CSRF-checked; 303 to the run's page
     POST /runs/{id}/rerun           CSRF-checked; 303 to the new run's page
+    POST /runs/{id}/pause, /resume  CSRF-checked; 303 to the run's page (a running local run)
+    POST /runs/{id}/priority        CSRF-checked, form ``priority``; 303 to the run's page (a queued run)
     GET  /events                    the audit trail, ?run= &type= &after= paged
     GET  /stream                    SSE of run status changes (the runs page)
     GET  /queue                     waiting runs and GPUs, when the daemon
@@ -100,6 +102,15 @@ class UiActions(Protocol):
 
     async def queue(self) -> Mapping[str, Any] | None:
         """``{"waiting": [...], "gpus": [...]}``, or None without a scheduler."""
+
+    async def pause(self, run_id: str) -> RunStatus:
+        """Pause a running local run; raises JobsupError (UsageError when it cannot be)."""
+
+    async def resume(self, run_id: str) -> RunStatus:
+        """Resume a paused run; raises JobsupError."""
+
+    async def set_priority(self, run_id: str, priority: int) -> RunStatus:
+        """``jobsup update RUN --priority P`` of a queued run; raises JobsupError."""
 
 
 @dataclass(frozen=True)
@@ -394,6 +405,26 @@ def create_ui_app(
         new = await actions.rerun(run_id)
         return RedirectResponse(f"/runs/{new.id}", status_code=303)
 
+    async def pause(request: Request, page: _Page) -> Response:
+        run_id = await actions.resolve(request.path_params["ref"])
+        await actions.pause(run_id)
+        return RedirectResponse(f"/runs/{run_id}", status_code=303)
+
+    async def resume(request: Request, page: _Page) -> Response:
+        run_id = await actions.resolve(request.path_params["ref"])
+        await actions.resume(run_id)
+        return RedirectResponse(f"/runs/{run_id}", status_code=303)
+
+    async def priority(request: Request, page: _Page) -> Response:
+        run_id = await actions.resolve(request.path_params["ref"])
+        raw = (await request.form()).get("priority")
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            raise _BadRequest(f"priority: {raw!r} is not a whole number -1000..1000") from None
+        await actions.set_priority(run_id, value)
+        return RedirectResponse(f"/runs/{run_id}", status_code=303)
+
     # -- events and queue ------------------------------------------------------
 
     async def events_page(request: Request, page: _Page) -> Response:
@@ -422,6 +453,9 @@ def create_ui_app(
         Route("/runs/{ref}/stream", guard(run_stream), methods=["GET"]),
         Route("/runs/{ref}/cancel", guard(cancel, post=True), methods=["POST"]),
         Route("/runs/{ref}/rerun", guard(rerun, post=True), methods=["POST"]),
+        Route("/runs/{ref}/pause", guard(pause, post=True), methods=["POST"]),
+        Route("/runs/{ref}/resume", guard(resume, post=True), methods=["POST"]),
+        Route("/runs/{ref}/priority", guard(priority, post=True), methods=["POST"]),
         Route("/events", guard(events_page), methods=["GET"]),
         Route("/queue", guard(queue_page), methods=["GET"]),
         Mount("/static", app=_Guarded(StaticFiles(directory=str(_HERE / "static")), auth, allowed_hosts)),

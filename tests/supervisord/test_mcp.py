@@ -99,6 +99,12 @@ async def test_tools_listed_with_schemas(js: JobsupEnv, repo: Path) -> None:
         "queue",
         "doctor",
         "triage",
+        "hold",
+        "release",
+        "pause",
+        "resume",
+        "update",
+        "rerun",
     }
     import jsonschema
 
@@ -429,3 +435,24 @@ async def test_cancelled_wait_stops_the_server_side_wait(js: JobsupEnv, repo: Pa
     finally:
         js.cli("cancel", run_id)
         client.close()
+
+
+async def test_control_tools_hold_update_release_pause_resume_rerun(js: JobsupEnv, repo: Path) -> None:
+    async with mcp(js, repo) as s:
+        run = (await call(s, "submit", {"command": "sh sleep.sh", "name": "mcp-ctl", "hold": True}))["run"]
+        held = (await call(s, "hold", {"runs": [run["id"]]}))["runs"][0]
+        assert (held["phase"], held["reason"]) == ("QUEUED", "Held")
+        upd = await call(s, "update", {"runs": [run["id"]], "priority": 9})
+        assert upd["updated"][run["id"]] == {"old": {"priority": 0}, "new": {"priority": 9}}
+        assert "at least one" in await call_error(s, "update", {"runs": [run["id"]]})
+        await call(s, "release", {"runs": [run["id"]]})
+        await call(s, "wait", {"runs": [run["id"]], "for": "RUNNING", "timeout_s": 60})
+        paused = (await call(s, "pause", {"runs": [run["id"]]}))["runs"][0]
+        assert paused["reason"] == "Paused"
+        assert (await call(s, "resume", {"runs": [run["id"]]}))["runs"][0]["reason"] is None
+        assert "only a queued run can be held" in await call_error(s, "hold", {"runs": [run["id"]]})
+        await call(s, "cancel", {"runs": [run["id"]]})
+        again = await call(s, "rerun", {"run": run["id"], "command": "echo again"})
+        assert again["rerun_of"] == run["id"] and again["dependents"] == []
+        done = await call(s, "wait", {"runs": [again["run"]["id"]], "timeout_s": 60})
+        assert done["outcome"] == "met" and done["exit_code"] == 0

@@ -85,6 +85,15 @@ argv or run folder. A job that deliberately reads that key file (or, where
 ptrace is allowed, the runner's memory) could forge a status, as it could
 call the API; that is out of scope.
 
+Pause (``jobsup pause``): SIGUSR1 to the runner stops the job (SIGSTOP to
+its process group and every descendant) and SIGUSR2 lets it go on
+(SIGCONT); the runner itself keeps running, reading output and writing its
+status, which carries ``"pausable": true`` (a runner that takes these
+signals), ``"paused": bool``, ``"paused_s"`` (the total, seconds) and
+``"last_pause_s"``. Paused time does not count toward the timeout: the
+deadline moves by each pause's length. A cancel of a paused job sends
+SIGTERM then SIGCONT, so the job can act on it.
+
 SIGTERM to the runner is a cancel: the group gets SIGTERM, then SIGKILL after
 the grace period, and the final status is written only once no process of the
 group remains. As child subreaper the runner also stops processes that left
@@ -677,14 +686,21 @@ class _Runner:
     def __init__(self, run_dir: str, spec: dict[str, Any]) -> None:
         self.run_dir = run_dir
         self.spec = spec
-        self.base: dict[str, Any] = {"runner_pid": os.getpid(), "runner_start": proc_start_time(os.getpid())}
+        self.base: dict[str, Any] = {
+            "runner_pid": os.getpid(),
+            "runner_start": proc_start_time(os.getpid()),
+            "pausable": True,
+        }
         self.cancel_requested = False
+        self.want_paused = False
         self.status_file = _StatusWriter(spec["status_path"], bytes.fromhex(spec["status_key"]))
         self.output: _Output
         rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.wake_r = rfd
         signal.set_wakeup_fd(wfd)
         signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGUSR1, self._on_pause)
+        signal.signal(signal.SIGUSR2, self._on_resume)
         # SIGCHLD must have a handler for the wakeup fd to see it.
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -692,6 +708,12 @@ class _Runner:
 
     def _on_term(self, signum: int, frame: object) -> None:
         self.cancel_requested = True
+
+    def _on_pause(self, signum: int, frame: object) -> None:
+        self.want_paused = True
+
+    def _on_resume(self, signum: int, frame: object) -> None:
+        self.want_paused = False
 
     def status(self, **fields: Any) -> None:
         """A step's status; a failed write is left for the next step (the
@@ -772,6 +794,8 @@ class _Runner:
                     os.close(rfd)
                     for sig in (
                         signal.SIGTERM,
+                        signal.SIGUSR1,
+                        signal.SIGUSR2,
                         signal.SIGCHLD,
                         signal.SIGINT,
                         signal.SIGHUP,
@@ -812,19 +836,42 @@ class _Runner:
         kill_at: float | None = None
         output = self.output
         restored_at = time.monotonic()
+        paused_at: float | None = None
         code = _reap(child)
         while code is None:
             now = time.monotonic()
             if outcome is None and self.cancel_requested:
                 outcome = "Canceled"
-            if outcome is None and now >= deadline:
+            if outcome is None and paused_at is None and self.want_paused:
+                _signal_tree(pgid, signal.SIGSTOP)
+                paused_at = now
+                self.base["paused"] = True
+                self.status(state="running")
+            elif paused_at is not None and (not self.want_paused or outcome is not None):
+                if outcome is None:
+                    _signal_tree(pgid, signal.SIGCONT)
+                # Paused time does not count toward the timeout.
+                deadline += now - paused_at
+                self.base.update(
+                    paused=False,
+                    last_pause_s=round(now - paused_at, 3),
+                    paused_s=round(float(self.base.get("paused_s") or 0.0) + now - paused_at, 3),
+                )
+                paused_at = None
+                self.status(state="running")
+                if outcome is not None:
+                    # Stopped processes act on SIGTERM only once continued.
+                    _signal_tree(pgid, signal.SIGTERM)
+                    _signal_tree(pgid, signal.SIGCONT)
+                    kill_at = now + grace
+            if outcome is None and paused_at is None and now >= deadline:
                 outcome = "DeadlineExceeded"
             if outcome is not None and kill_at is None:
                 _signal_tree(pgid, signal.SIGTERM)
                 kill_at = now + grace
             if kill_at is not None and now >= kill_at:
                 _signal_tree(pgid, signal.SIGKILL)
-            wake = [t for t in (deadline if outcome is None else None, kill_at) if t is not None]
+            wake = [t for t in (deadline if outcome is None and paused_at is None else None, kill_at) if t is not None]
             # SIGCHLD and SIGTERM wake the select through the wakeup fd; the
             # cap bounds how long a missed wake-up, or a status file changed
             # by something else (restored below), could go unnoticed.
@@ -846,6 +893,9 @@ class _Runner:
                 code = _reap(child)
                 self.status_file.restore()
                 restored_at = now
+        if paused_at is not None:  # the shell was killed from outside while paused
+            _signal_tree(pgid, signal.SIGCONT)
+            self.base["paused"] = False
         # The run is over when its shell exits: stop everything it left
         # behind — its process group, and any descendant that left the group
         # (setsid, double fork): as child subreaper the runner inherits those
