@@ -48,7 +48,7 @@ from supervisord.exceptions import (
     RunNotFoundError,
     UsageError,
 )
-from supervisord.lifecycle import PHASE_RANK, RunPhase, decide
+from supervisord.lifecycle import PHASE_RANK, RunPhase, decide, reached
 from supervisord.paths import Paths
 from supervisord.readside import resolve_run_id
 from supervisord.scheduler.update import RUN_UPDATED, apply_updates
@@ -683,7 +683,7 @@ class Supervisor:
         removed: list[str] = []
         for run_id in await anyio.to_thread.run_sync(find):
             state = self._runs.get(run_id)
-            if state is not None and not state.handle and state.phase in ("QUEUED", "SCHEDULING"):
+            if state is not None and not state.handle and not reached(state.phase, "STAGING"):
                 continue  # still to start: its values are in that file only
             self._remove_pending(run_id)
             removed.append(run_id)
