@@ -49,6 +49,7 @@ from supervisord.lifecycle import PHASE_RANK, RunPhase, decide
 from supervisord.paths import Paths
 from supervisord.readside import resolve_run_id
 from supervisord.source import SnapshotStore
+from supervisord.world import with_after_outputs, world_fields
 
 __all__ = ["Supervisor", "SubmitResult", "PHASE_RANK", "MAX_LINES_PER_EVENT"]
 
@@ -368,6 +369,7 @@ class Supervisor:
                             return  # ended while queued
                         if state.extra_env:
                             spec = state.spec = dataclasses.replace(spec, env={**spec.env, **state.extra_env})
+                        spec = state.spec = await with_after_outputs(self.store, spec)
                         handle = await backend.start(spec, reporter)
                         self._remove_pending(spec.run_id)
                         # The env values were for the start only: keep none in memory.
@@ -534,6 +536,7 @@ class Supervisor:
             manifest=str(submitted["manifest"]) if submitted.get("manifest") else None,
             env_digests=_env_digests(submitted),
             umask=str(submitted["umask"]) if submitted.get("umask") else None,
+            **world_fields(run_id, submitted, env),
         )
 
     # -- scheduling (driven by supervisord.scheduler) ------------------------------

@@ -16,6 +16,7 @@ an error naming the key and the file)::
     priority: 0                 # -1000..1000; higher starts first
     after: [RUN]                # start once these runs are COMPLETED
     after_any: [RUN]            # start once these runs are terminal
+    links: {data: ~/datasets/x} # local runs: symlinks in the snapshot (supervisord.links)
 
 CLI flags override the file key by key (``--env`` adds to / replaces keys of
 ``env``).
@@ -62,6 +63,7 @@ _TASK_KEYS = {
     "priority",
     "after",
     "after_any",
+    "links",
 }
 #: The scheduling keys of a task (their checks: supervisord.scheduler.options).
 SCHEDULING_KEYS = ("gpus", "queue", "priority", "after", "after_any")
@@ -86,6 +88,8 @@ class Task:
     path: Path | None = None
     #: ``gpus``, ``queue``, ``priority``, ``after``, ``after_any`` as given (checked by the daemon).
     scheduling: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: ``links:`` as written: path in the snapshot -> target (resolved by the daemon at submit).
+    links: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def with_overrides(
         self,
@@ -307,6 +311,9 @@ def _task_from_mapping(doc: Mapping[Any, Any], p: Path, *, env_as_written: Mappi
             raise TaskError(f"{p}: `{key}` must be a list of run ids")
         scheduling[key] = list(value)
     name = string("name")
+    from supervisord.links import check_links_shape
+
+    links = check_links_shape(doc.get("links"), where=f"{p}: `links`")
     return Task(
         name=check_name(name, what=f"{p}: `name`") if name is not None else None,
         run=string("run"),
@@ -317,4 +324,5 @@ def _task_from_mapping(doc: Mapping[Any, Any], p: Path, *, env_as_written: Mappi
         manifest=manifest,
         path=p.resolve(),
         scheduling=scheduling,
+        links=links,
     )
