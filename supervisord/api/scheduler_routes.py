@@ -3,7 +3,7 @@
     GET  /v1/queue                  {"waiting": [...], "gpus": [...], "queues": [...]}
     POST /v1/runs/{ref}/hold        {"run": Run}
     POST /v1/runs/{ref}/release     {"run": Run}
-    POST /v1/runs/{ref}/rerun       {"env": {NAME: value}, "hold": bool, "force": bool}
+    POST /v1/runs/{ref}/rerun       {"env": {NAME: value}, "shell_env"?: {NAME: value}, "hold": bool, "force": bool}
                                     -> {"run": Run, "rerun_of": id, "missing_env": [NAME]}
 
 The queue document is :meth:`supervisord.scheduler.driver.Scheduler.view`.
@@ -53,7 +53,14 @@ def scheduler_routes(*, supervisor: Supervisor, scheduler: Scheduler, digest_key
         run_id = await supervisor.resolve(request.path_params["ref"])
         env = body.get("env") or {}
         run, missing = await rerun_run(
-            supervisor, scheduler, digest_key, run_id, env, hold=bool(body.get("hold")), force=bool(body.get("force"))
+            supervisor,
+            scheduler,
+            digest_key,
+            run_id,
+            env,
+            hold=bool(body.get("hold")),
+            force=bool(body.get("force")),
+            shell_env=body.get("shell_env"),
         )
         return JSONResponse({"run": run.to_json(), "rerun_of": run_id, "missing_env": missing}, status_code=201)
 

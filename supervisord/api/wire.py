@@ -23,7 +23,9 @@ Endpoints::
     GET  /v1/queue                        {"waiting": [...], "gpus": [...], "queues": [...]}  (scheduler_routes)
     POST /v1/runs/{ref}/hold              {"run": Run}
     POST /v1/runs/{ref}/release           {"run": Run}
-    POST /v1/runs/{ref}/rerun             {"env", "hold", "force"} -> {"run": Run, "rerun_of", "missing_env"}
+    POST /v1/runs/{ref}/rerun             {"env", "shell_env"?, "hold", "force"} -> {"run": Run, "rerun_of", "missing_env"}
+    GET  /v1/runs/{ref}/outputs           the run's outputs folder and files (supervisord.outputs.query)
+    POST /v1/which     {"sha256": [hex]}  {"files": [{"sha256", "runs": [...]}]} (supervisord.outputs.query)
     GET  /v1/hooks                        {"hooks": [{"name", "kind", "when", "match", "target", "source",
                                             "checkpoint", "position", "lag", "delivering", "last_outcome"}]}
 

@@ -37,6 +37,8 @@ COMMANDS: Final[dict[str, str]] = {
     "hold": "supervisord.cli.queue_cmd:hold",
     "release": "supervisord.cli.queue_cmd:release",
     "rerun": "supervisord.cli.queue_cmd:rerun",
+    "outputs": "supervisord.cli.outputs_cmd:outputs",
+    "which": "supervisord.cli.outputs_cmd:which",
     "ui": "supervisord.cli.ui_cmd:ui",
     "hooks": "supervisord.cli.hooks_cmd:hooks",
     "prune": "supervisord.cli.prune_cmd:prune",

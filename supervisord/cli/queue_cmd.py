@@ -128,7 +128,8 @@ def release(runs_: tuple[str, ...], output: str) -> None:
 def rerun(run: str, env_pairs: tuple[str, ...], hold: bool, force: bool) -> None:
     """Submit RUN's task, commit, effective config and scheduling options again
     as a new run; print its id. Env values are not stored: each of the run's
-    env names takes its value from --env, else from this environment."""
+    env names takes its value from --env, else from this environment; a
+    local run started from its shell's environment starts from this one."""
     given = parse_env_pairs(env_pairs)
     check_run_refs([run])
     client = connected_client()
@@ -137,7 +138,9 @@ def rerun(run: str, env_pairs: tuple[str, ...], hold: bool, force: bool) -> None
     if unknown:
         warn(f"--env {', '.join(unknown)}: not an env name of run {run}; ignored")
     env = {k: given[k] if k in given else os.environ[k] for k in names if k in given or k in os.environ}
-    result = client.rerun(run, {"env": env, "hold": hold, "force": force})
+    from supervisord.shellenv import capture
+
+    result = client.rerun(run, {"env": env, "shell_env": capture(), "hold": hold, "force": force})
     if result.get("missing_env"):
         warn(
             f"no value for {', '.join(result['missing_env'])} (not in --env or this environment): "

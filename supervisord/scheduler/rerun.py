@@ -4,7 +4,11 @@ The new run gets the recorded run's task (command, name, backend, timeout,
 manifest), source (commit and snapshot), effective config and scheduling
 options. Env values are never recorded: the client sends values for the
 names it could fill (from its environment or ``--env``); a name without a
-value is left out of the new run and reported back.
+value is left out of the new run and reported back. A local run that
+started from the submitting shell's environment (``local.env_from:
+submitter``) reruns from the environment of the shell that runs
+``rerun`` (``shell_env``), or from the daemon's when the caller sent none
+(the web page).
 """
 
 from __future__ import annotations
@@ -17,12 +21,13 @@ from store import RunStatus
 from supervisord.exceptions import SourceError, TaskError
 from supervisord.scheduler.options import scheduling_of
 from supervisord.secret import env_digest
+from supervisord.shellenv import DEFAULT_ENV_FROM, check_shell_env, shell_env_digest
 from supervisord.supervisor import Supervisor
 
 if TYPE_CHECKING:
     from supervisord.scheduler.driver import Scheduler
 
-__all__ = ["rerun_run", "rerun_submitted"]
+__all__ = ["rerun_env_from", "rerun_run", "rerun_submitted"]
 
 
 def rerun_submitted(
@@ -33,6 +38,7 @@ def rerun_submitted(
     digest_key: bytes,
     snapshot_exists: bool,
     hold: bool = False,
+    shell_env: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """The Submitted data of a rerun of ``old_id`` (whose Submitted data is
     ``old``) with ``env`` values, and the recorded env names that ``env``
@@ -54,9 +60,22 @@ def rerun_submitted(
     sched["hold"] = hold
     new["scheduling"] = sched
     new["env"] = env_digest(values, digest_key)
+    new.pop("shell_env", None)
+    if old.get("backend") == "local":
+        from_shell = rerun_env_from(old) == "submitter" and shell_env is not None
+        new["env_from"] = "submitter" if from_shell else "daemon"
+        if from_shell and shell_env is not None:
+            new["shell_env"] = shell_env_digest(shell_env, digest_key)
     new["rerun_of"] = old_id
     new["submitted_by_uid"] = os.getuid()
     return new, missing
+
+
+def rerun_env_from(old: Mapping[str, Any]) -> str:
+    """``local.env_from`` of a recorded run's effective config (its default
+    for a run recorded before the key)."""
+    local = (old.get("config") or {}).get("local") or {}
+    return str(local.get("env_from") or DEFAULT_ENV_FROM) if isinstance(local, Mapping) else DEFAULT_ENV_FROM
 
 
 async def rerun_run(
@@ -68,16 +87,19 @@ async def rerun_run(
     *,
     hold: bool = False,
     force: bool = False,
+    shell_env: Any = None,
 ) -> tuple[RunStatus, list[str]]:
     """Submit a rerun of ``run_id`` (a full id) with the ``env`` values the
-    caller could fill: ``(the new run, the env names left without a
-    value)``. Raises what :func:`rerun_submitted`,
+    caller could fill and the caller's ``shell_env`` (a local run's
+    environment when it started from the submitting shell's; None: the
+    daemon's): ``(the new run, the env names left without a value)``. Raises what :func:`rerun_submitted`,
     :meth:`~supervisord.scheduler.driver.Scheduler.prepare` and
     :meth:`~supervisord.supervisor.Supervisor.submit` raise (nothing is
     recorded then)."""
     first = await supervisor.store.read_all(0, limit=1, run_id=run_id)
     old = first[0].data if first else {}
     sha = str((old.get("source") or {}).get("snapshot_sha256") or "")
+    shell = check_shell_env(shell_env) if shell_env is not None else None
     new, missing = rerun_submitted(
         run_id,
         old,
@@ -85,9 +107,12 @@ async def rerun_run(
         digest_key=digest_key,
         snapshot_exists=bool(sha) and supervisor.snapshots.path_for(sha).exists(),
         hold=hold,
+        shell_env=shell,
     )
     if scheduler is not None:
         new = await scheduler.prepare(new)
     values = {k: v for k, v in env.items() if k in (old.get("env") or {})}
+    if new.get("env_from") == "submitter" and shell is not None:
+        values = {**shell, **values}
     run = await supervisor.submit(new, env=values, config=None, force=force)
     return run, missing
