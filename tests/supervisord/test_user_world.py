@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from supervisord import schemas
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.daemon]
@@ -231,6 +232,11 @@ def test_outputs_recorded_and_which(js: JobsupEnv, repo: Path, tmp_path: Path) -
     assert _wait(js, run_id)["phase"] == "COMPLETED"
     doc = _outputs(js, run_id)
     assert doc["state"] == "recorded"
+    schemas.validate("outputs", doc)
+    for line in js.cli("events", run_id, "-o", "json").stdout.splitlines():
+        schemas.validate("event", json.loads(line))
+    # The outputs are listed on the page's run view.
+    assert "ckpt/model.bin" in _page_html(js, run_id)
     model = Path(doc["dir"]) / "ckpt" / "model.bin"
     files = {f["path"]: f for f in doc["files"]}
     assert set(files) == {"a.txt", "ckpt/model.bin"}
@@ -241,6 +247,7 @@ def test_outputs_recorded_and_which(js: JobsupEnv, repo: Path, tmp_path: Path) -
     copy = tmp_path / "model-copy.bin"
     copy.write_bytes(model.read_bytes())
     w = js.cli("which", str(copy), "-o", "json")
+    schemas.validate("which", json.loads(w.stdout))
     found = json.loads(w.stdout)["files"][0]["runs"]
     assert [m["run"] for m in found] == [run_id]
     assert found[0]["path"] == "ckpt/model.bin" and len(found[0]["commit"]) == 40
