@@ -271,3 +271,14 @@ def test_shell_env_checks_and_digests() -> None:
     digests = shell_env_digest({"B": "secret", "A": "\udcff latin-1 bytes"}, b"k" * 32)
     assert list(digests) == ["A", "B"] and all(d.startswith("hmac-sha256:") for d in digests.values())
     assert "secret" not in str(digests)
+
+
+def test_only_local_runs_with_env_from_submitter_take_the_shell() -> None:
+    from supervisord.submit import _shell_env
+
+    sent = {"PATH": "/venv/bin"}
+    assert _shell_env("local", {}, sent) == sent
+    assert _shell_env("local", {"local": {"env_from": "submitter"}}, sent) == sent
+    assert _shell_env("local", {"local": {"env_from": "daemon"}}, sent) is None
+    assert _shell_env("kubernetes", {}, sent) is None  # never for Kubernetes
+    assert _shell_env("local", {}, None) is None  # a client that sent none

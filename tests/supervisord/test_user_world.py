@@ -268,3 +268,24 @@ def test_an_outputs_dir_others_can_write_is_refused(js: JobsupEnv, repo: Path, t
     r = js.cli("submit", "--", "true", cwd=repo, check=False)
     assert r.returncode == 2 and "local.outputs_dir" in r.stderr and "writable by other users" in r.stderr
     assert json.loads(js.cli("runs", "--all", "-o", "json").stdout) == []
+
+
+def test_rerun_takes_the_environment_of_the_shell_that_runs_it(js: JobsupEnv, repo: Path) -> None:
+    first = js.cli("submit", "--", "bash", "env.sh", cwd=repo, extra_env={"MY_SETTING": "first"}).stdout.strip()
+    _wait(js, first)
+    again = js.cli("rerun", first, extra_env={"MY_SETTING": "second"}).stdout.strip()
+    assert _wait(js, again)["phase"] == "COMPLETED"
+    assert "setting=second" in _logs(js, again)
+    shown = js.show(again)
+    assert shown["env_from"] == "submitter" and "MY_SETTING" in shown["shell_env"]
+    assert shown["shell_env"]["MY_SETTING"] != js.show(first)["shell_env"]["MY_SETTING"]
+
+
+def test_prune_never_removes_outputs(js: JobsupEnv, repo: Path) -> None:
+    run_id = js.cli("submit", "--", "bash", "-c", 'echo kept > "$JOBSUP_OUTPUT_DIR/result.txt"', cwd=repo).stdout
+    run_id = run_id.strip()
+    _wait(js, run_id)
+    doc = _outputs(js, run_id)
+    js.cli("prune", "--older-than", "0s", "--run-dirs")
+    assert not (js.state_dir / "runs" / run_id).exists()  # the run's snapshot folder went
+    assert (Path(doc["dir"]) / "result.txt").read_text() == "kept\n"
