@@ -23,7 +23,16 @@ from typing import Any, Final
 import anyio
 import structlog
 
-from store import PHASE_CHANGED, TERMINAL_PHASES, Checkpoint, EventStore, NewEvent, RecordedEvent
+from store import (
+    PHASE_CHANGED,
+    TERMINAL_PHASES,
+    Checkpoint,
+    EventStore,
+    NewEvent,
+    RecordedEvent,
+    StoreClosedError,
+    StoreError,
+)
 from supervisord.events import OUTPUTS_RECORDED
 from supervisord.outputs import run_outputs_dir
 from supervisord.outputs.manifest import scan
@@ -37,6 +46,7 @@ CHECKPOINT: Final = "outputs"
 _BATCH: Final = 200
 #: Without a run ending, the checkpoint moves at most once per this many seqs.
 _SAVE_EVERY: Final = 10_000
+_RESTART_S: Final = 5.0
 
 
 class OutputsRecorder:
@@ -50,20 +60,31 @@ class OutputsRecorder:
         self.recorded = 0
 
     async def run(self) -> None:
-        """Follow the log from the checkpoint, forever (cancel to stop)."""
-        cursor = self._saved = await self.store.get_checkpoint(CHECKPOINT) or 0
+        """Follow the log from the checkpoint, forever (cancel to stop);
+        after an unexpected error (logged) start again from the checkpoint
+        a few seconds later; return when the store closes."""
         while True:
-            events = await self.store.wait_for_events(cursor, types=[PHASE_CHANGED], limit=_BATCH)
-            cursor = await self.handle(events, cursor)
+            try:
+                cursor = self._saved = await self.store.get_checkpoint(CHECKPOINT) or 0
+                while True:
+                    events = await self.store.wait_for_events(cursor, types=[PHASE_CHANGED], limit=_BATCH)
+                    cursor = await self.handle(events, cursor)
+            except StoreClosedError:
+                return
+            except Exception:
+                log.exception("outputs.recorder_failed", restart_in_s=_RESTART_S)
+                await anyio.sleep(_RESTART_S)
 
     _saved = 0
 
     async def handle(self, events: Sequence[RecordedEvent], cursor: int) -> int:
         """List the outputs of the runs that ``events`` (PhaseChanged, in
         seq order) end; return the seq handled up to. The checkpoint moves
-        with each ``OutputsRecorded``, and after a batch that ended runs
-        (other phase changes move it only now and then: going over them
-        again after a restart records nothing)."""
+        with each ``OutputsRecorded`` (one transaction), so a run at or
+        before it is listed, and one after it is not yet: going over the
+        events after it again after a restart lists each run once. Without
+        a listing it moves only now and then (every ``_SAVE_EVERY`` seqs).
+        One run whose listing fails (logged) does not stop the others."""
         ends = {e.seq for e in events if e.data.get("phase") in TERMINAL_PHASES}
         firsts = await self.store.first_events({e.run_id for e in events if e.seq in ends}) if ends else {}
         for event in events:
@@ -77,6 +98,16 @@ class OutputsRecorder:
             data = await self._scan(event.run_id, folder)
             if data is None:
                 continue
+            await self._append(event, data)
+        if cursor - self._saved >= _SAVE_EVERY:
+            await self.store.save_checkpoint(Checkpoint(CHECKPOINT, cursor))
+            self._saved = cursor
+        return cursor
+
+    async def _append(self, event: RecordedEvent, data: dict[str, Any]) -> None:
+        """Record ``OutputsRecorded`` for ``event``'s run, the checkpoint moved
+        to ``event`` in the same transaction (a storage hiccup is waited out)."""
+        try:
             await self.store.append(
                 event.run_id,
                 None,
@@ -84,13 +115,14 @@ class OutputsRecorder:
                 checkpoint=Checkpoint(CHECKPOINT, event.seq),
                 wait_for_storage=True,
             )
-            self._saved = max(self._saved, event.seq)
-            self.recorded += 1
-            log.info("outputs recorded", run=event.run_id, files=data["total_files"], bytes=data["total_bytes"])
-        if cursor > self._saved and (ends or cursor - self._saved >= _SAVE_EVERY):
-            await self.store.save_checkpoint(Checkpoint(CHECKPOINT, cursor))
-            self._saved = cursor
-        return cursor
+        except StoreClosedError:
+            raise
+        except StoreError as err:  # e.g. a listing too large to record: logged, the others go on
+            log.error("outputs not recorded", run=event.run_id, error=str(err))
+            return
+        self._saved = max(self._saved, event.seq)
+        self.recorded += 1
+        log.info("outputs recorded", run=event.run_id, files=data["total_files"], bytes=data["total_bytes"])
 
     async def _scan(self, run_id: str, folder: Path) -> dict[str, Any] | None:
         """:func:`scan` of ``folder`` in a worker thread; a cancel (the
