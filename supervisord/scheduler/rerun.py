@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from store import RunStatus
-from supervisord.exceptions import SourceError, TaskError
+from supervisord.exceptions import SourceError, TaskError, UsageError
 from supervisord.scheduler.options import scheduling_of
 from supervisord.secret import env_digest
 from supervisord.shellenv import DEFAULT_ENV_FROM, check_shell_env, shell_env_digest
@@ -27,7 +27,7 @@ from supervisord.supervisor import Supervisor
 if TYPE_CHECKING:
     from supervisord.scheduler.driver import Scheduler
 
-__all__ = ["rerun_env_from", "rerun_run", "rerun_submitted"]
+__all__ = ["check_dependencies_alive", "rerun_env_from", "rerun_run", "rerun_submitted"]
 
 
 def rerun_submitted(
@@ -78,6 +78,23 @@ def rerun_env_from(old: Mapping[str, Any]) -> str:
     return str(local.get("env_from") or DEFAULT_ENV_FROM) if isinstance(local, Mapping) else DEFAULT_ENV_FROM
 
 
+def check_dependencies_alive(old_id: str, after: list[str], statuses: Mapping[str, RunStatus]) -> None:
+    """Refuse a rerun of ``old_id`` that would end ``DependencyFailed`` at
+    once: one of the runs in its ``after`` (full ids; ``statuses`` their
+    run statuses) ended other than COMPLETED. Raises UsageError naming that
+    run and how it ended, with what to do instead."""
+    for dep in after:
+        status = statuses.get(dep)
+        if status is None or not status.terminal or status.phase == "COMPLETED":
+            continue
+        how = status.phase + (f" ({status.reason})" if status.reason else "")
+        raise UsageError(
+            f"rerun {old_id}: it starts after run {dep}, which ended {how}: the new run would end "
+            "CANCELED (DependencyFailed) at once; rerun "
+            f"{dep} first, then submit this task again with --after <that run's id>"
+        )
+
+
 async def rerun_run(
     supervisor: Supervisor,
     scheduler: Scheduler | None,
@@ -92,7 +109,9 @@ async def rerun_run(
     """Submit a rerun of ``run_id`` (a full id) with the ``env`` values the
     caller could fill and the caller's ``shell_env`` (a local run's
     environment when it started from the submitting shell's; None: the
-    daemon's): ``(the new run, the env names left without a value)``. Raises what :func:`rerun_submitted`,
+    daemon's): ``(the new run, the env names left without a value)``.
+    Raises UsageError when a run it starts after ended other than
+    COMPLETED (:func:`check_dependencies_alive`), and what :func:`rerun_submitted`,
     :meth:`~supervisord.scheduler.driver.Scheduler.prepare` and
     :meth:`~supervisord.supervisor.Supervisor.submit` raise (nothing is
     recorded then)."""
@@ -109,6 +128,8 @@ async def rerun_run(
         hold=hold,
         shell_env=shell,
     )
+    after = list(new["scheduling"]["after"])
+    check_dependencies_alive(run_id, after, await supervisor.store.get_runs(after))
     if scheduler is not None:
         new = await scheduler.prepare(new)
     values = {k: v for k, v in env.items() if k in (old.get("env") or {})}
