@@ -17,6 +17,7 @@ an error naming the key and the file)::
     after: [RUN]                # start once these runs are COMPLETED
     after_any: [RUN]            # start once these runs are terminal
     after_failed: [RUN]         # start only if these runs ended ERROR
+    links: {data: ~/datasets/x} # local runs: symlinks in the snapshot (supervisord.links)
 
 CLI flags override the file key by key (``--env`` adds to / replaces keys of
 ``env``).
@@ -64,6 +65,7 @@ _TASK_KEYS = {
     "after",
     "after_any",
     "after_failed",
+    "links",
 }
 #: The scheduling keys of a task (their checks: supervisord.scheduler.options).
 SCHEDULING_KEYS = ("gpus", "queue", "priority", "after", "after_any", "after_failed")
@@ -88,6 +90,8 @@ class Task:
     path: Path | None = None
     #: ``gpus``, ``queue``, ``priority``, ``after``, ``after_any`` as given (checked by the daemon).
     scheduling: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: ``links:`` as written: path in the snapshot -> target (resolved by the daemon at submit).
+    links: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def with_overrides(
         self,
@@ -344,6 +348,9 @@ def _task_from_mapping(
 
     parse_scheduling(scheduling, names={key: f"{p}: `{key}`" for key in SCHEDULING_KEYS})
     name = string("name")
+    from supervisord.links import check_links_shape
+
+    links = check_links_shape(doc.get("links"), where=f"{p}: `links`")
     return Task(
         name=check_name(name, what=f"{p}: `name`") if name is not None else None,
         run=string("run"),
@@ -354,4 +361,5 @@ def _task_from_mapping(
         manifest=manifest,
         path=p.resolve(),
         scheduling=scheduling,
+        links=links,
     )

@@ -14,7 +14,11 @@ Keys::
     local: {kill_grace_s: int > 0, shell: str,
             max_log_bytes: int > 0      stop recording a run's output past this many bytes (LogsTruncated)
             keep_log_files: bool        keep the run's output.log whole (default: its recorded
-                                        ranges are freed, hole-punched, once committed)}
+                                        ranges are freed, hole-punched, once committed)
+            env_from: submitter | daemon   whose environment a run starts from (default submitter:
+                                        the shell that ran submit; supervisord.shellenv)
+            outputs_dir: str            where runs' output folders go (default
+                                        $XDG_DATA_HOME/jobsup/outputs; supervisord.outputs)}
     kubernetes:
       context: str                      unset = the kubeconfig's current context
       namespace: DNS-1123 label
@@ -212,6 +216,8 @@ CONFIG_SCHEMA: dict[str, Any] = {
                 "shell": _STR,
                 "max_log_bytes": _POS_INT,
                 "keep_log_files": {"type": "boolean"},
+                "env_from": {"enum": ["submitter", "daemon"]},
+                "outputs_dir": _STR,
             },
         },
         "kubernetes": {

@@ -69,6 +69,7 @@ from store import (
 from supervisord.api.query import int_param
 from supervisord.api.streams import StreamCloser
 from supervisord.exceptions import JobsupError, RunNotFoundError, UsageError
+from supervisord.outputs.query import run_outputs
 from supervisord.ui.auth import COOKIE_NAME, SESSION_TTL_S, UiAuth
 
 __all__ = ["HEARTBEAT_S", "PAGE_RUNS", "TAIL_LINES", "UiActions", "create_ui_app"]
@@ -347,6 +348,7 @@ def create_ui_app(
             timeline=await timeline(run_id, run), after_seq=run.last_seq,
             config_yaml=_pretty(facts["submitted"].get("config")),
             handle_json=_pretty(run.handle), env_names=sorted(facts["submitted"].get("env") or {}),
+            outputs=await run_outputs(store, run_id),
         )  # fmt: skip
 
     async def run_lines(request: Request, page: _Page) -> Response:
