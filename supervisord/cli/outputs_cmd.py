@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from supervisord.cli.output import emit, info, output_option, warn
+from supervisord.cli.output import echo, emit, info, output_option, warn
 from supervisord.cli.reads import connected_client
 from supervisord.exceptions import UsageError
 from supervisord.runref import check_run_refs
@@ -39,7 +39,7 @@ def outputs(run: str, path_only: bool, output: str) -> None:
     if path_only:
         if not doc.get("dir"):
             raise UsageError(f"run {doc['run']} has no outputs folder (only local runs have one)")
-        click.echo(doc["dir"])
+        echo(doc["dir"])
         return
     if output != "table":
         emit(doc, output)
