@@ -53,7 +53,7 @@ from supervisord.malloc import tune_malloc
 from supervisord.ownership import check_state_dir, remove_snapshot_leftovers
 from supervisord.paths import Paths
 from supervisord.retention import Retention, RetentionSettings
-from supervisord.scheduler.driver import Scheduler, SchedulerSettings
+from supervisord.scheduler.driver import Scheduler, SchedulerSettings, with_capacity
 from supervisord.scheduler.gpus import inventory as gpu_inventory
 from supervisord.scheduler.rerun import rerun_run
 from supervisord.secret import load_digest_key
@@ -61,6 +61,7 @@ from supervisord.submit import Planner
 from supervisord.supervisor import Supervisor
 from supervisord.ui import UiServer
 from supervisord.ui.actions import SupervisorActions
+from supervisord.usage.sampler import usage_sampler
 
 __all__ = ["STOP_GRACE_S", "Daemon", "run_daemon", "sd_notify"]
 
@@ -246,9 +247,15 @@ class Daemon:
                 daemon_config = cfg.effective_config(self.daemon_layer, []).data
                 gpus = await anyio.to_thread.run_sync(gpu_inventory, (daemon_config.get("scheduler") or {}).get("gpus"))
                 reattached = await supervisor.reattach_all()
-                scheduler = Scheduler(store, supervisor, gpus, SchedulerSettings.from_config(daemon_config))
+                sampler = usage_sampler(store, supervisor, daemon_config, gpus)
+                settings = with_capacity(
+                    SchedulerSettings.from_config(daemon_config), daemon_config, enforcement=sampler.enforcement
+                )
+                scheduler = Scheduler(store, supervisor, gpus, settings)
+                scheduler.gpu_notes = sampler.foreign_gpu_notes
                 await scheduler.load()
                 tg.start_soon(scheduler.run, name="scheduler")
+                tg.start_soon(sampler.run, name="usage")
                 hook_service = HookService(store, self.hooks, user_agent=f"jobsup/{_version()}")
                 tg.start_soon(hook_service.run, name="hooks")
                 retention = Retention(store, self.paths, RetentionSettings.from_config(daemon_config))
@@ -269,6 +276,7 @@ class Daemon:
                         storage_check(store, await store.last_seq()),
                     ]
                     checks.append(scheduler.doctor())
+                    checks.append(sampler.doctor())
                     for backend in backends.values():
                         skip = _doctor_not_applicable(backend.name, self.daemon_layer)
                         if skip is not None:
@@ -304,6 +312,7 @@ class Daemon:
                     hooks=hook_service.status,
                     retention=retention,
                     streams=streams,
+                    usage=sampler.snapshot,
                 )
                 inflight = InFlight(app)
                 config = uvicorn.Config(

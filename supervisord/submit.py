@@ -162,6 +162,11 @@ class Planner:
             raise TaskError(f"--backend: {backend!r} is not a backend; use one of {', '.join(BACKENDS)}")
         if backend != "local" and scheduling["gpus"]:
             raise TaskError(f"--gpus: only local runs get GPUs from jobsup; {SHAPE_FLAGS_GPUS_HINT}")
+        for key, flag in (("memory_bytes", "--memory"), ("cpus", "--cpus")):
+            if backend != "local" and scheduling[key] is not None:
+                raise TaskError(
+                    f"{flag}: only local runs take limits from jobsup; for Kubernetes set them in the manifest"
+                )
         context = (data.get("kubernetes") or {}).get("context") if backend == "kubernetes" else None
         cfg.check_allowed(effective, backend, context)
         if backend == "local":

@@ -28,6 +28,7 @@ from supervisord.api.logs_route import logs_response
 from supervisord.api.query import flag_param, float_param, int_param
 from supervisord.api.scheduler_routes import scheduler_routes
 from supervisord.api.streams import StreamCloser
+from supervisord.api.usage_routes import usage_routes
 from supervisord.api.wire import API_PREFIX
 from supervisord.exceptions import UsageError
 from supervisord.health import storage_json
@@ -118,6 +119,7 @@ def create_app(
     hooks: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
     retention: Retention | None = None,
     streams: StreamCloser | None = None,
+    usage: Callable[[], dict[str, Any]] | None = None,
 ) -> Starlette:
     """Build the API application over a running supervisor and store (and
     the scheduler, whose routes it adds when given): writes go to the
@@ -125,7 +127,8 @@ def create_app(
     lists the hooks with their checkpoints (``GET /v1/hooks``); ``retention``
     answers ``POST /v1/prune``. ``streams`` ends the open streams (logs,
     wait, events) cleanly when the daemon stops
-    (:class:`~supervisord.api.streams.StreamCloser`)."""
+    (:class:`~supervisord.api.streams.StreamCloser`). ``usage`` answers
+    ``GET /v1/top`` (the usage sampler's live view)."""
     reads = ReadSide(store)
 
     def ends_on_stop(
@@ -254,6 +257,8 @@ def create_app(
         Route(f"{p}/doctor", api_errors(doctor_route), methods=["GET"]),
         Route(f"{p}/hooks", api_errors(hooks_route), methods=["GET"]),
     ]
+    if usage is not None:
+        routes += usage_routes(usage)
     if scheduler is not None:
         routes += scheduler_routes(supervisor=supervisor, scheduler=scheduler, digest_key=planner.digest_key)
     return Starlette(routes=routes)

@@ -21,12 +21,12 @@ __all__ = ["hold", "queue", "release", "rerun", "scheduling_options", "take_sche
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_SCHED_PARAMS = ("gpus", "queue", "priority", "after", "after_any", "hold")
+_SCHED_PARAMS = ("gpus", "queue", "priority", "after", "after_any", "hold", "memory", "cpus")
 
 
 def scheduling_options(fn: F) -> F:
     """Add ``--gpus N --queue Q --priority P --after RUN… --after-any RUN…
-    --hold`` to a command (their values arrive in its ``**kwargs``; take
+    --hold --memory SIZE --cpus N`` to a command (their values arrive in its ``**kwargs``; take
     them out with :func:`take_scheduling`)."""
     options = [
         click.option("--gpus", type=click.IntRange(min=0), help="Local runs: whole GPUs of this machine (default 0)."),
@@ -39,6 +39,10 @@ def scheduling_options(fn: F) -> F:
             "--after-any", "after_any", multiple=True, metavar="RUN", help="Start once RUN is terminal (repeatable)."
         ),
         click.option("--hold", is_flag=True, help="Queue the run held; `jobsup release RUN` lets it start."),
+        click.option(
+            "--memory", metavar="SIZE", help="Local runs: memory limit of the whole process tree (16G, 512M)."
+        ),
+        click.option("--cpus", metavar="N", help="Local runs: CPUs it needs (and may use), e.g. 2 or 0.5."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -70,6 +74,8 @@ def queue(output: str) -> None:
         emit(doc["waiting"], "table", columns=_WAIT_COLUMNS)
     else:
         info("no run is waiting")
+    reservation = doc.get("reservation") or {}
+    reserved = set(reservation.get("gpus") or [])
     if doc["gpus"]:
         click.echo("")
         rows = [
@@ -77,7 +83,11 @@ def queue(output: str) -> None:
                 "index": g["index"],
                 "uuid": g["uuid"],
                 "name": g["name"],
-                "holder": f"{g['holder']['id']} ({g['holder']['name']})" if g["holder"] else "free",
+                "holder": f"{g['holder']['id']} ({g['holder']['name']})"
+                if g["holder"]
+                else f"free, reserved for {reservation['run_id']}"
+                if g["index"] in reserved
+                else "free",
                 "since": g["holder"]["since"] if g["holder"] else None,
             }
             for g in doc["gpus"]
@@ -85,6 +95,11 @@ def queue(output: str) -> None:
         emit(rows, "table", columns=_GPU_COLUMNS)
     else:
         info("no GPUs are managed by this daemon (see `jobsup doctor`)")
+    if reservation:
+        click.echo("")
+        click.echo(reservation["message"])
+    for note in doc.get("notes") or []:
+        warn(note)
 
 
 def _hold_or_release(action: str, runs_: tuple[str, ...], output: str) -> None:

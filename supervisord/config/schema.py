@@ -14,7 +14,9 @@ Keys::
     local: {kill_grace_s: int > 0, shell: str,
             max_log_bytes: int > 0      stop recording a run's output past this many bytes (LogsTruncated)
             keep_log_files: bool        keep the run's output.log whole (default: its recorded
-                                        ranges are freed, hole-punched, once committed)}
+                                        ranges are freed, hole-punched, once committed)
+            usage_interval_s: number    daemon-only: sample running local runs' CPU, memory
+                                        and GPU memory this often (default 5)}
     kubernetes:
       context: str                      unset = the kubeconfig's current context
       namespace: DNS-1123 label
@@ -43,6 +45,8 @@ Keys::
       gpus: auto | [int >= 0 | str]     GPU indices or UUIDs (default auto)
       queues: {<name>: {max_parallel: int > 0}}
       cpu_runs_see_gpus: bool
+      memory: SIZE (16G) | int bytes   what --memory claims come out of (default: the machine's)
+      cpus: number > 0                  what --cpus claims come out of (default: the machine's)
 """
 
 from __future__ import annotations
@@ -142,6 +146,8 @@ CONFIG_SCHEMA: dict[str, Any] = {
                 "shell": _STR,
                 "max_log_bytes": _POS_INT,
                 "keep_log_files": {"type": "boolean"},
+                # daemon-only: how often running local runs are sampled (CPU, memory, GPU memory)
+                "usage_interval_s": {"type": "number", "minimum": 0.5, "maximum": 3600},
             },
         },
         "kubernetes": {
@@ -218,6 +224,9 @@ CONFIG_SCHEMA: dict[str, Any] = {
                     },
                 },
                 "cpu_runs_see_gpus": {"type": "boolean"},
+                # the capacity --memory / --cpus claims come out of (default: the machine's)
+                "memory": {"anyOf": [{"type": "integer", "minimum": 1048576}, _STR]},
+                "cpus": {"type": "number", "exclusiveMinimum": 0},
             },
         },
     },

@@ -4,7 +4,8 @@ checked and normalised into the ``scheduling`` mapping of the Submitted event.
 ``scheduling`` (recorded with every run)::
 
     {"gpus": int >= 0, "queue": str, "priority": -1000..1000,
-     "after": [run id], "after_any": [run id], "hold": bool}
+     "after": [run id], "after_any": [run id], "hold": bool,
+     "memory_bytes": int | None, "cpus": float | None}
 
 The ids are full run ids once the daemon resolved them
 (:meth:`supervisord.scheduler.driver.Scheduler.prepare`).
@@ -18,6 +19,7 @@ from typing import Any
 
 from supervisord.exceptions import TaskError
 from supervisord.runref import is_run_ref, normalize_run_ref
+from supervisord.usage.limits import parse_cpus, parse_memory
 
 __all__ = ["DEFAULT_QUEUE", "PRIORITY_MAX", "PRIORITY_MIN", "QUEUE_NAME", "parse_scheduling", "scheduling_of"]
 
@@ -56,8 +58,9 @@ def _refs(value: Any, flag: str) -> list[str]:
 
 def parse_scheduling(task: Mapping[str, Any], *, hold: bool = False) -> dict[str, Any]:
     """The ``scheduling`` mapping from a submit request's ``task`` object
-    (keys ``gpus``, ``queue``, ``priority``, ``after``, ``after_any``; each
-    may be absent or null) and the ``--hold`` flag. Dependency refs are
+    (keys ``gpus``, ``queue``, ``priority``, ``after``, ``after_any``,
+    ``memory`` (``16G``), ``cpus``; each may be absent or null) and the
+    ``--hold`` flag. Dependency refs are
     lower-cased and de-duplicated but not resolved. Raises TaskError naming
     the flag."""
     gpus = 0 if task.get("gpus") is None else _int(task.get("gpus"), "--gpus")
@@ -79,7 +82,18 @@ def parse_scheduling(task: Mapping[str, Any], *, hold: bool = False) -> dict[str
     after_any = [r for r in _refs(task.get("after_any"), "--after-any") if r not in after]
     if not isinstance(hold, bool):
         raise TaskError(f"--hold: must be true or false, got {hold!r}")
-    return {"gpus": gpus, "queue": queue, "priority": priority, "after": after, "after_any": after_any, "hold": hold}
+    memory = None if task.get("memory") is None else parse_memory(task.get("memory"))
+    cpus = None if task.get("cpus") is None else parse_cpus(task.get("cpus"))
+    return {
+        "gpus": gpus,
+        "queue": queue,
+        "priority": priority,
+        "after": after,
+        "after_any": after_any,
+        "hold": hold,
+        "memory_bytes": memory,
+        "cpus": cpus,
+    }
 
 
 def scheduling_of(submitted: Mapping[str, Any]) -> dict[str, Any]:
@@ -94,4 +108,6 @@ def scheduling_of(submitted: Mapping[str, Any]) -> dict[str, Any]:
         "after": [str(r) for r in sched.get("after") or []],
         "after_any": [str(r) for r in sched.get("after_any") or []],
         "hold": bool(sched.get("hold")),
+        "memory_bytes": int(sched["memory_bytes"]) if sched.get("memory_bytes") else None,
+        "cpus": float(sched["cpus"]) if sched.get("cpus") else None,
     }

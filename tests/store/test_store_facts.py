@@ -56,7 +56,9 @@ async def test_times_placement_and_usage_are_on_the_run(store: EventStore) -> No
 
 async def test_facts_rebuild_identically_and_old_runs_have_defaults(store: EventStore, db_path: Path) -> None:
     await store.append("r1", 0, [submitted()])  # recorded before scheduling existed
-    await store.append("r2", 0, [_submitted_with_scheduling(), phase("RUNNING"), NewEvent("ResourceUsage", {"cpu_s": 1})])
+    await store.append(
+        "r2", 0, [_submitted_with_scheduling(), phase("RUNNING"), NewEvent("ResourceUsage", {"cpu_s": 1})]
+    )
     await store.append("r3", 0, [NewEvent("ResourceUsage", {"cpu_s": 1})])  # no Submitted: no facts
     old = await store.get_run("r1")
     assert old is not None and (old.queue, old.priority, old.gpus, old.after, old.usage) == (None, None, [], [], None)

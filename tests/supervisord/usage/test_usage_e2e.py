@@ -1,0 +1,142 @@
+"""What a run used, end to end: the real daemon and CLI, real local jobs
+sampled with a short ``local.usage_interval_s``; a job past its ``--memory``
+is stopped ERROR ``OOMKilled`` and nothing else is touched."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.supervisord.jobsup_env import JobsupEnv, make_repo
+
+pytestmark = pytest.mark.timeout(180)
+
+# Allocates MB megabytes in a child that left the job's session (setsid), so
+# only the environment marker / the subreaper ties it to the run; then sleeps.
+HOG = (
+    "import os, sys, time\n"
+    "mb, secs = int(sys.argv[1]), float(sys.argv[2])\n"
+    "if len(sys.argv) > 3 and os.fork() == 0:\n"
+    "    os.setsid()\n"
+    "    block = bytearray(mb << 20)\n"
+    "    for i in range(0, len(block), 4096): block[i] = 1\n"
+    "    time.sleep(secs)\n"
+    "    os._exit(0)\n"
+    "x = sum(i * i for i in range(200000))\n"
+    "time.sleep(secs)\n"
+)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "proj", {"hog.py": HOG})
+
+
+def _daemon(js: JobsupEnv) -> None:
+    js.daemon_config("local:\n  usage_interval_s: 0.5\n")
+    js.start_daemon()
+
+
+def _wait_terminal(js: JobsupEnv, run_id: str) -> dict[str, Any]:
+    js.cli("wait", run_id, "--timeout", "120s", check=False)
+    return js.show(run_id)
+
+
+def _events(js: JobsupEnv, run_id: str, type_: str) -> list[dict[str, Any]]:
+    out = js.cli("events", run_id, "-o", "json").stdout
+    events = [json.loads(line) for line in out.splitlines() if line.strip()]
+    return [e for e in events if e["type"] == type_]
+
+
+def test_times_placement_and_usage_on_the_run(js: JobsupEnv, repo: Path) -> None:
+    _daemon(js)
+    rid = js.submit(repo, "--name", "u", "--priority", "3", "--", f"{sys.executable} hog.py 30 2 child")
+    run = _wait_terminal(js, rid)
+    assert run["phase"] == "COMPLETED", run
+    assert run["started_at"] and run["ended_at"] and run["started_at"] <= run["ended_at"]
+    assert run["elapsed_s"] >= 1.5 and run["queue"] == "default" and run["priority"] == 3 and run["gpus"] == []
+    usage = run["usage"]
+    # the setsid child's 30 MB count: the whole tree, not the job's group only
+    assert usage["max_rss_bytes"] >= 30 << 20, usage
+    assert usage["cpu_s"] > 0
+    records = _events(js, rid, "ResourceUsage")
+    assert records[-1]["data"]["final"] is True and not any(r["data"]["final"] for r in records[:-1])
+    assert len(records) == 2  # one while it ran (at most one a minute) and one at its end
+    table = js.cli("runs").stdout
+    assert "STARTED" in table and "ELAPSED" in table and "GPUS" in table
+    shown = js.cli("show", rid).stdout
+    assert "elapsed_s:" in shown and "max_rss:" in shown
+
+
+def test_over_memory_is_oomkilled_and_nothing_else_is_touched(js: JobsupEnv, repo: Path) -> None:
+    _daemon(js)
+    # a process of ours, not the run's, with the same command: never touched
+    bystander = subprocess.Popen([sys.executable, str(repo / "hog.py"), "1", "60"])
+    try:
+        ok = js.submit(repo, "--name", "ok", "--memory", "200M", "--", f"{sys.executable} hog.py 5 1")
+        big = js.submit(repo, "--name", "big", "--memory", "64M", "--", f"{sys.executable} hog.py 150 60 child")
+        run = _wait_terminal(js, big)
+        assert (run["phase"], run["reason"]) == ("ERROR", "OOMKilled"), run
+        assert "over its --memory limit of 64M" in run["message"] and "bytes" in run["message"]
+        assert run["usage"]["max_rss_bytes"] > 64 << 20
+        assert _wait_terminal(js, ok)["phase"] == "COMPLETED"
+        assert bystander.poll() is None
+        admitted = _events(js, big, "Admitted")[0]["data"]
+        assert admitted["limits"] == {"memory_bytes": 64 << 20, "cpus": None, "enforcement": "sampler"}
+        doctor = json.loads(js.cli("doctor", "-o", "json", check=False).stdout)
+        usage = next(c for c in doctor if c["name"] == "usage")
+        assert "enforced by the daemon sampler" in usage["detail"]
+    finally:
+        bystander.send_signal(signal.SIGKILL)
+        bystander.wait()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--memory", "0"), "--memory: must be more than 0"),
+        (("--memory", "10XB"), "--memory: '10XB' is not a memory size"),
+        (("--memory", "100T"), "--memory: asks for 100T, this machine has"),
+        (("--cpus", "4096"), "--cpus: asks for 4096, this machine has"),
+        (("--cpus", "-1"), "--cpus: must be more than 0"),
+    ],
+)
+def test_bad_limits_are_one_error_and_record_nothing(
+    js: JobsupEnv, repo: Path, args: tuple[str, ...], needle: str
+) -> None:
+    if js.daemon is None:
+        js.start_daemon()
+    r = js.cli("submit", *args, "--", "true", cwd=repo, check=False)
+    assert r.returncode == 2, r
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], r.stderr
+    assert json.loads(js.cli("runs", "--all", "-o", "json").stdout) == []
+
+
+def test_top_shows_running_runs(js: JobsupEnv, repo: Path) -> None:
+    _daemon(js)
+    rid = js.submit(repo, "--name", "t", "--", f"{sys.executable} hog.py 20 30 child")
+    deadline = time.monotonic() + 60
+    row: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        doc = json.loads(js.cli("top", "-o", "json").stdout)
+        rows = [r for r in doc["runs"] if r["id"] == rid]
+        if rows and rows[0]["cpu_percent"] is not None and rows[0]["rss_bytes"] >= 20 << 20:
+            row = rows[0]
+            break
+        time.sleep(0.3)
+    assert row, "the run never showed in top"
+    assert row["processes"] >= 2 and row["elapsed_s"] is not None
+    # the table, once (not a terminal: one frame)
+    out = js.cli("top", "--once").stdout
+    assert rid in out and "RSS" in out
+    js.cli("cancel", rid)
+    assert os.environ.get("JOBSUP_RUN_ID") != rid
