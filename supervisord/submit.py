@@ -163,7 +163,7 @@ class Planner:
         if backend != "local" and scheduling["gpus"]:
             raise TaskError(f"--gpus: only local runs get GPUs from jobsup; {SHAPE_FLAGS_GPUS_HINT}")
         for key, flag in (("memory_bytes", "--memory"), ("cpus", "--cpus")):
-            if backend != "local" and scheduling[key] is not None:
+            if backend != "local" and scheduling.get(key) is not None:
                 raise TaskError(
                     f"{flag}: only local runs take limits from jobsup; for Kubernetes set them in the manifest"
                 )

@@ -5,7 +5,7 @@ checked and normalised into the ``scheduling`` mapping of the Submitted event.
 
     {"gpus": int >= 0, "queue": str, "priority": -1000..1000,
      "after": [run id], "after_any": [run id], "hold": bool,
-     "memory_bytes": int | None, "cpus": float | None}
+     "memory_bytes": int, "cpus": float}      (the last two only when given)
 
 The ids are full run ids once the daemon resolved them
 (:meth:`supervisord.scheduler.driver.Scheduler.prepare`).
@@ -82,18 +82,20 @@ def parse_scheduling(task: Mapping[str, Any], *, hold: bool = False) -> dict[str
     after_any = [r for r in _refs(task.get("after_any"), "--after-any") if r not in after]
     if not isinstance(hold, bool):
         raise TaskError(f"--hold: must be true or false, got {hold!r}")
-    memory = None if task.get("memory") is None else parse_memory(task.get("memory"))
-    cpus = None if task.get("cpus") is None else parse_cpus(task.get("cpus"))
-    return {
+    out: dict[str, Any] = {
         "gpus": gpus,
         "queue": queue,
         "priority": priority,
         "after": after,
         "after_any": after_any,
         "hold": hold,
-        "memory_bytes": memory,
-        "cpus": cpus,
     }
+    # Limits only when given: a run without them records what it did before.
+    if task.get("memory") is not None:
+        out["memory_bytes"] = parse_memory(task.get("memory"))
+    if task.get("cpus") is not None:
+        out["cpus"] = parse_cpus(task.get("cpus"))
+    return out
 
 
 def scheduling_of(submitted: Mapping[str, Any]) -> dict[str, Any]:

@@ -34,7 +34,7 @@ Rules (README.md, "Scheduling"):
   later than its shadow time, while short runs still fill idle GPUs. Runs
   that ask for no GPU are never held back by the head. Runs behind the head
   that cannot start get a message that does not change while they wait
-  (it names the head only), so 1,000 waiting runs do not each get a new
+  (it names no run and no time), so 1,000 waiting runs do not each get a new
   event whenever a GPU changes hands; the live details of the reservation
   (which GPUs, from when, the longest timeout that could start now) are
   :attr:`Decision.reservation`, which ``jobsup queue`` and the page show.
@@ -357,7 +357,7 @@ def decide(s: Situation) -> Decision:
     memory_left = None if s.memory is None else s.memory - sum(a.memory_bytes for a in s.active)
     cpus_left = None if s.cpus is None else s.cpus - sum(a.cpus for a in s.active)
     head: Waiting | None = None
-    behind: dict[int, Pending] = {}  # the stable message of runs behind the head, by GPU count
+    behind: dict[tuple[int, bool], Pending] = {}  # the stable messages of runs behind the head
     shadow = 0.0
     extra = 0
 
@@ -463,12 +463,15 @@ def decide(s: Situation) -> Decision:
                 del free[: w.gpus]
                 out.order.pop()
                 continue
-        deep = behind.get(w.gpus)
+        denied = w.gpus <= len(free)  # it would fit now, but not without delaying the head
+        deep = behind.get((w.gpus, denied))
         if deep is None:
-            deep = behind[w.gpus] = Pending(
+            deep = behind[(w.gpus, denied)] = Pending(
                 WAITING_FOR_GPUS,
-                f"needs {_plural(w.gpus, 'GPU')}; GPUs are reserved for run {head.run_id} "
-                f"(needs {head.gpus}), which starts first (`jobsup queue` says until when)",
+                f"needs {_plural(w.gpus, 'GPU')}; the free GPUs are reserved for a run before it in start order"
+                " (`jobsup queue` says which and until when; a shorter --timeout could let it start now)"
+                if denied
+                else f"needs {_plural(w.gpus, 'GPU')}; runs before it in start order get GPUs first",
             )
         out.pending[w.run_id] = deep
     return out

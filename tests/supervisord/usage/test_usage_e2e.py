@@ -107,6 +107,7 @@ def test_over_memory_is_oomkilled_and_nothing_else_is_touched(js: JobsupEnv, rep
         (("--memory", "100T"), "--memory: asks for 100T, this machine has"),
         (("--cpus", "4096"), "--cpus: asks for 4096, this machine has"),
         (("--cpus", "-1"), "--cpus: must be more than 0"),
+        (("--backend", "kubernetes", "--memory", "1G"), "--memory: only local runs take limits"),
     ],
 )
 def test_bad_limits_are_one_error_and_record_nothing(
