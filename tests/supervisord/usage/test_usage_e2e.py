@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from supervisord import schemas
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
 pytestmark = pytest.mark.timeout(180)
@@ -67,6 +68,9 @@ def test_times_placement_and_usage_on_the_run(js: JobsupEnv, repo: Path) -> None
     # the setsid child's 30 MB count: the whole tree, not the job's group only
     assert usage["max_rss_bytes"] >= 30 << 20, usage
     assert usage["cpu_s"] > 0
+    schemas.validate("run-detail", run)
+    for e in _events(js, rid, "ResourceUsage") + _events(js, rid, "Admitted"):
+        schemas.validate("event", e)
     records = _events(js, rid, "ResourceUsage")
     assert records[-1]["data"]["final"] is True and not any(r["data"]["final"] for r in records[:-1])
     assert len(records) == 2  # one while it ran (at most one a minute) and one at its end
@@ -89,6 +93,7 @@ def test_over_memory_is_oomkilled_and_nothing_else_is_touched(js: JobsupEnv, rep
         assert run["usage"]["max_rss_bytes"] > 64 << 20
         assert _wait_terminal(js, ok)["phase"] == "COMPLETED"
         assert bystander.poll() is None
+        schemas.validate("event", _events(js, big, "Admitted")[0])
         admitted = _events(js, big, "Admitted")[0]["data"]
         assert admitted["limits"] == {"memory_bytes": 64 << 20, "cpus": None, "enforcement": "sampler"}
         doctor = json.loads(js.cli("doctor", "-o", "json", check=False).stdout)
@@ -129,6 +134,7 @@ def test_top_shows_running_runs(js: JobsupEnv, repo: Path) -> None:
     row: dict[str, Any] = {}
     while time.monotonic() < deadline:
         doc = json.loads(js.cli("top", "-o", "json").stdout)
+        schemas.validate("top", doc)
         rows = [r for r in doc["runs"] if r["id"] == rid]
         if rows and rows[0]["cpu_percent"] is not None and rows[0]["rss_bytes"] >= 20 << 20:
             row = rows[0]

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from supervisord import schemas
 from tests.supervisord.jobsup_env import JobsupEnv
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
@@ -68,6 +69,7 @@ def test_gpu_memory_per_run_foreign_processes_and_a_broken_nvidia_smi(
 
     def row() -> dict[str, Any] | None:
         doc = json.loads(js.cli("top", "-o", "json").stdout)
+        schemas.validate("top", doc)
         rows = [r for r in doc["runs"] if r["id"] == rid and r["gpu_memory_bytes"]]
         return rows[0] if rows else None
 
@@ -75,6 +77,7 @@ def test_gpu_memory_per_run_foreign_processes_and_a_broken_nvidia_smi(
     assert got["gpus"] == [0] and got["gpu_memory_bytes"] == {"0": 1024 << 20}
     assert got["gpu_utilization"] == {"0": 37}
     queue = json.loads(js.cli("queue", "-o", "json").stdout)
+    schemas.validate("queue", queue)
     assert any("GPU 1 is busy with a process jobsup did not start" in n for n in queue["notes"]), queue
     assert f"pid {os.getpid()}" in " ".join(queue["notes"])
     doctor = {c["name"]: c for c in json.loads(js.cli("doctor", "-o", "json", check=False).stdout)}
