@@ -253,6 +253,7 @@ class Daemon:
                 )
                 scheduler = Scheduler(store, supervisor, gpus, settings)
                 scheduler.gpu_notes = sampler.foreign_gpu_notes
+                scheduler.gpu_usage = sampler.gpu_usage
                 await scheduler.load()
                 tg.start_soon(scheduler.run, name="scheduler")
                 tg.start_soon(sampler.run, name="usage")

@@ -215,6 +215,8 @@ class Scheduler:
         #: Lines about the GPUs for ``jobsup queue`` (the usage sampler's:
         #: a GPU busy with a process jobsup did not start); set by the daemon.
         self.gpu_notes: Callable[[], list[str]] | None = None
+        #: GPU index -> (utilisation %, memory used bytes) now, from the usage sampler; set by the daemon.
+        self.gpu_usage: Callable[[], Mapping[int, tuple[int | None, int | None]]] | None = None
 
     # -- state from the log -----------------------------------------------------
 
@@ -555,12 +557,16 @@ class Scheduler:
                 }
             )
         holder: dict[str, _Run] = {u: r for r in self._active.values() for u in r.gpus}
+        used = self.gpu_usage() if self.gpu_usage is not None else {}
         gpus = []
         for g in self.inventory.gpus:
             h = holder.get(g.uuid)
+            util, mem = used.get(g.index, (None, None))
             gpus.append(
                 {
                     **g.to_json(),
+                    "utilization": util,
+                    "memory_used_bytes": mem,
                     "holder": None
                     if h is None
                     else {"id": h.run_id, "project": h.project, "name": h.name, "since": h.admitted_at},

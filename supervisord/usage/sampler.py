@@ -293,6 +293,11 @@ class UsageSampler:
             for index, pids in sorted(self._foreign.items())
         ]
 
+    def gpu_usage(self) -> dict[int, tuple[int | None, int | None]]:
+        """GPU index -> (utilisation %, memory used bytes) from the last
+        nvidia-smi answer (only GPUs the daemon manages)."""
+        return {g.index: (g.utilization, g.memory_used_bytes) for g in self._gpu_state if g.uuid in self.gpus}
+
     def doctor(self) -> dict[str, Any]:
         """The ``usage`` check of ``jobsup doctor``: interval, enforcement,
         the last nvidia-smi trouble and foreign GPU processes (never a failure)."""

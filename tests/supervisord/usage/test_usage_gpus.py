@@ -16,6 +16,8 @@ import pytest
 
 from supervisord import schemas
 from tests.supervisord.jobsup_env import JobsupEnv
+from tests.supervisord.ui.conftest import page_url
+from tests.supervisord.ui.test_ui_http import _login
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
@@ -80,11 +82,19 @@ def test_gpu_memory_per_run_foreign_processes_and_a_broken_nvidia_smi(
     schemas.validate("queue", queue)
     assert any("GPU 1 is busy with a process jobsup did not start" in n for n in queue["notes"]), queue
     assert f"pid {os.getpid()}" in " ".join(queue["notes"])
+    assert queue["gpus"][0]["utilization"] == 37 and queue["gpus"][1]["memory_used_bytes"] == 512 << 20
     doctor = {c["name"]: c for c in json.loads(js.cli("doctor", "-o", "json", check=False).stdout)}
     assert "GPU 1 is busy" in doctor["usage"]["detail"]
+    # the page: the queue view per GPU, the run's times and GPUs
+    client = _login(page_url(js))
+    page = client.get("/queue").text
+    assert "37%" in page and "GPU 1 is busy with a process jobsup did not start" in page
     js.cli("wait", rid, "--timeout", "60s")
     run = js.show(rid)
     assert run["usage"]["gpu_memory_max_bytes"] == {"0": 1024 << 20} and run["gpus"] == [0]
+    page = client.get(f"/runs/{rid}").text
+    assert 'id="elapsed" data-started="' + run["started_at"] in page
+    assert "GPU 0 peak 1.0 GiB" in page and "peak memory" in page
 
     # nvidia-smi prints garbage, then hangs: runs go on, doctor says why GPU samples are missing.
     apps.write_text("")
