@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -147,3 +148,32 @@ def test_top_shows_running_runs(js: JobsupEnv, repo: Path) -> None:
     assert rid in out and "RSS" in out
     js.cli("cancel", rid)
     assert os.environ.get("JOBSUP_RUN_ID") != rid
+
+
+def test_a_reservation_is_explained_where_the_user_looks(js: JobsupEnv, repo: Path) -> None:
+    js.daemon_config("scheduler:\n  gpus: [0, 1, 2, 3]\n")
+    js.start_daemon()
+    holders = [js.submit(repo, "--name", f"h{i}", "--gpus", "1", "--timeout", "2h", "--", "sleep 60") for i in range(3)]
+    big = js.submit(repo, "--name", "big", "--gpus", "4", "--", "true")
+    long = js.submit(repo, "--name", "long", "--gpus", "1", "--timeout", "4h", "--", "sleep 1")
+    deadline = time.monotonic() + 60
+    queue: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        queue = json.loads(js.cli("queue", "-o", "json").stdout)
+        reasons = {w["id"]: w["reason"] for w in queue["waiting"]}
+        if queue.get("reservation") and reasons.get(long) == "WaitingForGPUs":
+            break
+        time.sleep(0.3)
+    schemas.validate("queue", queue)
+    res = queue["reservation"]
+    assert res["run_id"] == big and res["needs"] == 4 and res["gpus"] == [0, 1, 2, 3]
+    assert res["message"].startswith(f"GPUs 0-3 reserved for run {big} (needs 4) from about ")
+    assert re.search(r"; a run with --timeout under (1h5\dm|2h) could start now$", res["message"]), res
+    assert js.show(long)["message"].startswith("needs 1 GPU; the free GPUs are reserved for a run before it")
+    table = js.cli("queue").stdout
+    assert f"free, reserved for {big}" in table and res["message"] in table
+    # a run short enough starts now on the free GPU
+    short = js.submit(repo, "--name", "short", "--gpus", "1", "--timeout", "10m", "--", "true")
+    js.cli("wait", short, "--timeout", "60s")
+    assert js.show(short)["phase"] == "COMPLETED" and js.show(big)["phase"] == "QUEUED"
+    js.cli("cancel", *holders, big, long)

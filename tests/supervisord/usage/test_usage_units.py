@@ -149,3 +149,12 @@ def test_scanner_counts_setsid_children_and_the_reaped_and_never_a_reused_pid() 
                 pass
         parent.wait()
     assert parent.pid not in scanner.scan([TreeSpec(marker, None, None)])[marker].pids
+
+
+def test_triage_of_a_local_run_over_its_memory_says_what_to_do() -> None:
+    from supervisord.cli.mcp_server import triage_suggestion
+
+    local = triage_suggestion({"phase": "ERROR", "reason": "OOMKilled", "backend": "local"})
+    assert "--memory" in local and "k8s.yaml" not in local
+    assert "k8s.yaml" in triage_suggestion({"phase": "ERROR", "reason": "OOMKilled", "backend": "kubernetes"})
+    assert "--memory" in triage_suggestion({"phase": "QUEUED", "reason": "WaitingForMemory"})
