@@ -119,7 +119,7 @@ def create_app(
     hooks: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
     retention: Retention | None = None,
     streams: StreamCloser | None = None,
-    usage: Callable[[], dict[str, Any]] | None = None,
+    usage: Callable[[], Awaitable[dict[str, Any]]] | None = None,
 ) -> Starlette:
     """Build the API application over a running supervisor and store (and
     the scheduler, whose routes it adds when given): writes go to the

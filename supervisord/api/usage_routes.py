@@ -8,7 +8,7 @@ The document is :meth:`supervisord.usage.sampler.UsageSampler.snapshot`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -21,10 +21,10 @@ from supervisord.api.wire import API_PREFIX
 __all__ = ["usage_routes"]
 
 
-def usage_routes(snapshot: Callable[[], dict[str, Any]]) -> list[Route]:
+def usage_routes(snapshot: Callable[[], Awaitable[dict[str, Any]]]) -> list[Route]:
     """``GET /v1/top`` answered by ``snapshot`` (the sampler's live view)."""
 
     async def top(request: Request) -> Response:
-        return JSONResponse(snapshot())
+        return JSONResponse(await snapshot())
 
     return [Route(f"{API_PREFIX}/top", api_errors(top), methods=["GET"])]

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 from typing import Any, Final
 
 from supervisord.exceptions import TaskError
@@ -23,11 +21,11 @@ __all__ = [
     "machine_memory",
     "parse_cpus",
     "parse_memory",
-    "systemd_user_scope_available",
 ]
 
-#: The enforcement a limited local run gets: a transient systemd scope
-#: (``systemd-run --user --scope``), or the daemon's sampler.
+#: The enforcement a limited local run gets: the daemon's sampler (today's
+#: only one), or a transient systemd scope (``systemd-run --user --scope``;
+#: the name is reserved in the Admitted schema, not implemented yet).
 ENFORCE_SYSTEMD: Final = "systemd-scope"
 ENFORCE_SAMPLER: Final = "sampler"
 
@@ -90,26 +88,3 @@ def machine_memory() -> int:
 def machine_cpus() -> int:
     """The CPUs this process may run on."""
     return len(os.sched_getaffinity(0))
-
-
-def systemd_user_scope_available(timeout_s: float = 5.0) -> tuple[bool, str]:
-    """Whether a user systemd manager answers, so a run can start in a
-    transient scope (``systemd-run --user --scope``): ``(ok, detail)``.
-    Blocks up to ``timeout_s``: call it from a worker thread."""
-    exe = shutil.which("systemd-run")
-    if exe is None:
-        return False, "systemd-run is not on PATH"
-    try:
-        proc = subprocess.run(
-            [exe, "--user", "--scope", "--quiet", "--collect", "true"],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return False, f"systemd-run --user failed ({err})"
-    if proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).strip().splitlines()[:1]
-        return False, f"no user systemd manager answers ({detail[0] if detail else f'exit {proc.returncode}'})"
-    return True, f"user systemd manager answers ({exe})"

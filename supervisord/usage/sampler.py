@@ -23,9 +23,9 @@ way a cancel stops it: SIGTERM to its runner, which sends SIGTERM to the
 job's process group and SIGKILL after the kill grace (default 10 s) and
 stops the processes that left the group. Without a live runner the
 sampler signals the tree's processes itself (SIGTERM, SIGKILL after the
-grace). Every signal goes through a psutil process object from the same
-pass, which checks the pid still names the same process (its start
-time), so a reused pid is never signalled.
+grace). Every signal first checks that the pid still names the process
+the pass saw (its start time; :func:`.procs.signal_process`), so a reused
+pid is never signalled.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ from typing import Any, Final
 
 import anyio
 import anyio.abc
-import psutil
 import structlog
 
 from store import EventStore, RunStatus
@@ -46,7 +45,7 @@ from supervisord.scheduler.gpus import Inventory
 from supervisord.supervisor import Supervisor
 from supervisord.usage import nvidia
 from supervisord.usage.limits import ENFORCE_SAMPLER, format_bytes
-from supervisord.usage.procs import ProcessScanner, RunTree, TreeSpec
+from supervisord.usage.procs import ProcessScanner, RunTree, TreeSpec, signal_process
 
 __all__ = ["DEFAULT_INTERVAL_S", "RECORD_EVERY_S", "RESOURCE_USAGE", "UsageSampler", "usage_sampler"]
 
@@ -135,7 +134,6 @@ class UsageSampler:
         self.nvidia_timeout_s = nvidia_timeout_s or max(1.0, min(10.0, self.interval_s))
         self._scanner = ProcessScanner()
         self._tracks: dict[str, _Track] = {}
-        self._runs: dict[str, RunStatus] = {}
         self._gpu_state: tuple[nvidia.GpuState, ...] = ()
         self._foreign: dict[int, list[str]] = {}  # GPU index -> foreign pids' descriptions
         self.gpu_note: str | None = None
@@ -178,19 +176,19 @@ class UsageSampler:
                 mem, cpus = _limits(view.submitted)
                 track = self._tracks[rid] = _Track(rid, mem, cpus, view.kill_grace_s)
             self._update(track, trees[rid], now)
+        fired: set[str] = set()
         for rid, track in list(self._tracks.items()):
-            if rid in views:
-                self._enforce(track, trees[rid])
+            if rid in views and self._enforce(track, trees[rid]):
+                fired.add(rid)
         if self.gpus and views:
             await self._sample_gpus(trees)
-        self._runs = await self.store.get_runs(list(views)) if views else {}
         due: list[tuple[str, dict[str, Any]]] = []
         for rid, track in list(self._tracks.items()):
             if rid not in views:
                 del self._tracks[rid]
                 if track.samples:
                     due.append((rid, track.event_data(final=True)))
-            elif track.recorded_at is None or now - track.recorded_at >= self.record_every_s:
+            elif rid in fired or track.recorded_at is None or now - track.recorded_at >= self.record_every_s:
                 track.recorded_at = now
                 due.append((rid, track.event_data(final=False)))
         if due:
@@ -218,32 +216,36 @@ class UsageSampler:
 
     # -- the memory watchdog ---------------------------------------------------------
 
-    def _enforce(self, track: _Track, tree: RunTree) -> None:
+    def _enforce(self, track: _Track, tree: RunTree) -> bool:
+        """Stop the run when its tree passed its memory limit; returns
+        whether it did now (its usage is then recorded at once: the peak
+        that ended it)."""
         limit = track.memory_limit
         if limit is None or track.stopping or self.enforcement != ENFORCE_SAMPLER or tree.rss_bytes <= limit:
-            return
+            return False
         message = (
             f"the run's processes used {format_bytes(track.max_rss)} of memory ({track.max_rss} bytes), "
             f"over its --memory limit of {format_bytes(limit)} ({limit} bytes): stopped by jobsup"
         )
         if not self.supervisor.mark_over_limit(track.run_id, message):
-            return
+            return False
         track.stopping = True
         log.warning("memory limit passed; stopping the run", run=track.run_id, rss=tree.rss_bytes, limit=limit)
-        if tree.runner is not None and _signal(tree.runner, signal.SIGTERM):
-            return  # the runner stops the group (SIGTERM, SIGKILL after the grace) and what left it
+        if tree.runner is not None and signal_process(tree.runner, signal.SIGTERM):
+            return True  # the runner stops the group (SIGTERM, SIGKILL after the grace) and what left it
         for proc in tree.procs:
-            _signal(proc, signal.SIGTERM)
+            signal_process(proc, signal.SIGTERM)
         procs = list(tree.procs)
         grace = track.kill_grace_s
 
         async def kill_later() -> None:
             await anyio.sleep(grace)
             for proc in procs:
-                _signal(proc, signal.SIGKILL)
+                signal_process(proc, signal.SIGKILL)
 
         if self._tg is not None:
             self._tg.start_soon(kill_later, name=f"oom-kill-{track.run_id}")
+        return True
 
     # -- GPUs --------------------------------------------------------------------------
 
@@ -313,13 +315,16 @@ class UsageSampler:
         parts.extend(self.foreign_gpu_notes())
         return {"name": "usage", "ok": True, "detail": "; ".join(parts)}
 
-    def snapshot(self) -> dict[str, Any]:
+    async def snapshot(self) -> dict[str, Any]:
         """What ``jobsup top -o json`` prints: ``{"at", "interval_s",
-        "runs": [...], "gpus": [...], "notes": [...]}`` (see the ``top`` schema)."""
+        "runs": [...], "gpus": [...], "notes": [...]}`` (see the ``top``
+        schema): the last sample's figures, with each run's object read now
+        (one query: its name, times, GPUs, progress)."""
+        statuses: dict[str, RunStatus] = await self.store.get_runs(list(self._tracks)) if self._tracks else {}
         util = {g.index: g for g in self._gpu_state}
         runs = []
         for rid, track in self._tracks.items():
-            status = self._runs.get(rid)
+            status = statuses.get(rid)
             doc = status.to_json() if status is not None else {"id": rid}
             gpus = [int(i) for i in doc.get("gpus") or []]
             runs.append(
@@ -362,17 +367,6 @@ class UsageSampler:
 
 def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _signal(proc: Any, sig: int) -> bool:
-    """Send ``sig`` to ``proc`` (a psutil.Process) unless it ended or its pid
-    now names another process (psutil compares start times). Returns
-    whether it was sent."""
-    try:
-        proc.send_signal(sig)
-    except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
-        return False
-    return True
 
 
 def usage_sampler(

@@ -65,6 +65,16 @@ def test_times_placement_and_usage_on_the_run(js: JobsupEnv, repo: Path) -> None
     assert run["phase"] == "COMPLETED", run
     assert run["started_at"] and run["ended_at"] and run["started_at"] <= run["ended_at"]
     assert run["elapsed_s"] >= 1.5 and run["queue"] == "default" and run["priority"] == 3 and run["gpus"] == []
+    records: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # the final record follows the terminal phase
+        records = _events(js, rid, "ResourceUsage")
+        if records and records[-1]["data"]["final"]:
+            break
+        time.sleep(0.2)
+    assert records[-1]["data"]["final"] is True and not any(r["data"]["final"] for r in records[:-1])
+    assert len(records) == 2  # one while it ran (at most one a minute) and one at its end
+    run = js.show(rid)
     usage = run["usage"]
     # the setsid child's 30 MB count: the whole tree, not the job's group only
     assert usage["max_rss_bytes"] >= 30 << 20, usage
@@ -72,9 +82,6 @@ def test_times_placement_and_usage_on_the_run(js: JobsupEnv, repo: Path) -> None
     schemas.validate("run-detail", run)
     for e in _events(js, rid, "ResourceUsage") + _events(js, rid, "Admitted"):
         schemas.validate("event", e)
-    records = _events(js, rid, "ResourceUsage")
-    assert records[-1]["data"]["final"] is True and not any(r["data"]["final"] for r in records[:-1])
-    assert len(records) == 2  # one while it ran (at most one a minute) and one at its end
     table = js.cli("runs").stdout
     assert "STARTED" in table and "ELAPSED" in table and "GPUS" in table
     shown = js.cli("show", rid).stdout
