@@ -472,12 +472,12 @@ class Scheduler:
             sched[key] = ids
         sched["after_any"] = [r for r in sched["after_any"] if r not in sched["after"]]
         st = self.settings
-        if sched["memory_bytes"] and st.memory is not None and sched["memory_bytes"] > st.memory:
+        if sched.get("memory_bytes") and st.memory is not None and sched["memory_bytes"] > st.memory:
             raise TaskError(
                 f"--memory: asks for {format_bytes(sched['memory_bytes'])}, this machine has "
                 f"{format_bytes(st.memory)} for jobsup (scheduler.memory)"
             )
-        if sched["cpus"] and st.cpus is not None and sched["cpus"] > st.cpus:
+        if sched.get("cpus") and st.cpus is not None and sched["cpus"] > st.cpus:
             raise TaskError(
                 f"--cpus: asks for {sched['cpus']:g}, this machine has {st.cpus:g} for jobsup (scheduler.cpus)"
             )

@@ -110,6 +110,7 @@ def scheduling_of(submitted: Mapping[str, Any]) -> dict[str, Any]:
         "after": [str(r) for r in sched.get("after") or []],
         "after_any": [str(r) for r in sched.get("after_any") or []],
         "hold": bool(sched.get("hold")),
-        "memory_bytes": int(sched["memory_bytes"]) if sched.get("memory_bytes") else None,
-        "cpus": float(sched["cpus"]) if sched.get("cpus") else None,
+        # the limits only when the run has them (as parse_scheduling records them)
+        **({"memory_bytes": int(sched["memory_bytes"])} if sched.get("memory_bytes") else {}),
+        **({"cpus": float(sched["cpus"])} if sched.get("cpus") else {}),
     }

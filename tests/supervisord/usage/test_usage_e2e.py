@@ -184,3 +184,24 @@ def test_a_reservation_is_explained_where_the_user_looks(js: JobsupEnv, repo: Pa
     js.cli("wait", short, "--timeout", "60s")
     assert js.show(short)["phase"] == "COMPLETED" and js.show(big)["phase"] == "QUEUED"
     js.cli("cancel", *holders, big, long)
+
+
+def test_memory_and_cpus_are_admitted_from_the_configured_capacity(js: JobsupEnv, repo: Path) -> None:
+    js.daemon_config("scheduler:\n  memory: 100M\n  cpus: 2\n")
+    js.start_daemon()
+    first = js.submit(repo, "--name", "a", "--memory", "80M", "--cpus", "1", "--", "sleep 60")
+    second = js.submit(repo, "--name", "b", "--memory", "80M", "--", "true")
+    third = js.submit(repo, "--name", "c", "--cpus", "1.5", "--", "true")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        waiting = {js.show(r)["reason"] for r in (second, third)}
+        if waiting == {"WaitingForMemory", "WaitingForCPUs"}:
+            break
+        time.sleep(0.3)
+    assert js.show(second)["message"] == "needs 80M of memory, 20M of 100M unclaimed (scheduler.memory)"
+    assert js.show(third)["message"] == "needs 1.5 CPUs, 1 of 2 unclaimed (scheduler.cpus)"
+    r = js.cli("submit", "--memory", "101M", "--", "true", cwd=repo, check=False)
+    assert r.returncode == 2 and "this machine has 100M for jobsup (scheduler.memory)" in r.stderr
+    js.cli("cancel", first)
+    js.cli("wait", second, third, "--timeout", "60s")
+    assert js.show(second)["phase"] == js.show(third)["phase"] == "COMPLETED"
