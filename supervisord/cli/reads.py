@@ -226,6 +226,8 @@ def runs_command(client: Client, *, all_: bool, project: str | None, phase: str 
     rows = client.runs(all=all_, project=project, phase=phase)
     if client.storage:
         echo(f"warning: {client.storage.get('summary') or client.storage}", err=True)
+    if client.output:
+        echo(f"warning: {client.output.get('summary') or client.output}", err=True)
     if output == "table":
         if not rows:
             info("no runs")

@@ -163,7 +163,7 @@ class UsageSampler:
     async def sample_once(self) -> None:
         """One pass: measure, enforce, ask nvidia-smi, record what is due."""
         self.passes += 1
-        views = {v.run_id: v for v in self.supervisor.running_local()}
+        views = {v.run_id: v for v in self.supervisor.sampled_local_runs()}
         specs = [
             TreeSpec(v.run_id, _int_or_none(v.handle.get("runner_pid")), _int_or_none(v.handle.get("runner_start")))
             for v in views.values()
