@@ -6,3 +6,7 @@ Modules: :mod:`.limits` (pure parsing and formatting), :mod:`.procs` (one
 pass over the process table), :mod:`.nvidia` (one ``nvidia-smi`` query per
 interval), :mod:`.sampler` (the daemon's service).
 """
+
+from supervisord.usage.limits import format_bytes, parse_cpus, parse_memory
+
+__all__ = ["format_bytes", "parse_cpus", "parse_memory"]
