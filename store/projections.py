@@ -26,6 +26,11 @@ The rules (see :mod:`store.types` for the ``data`` shapes):
   (``log_archives``) and, since the blocks have left ``log_blocks``, sets
   ``log_sources`` and ``log_lines`` from its data; ``LogsDeleted`` marks
   the ``log_archives`` row deleted.
+* ``run_facts`` (one JSON object per run): ``Submitted`` ``scheduling``
+  gives ``queue``, ``priority`` and ``after``; the first ``PhaseChanged``
+  to RUNNING sets ``started_at``, the first terminal one ``ended_at``;
+  ``Admitted`` sets ``gpus`` (indices); ``ResourceUsage`` sets ``usage``
+  (cumulative CPU, peaks that never go down). See :func:`fold_facts`.
 * Every event of a run sets its ``updated_at``, ``last_seq`` and ``version``;
   ``log_lines`` is the run's number of recorded lines.
 """
@@ -42,6 +47,8 @@ import aiosqlite
 
 from store.schema import PROJECTION_DDL, PROJECTION_TABLES
 from store.types import (
+    ADMITTED,
+    FACT_TYPES,
     HANDLE_RECORDED,
     INITIAL_PHASE,
     LOG_INGEST_DONE,
@@ -51,13 +58,15 @@ from store.types import (
     LOGS_DELETED,
     PHASE_CHANGED,
     PHASES,
+    RESOURCE_USAGE,
     SUBMITTED,
+    TERMINAL_PHASES,
     NewEvent,
     RecordedEvent,
     RunStatus,
 )
 
-__all__ = ["Projector", "validate_event", "run_status_from_row", "RUN_COLUMNS"]
+__all__ = ["Projector", "validate_event", "run_status_from_row", "fold_facts", "RUN_COLUMNS"]
 
 _STREAMS: Final = frozenset({"stdout", "stderr"})
 _PHASES: Final = frozenset(PHASES)
@@ -66,7 +75,11 @@ _IN_CHUNK: Final = 500
 
 RUN_COLUMNS: Final = (
     "id, project, name, backend, phase, reason, message, exit_code, created_at,"
-    " updated_at, last_seq, version, handle, log_lines, log_ingest"
+    " updated_at, last_seq, version, handle, log_lines, log_ingest,"
+    " (SELECT facts FROM run_facts WHERE run_facts.run_id = runs.id)"
+)
+_UPSERT_FACTS: Final = (
+    "INSERT INTO run_facts (run_id, facts) VALUES (?, ?) ON CONFLICT (run_id) DO UPDATE SET facts = excluded.facts"
 )
 
 
@@ -245,6 +258,35 @@ class Projector:
         if newest:
             await conn.executemany(_UPSERT_SOURCE, list(newest.values()))
         await self._apply_runs(conn, events, counts)
+        await self._apply_facts(conn, events)
+
+    @staticmethod
+    async def _apply_facts(conn: aiosqlite.Connection, events: Sequence[RecordedEvent]) -> None:
+        """Fold the batch's fact events into ``run_facts`` (one read and one
+        upsert per batch that has any; log batches cost nothing)."""
+        relevant = [e for e in events if e.type in FACT_TYPES]
+        if not relevant:
+            return
+        facts: dict[str, dict[str, Any]] = {}
+        for chunk in _chunks(sorted({e.run_id for e in relevant})):
+            for r in await conn.execute_fetchall(
+                f"SELECT run_id, facts FROM run_facts WHERE run_id IN ({', '.join('?' * len(chunk))})", chunk
+            ):
+                facts[str(r[0])] = json.loads(r[1])
+        changed: set[str] = set()
+        for e in relevant:
+            current = facts.get(e.run_id)
+            if current is None and e.type != SUBMITTED:
+                continue  # as for the runs row: no Submitted, no facts
+            folded = fold_facts(current or {}, e)
+            if folded != current:
+                facts[e.run_id] = folded
+                changed.add(e.run_id)
+        if changed:
+            await conn.executemany(
+                _UPSERT_FACTS,
+                [(rid, json.dumps(facts[rid], separators=(",", ":"), ensure_ascii=False)) for rid in sorted(changed)],
+            )
 
     async def rebuild(self, conn: aiosqlite.Connection, chunk_events: int = 5000) -> int:
         """Drop and recreate the projection tables, then replay every event
@@ -328,10 +370,65 @@ class Projector:
             await conn.executemany(_UPSERT_RUN, [row.params() for row in changed.values()])
 
 
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def fold_facts(facts: dict[str, Any], e: RecordedEvent) -> dict[str, Any]:
+    """``facts`` (a run's ``run_facts`` object) with event ``e`` folded in,
+    as a new dict. Keys: ``started_at``, ``ended_at``, ``queue``,
+    ``priority``, ``gpus`` [index], ``after`` [run id], ``usage``
+    ``{cpu_s, max_rss_bytes, gpu_memory_max_bytes: {index: bytes}}``.
+    Tolerant of odd data (a key of the wrong type is ignored)."""
+    out = dict(facts)
+    data = e.data
+    if e.type == SUBMITTED:
+        sched = data.get("scheduling")
+        if isinstance(sched, dict):
+            if isinstance(sched.get("queue"), str):
+                out["queue"] = sched["queue"]
+            if isinstance(sched.get("priority"), int):
+                out["priority"] = sched["priority"]
+            after = [str(r) for key in ("after", "after_any") for r in (sched.get(key) or []) if isinstance(r, str)]
+            out["after"] = list(dict.fromkeys(after))
+    elif e.type == PHASE_CHANGED:
+        phase = data.get("phase")
+        if phase == "RUNNING" and "started_at" not in out:
+            out["started_at"] = e.at
+        elif phase in TERMINAL_PHASES and "ended_at" not in out:
+            out["ended_at"] = e.at
+    elif e.type == ADMITTED:
+        gpus = data.get("gpus")
+        if isinstance(gpus, list):
+            out["gpus"] = [int(g["index"]) for g in gpus if isinstance(g, dict) and isinstance(g.get("index"), int)]
+    elif e.type == RESOURCE_USAGE:
+        usage = dict(out.get("usage") or {})
+        cpu = _number(data.get("cpu_s"))
+        if cpu is not None:
+            usage["cpu_s"] = round(max(cpu, float(usage.get("cpu_s") or 0.0)), 3)
+        rss = _number(data.get("max_rss_bytes"))
+        if rss is not None:
+            usage["max_rss_bytes"] = int(max(rss, usage.get("max_rss_bytes") or 0))
+        gmem = data.get("gpu_memory_max_bytes")
+        if isinstance(gmem, dict):
+            peaks = dict(usage.get("gpu_memory_max_bytes") or {})
+            for index, value in gmem.items():
+                v = _number(value)
+                if v is not None:
+                    peaks[str(index)] = int(max(v, peaks.get(str(index)) or 0))
+            usage["gpu_memory_max_bytes"] = peaks
+        out["usage"] = usage
+    return out
+
+
 def run_status_from_row(row: Sequence[Any]) -> RunStatus:
     """A :class:`RunStatus` from a ``runs`` row selected as :data:`RUN_COLUMNS`."""
+    facts: dict[str, Any] = json.loads(row[15]) if len(row) > 15 and row[15] else {}
     return RunStatus(
         id=row[0], project=row[1], name=row[2], backend=row[3], phase=row[4], reason=row[5],
         message=row[6], exit_code=row[7], created_at=row[8], updated_at=row[9], last_seq=row[10],
         version=row[11], handle=json.loads(row[12]), log_lines=row[13], log_ingest=row[14],
+        started_at=facts.get("started_at"), ended_at=facts.get("ended_at"), queue=facts.get("queue"),
+        priority=facts.get("priority"), gpus=list(facts.get("gpus") or []), after=list(facts.get("after") or []),
+        usage=facts.get("usage"),
     )  # fmt: skip

@@ -144,10 +144,19 @@ _LOG_ARCHIVES_DDL: Final = """CREATE TABLE log_archives (
         deleted_at   TEXT
     ) WITHOUT ROWID"""
 
+# What a run used and where (times, queue, GPUs, usage): one JSON object per
+# run, folded from Submitted, PhaseChanged, Admitted and ResourceUsage
+# (store.projections._fold_facts). A table of its own, so the runs table and
+# its queries stay as they are (RUN_COLUMNS reads it with a subquery).
+_RUN_FACTS_DDL: Final = """CREATE TABLE run_facts (
+        run_id TEXT PRIMARY KEY,
+        facts  TEXT NOT NULL
+    ) WITHOUT ROWID"""
+
 #: The projection tables at :data:`SCHEMA_VERSION`, dropped and recreated by
 #: ``rebuild()``. (``log_blocks``, the log text, is data beside the events,
 #: not a projection: see :mod:`store.logblocks`.)
-PROJECTION_TABLES: Final[tuple[str, ...]] = ("runs", "log_sources", "log_archives")
+PROJECTION_TABLES: Final[tuple[str, ...]] = ("runs", "log_sources", "log_archives", "run_facts")
 
 #: DDL of the projection tables at :data:`SCHEMA_VERSION`. A migration that
 #: changes a projection table changes this and sets ``rebuild_projections``.
@@ -158,6 +167,7 @@ PROJECTION_DDL: Final[tuple[str, ...]] = (
     *_RUNS_DDL[1:],
     _LOG_SOURCES_DDL,
     _LOG_ARCHIVES_DDL,
+    _RUN_FACTS_DDL,
 )
 
 
@@ -234,6 +244,13 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(
         "archived log text (retention): log_archives",
         (_LOG_ARCHIVES_DDL.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1),),
+    ),
+    # Self-contained and idempotent; the rebuild folds the facts of every
+    # run already recorded.
+    Migration(
+        "what a run used and where: run_facts (times, queue, GPUs, usage)",
+        (_RUN_FACTS_DDL.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1),),
+        rebuild_projections=True,
     ),
 )
 

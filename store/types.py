@@ -63,6 +63,14 @@ Event types and their ``data`` (all keys optional unless marked *required*):
     Retention deleted the archived text: ``file``, ``sha256`` *required*
     (the digest the text's archive had), ``lines`` int. The projection
     marks the ``log_archives`` row deleted; reads then say when.
+``Admitted`` / ``ResourceUsage`` (the scheduler / the usage sampler)
+    Projected into the run's *facts* only (``run_facts``): ``Admitted``
+    ``gpus`` [{``index``, ...}] sets ``gpus`` (the indices);
+    ``ResourceUsage`` ``cpu_s`` (cumulative), ``max_rss_bytes`` and
+    ``gpu_memory_max_bytes`` {index: bytes} set ``usage`` (peaks never go
+    down). ``Submitted`` ``scheduling`` gives ``queue``, ``priority`` and
+    ``after`` (``after`` and ``after_any`` ids); the first PhaseChanged to
+    RUNNING sets ``started_at``, the first terminal one ``ended_at``.
 Any other type (jobsup's are cataloged in ``supervisord.events``)
     Recorded in the log and bump the run's ``updated_at``/``last_seq``/
     ``version``, but change no other projected column.
@@ -71,6 +79,8 @@ Any other type (jobsup's are cataloged in ``supervisord.events``)
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import time
 from collections.abc import Sequence
 from typing import Any, Final, Literal, get_args
 
@@ -97,6 +107,9 @@ __all__ = [
     "STAGING_STEP",
     "LOGS_ARCHIVED",
     "LOGS_DELETED",
+    "ADMITTED",
+    "RESOURCE_USAGE",
+    "FACT_TYPES",
 ]
 
 # The run lifecycle's phases are defined here, once (the store validates and
@@ -127,6 +140,8 @@ CANCEL_REQUESTED: Final = "CancelRequested"
 STAGING_STEP: Final = "StagingStep"
 LOGS_ARCHIVED: Final = "LogsArchived"
 LOGS_DELETED: Final = "LogsDeleted"
+ADMITTED: Final = "Admitted"
+RESOURCE_USAGE: Final = "ResourceUsage"
 
 #: Event types that change projected columns beyond the bookkeeping ones.
 PROJECTED_TYPES: Final[frozenset[str]] = frozenset(
@@ -139,8 +154,12 @@ PROJECTED_TYPES: Final[frozenset[str]] = frozenset(
         LOG_INGEST_DONE,
         LOGS_ARCHIVED,
         LOGS_DELETED,
+        ADMITTED,
+        RESOURCE_USAGE,
     }
 )
+#: Event types that change a run's facts (times, placement, usage: ``run_facts``).
+FACT_TYPES: Final[frozenset[str]] = frozenset({SUBMITTED, PHASE_CHANGED, ADMITTED, RESOURCE_USAGE})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -224,15 +243,45 @@ class RunStatus:
     #: ``"pending"`` while a terminal run's output backlog is still being
     #: recorded, ``"done"`` once it is, None when no backlog was announced.
     log_ingest: str | None = None
+    #: When it reached RUNNING / a terminal phase (None: not yet).
+    started_at: str | None = None
+    ended_at: str | None = None
+    #: Its queue and priority (Submitted ``scheduling``; None before scheduling existed).
+    queue: str | None = None
+    priority: int | None = None
+    #: The indices of the GPUs it was admitted on.
+    gpus: list[int] = dataclasses.field(default_factory=list)
+    #: The runs it waits for (``--after`` and ``--after-any``).
+    after: list[str] = dataclasses.field(default_factory=list)
+    #: What it used (``ResourceUsage``): ``{"cpu_s": float, "max_rss_bytes":
+    #: int, "gpu_memory_max_bytes": {index: int}}``; None before a sample.
+    usage: dict[str, Any] | None = None
 
     @property
     def terminal(self) -> bool:
         """True once the run is in a terminal phase."""
         return self.phase in TERMINAL_PHASES
 
+    def elapsed_s(self, now: float | None = None) -> float | None:
+        """Seconds from ``started_at`` to ``ended_at`` (or to ``now``, epoch
+        seconds, default the clock, while it runs), 0.1 s precision; None
+        before it started."""
+        if self.started_at is None:
+            return None
+        start = _epoch(self.started_at)
+        end = _epoch(self.ended_at) if self.ended_at is not None else (time.time() if now is None else now)
+        return round(max(0.0, end - start), 1)
+
     def to_json(self) -> dict[str, Any]:
-        """The wire shape used by the API and ``-o json``."""
-        return dataclasses.asdict(self)
+        """The wire shape used by the API and ``-o json`` (with ``elapsed_s``)."""
+        out = dataclasses.asdict(self)
+        out["elapsed_s"] = self.elapsed_s()
+        return out
+
+
+def _epoch(at: str) -> float:
+    """Epoch seconds of an RFC 3339 UTC time as :class:`RecordedEvent` writes it."""
+    return datetime.datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -59,7 +59,7 @@ from supervisord.outputs.recorder import OutputsRecorder
 from supervisord.ownership import check_state_dir, remove_snapshot_leftovers
 from supervisord.paths import Paths
 from supervisord.retention import Retention, RetentionSettings
-from supervisord.scheduler.driver import Scheduler, SchedulerSettings
+from supervisord.scheduler.driver import Scheduler, SchedulerSettings, with_capacity
 from supervisord.scheduler.gpus import Inventory
 from supervisord.scheduler.gpus import inventory as gpu_inventory
 from supervisord.scheduler.rerun import rerun_run
@@ -70,6 +70,7 @@ from supervisord.supervisor import Supervisor
 from supervisord.ui import UiServer
 from supervisord.ui.actions import SupervisorActions
 from supervisord.ui.server import check_ui_settings
+from supervisord.usage.sampler import usage_sampler
 
 __all__ = ["STOP_GRACE_S", "Daemon", "run_daemon", "sd_notify"]
 
@@ -288,9 +289,14 @@ class Daemon:
                 planner = Planner(self.daemon_layer, supervisor.snapshots, digest_key)
                 reattached = await supervisor.reattach_all()
                 await supervisor.remove_orphan_pending()
-                scheduler = Scheduler(store, supervisor, gpus, scheduler_settings)
+                sampler = usage_sampler(store, supervisor, daemon_config, gpus)
+                settings = with_capacity(scheduler_settings, daemon_config, enforcement=sampler.enforcement)
+                scheduler = Scheduler(store, supervisor, gpus, settings)
+                scheduler.gpu_notes = sampler.foreign_gpu_notes
+                scheduler.gpu_usage = sampler.gpu_usage
                 await scheduler.load()
                 tg.start_soon(scheduler.run, name="scheduler")
+                tg.start_soon(sampler.run, name="usage")
                 hook_service = HookService(store, self.hooks, user_agent=f"jobsup/{_version()}")
                 hook_scope = await tg.start(_in_scope, hook_service.run, name="hooks")
                 retention = Retention(store, self.paths, retention_settings)
@@ -366,6 +372,7 @@ class Daemon:
                         }
                     )
                     checks.append(scheduler.doctor())
+                    checks.append(sampler.doctor())
                     for backend in backends.values():
                         skip = _doctor_not_applicable(backend.name, self.daemon_layer)
                         if skip is not None:
@@ -403,6 +410,7 @@ class Daemon:
                     daemon_control=control,
                     retention=retention,
                     streams=streams,
+                    usage=sampler.snapshot,
                 )
                 inflight = InFlight(app)
                 config = Config(

@@ -62,6 +62,7 @@ __all__ = [
     "RESUMED",
     "CONFIG_RELOADED",
     "OUTPUTS_RECORDED",
+    "RESOURCE_USAGE",
 ]
 
 
@@ -113,8 +114,8 @@ define(
         "umask": "str: the submitting shell's umask, 4 octal digits; a local run's files get it",
         "request_id": "str: the client's random id for this submit (1-64 chars), to find it after a lost connection",
         "on_done": "[str]: `submit --on-done` argv, run by the on-done hook when the run ends",
-        "scheduling": "{gpus: int, queue: str, priority: int -1000..1000, after: [run id], after_any: [run id], hold: bool}"
-        " (supervisord.scheduler.options)",
+        "scheduling": "{gpus: int, queue: str, priority: int -1000..1000, after: [run id], after_any: [run id], hold: bool,"
+        " memory_bytes: int | None, cpus: float | None} (supervisord.scheduler.options)",
         "rerun_of": "str: the run id this run reruns (`jobsup rerun`, the UI)",
         "env_from": "str: local runs, submitter | daemon: whose environment the job starts from (supervisord.shellenv)",
         "shell_env": "{NAME: 'hmac-sha256:<hex>'}: env_from submitter, the submitting shell's variables; never values",
@@ -208,6 +209,8 @@ ADMITTED: Final = define(
         "max_parallel": "int | None: the queue's cap",
         "gpus": "[{index, uuid, name, memory}]: the GPUs it holds",
         "waited_s": "float: seconds since submit",
+        "limits": "{memory_bytes: int | None, cpus: float | None, enforcement: systemd-scope | sampler}:"
+        " a run with --memory/--cpus, and how they are enforced",
     },
 )
 HELD: Final = define("Held", writer="scheduler, on `jobsup hold`", data={})
@@ -299,6 +302,22 @@ RUN_DIR_REMOVED: Final = define(
     "RunDirRemoved",
     writer="retention (retention.run_dirs_after, `jobsup prune --run-dirs`): the run's folder was removed",
     data={"path": "*required* str: the folder", "bytes": "int: disk space freed", "files": "int: files removed"},
+)
+RESOURCE_USAGE: Final = define(
+    "ResourceUsage",
+    writer="usage sampler (supervisord.usage.sampler): a running local run's process tree, at most once a minute"
+    " and once after it ended",
+    data={
+        "cpu_s": "*required* float: CPU seconds of the tree so far (the processes that ended included)",
+        "rss_bytes": "int: resident memory of the tree's live processes, summed, at the sample",
+        "max_rss_bytes": "*required* int: the largest summed RSS sampled",
+        "gpu_memory_bytes": "{index: int}: GPU memory of the tree's processes per GPU at the sample",
+        "gpu_memory_max_bytes": "{index: int}: the largest sampled, per GPU",
+        "processes": "int: live processes in the tree",
+        "samples": "int: samples taken so far",
+        "final": "bool: the record after the run ended (the last sample's figures)",
+        "memory_limit_bytes": "int: its --memory, when it has one",
+    },
 )
 STORAGE_TROUBLE: Final = define(
     "StorageTrouble",

@@ -176,6 +176,11 @@ class Planner:
             slurm_gpus, scheduling["gpus"] = scheduling["gpus"], 0
         if backend == "kubernetes" and scheduling["gpus"]:
             raise TaskError(f"--gpus: only local runs get GPUs from jobsup; {SHAPE_FLAGS_GPUS_HINT}")
+        for key, flag in (("memory_bytes", "--memory"), ("cpus", "--cpus")):
+            if backend != "local" and scheduling.get(key) is not None:
+                raise TaskError(
+                    f"{flag}: only local runs take limits from jobsup; for Kubernetes set them in the manifest"
+                )
         context = (data.get("kubernetes") or {}).get("context") if backend == "kubernetes" else None
         cfg.check_allowed(effective, backend, context)
         if backend == "local":

@@ -55,11 +55,26 @@ from supervisord.scheduler.update import RUN_UPDATED, apply_updates
 from supervisord.source import SnapshotStore, disk_full, is_no_space
 from supervisord.world import with_after_outputs, world_fields
 
-__all__ = ["Supervisor", "SubmitResult", "PHASE_RANK", "MAX_LINES_PER_EVENT"]
+__all__ = ["Supervisor", "SubmitResult", "PHASE_RANK", "MAX_LINES_PER_EVENT", "OOM_KILLED", "LocalRunView"]
 
 log = structlog.get_logger("jobsup.supervisor")
 
 _CANCEL_DRAIN_S = 30.0
+#: The reason of a run ended for passing its memory limit.
+OOM_KILLED: Final = "OOMKilled"
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalRunView:
+    """What the usage sampler reads of a running local run: its id, the
+    handle (runner pid and start), its Submitted data and kill grace."""
+
+    run_id: str
+    handle: Mapping[str, Any]
+    submitted: Mapping[str, Any]
+    kill_grace_s: int
+
+
 #: The most log lines one LogLines event holds (~400 KB of 100-byte lines).
 MAX_LINES_PER_EVENT = 4000
 #: The expected version of the retry after a ConcurrencyError: at the end of
@@ -111,6 +126,9 @@ class _RunState:
         self.unqueued = anyio.Event()
         self.admitted = False
         self.extra_env: dict[str, str] = {}
+        # Set by the usage sampler when it stops the run for passing its
+        # memory limit: the run's outcome is then ERROR OOMKilled with it.
+        self.over_limit: str | None = None
         # A start in flight (the backend's ``start`` has not returned): a
         # cancel then stops the run again once its handle is known.
         self.starting = False
@@ -131,6 +149,7 @@ class _RunState:
         self.extra_env = {}
         self.outcome_seen = anyio.Event()
         self.ingest_pending = False
+        self.over_limit = None
         self.starting = False
         self.start_done = anyio.Event()
         return self
@@ -192,6 +211,10 @@ class _Reporter:
         st = self._state
         if phase in TERMINAL_PHASES and not _cancel:
             st.outcome_seen.set()
+            if st.over_limit is not None and not st.cancel_requested:
+                # The usage sampler stopped it for its memory (however the
+                # process ended after that signal).
+                phase, reason, message = "ERROR", OOM_KILLED, st.over_limit
         async with st.lock:
             now = RunPhase(st.phase, st.reason, st.message, st.cancel_requested)
             if not decide(now, phase, reason=reason, message=message, by_cancel=_cancel, final=final).record:
@@ -801,6 +824,29 @@ class Supervisor:
             await self.store.append(run_id, status.version, [NewEvent(type, dict(data))])
         except ConcurrencyError:  # see _AT_THE_END
             await self.store.append(run_id, _AT_THE_END, [NewEvent(type, dict(data))])
+
+    def sampled_local_runs(self) -> list[LocalRunView]:
+        """The local runs this daemon supervises that are RUNNING with a
+        recorded runner handle (what the usage sampler measures)."""
+        out = []
+        for rid, st in self._runs.items():
+            if st.spec.backend != "local" or st.phase != "RUNNING" or "runner_pid" not in st.handle:
+                continue
+            local = st.spec.config.get("local") or {}
+            grace = local.get("kill_grace_s") if isinstance(local, Mapping) else None
+            out.append(LocalRunView(rid, dict(st.handle), st.spec.submitted, int(grace or 10)))
+        return out
+
+    def mark_over_limit(self, run_id: str, message: str) -> bool:
+        """The usage sampler is stopping ``run_id`` for passing its memory
+        limit: its terminal outcome will be ERROR ``OOMKilled`` with
+        ``message``. Returns False when the run is not supervised here, or a
+        cancel already owns its outcome."""
+        st = self._runs.get(run_id)
+        if st is None or st.cancel_requested or st.phase in TERMINAL_PHASES:
+            return False
+        st.over_limit = message
+        return True
 
     def supervised(self) -> int:
         """How many runs have a live supervision task."""

@@ -18,6 +18,8 @@ an error naming the key and the file)::
     after_any: [RUN]            # start once these runs are terminal
     after_failed: [RUN]         # start only if these runs ended ERROR
     links: {data: ~/datasets/x} # local runs: symlinks in the snapshot (supervisord.links)
+    memory: 16G                 # local runs: memory limit of the whole process tree
+    cpus: 2                     # local runs: CPUs it needs (and may use)
 
 CLI flags override the file key by key (``--env`` adds to / replaces keys of
 ``env``).
@@ -66,9 +68,11 @@ _TASK_KEYS = {
     "after_any",
     "after_failed",
     "links",
+    "memory",
+    "cpus",
 }
 #: The scheduling keys of a task (their checks: supervisord.scheduler.options).
-SCHEDULING_KEYS = ("gpus", "queue", "priority", "after", "after_any", "after_failed")
+SCHEDULING_KEYS = ("gpus", "queue", "priority", "after", "after_any", "after_failed", "memory", "cpus")
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -334,6 +338,12 @@ def _task_from_mapping(
     queue = string("queue")
     if queue is not None:
         scheduling["queue"] = queue
+    for key in ("memory", "cpus"):  # checked by the daemon (supervisord.usage.limits)
+        value = doc.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (str, int, float))):
+            raise TaskError(f"{p}: `{key}` must be a number or text like 16G, got {value!r}")
+        if value is not None:
+            scheduling[key] = value
     for key in ("after", "after_any", "after_failed"):
         value = doc.get(key)
         if value is None:

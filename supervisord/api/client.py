@@ -343,6 +343,10 @@ class Client:
         """``GET /queue``: ``{"waiting": [...], "gpus": [...], "queues": [...]}``."""
         return dict(self._call("GET", "/queue"))
 
+    def top(self) -> dict[str, Any]:
+        """``GET /top``: the running local runs' usage now (``jobsup top``)."""
+        return dict(self._call("GET", "/top"))
+
     def hold(self, ref: str) -> dict[str, Any]:
         """``POST /runs/{ref}/hold``: the run after the hold."""
         return dict(self._call("POST", f"/runs/{ref}/hold")["run"])

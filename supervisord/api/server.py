@@ -25,6 +25,7 @@ from supervisord.api.logs_route import logs_response
 from supervisord.api.query import flag_param, float_param, int_param
 from supervisord.api.scheduler_routes import scheduler_routes
 from supervisord.api.streams import StreamCloser
+from supervisord.api.usage_routes import usage_routes
 from supervisord.api.uvicorn_server import PEER_SCOPE_KEY
 from supervisord.api.wire import API_PREFIX
 from supervisord.exceptions import UsageError
@@ -78,6 +79,7 @@ def create_app(
     streams: StreamCloser | None = None,
     config_changed: Callable[[], list[str]] | None = None,
     daemon_control: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] | None = None,
+    usage: Callable[[], Awaitable[dict[str, Any]]] | None = None,
 ) -> Starlette:
     """Build the API application over a running supervisor and store (and
     the scheduler, whose routes it adds when given): writes go to the
@@ -88,7 +90,8 @@ def create_app(
     (:class:`~supervisord.api.streams.StreamCloser`). ``config_changed``
     says which config files changed since the daemon read them (``GET
     /v1/hooks`` carries it); ``daemon_control`` answers ``POST
-    /v1/daemon/{stop|reload}``."""
+    /v1/daemon/{stop|reload}``; ``usage`` answers ``GET /v1/top`` (the
+    usage sampler's live view)."""
     reads = ReadSide(store)
 
     def ends_on_stop(
@@ -274,6 +277,8 @@ def create_app(
         Route(f"{p}/hooks", api_errors(hooks_route), methods=["GET"]),
         Route(f"{p}/daemon/{{action}}", api_errors(daemon_route), methods=["POST"]),
     ]
+    if usage is not None:
+        routes += usage_routes(usage)
     if scheduler is not None:
         routes += scheduler_routes(
             supervisor=supervisor, scheduler=scheduler, digest_key=planner.digest_key, source_at=planner.source_at

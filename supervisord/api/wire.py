@@ -24,7 +24,8 @@ Endpoints::
     GET  /v1/events?run=&after=&follow=&limit=            ndjson RecordedEvent...
     POST /v1/ui        {"port"?: int, "stop"?: bool}   {"url", "port"} | {}
     GET  /v1/doctor                       {"checks": [{"name", "ok", "detail"}]}
-    GET  /v1/queue                        {"waiting": [...], "gpus": [...], "queues": [...]}  (scheduler_routes)
+    GET  /v1/queue                        {"waiting": [...], "gpus": [...], "queues": [...], "reservation", "notes"}  (scheduler_routes)
+    GET  /v1/top                          {"at", "interval_s", "runs": [...], "gpus": [...], "notes": [...]}  (usage_routes)
     POST /v1/runs/{ref}/hold              {"run": Run}
     POST /v1/runs/{ref}/release           {"run": Run}
     POST /v1/queues/{name}                {"max_parallel": int | null, "from_config"?: bool}

@@ -36,6 +36,7 @@ COMMANDS: Final[dict[str, str]] = {
     "render": "supervisord.cli.render_cmd:render_command",
     "config": "supervisord.cli.config_cmd:config_group",
     "queue": "supervisord.cli.queue_cmd:queue",
+    "top": "supervisord.cli.top_cmd:top",
     "hold": "supervisord.cli.queue_cmd:hold",
     "release": "supervisord.cli.queue_cmd:release",
     "rerun": "supervisord.cli.queue_cmd:rerun",

@@ -67,7 +67,7 @@ LOGS_MAX_BYTES = 1024 * 1024
 TRIAGE_SCAN_LINES = 2000
 TRIAGE_ERROR_LINES = 20
 
-_SCHEDULING_FIELDS = ("queue", "priority", "gpus", "after", "after_any", "after_failed", "hold")
+_SCHEDULING_FIELDS = ("queue", "priority", "gpus", "after", "after_any", "after_failed", "hold", "memory", "cpus")
 
 
 class ToolError(Exception):
@@ -135,6 +135,12 @@ _SUBMIT_PROPS: dict[str, Any] = {
         "minItems": 1,
         "description": "argv run when the run ends (as `submit --on-done`), from cwd, with the run's last lines on stdin",
     },
+    "memory": {
+        "type": "string",
+        "minLength": 1,
+        "description": "local runs: memory limit of the whole process tree, e.g. 16G or 512M (ends it OOMKilled past it)",
+    },
+    "cpus": {"type": "number", "exclusiveMinimum": 0, "description": "local runs: CPUs it needs, e.g. 2 or 0.5"},
 }
 _RUNS_ARG = {"type": "array", "items": _RUN_REF, "minItems": 1}
 
@@ -210,8 +216,8 @@ def _tools() -> list[Tool]:
         Tool(
             "submit",
             "Submit a run of a task (a task file and/or a command, from a git repository) and return the run. "
-            "Scheduling options: queue, priority, gpus, after, after_any, after_failed, hold; on_done: a command "
-            "run when it ends.",
+            "Scheduling options: queue, priority, gpus, after, after_any, after_failed, hold; limits: memory, "
+            "cpus; on_done: a command run when it ends.",
             _obj(_SUBMIT_PROPS),
             _wrap({"run": "run", "warnings": {"type": "array", "items": {"type": "string"}}}, ["run", "warnings"]),
         ),
@@ -437,6 +443,12 @@ def _tools() -> list[Tool]:
             _top("which"),
         ),
         Tool(
+            "top",
+            "The running local runs' usage now: CPU %, memory (peak, limit), GPU memory and utilisation, elapsed.",
+            _obj({}),
+            _top("top"),
+        ),
+        Tool(
             "doctor",
             "Check the daemon, the store and (when configured) Kubernetes access.",
             _obj({}),
@@ -534,8 +546,16 @@ _SUGGESTIONS: dict[str, str] = {
     "WaitingForDependency": "the run waits for the runs in `after`/`after_any`: wait for them",
     "WaitingForSlot": "the queue is at its max_parallel: it starts when a run of the queue ends",
     "WaitingForGPUs": "not enough free GPUs: it starts when a GPU holder ends (see `queue`)",
+    "WaitingForMemory": "admitted runs claim the memory it asks for (--memory): it starts when one ends (see `queue`)",
+    "WaitingForCPUs": "admitted runs claim the CPUs it asks for (--cpus): it starts when one ends (see `queue`)",
 }
-_PENDING_REASONS = frozenset({"Held", "WaitingForDependency", "WaitingForSlot", "WaitingForGPUs"})
+_LOCAL_OOM = (
+    "the run's processes passed its --memory limit and jobsup stopped it: submit again with a larger --memory "
+    "(show's usage.max_rss_bytes has the peak) or use less memory"
+)
+_PENDING_REASONS = frozenset(
+    {"Held", "WaitingForDependency", "WaitingForSlot", "WaitingForGPUs", "WaitingForMemory", "WaitingForCPUs"}
+)
 _ERRORISH = re.compile(
     r"(?i)(error|\berr!|exception|traceback|\bfatal\b|\bfailed\b|\bfailure\b|\bpanic\b|killed|denied|"
     r"not found|no such file|segmentation fault|out of memory|\boom\b|\bassert)"
@@ -545,6 +565,8 @@ _ERRORISH = re.compile(
 def triage_suggestion(run: dict[str, Any]) -> str:
     """A one-line next step for ``run`` (a run object), from its phase and reason."""
     phase, reason = run.get("phase"), run.get("reason")
+    if reason == "OOMKilled" and run.get("backend") == "local":
+        return _LOCAL_OOM
     if reason and reason in _SUGGESTIONS:
         return _SUGGESTIONS[reason]
     if phase == "COMPLETED":
@@ -842,6 +864,10 @@ class JobsupTools:
         """``jobsup queue -o json``: ``{"waiting", "gpus", "queues"}``."""
         return dict(self.client.queue())
 
+    def top(self, args: dict[str, Any]) -> dict[str, Any]:
+        """``jobsup top -o json``: the running local runs' usage now."""
+        return dict(self.client.top())
+
     def doctor(self, args: dict[str, Any]) -> dict[str, Any]:
         """The daemon's checks (a failing check is data, not a tool error)."""
         try:
@@ -871,8 +897,16 @@ class JobsupTools:
             "error_lines": errors[-TRIAGE_ERROR_LINES:],
             "last_lines": trimmed[-5:],
             "pending_reason": pending,
-            "suggestion": triage_suggestion(run),
+            "suggestion": triage_suggestion(run) + self._reservation(run),
         }
+
+    def _reservation(self, run: dict[str, Any]) -> str:
+        """``"; GPUs 0-3 reserved for run X ..."`` for a run waiting for GPUs
+        while a backfill reservation holds them, else ``""``."""
+        if run.get("phase") != "QUEUED" or run.get("reason") != "WaitingForGPUs":
+            return ""
+        res = self.client.queue().get("reservation") or {}
+        return f"; {res['message']}" if res.get("message") else ""
 
 
 # -- the server ----------------------------------------------------------------

@@ -26,12 +26,12 @@ __all__ = ["hold", "queue", "release", "rerun", "scheduling_options", "take_sche
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_SCHED_PARAMS = ("gpus", "queue", "priority", "after", "after_any", "after_failed", "hold")
+_SCHED_PARAMS = ("gpus", "queue", "priority", "after", "after_any", "after_failed", "hold", "memory", "cpus")
 
 
 def scheduling_options(fn: F) -> F:
     """Add ``--gpus N --queue Q --priority P --after RUN… --after-any RUN…
-    --after-failed RUN… --hold`` to a command (their values arrive in its ``**kwargs``; take
+    --after-failed RUN… --hold --memory SIZE --cpus N`` to a command (their values arrive in its ``**kwargs``; take
     them out with :func:`take_scheduling`)."""
     options = [
         click.option("--gpus", type=WholeNumber(min=0), help="Local runs: whole GPUs of this machine (default 0)."),
@@ -49,6 +49,10 @@ def scheduling_options(fn: F) -> F:
             help="Start only if RUN ended ERROR (else CANCELED DependencyFailed; repeatable).",
         ),
         click.option("--hold", is_flag=True, help="Queue the run held; `jobsup release RUN` lets it start."),
+        click.option(
+            "--memory", metavar="SIZE", help="Local runs: memory limit of the whole process tree (16G, 512M)."
+        ),
+        click.option("--cpus", metavar="N", help="Local runs: CPUs it needs (and may use), e.g. 2 or 0.5."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -91,6 +95,8 @@ def queue(ctx: click.Context, output: str) -> None:
     echo("")
     rows = [{**q, "max_parallel": "none" if q["max_parallel"] is None else q["max_parallel"]} for q in doc["queues"]]
     emit(rows, "table", columns=_QUEUE_COLUMNS)
+    reservation = doc.get("reservation") or {}
+    reserved = set(reservation.get("gpus") or [])
     if doc["gpus"]:
         echo("")
         rows = [
@@ -98,7 +104,11 @@ def queue(ctx: click.Context, output: str) -> None:
                 "index": g["index"],
                 "uuid": g["uuid"],
                 "name": g["name"],
-                "holder": f"{g['holder']['id']} ({g['holder']['name']})" if g["holder"] else "free",
+                "holder": f"{g['holder']['id']} ({g['holder']['name']})"
+                if g["holder"]
+                else f"free, reserved for {reservation['run_id']}"
+                if g["index"] in reserved
+                else "free",
                 "since": g["holder"]["since"] if g["holder"] else None,
             }
             for g in doc["gpus"]
@@ -106,6 +116,11 @@ def queue(ctx: click.Context, output: str) -> None:
         emit(rows, "table", columns=_GPU_COLUMNS)
     else:
         info("no GPUs are managed by this daemon (see `jobsup doctor`)")
+    if reservation:
+        click.echo("")
+        click.echo(reservation["message"])
+    for note in doc.get("notes") or []:
+        warn(note)
 
 
 @queue.command("set")

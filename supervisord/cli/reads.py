@@ -49,7 +49,49 @@ __all__ = [
     "wait_timeout_s",
 ]
 
-RUN_COLUMNS = ("id", "project", "name", "backend", "phase", "reason", "exit_code", "created_at")
+RUN_COLUMNS = (
+    "id",
+    "project",
+    "name",
+    "backend",
+    "phase",
+    "reason",
+    "exit_code",
+    "created_at",
+    "started",
+    "elapsed",
+    "gpus",
+)
+
+
+def _elapsed(seconds: Any) -> str | None:
+    """``42s``, ``12m05s``, ``3h07m``, ``2d04h`` (None: not started)."""
+    if not isinstance(seconds, (int, float)):
+        return None
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    m, s = divmod(s, 60)
+    if m < 60:
+        return f"{m}m{s:02d}s"
+    h, m = divmod(m, 60)
+    if h < 48:
+        return f"{h}h{m:02d}m"
+    d, h = divmod(h, 24)
+    return f"{d}d{h:02d}h"
+
+
+def run_row(run: dict[str, Any]) -> dict[str, Any]:
+    """A run object with the table's derived cells: ``started`` (its
+    started_at), ``elapsed`` (``12m05s``) and ``gpus`` (``0,1``)."""
+    gpus = run.get("gpus") or []
+    return {
+        **run,
+        "started": run.get("started_at"),
+        "elapsed": _elapsed(run.get("elapsed_s")),
+        "gpus": ",".join(str(g) for g in gpus) if gpus else None,
+    }
+
 
 #: ``wait --for PHASE`` with a terminal PHASE: the run ended COMPLETED instead.
 EXIT_OTHER_PHASE = 5
@@ -178,7 +220,7 @@ def runs_command(client: Client, *, all_: bool, project: str | None, phase: str 
         if not rows:
             info("no runs")
             return 0
-        emit(rows, output, columns=RUN_COLUMNS)
+        emit([run_row(r) for r in rows], output, columns=RUN_COLUMNS)
     else:
         emit(rows, output)
     return 0
@@ -232,7 +274,24 @@ _SHOW_FIELDS = (
     "log_ingest",
     "command",
     "timeout_s",
+    "queue",
+    "priority",
+    "after",
+    "started_at",
+    "ended_at",
+    "elapsed_s",
+    "gpus",
 )
+
+
+def _size(n: Any) -> str:
+    """``1.5G (1610612736 bytes)``; ``-`` for None."""
+    if not isinstance(n, (int, float)):
+        return "-"
+    for unit, size in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f}{unit} ({int(n)} bytes)"
+    return f"{int(n)} bytes"
 
 
 def show_command(client: Client, run: str, output: str) -> int:
@@ -246,7 +305,17 @@ def show_command(client: Client, run: str, output: str) -> int:
     from supervisord.cli.blockyaml import dump
 
     for key in _SHOW_FIELDS:
-        echo(f"{key + ':':<12} {'-' if full.get(key) is None else full.get(key)}")
+        value = full.get(key)
+        if isinstance(value, list):
+            value = ", ".join(str(v) for v in value) or None
+        echo(f"{key + ':':<12} {'-' if value is None else value}")
+    usage = full.get("usage") or {}
+    if usage:
+        gmem = usage.get("gpu_memory_max_bytes") or {}
+        echo(f"{'cpu_s:':<12} {usage.get('cpu_s', '-')}")
+        echo(f"{'max_rss:':<12} {_size(usage.get('max_rss_bytes'))}")
+        if gmem:
+            echo(f"{'gpu_memory:':<12} " + ", ".join(f"GPU {k} {_size(v)} max" for k, v in sorted(gmem.items())))
     for h in full.get("hooks") or []:
         result = (
             h.get("error")

@@ -79,7 +79,7 @@ class _DashDashCommand(click.Command):
     "(JOBSUP_* variables, last log lines on stdin), from this folder.",
 )
 @scheduling_options
-@shape_flag_options_without("gpus")
+@shape_flag_options_without("gpus", "memory", "cpus")
 @click.pass_context
 def submit(
     ctx: click.Context,

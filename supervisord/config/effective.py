@@ -58,6 +58,7 @@ DAEMON_ONLY_KEYS: tuple[KeyPath, ...] = (
     ("scheduler",),
     ("ui",),
     ("retention",),
+    ("local", "usage_interval_s"),
 )
 
 #: The keys (and everything below them) a task YAML's ``config:`` may set.

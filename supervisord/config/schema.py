@@ -19,6 +19,8 @@ Keys::
                                         the shell that ran submit; supervisord.shellenv)
             outputs_dir: str            where runs' output folders go (default
                                         $XDG_DATA_HOME/jobsup/outputs; supervisord.outputs)}
+            usage_interval_s: number    daemon-only: sample running local runs' CPU, memory
+                                        and GPU memory this often (default 5)}
     kubernetes:
       context: str                      unset = the kubeconfig's current context
       namespace: DNS-1123 label
@@ -52,6 +54,8 @@ Keys::
       gpus: auto | [int >= 0 | str]     GPU indices or UUIDs (default auto)
       queues: {<name>: {max_parallel: int > 0}}
       cpu_runs_see_gpus: bool
+      memory: SIZE (16G) | int bytes   what --memory claims come out of (default: the machine's)
+      cpus: number > 0                  what --cpus claims come out of (default: the machine's)
     hooks: [HOOK]                       daemon and user config only (:data:`HOOK_SCHEMA`;
                                         supervisord.hooks.config checks them and says
                                         what is wrong in its own words)
@@ -218,6 +222,8 @@ CONFIG_SCHEMA: dict[str, Any] = {
                 "keep_log_files": {"type": "boolean"},
                 "env_from": {"enum": ["submitter", "daemon"]},
                 "outputs_dir": _STR,
+                # daemon-only: how often running local runs are sampled (CPU, memory, GPU memory)
+                "usage_interval_s": {"type": "number", "minimum": 0.5, "maximum": 3600},
             },
         },
         "kubernetes": {
@@ -306,6 +312,9 @@ CONFIG_SCHEMA: dict[str, Any] = {
                     },
                 },
                 "cpu_runs_see_gpus": {"type": "boolean"},
+                # the capacity --memory / --cpus claims come out of (default: the machine's)
+                "memory": {"anyOf": [{"type": "integer", "minimum": 1048576}, _STR]},
+                "cpus": {"type": "number", "exclusiveMinimum": 0},
             },
         },
         "hooks": {

@@ -45,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
@@ -65,6 +65,7 @@ from supervisord.crashpoints import crash_point
 from supervisord.events import CONFIG_RELOADED, QUEUE_CHANGED, RESUMED
 from supervisord.exceptions import (
     AmbiguousRunError,
+    ConfigError,
     RunNotFoundError,
     TaskError,
     UsageError,
@@ -82,9 +83,11 @@ from supervisord.scheduler.policy import (
     Waiting,
     decide,
     find_cycle,
+    format_bytes,
 )
 from supervisord.scheduler.update import RUN_UPDATED, changed_values
 from supervisord.supervisor import Supervisor
+from supervisord.usage.limits import ENFORCE_SAMPLER, machine_cpus, machine_memory, parse_cpus, parse_memory
 
 __all__ = [
     "ADMITTED",
@@ -94,6 +97,7 @@ __all__ = [
     "RESOURCES_FREED",
     "Scheduler",
     "SchedulerSettings",
+    "with_capacity",
 ]
 
 log = structlog.get_logger("jobsup.scheduler")
@@ -125,10 +129,16 @@ _LINGER_POLL_S = 0.5
 class SchedulerSettings:
     """The daemon config's ``scheduler`` section: queue caps (``queues.<Q>.
     max_parallel``; ``daemon.max_running`` is the ``default`` queue's cap
-    when that queue sets none) and ``cpu_runs_see_gpus``."""
+    when that queue sets none), ``cpu_runs_see_gpus``, and the capacity
+    ``--memory`` / ``--cpus`` claims come out of (``scheduler.memory`` /
+    ``scheduler.cpus``, default what the machine has); ``enforcement``: how
+    limits are enforced (recorded in Admitted)."""
 
     caps: Mapping[str, int | None]
     cpu_runs_see_gpus: bool = False
+    memory: int | None = None
+    cpus: float | None = None
+    enforcement: str = ENFORCE_SAMPLER
 
     @classmethod
     def from_config(cls, data: Mapping[str, Any]) -> SchedulerSettings:
@@ -141,6 +151,26 @@ class SchedulerSettings:
         if caps.get(DEFAULT_QUEUE) is None and max_running is not None:
             caps[DEFAULT_QUEUE] = int(max_running)
         return cls(caps=caps, cpu_runs_see_gpus=bool(sched.get("cpu_runs_see_gpus")))
+
+
+def with_capacity(settings: SchedulerSettings, data: Mapping[str, Any], *, enforcement: str) -> SchedulerSettings:
+    """``settings`` with the capacity ``--memory``/``--cpus`` claims come out
+    of (``scheduler.memory`` / ``scheduler.cpus`` from the daemon's config
+    ``data``, default what the machine has) and the limits' ``enforcement``.
+    Raises ConfigError naming the key for a value that is not a size or a
+    number of CPUs."""
+    sched = data.get("scheduler") or {}
+    try:
+        memory = parse_memory(sched["memory"], "scheduler.memory") if sched.get("memory") is not None else None
+        cpus = parse_cpus(sched["cpus"], "scheduler.cpus") if sched.get("cpus") is not None else None
+    except TaskError as err:
+        raise ConfigError(str(err)) from None
+    return dataclasses.replace(
+        settings,
+        memory=memory if memory is not None else machine_memory(),
+        cpus=cpus if cpus is not None else float(machine_cpus()),
+        enforcement=enforcement,
+    )
 
 
 @dataclasses.dataclass
@@ -199,6 +229,8 @@ class _Run:
                 held=self.held,
                 timeout_s=self.timeout_s,
                 after_failed=tuple(s["after_failed"]),
+                memory_bytes=int(s.get("memory_bytes") or 0),
+                cpus=float(s.get("cpus") or 0.0),
             )
         return self.cached
 
@@ -240,6 +272,11 @@ class Scheduler:
         self._runtime_caps: dict[str, int | None] = {}
         self._daemon_version = 0  # of DAEMON_STREAM
         self.passes = 0
+        #: Lines about the GPUs for ``jobsup queue`` (the usage sampler's:
+        #: a GPU busy with a process jobsup did not start); set by the daemon.
+        self.gpu_notes: Callable[[], list[str]] | None = None
+        #: GPU index -> (utilisation %, memory used bytes) now, from the usage sampler; set by the daemon.
+        self.gpu_usage: Callable[[], Mapping[int, tuple[int | None, int | None]]] | None = None
 
     # -- state from the log -----------------------------------------------------
 
@@ -448,8 +485,21 @@ class Scheduler:
     def situation(self) -> Situation:
         """What :func:`decide` gets now."""
         waiting = [r.waiting() for r in self._waiting.values()]
-        active = [Active(r.run_id, r.queue, r.gpus, r.deadline) for r in self._active.values()]
-        return Situation(waiting, active, self.inventory.gpus, self.caps(), self._dep_phase, time.time())
+        active = [
+            Active(
+                r.run_id,
+                r.queue,
+                r.gpus,
+                r.deadline,
+                int(r.sched.get("memory_bytes") or 0),
+                float(r.sched.get("cpus") or 0.0),
+            )
+            for r in self._active.values()
+        ]
+        st = self.settings
+        return Situation(
+            waiting, active, self.inventory.gpus, self.caps(), self._dep_phase, time.time(), st.memory, st.cpus
+        )
 
     # -- queue caps ---------------------------------------------------------------
 
@@ -612,6 +662,9 @@ class Scheduler:
             "gpus": [g.to_json() for g in gpus],
             "waited_s": round(waited, 3),
         }
+        memory, cpus = run.sched.get("memory_bytes"), run.sched.get("cpus")
+        if memory or cpus:
+            data["limits"] = {"memory_bytes": memory, "cpus": cpus, "enforcement": self.settings.enforcement}
         where = f"GPU {', '.join(str(g.index) for g in gpus)}" if gpus else "no GPU"
         message = f"admitted in queue {queue!r} ({in_queue}{'/' + str(cap) if cap else ''} started) on {where}"
         if not await self.supervisor.admit(run.run_id, data, self._env_for(run, list(gpus)), message):
@@ -648,6 +701,16 @@ class Scheduler:
                     ids.append(rid)
             sched[key] = ids
         sched["after_any"] = [r for r in sched["after_any"] if r not in sched["after"]]
+        st = self.settings
+        if sched.get("memory_bytes") and st.memory is not None and sched["memory_bytes"] > st.memory:
+            raise TaskError(
+                f"--memory: asks for {format_bytes(sched['memory_bytes'])}, this machine has "
+                f"{format_bytes(st.memory)} for jobsup (scheduler.memory)"
+            )
+        if sched.get("cpus") and st.cpus is not None and sched["cpus"] > st.cpus:
+            raise TaskError(
+                f"--cpus: asks for {sched['cpus']:g}, this machine has {st.cpus:g} for jobsup (scheduler.cpus)"
+            )
         if not sched["after_failed"]:
             del sched["after_failed"]  # recorded only when given
         edges = {
@@ -753,9 +816,11 @@ class Scheduler:
         """What ``jobsup queue`` shows: ``waiting`` (start order: id,
         project, name, queue, priority, gpus, after, after_any, held,
         reason, message, created_at), ``gpus`` (index, uuid, name, memory,
-        holder: {id, project, name, since} or None, since) and ``queues`` (name,
+        holder: {id, project, name, since} or None, since), ``queues`` (name,
         max_parallel, source: runtime | config | none, running, waiting;
-        ``default`` always)."""
+        ``default`` always), ``reservation`` (the backfill reservation:
+        run_id, needs, gpus, from, backfill_timeout_s, message; None) and
+        ``notes`` (e.g. a GPU busy with a process jobsup did not start)."""
         waiting = []
         order = [rid for rid in self._last.order if rid in self._waiting]
         order += sorted((r for r in self._waiting if r not in set(order)), key=lambda r: self._waiting[r].order)
@@ -779,12 +844,16 @@ class Scheduler:
                 }
             )
         holder: dict[str, _Run] = {u: r for r in self._active.values() for u in r.gpus}
+        used = self.gpu_usage() if self.gpu_usage is not None else {}
         gpus = []
         for g in self.inventory.gpus:
             h = holder.get(g.uuid)
+            util, mem = used.get(g.index, (None, None))
             gpus.append(
                 {
                     **g.to_json(),
+                    "utilization": util,
+                    "memory_used_bytes": mem,
                     "holder": None
                     if h is None
                     else {"id": h.run_id, "project": h.project, "name": h.name, "since": h.admitted_at},
@@ -792,4 +861,16 @@ class Scheduler:
                 }
             )
         queues = [self._queue_row(q) for q in sorted(self._queue_names())]
-        return {"waiting": waiting, "gpus": gpus, "queues": queues}
+        res = self._last.reservation
+        reservation = None
+        if res is not None and res.run_id in self._waiting:
+            reservation = {
+                "run_id": res.run_id,
+                "needs": res.needs,
+                "gpus": list(res.gpus),
+                "from": dt.datetime.fromtimestamp(res.shadow, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "backfill_timeout_s": round(res.backfill_s),
+                "message": res.describe(),
+            }
+        notes = self.gpu_notes() if self.gpu_notes is not None else []
+        return {"waiting": waiting, "gpus": gpus, "queues": queues, "reservation": reservation, "notes": notes}

@@ -5,7 +5,8 @@ checked and normalised into the ``scheduling`` mapping of the Submitted event.
 
     {"gpus": int >= 0, "queue": str, "priority": -1000..1000,
      "after": [run id], "after_any": [run id], "hold": bool,
-     "after_failed": [run id]}   (after_failed: only when given)
+     "after_failed": [run id],                (only when given)
+     "memory_bytes": int, "cpus": float}      (the last two only when given)
 
 The ids are full run ids once the daemon resolved them
 (:meth:`supervisord.scheduler.driver.Scheduler.prepare`).
@@ -19,6 +20,7 @@ from typing import Any
 
 from supervisord.exceptions import TaskError
 from supervisord.runref import is_run_ref, normalize_run_ref
+from supervisord.usage.limits import parse_cpus, parse_memory
 
 __all__ = ["DEFAULT_QUEUE", "PRIORITY_MAX", "PRIORITY_MIN", "QUEUE_NAME", "parse_scheduling", "scheduling_of"]
 
@@ -59,8 +61,9 @@ def parse_scheduling(
     task: Mapping[str, Any], *, hold: bool = False, names: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
     """The ``scheduling`` mapping from a submit request's ``task`` object
-    (keys ``gpus``, ``queue``, ``priority``, ``after``, ``after_any``; each
-    may be absent or null) and the ``--hold`` flag. Dependency refs are
+    (keys ``gpus``, ``queue``, ``priority``, ``after``, ``after_any``,
+    ``memory`` (``16G``), ``cpus``; each may be absent or null) and the
+    ``--hold`` flag. Dependency refs are
     lower-cased and de-duplicated but not resolved. Raises TaskError naming
     the flag, or ``names[key]`` when given (a task file and its key)."""
     label = {
@@ -103,6 +106,11 @@ def parse_scheduling(
     }
     if after_failed:
         out["after_failed"] = after_failed
+    # Limits only when given: a run without them records what it did before.
+    if task.get("memory") is not None:
+        out["memory_bytes"] = parse_memory(task.get("memory"))
+    if task.get("cpus") is not None:
+        out["cpus"] = parse_cpus(task.get("cpus"))
     return out
 
 
@@ -119,4 +127,7 @@ def scheduling_of(submitted: Mapping[str, Any]) -> dict[str, Any]:
         "after_any": [str(r) for r in sched.get("after_any") or []],
         "hold": bool(sched.get("hold")),
         "after_failed": [str(r) for r in sched.get("after_failed") or []],
+        # the limits only when the run has them (as parse_scheduling records them)
+        **({"memory_bytes": int(sched["memory_bytes"])} if sched.get("memory_bytes") else {}),
+        **({"cpus": float(sched["cpus"])} if sched.get("cpus") else {}),
     }

@@ -13,8 +13,12 @@ Rules (README.md, "Scheduling"):
 * A run waits, with the first reason that applies: ``Held``;
   ``WaitingForDependency`` (an ``after`` run not yet COMPLETED or an
   ``after_any`` run not yet terminal, an ``after_failed`` run not yet
-  terminal); ``WaitingForSlot`` (its queue already
-  runs ``max_parallel`` runs); ``WaitingForGPUs``.
+  terminal; a dependency that is itself held says ``(held)``);
+  ``WaitingForSlot`` (its queue already runs ``max_parallel`` runs);
+  ``WaitingForMemory`` / ``WaitingForCPUs`` (its ``--memory`` /
+  ``--cpus`` is more than the machine's capacity left unclaimed by admitted
+  runs: ``scheduler.memory`` / ``scheduler.cpus``; first fit, no
+  reservation); ``WaitingForGPUs``.
 * ``after`` a run that ended other than COMPLETED: the run ends CANCELED,
   reason ``DependencyFailed``; so, transitively and in the same pass, do the
   runs that depend on it. ``after_failed`` (``submit --after-failed``) is
@@ -32,8 +36,11 @@ Rules (README.md, "Scheduling"):
   *extra* GPUs). So a 4-GPU run behind a stream of 1-GPU runs starts no
   later than its shadow time, while short runs still fill idle GPUs. Runs
   that ask for no GPU are never held back by the head. Runs behind the head
-  that cannot start get a message that does not change while they wait, so
-  1,000 waiting runs do not each get a new event whenever a GPU changes hands.
+  that cannot start get a message that does not change while they wait
+  (it names no run and no time), so 1,000 waiting runs do not each get a new
+  event whenever a GPU changes hands; the live details of the reservation
+  (which GPUs, from when, the longest timeout that could start now) are
+  :attr:`Decision.reservation`, which ``jobsup queue`` and the page show.
 * GPUs are whole and exclusive; a run gets the free GPUs with the lowest
   indices.
 """
@@ -41,6 +48,7 @@ Rules (README.md, "Scheduling"):
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
@@ -50,7 +58,9 @@ __all__ = [
     "HELD",
     "TERMINAL",
     "WAITING_FOR_DEPENDENCY",
+    "WAITING_FOR_CPUS",
     "WAITING_FOR_GPUS",
+    "WAITING_FOR_MEMORY",
     "WAITING_FOR_SLOT",
     "Active",
     "Admission",
@@ -58,6 +68,7 @@ __all__ = [
     "Failure",
     "Gpu",
     "Pending",
+    "Reservation",
     "Situation",
     "Waiting",
     "decide",
@@ -74,6 +85,8 @@ HELD = "Held"
 WAITING_FOR_DEPENDENCY = "WaitingForDependency"
 WAITING_FOR_SLOT = "WaitingForSlot"
 WAITING_FOR_GPUS = "WaitingForGPUs"
+WAITING_FOR_MEMORY = "WaitingForMemory"
+WAITING_FOR_CPUS = "WaitingForCPUs"
 DEPENDENCY_FAILED = "DependencyFailed"
 
 
@@ -100,7 +113,8 @@ class Waiting:
     ``order``: its Submitted event's seq (smaller = older). ``priority``:
     -1000..1000. ``gpus``: whole GPUs it needs (0 = none). ``after`` /
     ``after_any``: full run ids. ``timeout_s``: its wall-clock limit in
-    seconds (> 0).
+    seconds (> 0). ``memory_bytes`` / ``cpus``: what it claims of the
+    machine (0: nothing).
     """
 
     run_id: str
@@ -113,18 +127,22 @@ class Waiting:
     held: bool = False
     timeout_s: int = 4 * 3600
     after_failed: tuple[str, ...] = ()
+    memory_bytes: int = 0
+    cpus: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Active:
     """An admitted run that is not terminal yet: it holds ``gpus`` (uuids)
     and one slot of ``queue`` until it ends by ``deadline`` (seconds since
-    the epoch)."""
+    the epoch); it claims ``memory_bytes`` and ``cpus`` of the machine."""
 
     run_id: str
     queue: str
     gpus: tuple[str, ...]
     deadline: float
+    memory_bytes: int = 0
+    cpus: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,7 +152,8 @@ class Situation:
     ``phases``: the phase of every run some waiting run depends on (a
     dependency missing here counts as still QUEUED). ``caps``: queue name ->
     ``max_parallel`` (absent or None: no limit). ``now``: seconds since the
-    epoch.
+    epoch. ``memory`` (bytes) / ``cpus``: the machine's capacity that
+    admitted runs' claims come out of (None: not counted).
     """
 
     waiting: Sequence[Waiting]
@@ -143,6 +162,8 @@ class Situation:
     caps: Mapping[str, int | None]
     phases: Mapping[str, str]
     now: float
+    memory: int | None = None
+    cpus: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -173,15 +194,73 @@ class Pending:
     message: str
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Reservation:
+    """The backfill reservation of one pass: the head ``run_id`` needs
+    ``needs`` GPUs and gets ``gpus`` (indices: the free ones and those of
+    the holders it waits for) by ``shadow`` (epoch seconds) at the latest;
+    until then a run whose timeout is under ``backfill_s`` seconds could
+    start now on a free GPU (``free``: how many; 0 when none is free)."""
+
+    run_id: str
+    needs: int
+    gpus: tuple[int, ...]
+    shadow: float
+    backfill_s: float
+    free: int
+
+    def describe(self) -> str:
+        """``GPUs 0-3 reserved for run X (needs 4) from about 14:05 UTC; a
+        run with --timeout under 1h20m could start now``."""
+        when = time.strftime("%H:%M UTC", time.gmtime(self.shadow))
+        text = f"{_gpu_list(self.gpus)} reserved for run {self.run_id} (needs {self.needs}) from about {when}"
+        if self.free and self.backfill_s >= 60:
+            text += f"; a run with --timeout under {_duration(self.backfill_s)} could start now"
+        return text
+
+
+def _gpu_list(indices: Sequence[int]) -> str:
+    """``GPU 2``, ``GPUs 0-3``, ``GPUs 0, 2, 5``."""
+    xs = sorted(indices)
+    if len(xs) == 1:
+        return f"GPU {xs[0]}"
+    if xs and xs == list(range(xs[0], xs[-1] + 1)):
+        return f"GPUs {xs[0]}-{xs[-1]}"
+    return "GPUs " + ", ".join(str(x) for x in xs)
+
+
+def _duration(seconds: float) -> str:
+    """Whole minutes, down: ``45m``, ``1h20m``, ``3d2h``."""
+    m = int(seconds // 60)
+    if m < 60:
+        return f"{m}m"
+    h, m = divmod(m, 60)
+    if h < 48:
+        return f"{h}h{m:02d}m" if m else f"{h}h"
+    d, h = divmod(h, 24)
+    return f"{d}d{h}h" if h else f"{d}d"
+
+
+def format_bytes(n: float) -> str:
+    """``16G``, ``1.5G``, ``512M`` (binary units)."""
+    for unit, size in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= size:
+            value = n / size
+            return f"{value:.1f}".rstrip("0").rstrip(".") + unit
+    return f"{int(n)}B"
+
+
 @dataclasses.dataclass
 class Decision:
     """What one pass decided. ``order``: every still-waiting run id in start
-    order (what ``jobsup queue`` lists)."""
+    order (what ``jobsup queue`` lists). ``reservation``: the backfill
+    reservation, when a run waits for GPUs others hold."""
 
     admit: list[Admission] = dataclasses.field(default_factory=list)
     fail: list[Failure] = dataclasses.field(default_factory=list)
     pending: dict[str, Pending] = dataclasses.field(default_factory=dict)
     order: list[str] = dataclasses.field(default_factory=list)
+    reservation: Reservation | None = None
 
 
 def start_order(waiting: Sequence[Waiting]) -> list[Waiting]:
@@ -221,8 +300,11 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def _dependency_state(w: Waiting, phases: Mapping[str, str]) -> tuple[str | None, list[str]]:
-    """(failure message or None, what it still waits for as "id (PHASE)")."""
+def _dependency_state(
+    w: Waiting, phases: Mapping[str, str], held: frozenset[str] = frozenset()
+) -> tuple[str | None, list[str]]:
+    """(failure message or None, what it still waits for as "id (PHASE)",
+    or "id (QUEUED, held)" for a dependency in ``held``)."""
     waits: list[str] = []
     for dep in w.after:
         phase = phases.get(dep, "QUEUED")
@@ -230,18 +312,18 @@ def _dependency_state(w: Waiting, phases: Mapping[str, str]) -> tuple[str | None
             if phase != "COMPLETED":
                 return f"run {dep}, which this run waits for with --after, ended {phase}", []
         else:
-            waits.append(f"{dep} ({phase})")
+            waits.append(f"{dep} ({phase}, held)" if dep in held else f"{dep} ({phase})")
     for dep in w.after_any:
         phase = phases.get(dep, "QUEUED")
         if phase not in TERMINAL:
-            waits.append(f"{dep} ({phase})")
+            waits.append(f"{dep} ({phase}, held)" if dep in held else f"{dep} ({phase})")
     for dep in w.after_failed:
         phase = phases.get(dep, "QUEUED")
         if phase in TERMINAL:
             if phase != "ERROR":
                 return f"run {dep}, which this run waits for with --after-failed, ended {phase}, not ERROR", []
         else:
-            waits.append(f"{dep} ({phase})")
+            waits.append(f"{dep} ({phase}, held)" if dep in held else f"{dep} ({phase})")
     return None, waits
 
 
@@ -281,25 +363,35 @@ def decide(s: Situation) -> Decision:
     running = Counter(a.queue for a in s.active)
     # (deadline, GPUs held) of every holder, this pass's admissions included.
     holders: list[tuple[float, int]] = [(a.deadline, len(a.gpus)) for a in s.active if a.gpus]
+    held = frozenset(w.run_id for w in s.waiting if w.held)
+    deadline_of = {a.run_id: a.deadline for a in s.active}
+    memory_left = None if s.memory is None else s.memory - sum(a.memory_bytes for a in s.active)
+    cpus_left = None if s.cpus is None else s.cpus - sum(a.cpus for a in s.active)
     head: Waiting | None = None
-    behind: dict[int, Pending] = {}  # the stable message of runs behind the head, by GPU count
+    behind: dict[tuple[int, bool], Pending] = {}  # the stable messages of runs behind the head
     shadow = 0.0
     extra = 0
 
     def admit(w: Waiting, gpus: list[Gpu]) -> None:
+        nonlocal memory_left, cpus_left
+        if memory_left is not None:
+            memory_left -= w.memory_bytes
+        if cpus_left is not None:
+            cpus_left -= w.cpus
         running[w.queue] += 1
         out.admit.append(Admission(w.run_id, w.queue, tuple(gpus), running[w.queue], s.caps.get(w.queue)))
         for g in gpus:
             holder_of[g.uuid] = w.run_id
         if gpus:
             holders.append((s.now + w.timeout_s + DEADLINE_SLACK_S, len(gpus)))
+            deadline_of[w.run_id] = s.now + w.timeout_s + DEADLINE_SLACK_S
 
     for w in start_order([w for w in s.waiting if w.run_id not in failed]):
         out.order.append(w.run_id)
         if w.held:
             out.pending[w.run_id] = Pending(HELD, f"held: `jobsup release {w.run_id}` lets it start")
             continue
-        waits = _dependency_state(w, phases)[1] if (w.after or w.after_any or w.after_failed) else None
+        waits = _dependency_state(w, phases, held)[1] if (w.after or w.after_any or w.after_failed) else None
         if waits:
             out.pending[w.run_id] = Pending(
                 WAITING_FOR_DEPENDENCY, f"waits for run{'s' if len(waits) > 1 else ''} {', '.join(waits)}"
@@ -309,6 +401,19 @@ def decide(s: Situation) -> Decision:
         if cap is not None and running[w.queue] >= cap:
             out.pending[w.run_id] = Pending(
                 WAITING_FOR_SLOT, f"queue {w.queue!r} already runs {_plural(cap, 'run')} (max_parallel {cap})"
+            )
+            continue
+        if w.memory_bytes and memory_left is not None and w.memory_bytes > memory_left:
+            out.pending[w.run_id] = Pending(
+                WAITING_FOR_MEMORY,
+                f"needs {format_bytes(w.memory_bytes)} of memory, {format_bytes(max(0, memory_left))} of "
+                f"{format_bytes(s.memory or 0)} unclaimed (scheduler.memory)",
+            )
+            continue
+        if w.cpus and cpus_left is not None and w.cpus > cpus_left + 1e-9:
+            out.pending[w.run_id] = Pending(
+                WAITING_FOR_CPUS,
+                f"needs {w.cpus:g} CPUs, {max(0.0, cpus_left):g} of {s.cpus or 0:g} unclaimed (scheduler.cpus)",
             )
             continue
         if w.gpus == 0:
@@ -331,12 +436,28 @@ def decide(s: Situation) -> Decision:
             # every holder runs to its deadline.
             avail = len(free)
             shadow = s.now
+            reserved = [g.index for g in free]
             for deadline, n in sorted(holders):
                 if avail >= w.gpus:
                     break
                 avail += n
                 shadow = max(shadow, deadline)
+            # The GPUs the head is to get: the free ones and those of the
+            # holders that end by the shadow time.
+            reserved += [
+                by_index[u].index
+                for u, rid in holder_of.items()
+                if u in by_index and deadline_of.get(rid, float("inf")) <= shadow
+            ]
             extra = avail - w.gpus
+            out.reservation = Reservation(
+                w.run_id,
+                w.gpus,
+                tuple(sorted(set(reserved))),
+                shadow,
+                max(0.0, shadow - s.now - DEADLINE_SLACK_S),
+                len(free),
+            )
             busy = sorted((by_index[u] for u in holder_of if u in by_index), key=lambda g: g.index)
             held_by = ", ".join(f"GPU {g.index} held by run {holder_of[g.uuid]}" for g in busy)
             out.pending[w.run_id] = Pending(
@@ -353,10 +474,15 @@ def decide(s: Situation) -> Decision:
                 del free[: w.gpus]
                 out.order.pop()
                 continue
-        deep = behind.get(w.gpus)
+        denied = w.gpus <= len(free)  # it would fit now, but not without delaying the head
+        deep = behind.get((w.gpus, denied))
         if deep is None:
-            deep = behind[w.gpus] = Pending(
-                WAITING_FOR_GPUS, f"needs {_plural(w.gpus, 'GPU')}; runs before it in start order get GPUs first"
+            deep = behind[(w.gpus, denied)] = Pending(
+                WAITING_FOR_GPUS,
+                f"needs {_plural(w.gpus, 'GPU')}; the free GPUs are reserved for a run before it in start order"
+                " (`jobsup queue` says which and until when; a shorter --timeout could let it start now)"
+                if denied
+                else f"needs {_plural(w.gpus, 'GPU')}; runs before it in start order get GPUs first",
             )
         out.pending[w.run_id] = deep
     return out

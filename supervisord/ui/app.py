@@ -156,6 +156,14 @@ def _duration(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
+def _size(n: float) -> str:
+    """``1.5 GiB``, ``512 MiB``, ``900 B``."""
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
 def _int_param(request: Request, name: str, default: int | None = None, lo: int = 0, hi: int = 2**62) -> int | None:
     """:func:`supervisord.api.query.int_param`, answered as the page's plain 400."""
     try:
@@ -191,6 +199,7 @@ def create_ui_app(
     )
     env.filters["when"] = _when
     env.filters["duration"] = _duration
+    env.filters["size"] = _size
     env.globals["PHASES"] = PHASES
     env.globals["TERMINAL"] = TERMINAL_PHASES
 

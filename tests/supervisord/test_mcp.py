@@ -97,6 +97,7 @@ async def test_tools_listed_with_schemas(js: JobsupEnv, repo: Path) -> None:
         "cancel",
         "events",
         "queue",
+        "top",
         "doctor",
         "triage",
         "hold",
@@ -338,7 +339,10 @@ async def test_queue_and_render(js: JobsupEnv, repo: Path) -> None:
         schemas.validate("queue", out)
         cli = json.loads(js.cli("queue", "-o", "json").stdout)
         schemas.validate("queue", cli)
-        assert set(out) == set(cli) == {"waiting", "gpus", "queues"}
+        assert set(out) == set(cli) == {"waiting", "gpus", "queues", "reservation", "notes"}
+        top = await call(s, "top", {})
+        schemas.validate("top", top)
+        assert top["runs"] == [] and top["interval_s"] == 5
         # No manifest in this repository: a tool error naming it.
         msg = await call_error(s, "render", {"command": "python train.py"})
         assert "k8s.yaml" in msg

@@ -97,6 +97,10 @@
         document.getElementById("message").textContent = r.message || "—";
         document.getElementById("exit").textContent = r.exit_code === null ? "—" : r.exit_code;
         document.getElementById("updated").textContent = fmt(r.updated_at) + " UTC";
+        const el = document.getElementById("elapsed");
+        if (el) { el.dataset.started = r.started_at || ""; el.dataset.ended = r.ended_at || ""; tick(); }
+        const st = document.getElementById("started"); if (st && r.started_at) st.textContent = fmt(r.started_at) + " UTC";
+        const en = document.getElementById("ended"); if (en && r.ended_at) en.textContent = fmt(r.ended_at) + " UTC";
         if (r.terminal) { const c = document.getElementById("cancel"); if (c) c.closest("form").remove(); }
         if (r.phase !== phase) {
           phase = r.phase;
@@ -107,6 +111,22 @@
       },
     });
     log.scrollTop = log.scrollHeight;
+
+    // The elapsed time ticks while the run runs.
+    function duration(s) {
+      if (s < 10) return s.toFixed(1) + "s";
+      s = Math.floor(s);
+      if (s < 60) return s + "s";
+      if (s < 3600) return Math.floor(s / 60) + "m" + String(s % 60).padStart(2, "0") + "s";
+      return Math.floor(s / 3600) + "h" + String(Math.floor(s % 3600 / 60)).padStart(2, "0") + "m";
+    }
+    function tick() {
+      const el = document.getElementById("elapsed");
+      if (!el || !el.dataset.started) return;
+      const end = el.dataset.ended ? Date.parse(el.dataset.ended) : Date.now();
+      el.textContent = duration(Math.max(0, (end - Date.parse(el.dataset.started)) / 1000));
+    }
+    setInterval(tick, 1000);
 
     // "load earlier" without leaving the page.
     const earlier = document.getElementById("earlier");
