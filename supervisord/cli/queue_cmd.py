@@ -117,8 +117,8 @@ def queue(ctx: click.Context, output: str) -> None:
     else:
         info("no GPUs are managed by this daemon (see `jobsup doctor`)")
     if reservation:
-        click.echo("")
-        click.echo(reservation["message"])
+        echo("")
+        echo(reservation["message"])
     for note in doc.get("notes") or []:
         warn(note)
 
