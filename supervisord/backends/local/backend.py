@@ -31,6 +31,7 @@ from supervisord.backends.local.runner import (
     proc_start_time,
 )
 from supervisord.backends.local.tail import MAX_BLOCKS, FileTailer, RecordTailer, record_source
+from supervisord.backends.local.wakeups import SWEEP_S, Wakeups
 from supervisord.crashpoints import crash_point
 from supervisord.exceptions import BackendError, PreflightError
 
@@ -86,6 +87,10 @@ class LocalBackend:
         # than waiting on an event with a timeout).
         self._woken: set[str] = set()
         self._naps: dict[str, anyio.CancelScope] = {}
+        # A runner's exit, status change and new output wake its loop
+        # (pidfd + one inotify descriptor, read by serve()); idle loops then
+        # nap up to SWEEP_S instead of polling (see wakeups.py).
+        self._wakeups = Wakeups()
 
     def _settings(self, spec: RunSpec) -> tuple[str, int]:
         local = spec.config.get("local") or {}
@@ -254,8 +259,12 @@ class LocalBackend:
         delay = _POLL_MIN_S
         drained_at = 0.0  # time.monotonic() of the last drain
         status_file = _StatusFile(run_dir, signed)
+        watch = self._wakeups.watch(
+            run_dir, _status_path(run_dir).parent, handle.get("runner_pid"), handle.get("runner_start")
+        )
         try:
             while True:
+                watch.begin()  # a change from here on cuts the next nap short
                 status = status_file.read()
                 state = status.get("state")
                 if state != "exited" and not self._runner_alive(handle):
@@ -283,16 +292,20 @@ class LocalBackend:
                     if unread >= _DRAIN_BYTES or (unread and time.monotonic() - drained_at >= _DRAIN_EVERY_S):
                         got = await self._drain(tailers, reporter, final=False)
                         drained_at = time.monotonic()
-                delay = _POLL_MIN_S if got or unread else min(delay * 2, _POLL_MAX_S)
+                if got or unread:
+                    delay = _POLL_MIN_S
+                else:
+                    delay = SWEEP_S if watch.event_driven else min(delay * 2, _POLL_MAX_S)
                 if spec.run_id in self._woken:
                     self._woken.discard(spec.run_id)
                     continue
                 with anyio.CancelScope() as nap:
                     self._naps[spec.run_id] = nap
-                    await anyio.sleep(delay)
+                    await watch.nap(delay, idle=not unread)
         finally:
             self._naps.pop(spec.run_id, None)
             self._woken.discard(spec.run_id)
+            watch.close()
             tailers.close()
 
     @staticmethod
@@ -435,10 +448,13 @@ class LocalBackend:
             nap.cancel()
 
     async def serve(self) -> None:
-        """Nothing shared between local runs."""
+        """Read the inotify descriptor that wakes the runs' loops (see
+        :mod:`~supervisord.backends.local.wakeups`) until cancelled."""
+        await self._wakeups.serve()
 
     async def aclose(self) -> None:
-        """Nothing to release: runners are detached and keep running."""
+        """Close the inotify descriptor; runners are detached and keep running."""
+        self._wakeups.close()
 
 
 LOGS_TRUNCATED = "LogsTruncated"
