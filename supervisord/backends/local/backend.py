@@ -31,7 +31,7 @@ from supervisord.backends.local.runner import (
     proc_start_time,
 )
 from supervisord.backends.local.tail import MAX_BLOCKS, FileTailer, RecordTailer, record_source
-from supervisord.backends.local.wakeups import SWEEP_S, Wakeups
+from supervisord.backends.local.wakeups import SWEEP_S, Wakeups, open_pidfd
 from supervisord.crashpoints import crash_point
 from supervisord.exceptions import BackendError, PreflightError
 
@@ -428,8 +428,7 @@ class LocalBackend:
             except ProcessLookupError:
                 pass
         with anyio.move_on_after(grace + 30):
-            while self._runner_alive(handle):
-                await anyio.sleep(0.05)
+            await _runner_gone(handle)
         # The runner is gone. If it died without a final status (killed with
         # -9), nothing reaped its group: stop what is left. (After a final
         # status the group was already empty and its pgid may be reused.)
@@ -455,6 +454,21 @@ class LocalBackend:
     async def aclose(self) -> None:
         """Close the inotify descriptor; runners are detached and keep running."""
         self._wakeups.close()
+
+
+async def _runner_gone(handle: Mapping[str, Any]) -> None:
+    """Return once the runner of ``handle`` has exited: waits on its pidfd
+    (no polling: a cancel of 500 runs waits for all of them at once), or
+    polls every 50 ms where no pidfd can be had."""
+    fd = open_pidfd(handle.get("runner_pid"), handle.get("runner_start"))
+    if fd is not None:
+        try:
+            await anyio.wait_readable(fd)
+        finally:
+            os.close(fd)
+        return
+    while LocalBackend._runner_alive(handle):
+        await anyio.sleep(0.05)
 
 
 LOGS_TRUNCATED = "LogsTruncated"

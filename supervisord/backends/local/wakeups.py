@@ -44,7 +44,7 @@ from inotify_simple import INotify, flags, parse_events
 
 from supervisord.backends.local.runner import OUTPUT_DATA, OUTPUT_INDEX, proc_start_time
 
-__all__ = ["SWEEP_S", "RunWatch", "Wakeups"]
+__all__ = ["SWEEP_S", "RunWatch", "Wakeups", "open_pidfd"]
 
 log = structlog.get_logger("jobsup.local")
 
@@ -166,7 +166,7 @@ class Wakeups:
         runner ``pid`` if it still is the process that started at ``start``
         (clock ticks, ``/proc/PID/stat``). Never raises for what cannot be
         watched: the watch is then not :attr:`~RunWatch.event_driven`."""
-        watch = RunWatch(self, run_dir.name, _open_pidfd(pid, start))
+        watch = RunWatch(self, run_dir.name, open_pidfd(pid, start))
         self._runs[watch.key] = watch
         for path, status in ((status_dir, True), (run_dir, False)):
             if self._add(path, status, watch):
@@ -269,7 +269,7 @@ class Wakeups:
         self._by_wd.clear()
 
 
-def _open_pidfd(pid: object, start: object) -> int | None:
+def open_pidfd(pid: object, start: object) -> int | None:
     """A pidfd of ``pid`` if it is the process that started at ``start``
     (checked after opening: the pidfd then refers to that process even if
     the pid is reused later), else None."""
