@@ -5,17 +5,19 @@ an error naming the key and the file)::
 
     name: train                 # default: first word of the command
     run: python train.py        # the command, as bash text
-    backend: local              # local | kubernetes (default: config, else local)
+    backend: local              # local | kubernetes | slurm (default: config, else local)
     timeout: 30m                # 90s | 30m | 4h | 1d
     env: {SEED: "1"}            # values are secrets: recorded by name and hash only
     config: {...}               # the task config layer (see supervisord.config)
     kubernetes:
       manifest: .jobsup/k8s.yaml   # repository-relative path in the recorded commit
-    gpus: 1                     # local runs: whole GPUs of this machine (default 0)
+    gpus: 1                     # local runs: whole GPUs of this machine; slurm: sbatch --gpus (default 0)
     queue: default              # the scheduler queue
     priority: 0                 # -1000..1000; higher starts first
     after: [RUN]                # start once these runs are COMPLETED
     after_any: [RUN]            # start once these runs are terminal
+    after_failed: [RUN]         # start only if these runs ended ERROR
+    links: {data: ~/datasets/x} # local runs: symlinks in the snapshot (supervisord.links)
 
 CLI flags override the file key by key (``--env`` adds to / replaces keys of
 ``env``).
@@ -43,7 +45,7 @@ __all__ = [
 ]
 
 #: Backends a task may name.
-BACKENDS: tuple[str, ...] = ("local", "kubernetes")
+BACKENDS: tuple[str, ...] = ("local", "kubernetes", "slurm")
 #: The run timeout when neither the task nor the CLI gives one (README, "Task files": 4h).
 DEFAULT_TIMEOUT_S = 4 * 3600
 #: The longest timeout accepted: 366 days.
@@ -62,9 +64,11 @@ _TASK_KEYS = {
     "priority",
     "after",
     "after_any",
+    "after_failed",
+    "links",
 }
 #: The scheduling keys of a task (their checks: supervisord.scheduler.options).
-SCHEDULING_KEYS = ("gpus", "queue", "priority", "after", "after_any")
+SCHEDULING_KEYS = ("gpus", "queue", "priority", "after", "after_any", "after_failed")
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -86,6 +90,8 @@ class Task:
     path: Path | None = None
     #: ``gpus``, ``queue``, ``priority``, ``after``, ``after_any`` as given (checked by the daemon).
     scheduling: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: ``links:`` as written: path in the snapshot -> target (resolved by the daemon at submit).
+    links: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def with_overrides(
         self,
@@ -328,7 +334,7 @@ def _task_from_mapping(
     queue = string("queue")
     if queue is not None:
         scheduling["queue"] = queue
-    for key in ("after", "after_any"):
+    for key in ("after", "after_any", "after_failed"):
         value = doc.get(key)
         if value is None:
             continue
@@ -342,6 +348,9 @@ def _task_from_mapping(
 
     parse_scheduling(scheduling, names={key: f"{p}: `{key}`" for key in SCHEDULING_KEYS})
     name = string("name")
+    from supervisord.links import check_links_shape
+
+    links = check_links_shape(doc.get("links"), where=f"{p}: `links`")
     return Task(
         name=check_name(name, what=f"{p}: `name`") if name is not None else None,
         run=string("run"),
@@ -352,4 +361,5 @@ def _task_from_mapping(
         manifest=manifest,
         path=p.resolve(),
         scheduling=scheduling,
+        links=links,
     )

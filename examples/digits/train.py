@@ -3,11 +3,17 @@
 Real data, no download: the handwritten digits dataset (1,797 8x8 images,
 bundled with scikit-learn). An SGD logistic-regression model is trained for a
 few epochs with a progress line per epoch, then evaluated on a held-out split.
+Under jobsup the trained model (scaler and classifier, pickled) goes to
+``$JOBSUP_OUTPUT_DIR/model.pkl``: the run's outputs folder, which jobsup
+lists with each file's sha256 when the run ends (`jobsup outputs RUN`,
+`jobsup which model.pkl`).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import pickle
 import sys
 import time
 
@@ -45,6 +51,12 @@ def main() -> int:
         time.sleep(0.2)
     test_acc = accuracy_score(y_test, model.predict(x_test))
     print(f"test accuracy {test_acc:.3f}", flush=True)
+    out_dir = os.environ.get("JOBSUP_OUTPUT_DIR")
+    if out_dir:
+        path = os.path.join(out_dir, "model.pkl")
+        with open(path, "wb") as f:
+            pickle.dump({"scaler": scaler, "model": model, "test_accuracy": test_acc}, f)
+        print(f"model written to {path}", flush=True)
     if test_acc < 0.8:
         print("accuracy below 0.8: something is wrong", file=sys.stderr)
         return 1

@@ -99,6 +99,14 @@ async def test_tools_listed_with_schemas(js: JobsupEnv, repo: Path) -> None:
         "queue",
         "doctor",
         "triage",
+        "hold",
+        "release",
+        "pause",
+        "resume",
+        "update",
+        "rerun",
+        "outputs",
+        "which",
     }
     import jsonschema
 
@@ -284,7 +292,7 @@ async def test_bad_input_is_a_tool_error_naming_the_field_and_records_nothing(js
         assert (await call_error(s, "logs", {"run": "ffffffffffff", "bogus": 1})).startswith("bogus: ")
         msg = await call_error(s, "submit", {"command": "true", "timeout": "soon"})
         assert msg.startswith("timeout"), msg
-        msg = await call_error(s, "submit", {"command": "true", "backend": "slurm"})
+        msg = await call_error(s, "submit", {"command": "true", "backend": "lsf"})
         assert msg.startswith("backend: "), msg
         msg = await call_error(s, "submit", {"command": "true", "env": {"TOKEN": 123456789}})
         assert msg.startswith("env.TOKEN: ") and "123456789" not in msg, msg
@@ -294,6 +302,34 @@ async def test_bad_input_is_a_tool_error_naming_the_field_and_records_nothing(js
         assert "missing.yaml" in msg
         assert (await call_error(s, "nosuchtool", {})).startswith("tool: ")
         assert _events_count(js) == before
+
+
+async def test_outputs_and_which_with_the_servers_environment(js: JobsupEnv, repo: Path) -> None:
+    # The MCP server's submit starts the run from the server's own environment.
+    params_env = {**js.env, "MCP_SIDE": "from-the-server"}
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "supervisord", "mcp"], env=params_env, cwd=str(repo)
+    )
+    with (js.root / "mcp-stderr.log").open("a") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as s:
+            await s.initialize()
+            script = 'echo "$MCP_SIDE" > "$JOBSUP_OUTPUT_DIR/side.txt"'
+            run = (await call(s, "submit", {"command": ["bash", "-c", script], "name": "mcp-outputs"}))["run"]
+            await call(s, "wait", {"runs": [run["id"]], "for": "terminal", "timeout_s": 60})
+            deadline = time.monotonic() + 60
+            out = await call(s, "outputs", {"run": run["id"]})
+            while out["state"] != "recorded" and time.monotonic() < deadline:
+                await anyio.sleep(0.1)
+                out = await call(s, "outputs", {"run": run["id"]})
+            schemas.validate("outputs", out)
+            assert [f["path"] for f in out["files"]] == ["side.txt"]
+            side = Path(out["dir"]) / "side.txt"
+            assert side.read_text() == "from-the-server\n"
+            found = await call(s, "which", {"files": [str(side), "0" * 64]})
+            schemas.validate("which", found)
+            assert [m["run"] for m in found["files"][0]["runs"]] == [run["id"]]
+            assert found["files"][1]["runs"] == []
+            assert (await call_error(s, "which", {"files": [str(js.root / "nope")]})).startswith("files: ")
 
 
 async def test_queue_and_render(js: JobsupEnv, repo: Path) -> None:
@@ -429,3 +465,24 @@ async def test_cancelled_wait_stops_the_server_side_wait(js: JobsupEnv, repo: Pa
     finally:
         js.cli("cancel", run_id)
         client.close()
+
+
+async def test_control_tools_hold_update_release_pause_resume_rerun(js: JobsupEnv, repo: Path) -> None:
+    async with mcp(js, repo) as s:
+        run = (await call(s, "submit", {"command": "sh sleep.sh", "name": "mcp-ctl", "hold": True}))["run"]
+        held = (await call(s, "hold", {"runs": [run["id"]]}))["runs"][0]
+        assert (held["phase"], held["reason"]) == ("QUEUED", "Held")
+        upd = await call(s, "update", {"runs": [run["id"]], "priority": 9})
+        assert upd["updated"][run["id"]] == {"old": {"priority": 0}, "new": {"priority": 9}}
+        assert "at least one" in await call_error(s, "update", {"runs": [run["id"]]})
+        await call(s, "release", {"runs": [run["id"]]})
+        await call(s, "wait", {"runs": [run["id"]], "for": "RUNNING", "timeout_s": 60})
+        paused = (await call(s, "pause", {"runs": [run["id"]]}))["runs"][0]
+        assert paused["reason"] == "Paused"
+        assert (await call(s, "resume", {"runs": [run["id"]]}))["runs"][0]["reason"] is None
+        assert "only a queued run can be held" in await call_error(s, "hold", {"runs": [run["id"]]})
+        await call(s, "cancel", {"runs": [run["id"]]})
+        again = await call(s, "rerun", {"run": run["id"], "command": "echo again"})
+        assert again["rerun_of"] == run["id"] and again["dependents"] == []
+        done = await call(s, "wait", {"runs": [again["run"]["id"]], "timeout_s": 60})
+        assert done["outcome"] == "met" and done["exit_code"] == 0

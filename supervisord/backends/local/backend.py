@@ -12,6 +12,7 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Mapping
@@ -22,20 +23,16 @@ import anyio
 import structlog
 
 from store import LOG_INGEST_DONE, LOG_INGEST_PENDING, LogBlock
-from supervisord.backends.base import RunReporter, RunSpec
+from supervisord.backends.base import PAUSED, RunReporter, RunSpec, paused_message
 from supervisord.backends.local import runner as _runner_module
-from supervisord.backends.local.runner import (
-    OUTPUT_DATA,
-    decode_status,
-    group_alive,
-    proc_start_time,
-)
+from supervisord.backends.local.protocol import OUTPUT_DATA, decode_status
+from supervisord.backends.local.runner import group_alive, proc_start_time
 from supervisord.backends.local.tail import MAX_BLOCKS, FileTailer, RecordTailer, record_source
 from supervisord.backends.local.wakeups import SWEEP_S, Wakeups, open_pidfd
 from supervisord.crashpoints import crash_point
 from supervisord.exceptions import BackendError, PreflightError
 
-__all__ = ["LocalBackend", "run_processes"]
+__all__ = ["LocalBackend", "make_outputs_dir", "run_processes"]
 
 log = structlog.get_logger("jobsup.local")
 
@@ -117,6 +114,8 @@ class LocalBackend:
         shell, grace = self._settings(spec)
         spec.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         status_path = _status_path(spec.run_dir)
+        if spec.outputs_dir is not None:
+            await anyio.to_thread.run_sync(make_outputs_dir, spec.outputs_dir, limiter=self._limiter)
         key = _run_key(spec.run_dir).hex()
         # The launch lock, taken before the runner exists and handed down to
         # it: held for as long as any process of this launch (the launcher,
@@ -130,7 +129,9 @@ class LocalBackend:
                 {
                     "run_id": spec.run_id,
                     "command": spec.command,
-                    "env": dict(spec.env),
+                    "env": {**spec.env, **spec.jobsup_env},
+                    "env_from": spec.env_from,
+                    "links": json.dumps(dict(spec.links)) if spec.links else "",
                     "timeout_s": spec.timeout_s,
                     "kill_grace_s": grace,
                     "shell": shell,
@@ -280,7 +281,9 @@ class LocalBackend:
                 # never shows a line before the RUNNING that produced it.
                 if state in ("staging", "running") or status.get("started_at"):
                     await reporter.phase("STAGING")
-                if state == "running" or status.get("started_at"):
+                if state == "running" and status.get("paused"):
+                    await reporter.phase("RUNNING", reason=PAUSED, message=paused_message(spec.run_id))
+                elif state == "running" or status.get("started_at"):
                     await reporter.phase("RUNNING")
                 if state == "exited":
                     await self._finish(tailers, status, reporter)
@@ -437,7 +440,7 @@ class LocalBackend:
         if status.get("state") == "running" and isinstance(pgid, int):
             await anyio.to_thread.run_sync(_kill_lost_run, spec.run_id, status, limiter=self._limiter)
             with anyio.fail_after(30):
-                while group_alive(pgid):
+                while group_alive(pgid):  # noqa: ASYNC110 - a process group's life: nothing tells its end
                     await anyio.sleep(0.02)
         # Let supervise see the final status now, not at its next poll (up
         # to 0.5 s later): a cancel of many runs waits for each in turn.
@@ -445,6 +448,50 @@ class LocalBackend:
         if nap is not None:
             self._woken.add(spec.run_id)
             nap.cancel()
+
+    async def pause(self, spec: RunSpec, handle: Mapping[str, Any]) -> dict[str, Any]:
+        """SIGUSR1 to the runner, which stops the job's process group and
+        every descendant (SIGSTOP) and keeps recording; returns its status
+        once it says paused. Raises BackendError."""
+        return await self._signal_runner(spec, handle, signal.SIGUSR1, paused=True)
+
+    async def resume(self, spec: RunSpec, handle: Mapping[str, Any]) -> dict[str, Any]:
+        """SIGUSR2 to the runner, which continues the job (SIGCONT) and moves
+        its deadline by the pause's length; returns its status once it says
+        so. Raises BackendError."""
+        return await self._signal_runner(spec, handle, signal.SIGUSR2, paused=False)
+
+    async def _signal_runner(
+        self, spec: RunSpec, handle: Mapping[str, Any], sig: int, *, paused: bool
+    ) -> dict[str, Any]:
+        run_dir = Path(str(handle.get("run_dir") or spec.run_dir))
+        signed = "status" in handle
+        status = self._read_status(run_dir, signed)
+        if status.get("state") != "running" or not self._runner_alive(handle):
+            raise BackendError(f"run {spec.run_id} is not running")
+        if not status.get("pausable"):
+            raise BackendError(f"run {spec.run_id} was started by an older jobsup whose runner cannot pause")
+        try:
+            os.kill(int(handle["runner_pid"]), sig)
+        except ProcessLookupError:
+            raise BackendError(f"run {spec.run_id}: its runner is gone") from None
+        with anyio.move_on_after(10):
+            while True:
+                status = self._read_status(run_dir, signed)
+                if bool(status.get("paused")) == paused or status.get("state") != "running":
+                    break
+                await anyio.sleep(0.02)
+        if status.get("state") != "running":
+            if not paused and status.get("state") == "exited":
+                return status  # resumed, and it ended at once (its work was done)
+            raise BackendError(f"run {spec.run_id} ended meanwhile")
+        if bool(status.get("paused")) != paused:
+            raise BackendError(f"run {spec.run_id}: its runner did not confirm within 10s")
+        nap = self._naps.get(spec.run_id)  # let supervise record the reason now
+        if nap is not None:
+            self._woken.add(spec.run_id)
+            nap.cancel()
+        return status
 
     async def serve(self) -> None:
         """Read the inotify descriptor that wakes the runs' loops (see
@@ -467,7 +514,7 @@ async def _runner_gone(handle: Mapping[str, Any]) -> None:
         finally:
             os.close(fd)
         return
-    while LocalBackend._runner_alive(handle):
+    while LocalBackend._runner_alive(handle):  # noqa: ASYNC110 (no pidfd: nothing tells)
         await anyio.sleep(0.05)
 
 
@@ -575,6 +622,24 @@ async def _open_output(
         pos = await reporter.log_position(record_source(stream))
         positions[stream] = int(pos) if pos else None
     return _Output(run_dir, positions, count_recorded=count_recorded)
+
+
+def make_outputs_dir(path: Path) -> None:
+    """Create a run's outputs folder ``path`` (and its parents) mode 0700,
+    before the run starts; an existing one is kept as it is if it is a
+    folder of this user's. Raises BackendError naming it (the run ends
+    ERROR: it never starts without the folder its JOBSUP_OUTPUT_DIR names)."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+                raise BackendError(f"the outputs folder {path} exists and is not a folder of yours") from None
+        os.chmod(path, 0o700)
+    except OSError as err:
+        raise BackendError(f"cannot create the outputs folder {path}: {err.strerror or err}") from None
 
 
 def _file_size(path: Path) -> int:

@@ -42,7 +42,8 @@ import anyio
 import structlog
 from inotify_simple import INotify, flags, parse_events
 
-from supervisord.backends.local.runner import OUTPUT_DATA, OUTPUT_INDEX, proc_start_time
+from supervisord.backends.local.protocol import OUTPUT_DATA, OUTPUT_INDEX
+from supervisord.backends.local.runner import proc_start_time
 
 __all__ = ["SWEEP_S", "RunWatch", "Wakeups", "open_pidfd"]
 
