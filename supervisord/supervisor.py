@@ -577,9 +577,12 @@ class Supervisor:
         runs = await self.store.list_runs(non_terminal_only=True)
         # Terminal runs whose output backlog was still being recorded.
         runs += [r for r in await self.store.list_runs(log_ingest="pending") if r.terminal]
+        # One query for every run's Submitted event (not one per run: 500
+        # runs then reattach in one pass; bench/local_reattach.py).
+        firsts = await self.store.first_events([status.id for status in runs])
         for status in runs:
-            events = await self.store.read_all(0, limit=1, run_id=status.id)  # Submitted, not the whole stream
-            submitted = events[0].data if events else {}
+            first = firsts.get(status.id)
+            submitted = first.data if first is not None else {}
             updates = await self.store.read_all(0, limit=10_000, run_id=status.id, types=[RUN_UPDATED])
             if updates:  # `jobsup update` while it was queued
                 submitted = apply_updates(submitted, [e.data for e in updates])

@@ -234,7 +234,15 @@ def cancel(runs_: tuple[str, ...], output: str) -> None:
     check_run_refs(runs_)
     client = connected_client()
     run_ids = [r["id"] for r in resolve_runs(client, runs_)]
-    done = [client.cancel(run_id) for run_id in run_ids]
+    if len(run_ids) > 1:
+        # Sent together (each request returns once its run is stopped): the
+        # daemon stops them all at once, not one after the other.
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(32, len(run_ids))) as pool:
+            done = list(pool.map(client.cancel, run_ids))
+    else:
+        done = [client.cancel(run_id) for run_id in run_ids]
     if output != "table":
         emit(done, output)
         return

@@ -28,6 +28,7 @@ from supervisord.backends.local import runner as _runner_module
 from supervisord.backends.local.protocol import OUTPUT_DATA, decode_status
 from supervisord.backends.local.runner import group_alive, proc_start_time
 from supervisord.backends.local.tail import MAX_BLOCKS, FileTailer, RecordTailer, record_source
+from supervisord.backends.local.wakeups import SWEEP_S, Wakeups, open_pidfd
 from supervisord.crashpoints import crash_point
 from supervisord.exceptions import BackendError, PreflightError
 
@@ -83,6 +84,10 @@ class LocalBackend:
         # than waiting on an event with a timeout).
         self._woken: set[str] = set()
         self._naps: dict[str, anyio.CancelScope] = {}
+        # A runner's exit, status change and new output wake its loop
+        # (pidfd + one inotify descriptor, read by serve()); idle loops then
+        # nap up to SWEEP_S instead of polling (see wakeups.py).
+        self._wakeups = Wakeups()
 
     def _settings(self, spec: RunSpec) -> tuple[str, int]:
         local = spec.config.get("local") or {}
@@ -255,8 +260,12 @@ class LocalBackend:
         delay = _POLL_MIN_S
         drained_at = 0.0  # time.monotonic() of the last drain
         status_file = _StatusFile(run_dir, signed)
+        watch = self._wakeups.watch(
+            run_dir, _status_path(run_dir).parent, handle.get("runner_pid"), handle.get("runner_start")
+        )
         try:
             while True:
+                watch.begin()  # a change from here on cuts the next nap short
                 status = status_file.read()
                 state = status.get("state")
                 if state != "exited" and not self._runner_alive(handle):
@@ -286,16 +295,20 @@ class LocalBackend:
                     if unread >= _DRAIN_BYTES or (unread and time.monotonic() - drained_at >= _DRAIN_EVERY_S):
                         got = await self._drain(tailers, reporter, final=False)
                         drained_at = time.monotonic()
-                delay = _POLL_MIN_S if got or unread else min(delay * 2, _POLL_MAX_S)
+                if got or unread:
+                    delay = _POLL_MIN_S
+                else:
+                    delay = SWEEP_S if watch.event_driven else min(delay * 2, _POLL_MAX_S)
                 if spec.run_id in self._woken:
                     self._woken.discard(spec.run_id)
                     continue
                 with anyio.CancelScope() as nap:
                     self._naps[spec.run_id] = nap
-                    await anyio.sleep(delay)
+                    await watch.nap(delay, idle=not unread)
         finally:
             self._naps.pop(spec.run_id, None)
             self._woken.discard(spec.run_id)
+            watch.close()
             tailers.close()
 
     @staticmethod
@@ -418,9 +431,7 @@ class LocalBackend:
             except ProcessLookupError:
                 pass
         with anyio.move_on_after(grace + 30):
-            # Another process's life: nothing here is told when it ends.
-            while self._runner_alive(handle):  # noqa: ASYNC110
-                await anyio.sleep(0.05)
+            await _runner_gone(handle)
         # The runner is gone. If it died without a final status (killed with
         # -9), nothing reaped its group: stop what is left. (After a final
         # status the group was already empty and its pgid may be reused.)
@@ -483,10 +494,28 @@ class LocalBackend:
         return status
 
     async def serve(self) -> None:
-        """Nothing shared between local runs."""
+        """Read the inotify descriptor that wakes the runs' loops (see
+        :mod:`~supervisord.backends.local.wakeups`) until cancelled."""
+        await self._wakeups.serve()
 
     async def aclose(self) -> None:
-        """Nothing to release: runners are detached and keep running."""
+        """Close the inotify descriptor; runners are detached and keep running."""
+        self._wakeups.close()
+
+
+async def _runner_gone(handle: Mapping[str, Any]) -> None:
+    """Return once the runner of ``handle`` has exited: waits on its pidfd
+    (no polling: a cancel of 500 runs waits for all of them at once), or
+    polls every 50 ms where no pidfd can be had."""
+    fd = open_pidfd(handle.get("runner_pid"), handle.get("runner_start"))
+    if fd is not None:
+        try:
+            await anyio.wait_readable(fd)
+        finally:
+            os.close(fd)
+        return
+    while LocalBackend._runner_alive(handle):  # noqa: ASYNC110 (no pidfd: nothing tells)
+        await anyio.sleep(0.05)
 
 
 LOGS_TRUNCATED = "LogsTruncated"
