@@ -376,6 +376,22 @@ class EventStore:
         ]
         return await self._writer.append_many(jobs)
 
+    async def append_together(self, appends: Sequence[Append]) -> list[list[RecordedEvent]]:
+        """Several appends to distinct streams, all or nothing: one
+        transaction, in this order, with consecutive seqs (a sweep and its
+        runs). Returns, per append, its recorded events. Raises
+        ConcurrencyError when any stream is not at its expected version
+        (nothing written), the storage errors of :meth:`append`, ValueError
+        for bad input (as :meth:`append`, or a stream named twice).
+        Checkpoints are not taken here."""
+        self._check_open()
+        if len({a.run_id for a in appends}) != len(appends):
+            raise ValueError("append_together: a stream is named twice")
+        if any(a.checkpoint is not None for a in appends):
+            raise ValueError("append_together: checkpoints are not taken here")
+        jobs = [(a.run_id, a.expected_version, _prepare(a.run_id, a.expected_version, a.events, None)) for a in appends]
+        return await self._writer.append_together(jobs)
+
     async def append_log(
         self,
         run_id: str,
@@ -622,6 +638,41 @@ class EventStore:
         page = [run_status_from_row(r[:-1]) for r in rows[:limit]]
         cursor = int(rows[limit - 1][-1]) if len(rows) > limit else None
         return page, cursor
+
+    async def sweep_runs(self, sweep_id: str) -> list[RunStatus]:
+        """The runs of sweep ``sweep_id`` (exact id), in sweep index order."""
+        rows = await self._read(
+            f"SELECT {RUN_COLUMNS} FROM runs JOIN run_meta AS j ON j.run_id = runs.id"
+            " WHERE j.sweep_id = ? ORDER BY j.sweep_index, runs.created_seq",
+            (sweep_id,),
+        )
+        return [run_status_from_row(r) for r in rows]
+
+    async def run_times(self, run_ids: Collection[str]) -> dict[str, tuple[str | None, str | None]]:
+        """``(started_at, ended_at)`` of each of ``run_ids`` that has phase
+        changes, in one query: the ``at`` of its first RUNNING and of its
+        terminal PhaseChanged (None when it has none yet)."""
+        ids = sorted(set(run_ids))
+        if not ids:
+            return {}
+        terminal = ", ".join(f"'{p}'" for p in sorted(TERMINAL_PHASES))
+        rows = await self._read(
+            "SELECT run_id, MIN(CASE WHEN json_extract(data, '$.phase') = 'RUNNING' THEN at END),"
+            f" MAX(CASE WHEN json_extract(data, '$.phase') IN ({terminal}) THEN at END)"
+            " FROM events WHERE run_id IN (SELECT value FROM json_each(?)) AND type = 'PhaseChanged'"
+            " GROUP BY run_id",
+            (json.dumps(ids),),
+        )
+        return {str(r[0]): (r[1], r[2]) for r in rows}
+
+    async def match_sweep_ids(self, prefix: str, limit: int = 10) -> list[str]:
+        """Up to ``limit`` sweep ids starting with ``prefix`` (non-empty), sorted."""
+        upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        rows = await self._read(
+            "SELECT DISTINCT sweep_id FROM run_meta WHERE sweep_id >= ? AND sweep_id < ? ORDER BY sweep_id LIMIT ?",
+            (prefix, upper, limit),
+        )
+        return [str(r[0]) for r in rows]
 
     async def match_run_ids(self, prefix: str, limit: int = 10) -> list[str]:
         """Up to ``limit`` run ids starting with ``prefix``, sorted."""

@@ -40,6 +40,7 @@ from typing import Any, Final
 
 import aiosqlite
 
+from store.runmeta import RUN_META_COLUMNS, apply_run_meta, run_meta_from_cell
 from store.schema import PROJECTION_DDL, PROJECTION_TABLES
 from store.types import (
     HANDLE_RECORDED,
@@ -66,7 +67,8 @@ _IN_CHUNK: Final = 500
 
 RUN_COLUMNS: Final = (
     "id, project, name, backend, phase, reason, message, exit_code, created_at,"
-    " updated_at, last_seq, version, handle, log_lines, log_ingest"
+    " updated_at, last_seq, version, handle, log_lines, log_ingest, " + RUN_META_COLUMNS
+    # The run's labels, sweep, params and progress (store.runmeta): keep last.
 )
 
 
@@ -245,6 +247,7 @@ class Projector:
         if newest:
             await conn.executemany(_UPSERT_SOURCE, list(newest.values()))
         await self._apply_runs(conn, events, counts)
+        await apply_run_meta(conn, events)
 
     async def rebuild(self, conn: aiosqlite.Connection, chunk_events: int = 5000) -> int:
         """Drop and recreate the projection tables, then replay every event
@@ -334,4 +337,5 @@ def run_status_from_row(row: Sequence[Any]) -> RunStatus:
         id=row[0], project=row[1], name=row[2], backend=row[3], phase=row[4], reason=row[5],
         message=row[6], exit_code=row[7], created_at=row[8], updated_at=row[9], last_seq=row[10],
         version=row[11], handle=json.loads(row[12]), log_lines=row[13], log_ingest=row[14],
+        **run_meta_from_cell(row[15]),
     )  # fmt: skip

@@ -97,6 +97,8 @@ __all__ = [
     "STAGING_STEP",
     "LOGS_ARCHIVED",
     "LOGS_DELETED",
+    "PROGRESS",
+    "SWEEP_SUBMITTED",
 ]
 
 # The run lifecycle's phases are defined here, once (the store validates and
@@ -127,6 +129,10 @@ CANCEL_REQUESTED: Final = "CancelRequested"
 STAGING_STEP: Final = "StagingStep"
 LOGS_ARCHIVED: Final = "LogsArchived"
 LOGS_DELETED: Final = "LogsDeleted"
+#: A run's progress report (its data becomes the run's ``progress``: store.runmeta).
+PROGRESS: Final = "Progress"
+#: A sweep's grid, on the sweep's own stream (the sweep id), before its runs' Submitted.
+SWEEP_SUBMITTED: Final = "SweepSubmitted"
 
 #: Event types that change projected columns beyond the bookkeeping ones.
 PROJECTED_TYPES: Final[frozenset[str]] = frozenset(
@@ -224,6 +230,13 @@ class RunStatus:
     #: ``"pending"`` while a terminal run's output backlog is still being
     #: recorded, ``"done"`` once it is, None when no backlog was announced.
     log_ingest: str | None = None
+    #: The sweep the run belongs to (``s`` + 11 hex), its ``labels`` and
+    #: sweep ``params`` (str -> str), and its last ``Progress`` event's data
+    #: with that event's ``at`` and ``seq`` (None before one): store.runmeta.
+    sweep_id: str | None = None
+    labels: dict[str, str] = dataclasses.field(default_factory=dict)
+    params: dict[str, str] = dataclasses.field(default_factory=dict)
+    progress: dict[str, Any] | None = None
 
     @property
     def terminal(self) -> bool:

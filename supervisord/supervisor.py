@@ -10,10 +10,12 @@ stream version (optimistic concurrency in the store).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import secrets
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -29,6 +31,7 @@ from store import (
     LOG_INGEST_PENDING,
     LOG_LINES,
     PHASE_CHANGED,
+    PROGRESS,
     SUBMITTED,
     TERMINAL_PHASES,
     ConcurrencyError,
@@ -47,6 +50,9 @@ from supervisord.exceptions import (
 )
 from supervisord.lifecycle import PHASE_RANK, RunPhase, decide
 from supervisord.paths import Paths
+from supervisord.progress import LOG_PREFIX as PROGRESS_LOG_PREFIX
+from supervisord.progress import RateLimit, parse_progress
+from supervisord.progress import interval_of as progress_interval
 from supervisord.readside import resolve_run_id
 from supervisord.source import SnapshotStore
 
@@ -106,6 +112,8 @@ class _RunState:
         self.unqueued = anyio.Event()
         self.admitted = False
         self.extra_env: dict[str, str] = {}
+        # Progress reports read from its log lines (Kubernetes: supervisord.progress).
+        self.progress: RateLimit | None = None
 
     @classmethod
     def queued(cls, spec: RunSpec) -> _RunState:
@@ -122,6 +130,7 @@ class _RunState:
         self.extra_env = {}
         self.outcome_seen = anyio.Event()
         self.ingest_pending = False
+        self.progress = None
         return self
 
 
@@ -187,7 +196,11 @@ class _Reporter:
             data: dict[str, Any] = {"phase": phase, "reason": reason, "message": message}
             if exit_code is not None:
                 data["exit_code"] = exit_code
-            await self._append_locked([NewEvent(PHASE_CHANGED, data)])
+            events = [NewEvent(PHASE_CHANGED, data)]
+            last = st.progress.final() if st.progress is not None and phase in TERMINAL_PHASES else None
+            if last is not None:  # the last report from its log lines, before the end
+                events.insert(0, NewEvent(PROGRESS, dict(last)))
+            await self._append_locked(events)
             st.phase, st.reason, st.message = phase, reason, message
             log.info("phase", run=st.spec.run_id, phase=phase, reason=reason)
             return True
@@ -214,8 +227,23 @@ class _Reporter:
             NewEvent(LOG_LINES, {"stream": stream, "source": source, "lines": list(lines[i : i + MAX_LINES_PER_EVENT])})
             for i in range(0, len(lines), MAX_LINES_PER_EVENT)
         ]
+        report = self._progress_from(lines)
+        if report is not None:
+            events.append(NewEvent(PROGRESS, report))
         async with self._state.lock:
             await self._append_locked(events)
+
+    def _progress_from(self, lines: Sequence[tuple[str, str]]) -> dict[str, Any] | None:
+        """The progress report to record with ``lines`` (those starting
+        ``JOBSUP_PROGRESS ``: supervisord.progress), at most one per
+        ``local.progress_interval_s``; the rest waits for the run's end."""
+        st = self._state
+        for _, text in lines:
+            if text.startswith(PROGRESS_LOG_PREFIX):
+                if st.progress is None:
+                    st.progress = RateLimit(progress_interval(st.spec.config))
+                st.progress.offer(parse_progress(text[len(PROGRESS_LOG_PREFIX) :]))
+        return None if st.progress is None else st.progress.take(time.monotonic())
 
     async def log_block(self, block: LogBlock) -> None:
         """Record ``block`` as one LogLines event (its text in ``log_blocks``)."""
@@ -352,6 +380,67 @@ class Supervisor:
         self._tg.start_soon(self._drive, state, True, name=f"run-{run_id}")
         log.info("submitted", run=run_id, project=project, name=name, backend=spec.backend)
         return SubmitResult(status, warnings)
+
+    async def submit_sweep(
+        self,
+        sweep_id: str,
+        sweep: Mapping[str, Any],
+        runs: Sequence[tuple[Mapping[str, Any], Mapping[str, str]]],
+        *,
+        config: Mapping[str, Any] | None = None,
+    ) -> tuple[list[RunStatus], list[str]]:
+        """Record a sweep in one transaction: ``SweepSubmitted`` (``sweep``,
+        on the sweep's own stream ``sweep_id``), then each run's
+        ``Submitted`` (``runs``: its data and env values, in sweep order);
+        then supervise them all. Nothing is recorded on error. The
+        one-in-flight rule of :meth:`submit_run` does not apply between the
+        runs of one sweep. The backend's preflight runs once (the runs
+        differ only in command and params). Returns the runs' statuses in
+        order and the preflight's warnings; raises UsageError (unknown backend), PreflightError, store
+        errors."""
+        from store import SWEEP_SUBMITTED, Append
+
+        if not runs:
+            raise UsageError("a sweep needs at least one run")
+        backend = self.backends.get(str(runs[0][0]["backend"]))
+        if backend is None:
+            raise UsageError(
+                f"backend {runs[0][0]['backend']!r} is not available on this daemon (have: {', '.join(self.backends)})"
+            )
+        async with self._submit_lock, contextlib.AsyncExitStack() as locks:
+            states: list[_RunState] = []
+            for submitted, env in runs:
+                run_id = secrets.token_hex(6)
+                while run_id in self._runs:
+                    run_id = secrets.token_hex(6)
+                spec = self._spec(run_id, submitted, env=env, config=config)
+                states.append(_RunState.queued(spec))
+            warnings = list(await backend.preflight(states[0].spec))
+            try:
+                for state in states:
+                    if self.gated:
+                        self._write_pending(state.spec)
+                    else:
+                        state.admitted = True
+                        state.unqueued.set()
+                    await locks.enter_async_context(state.lock)
+                    self._runs[state.spec.run_id] = state
+                appends = [Append(sweep_id, 0, [NewEvent(SWEEP_SUBMITTED, dict(sweep))])]
+                appends += [Append(st.spec.run_id, 0, [NewEvent(SUBMITTED, dict(st.spec.submitted))]) for st in states]
+                recorded = await self.store.append_together(appends)
+            except BaseException:
+                for state in states:
+                    if self._runs.get(state.spec.run_id) is state:
+                        del self._runs[state.spec.run_id]
+                    self._remove_pending(state.spec.run_id)
+                raise
+            for state, events in zip(states, recorded[1:]):
+                state.version = max(state.version, events[-1].version)
+        for state in states:
+            self._tg.start_soon(self._drive, state, True, name=f"run-{state.spec.run_id}")
+        found = await self.store.get_runs([st.spec.run_id for st in states])
+        log.info("sweep submitted", sweep=sweep_id, runs=len(states), backend=backend.__class__.__name__)
+        return [found[st.spec.run_id] for st in states], warnings
 
     async def _drive(self, state: _RunState, fresh: bool) -> None:
         spec = state.spec

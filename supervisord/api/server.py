@@ -28,6 +28,7 @@ from supervisord.api.logs_route import logs_response
 from supervisord.api.query import flag_param, float_param, int_param
 from supervisord.api.scheduler_routes import scheduler_routes
 from supervisord.api.streams import StreamCloser
+from supervisord.api.sweep_routes import is_sweep_request, label_params, submit_sweep, sweep_routes
 from supervisord.api.wire import API_PREFIX
 from supervisord.exceptions import UsageError
 from supervisord.health import storage_json
@@ -158,6 +159,8 @@ def create_app(
         except ValueError:
             raise UsageError("submit: the request body is not JSON") from None
         req = SubmitRequest.from_json(body)
+        if is_sweep_request(body):
+            return await submit_sweep(req, _peer(request), planner=planner, supervisor=supervisor, scheduler=scheduler)
         plan = await planner.plan(req)
         peer = _peer(request)
         submitted = {**plan.submitted, **{f"submitted_by_{k}": v for k, v in peer.items()}}
@@ -171,6 +174,9 @@ def create_app(
             all=flag_param(request.query_params, "all"),
             project=request.query_params.get("project"),
             phase=request.query_params.get("phase"),
+            labels=label_params(request.query_params.getlist("label")),
+            name=request.query_params.get("name") or None,
+            sweep=request.query_params.get("sweep") or None,
         )
         return JSONResponse({"runs": [r.to_json() for r in runs], "storage": storage_json(store)})
 
@@ -254,6 +260,7 @@ def create_app(
         Route(f"{p}/doctor", api_errors(doctor_route), methods=["GET"]),
         Route(f"{p}/hooks", api_errors(hooks_route), methods=["GET"]),
     ]
+    routes += sweep_routes(supervisor=supervisor, store=store)
     if scheduler is not None:
         routes += scheduler_routes(supervisor=supervisor, scheduler=scheduler, digest_key=planner.digest_key)
     return Starlette(routes=routes)

@@ -120,9 +120,9 @@ def _show(options: dict[str, Any], args: list[str]) -> int:
 
 def _wait(options: dict[str, Any], args: list[str]) -> int:
     from supervisord.cli.reads import connected_client, wait_command, wait_timeout_s
-    from supervisord.runref import check_run_refs
+    from supervisord.sweep import check_handles
 
-    check_run_refs(args)
+    check_handles(args)
     timeout_s = wait_timeout_s(options.get("timeout"))
     return wait_command(
         connected_client(),

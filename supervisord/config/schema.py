@@ -14,7 +14,8 @@ Keys::
     local: {kill_grace_s: int > 0, shell: str,
             max_log_bytes: int > 0      stop recording a run's output past this many bytes (LogsTruncated)
             keep_log_files: bool        keep the run's output.log whole (default: its recorded
-                                        ranges are freed, hole-punched, once committed)}
+                                        ranges are freed, hole-punched, once committed)
+            progress_interval_s: number 0.1..86400   at most one Progress event per run this often (default 10)}
     kubernetes:
       context: str                      unset = the kubeconfig's current context
       namespace: DNS-1123 label
@@ -142,6 +143,8 @@ CONFIG_SCHEMA: dict[str, Any] = {
                 "shell": _STR,
                 "max_log_bytes": _POS_INT,
                 "keep_log_files": {"type": "boolean"},
+                # Seconds between two Progress events of a run (supervisord.progress).
+                "progress_interval_s": {"type": "number", "minimum": 0.1, "maximum": 86400},
             },
         },
         "kubernetes": {

@@ -68,6 +68,7 @@ from supervisord.scheduler.policy import (
     find_cycle,
 )
 from supervisord.supervisor import Supervisor
+from supervisord.sweepread import expand_refs
 
 __all__ = ["ADMITTED", "HELD_EVENT", "HOLD_RELEASED", "RESOURCES_FREED", "Scheduler", "SchedulerSettings"]
 
@@ -121,6 +122,8 @@ class _Run:
     queue: str = DEFAULT_QUEUE
     admitted_at: str | None = None
     deadline: float = 0.0
+    sweep: str | None = None  # its sweep's id, when the sweep has max_parallel
+    sweep_cap: int | None = None
     cached: Waiting | None = None  # what decide() gets; rebuilt when ``held`` changes
 
     def waiting(self) -> Waiting:
@@ -136,8 +139,20 @@ class _Run:
                 after_any=tuple(s["after_any"]),
                 held=self.held,
                 timeout_s=self.timeout_s,
+                sweep=self.sweep,
+                sweep_cap=self.sweep_cap,
             )
         return self.cached
+
+
+def _sweep_cap(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"sweep", "sweep_cap"}`` of a sweep run whose sweep has a
+    ``max_parallel`` (Submitted ``sweep_id``, ``sweep_max_parallel``), else {}."""
+    cap = data.get("sweep_max_parallel")
+    sweep = data.get("sweep_id")
+    if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 and isinstance(sweep, str):
+        return {"sweep": sweep, "sweep_cap": cap}
+    return {}
 
 
 def _epoch(at: str) -> float:
@@ -190,6 +205,7 @@ class Scheduler:
             sched=sched,
             held=bool(sched["hold"]),
             queue=str(sched["queue"]),
+            **_sweep_cap(data),
         )
 
     def _admitted(self, run: _Run, at: str, data: Mapping[str, Any]) -> None:
@@ -330,7 +346,7 @@ class Scheduler:
     def situation(self) -> Situation:
         """What :func:`decide` gets now."""
         waiting = [r.waiting() for r in self._waiting.values()]
-        active = [Active(r.run_id, r.queue, r.gpus, r.deadline) for r in self._active.values()]
+        active = [Active(r.run_id, r.queue, r.gpus, r.deadline, sweep=r.sweep) for r in self._active.values()]
         return Situation(waiting, active, self.inventory.gpus, self.settings.caps, self._dep_phase, time.time())
 
     async def _pass(self) -> None:
@@ -404,11 +420,11 @@ class Scheduler:
             ids: list[str] = []
             for ref in sched[key]:
                 try:
-                    rid = await self.supervisor.resolve(ref)
+                    # A sweep id stands for all of its runs.
+                    rids = await expand_refs(self.store, [ref], self.supervisor.resolve)
                 except (RunNotFoundError, AmbiguousRunError, UsageError) as err:
                     raise TaskError(f"{flag} {ref}: {err}") from None
-                if rid not in ids:
-                    ids.append(rid)
+                ids.extend(rid for rid in rids if rid not in ids)
             sched[key] = ids
         sched["after_any"] = [r for r in sched["after_any"] if r not in sched["after"]]
         edges = {r.run_id: [*r.sched["after"], *r.sched["after_any"]] for r in self._waiting.values()}

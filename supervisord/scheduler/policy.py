@@ -109,6 +109,9 @@ class Waiting:
     after_any: tuple[str, ...] = ()
     held: bool = False
     timeout_s: int = 4 * 3600
+    #: Its sweep and that sweep's ``max_parallel`` (None: no sweep cap).
+    sweep: str | None = None
+    sweep_cap: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -121,6 +124,7 @@ class Active:
     queue: str
     gpus: tuple[str, ...]
     deadline: float
+    sweep: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,6 +272,7 @@ def decide(s: Situation) -> Decision:
     free = [g for g in sorted(s.gpus, key=lambda g: g.index) if g.uuid not in holder_of]
     total = len(s.gpus)
     running = Counter(a.queue for a in s.active)
+    in_sweep = Counter(a.sweep for a in s.active if a.sweep is not None)
     # (deadline, GPUs held) of every holder, this pass's admissions included.
     holders: list[tuple[float, int]] = [(a.deadline, len(a.gpus)) for a in s.active if a.gpus]
     head: Waiting | None = None
@@ -277,6 +282,8 @@ def decide(s: Situation) -> Decision:
 
     def admit(w: Waiting, gpus: list[Gpu]) -> None:
         running[w.queue] += 1
+        if w.sweep is not None:
+            in_sweep[w.sweep] += 1
         out.admit.append(Admission(w.run_id, w.queue, tuple(gpus), running[w.queue], s.caps.get(w.queue)))
         for g in gpus:
             holder_of[g.uuid] = w.run_id
@@ -298,6 +305,12 @@ def decide(s: Situation) -> Decision:
         if cap is not None and running[w.queue] >= cap:
             out.pending[w.run_id] = Pending(
                 WAITING_FOR_SLOT, f"queue {w.queue!r} already runs {_plural(cap, 'run')} (max_parallel {cap})"
+            )
+            continue
+        if w.sweep is not None and w.sweep_cap is not None and in_sweep[w.sweep] >= w.sweep_cap:
+            out.pending[w.run_id] = Pending(
+                WAITING_FOR_SLOT,
+                f"sweep {w.sweep} already runs {_plural(w.sweep_cap, 'run')} (max_parallel {w.sweep_cap})",
             )
             continue
         if w.gpus == 0:

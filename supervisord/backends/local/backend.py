@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import structlog
 
-from store import LOG_INGEST_DONE, LOG_INGEST_PENDING, LogBlock
+from store import LOG_INGEST_DONE, LOG_INGEST_PENDING, PROGRESS, LogBlock
 from supervisord.backends.base import RunReporter, RunSpec
 from supervisord.backends.local import runner as _runner_module
 from supervisord.backends.local.runner import (
@@ -31,6 +31,7 @@ from supervisord.backends.local.runner import (
 )
 from supervisord.backends.local.tail import MAX_BLOCKS, FileTailer, RecordTailer, record_source
 from supervisord.exceptions import BackendError, PreflightError
+from supervisord.progress import PROGRESS_FILE, ProgressFile, interval_of
 
 __all__ = ["LocalBackend", "run_processes"]
 
@@ -197,6 +198,7 @@ class LocalBackend:
         delay = _POLL_MIN_S
         drained_at = 0.0  # time.monotonic() of the last drain
         status_file = _StatusFile(run_dir, signed)
+        progress = ProgressFile(run_dir / PROGRESS_FILE, interval_of(spec.config))
         try:
             while True:
                 status = status_file.read()
@@ -207,6 +209,7 @@ class LocalBackend:
                     state = status.get("state")
                     if state != "exited":
                         await self._drain(tailers, reporter, final=True)
+                        await _record_progress(reporter, progress.final())
                         await anyio.to_thread.run_sync(_kill_lost_run, spec.run_id, status, limiter=self._limiter)
                         await self._report_outcome(status, reporter)
                         return
@@ -217,8 +220,11 @@ class LocalBackend:
                 if state == "running" or status.get("started_at"):
                     await reporter.phase("RUNNING")
                 if state == "exited":
+                    await _record_progress(reporter, progress.final())
                     await self._finish(tailers, status, reporter)
                     return
+                if state == "running":
+                    await _record_progress(reporter, progress.poll(time.monotonic()))
                 got = unread = 0
                 if state == "running":
                     unread = tailers.unread()
@@ -484,6 +490,12 @@ async def _open_output(
         pos = await reporter.log_position(record_source(stream))
         positions[stream] = int(pos) if pos else None
     return _Output(run_dir, positions, count_recorded=count_recorded)
+
+
+async def _record_progress(reporter: RunReporter, data: Mapping[str, Any] | None) -> None:
+    """Record a progress report (supervisord.progress) as a Progress event."""
+    if data is not None:
+        await reporter.record(PROGRESS, dict(data))
 
 
 def _file_size(path: Path) -> int:
