@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
@@ -66,6 +65,8 @@ _MAX_VALUE = 256
 
 def new_sweep_id() -> str:
     """A fresh sweep id: ``s`` and 11 random lowercase hex characters."""
+    import secrets  # only the daemon makes ids: the CLI's fast path stays light
+
     return "s" + secrets.token_hex(6)[:11]
 
 
