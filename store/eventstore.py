@@ -648,22 +648,37 @@ class EventStore:
         )
         return [run_status_from_row(r) for r in rows]
 
-    async def run_times(self, run_ids: Collection[str]) -> dict[str, tuple[str | None, str | None]]:
-        """``(started_at, ended_at)`` of each of ``run_ids`` that has phase
-        changes, in one query: the ``at`` of its first RUNNING and of its
-        terminal PhaseChanged (None when it has none yet)."""
-        ids = sorted(set(run_ids))
-        if not ids:
-            return {}
+    async def sweep_table(self, sweep_id: str) -> list[dict[str, Any]]:
+        """The runs of sweep ``sweep_id`` as its results table needs them,
+        in sweep index order, in one query (no full run objects): ``{"id",
+        "name", "phase", "reason", "exit_code", "params", "progress",
+        "started_at", "ended_at"}`` (times: the ``at`` of the run's first
+        RUNNING and of its terminal PhaseChanged, None when none yet)."""
         terminal = ", ".join(f"'{p}'" for p in sorted(TERMINAL_PHASES))
         rows = await self._read(
-            "SELECT run_id, MIN(CASE WHEN json_extract(data, '$.phase') = 'RUNNING' THEN at END),"
-            f" MAX(CASE WHEN json_extract(data, '$.phase') IN ({terminal}) THEN at END)"
-            " FROM events WHERE run_id IN (SELECT value FROM json_each(?)) AND type = 'PhaseChanged'"
-            " GROUP BY run_id",
-            (json.dumps(ids),),
+            "SELECT r.id, r.name, r.phase, r.reason, r.exit_code, m.params, m.progress,"
+            " (SELECT MIN(e.at) FROM events AS e WHERE e.run_id = r.id AND e.type = 'PhaseChanged'"
+            "  AND json_extract(e.data, '$.phase') = 'RUNNING'),"
+            f" CASE WHEN r.phase IN ({terminal}) THEN (SELECT MAX(e.at) FROM events AS e WHERE e.run_id = r.id"
+            f"  AND e.type = 'PhaseChanged' AND json_extract(e.data, '$.phase') IN ({terminal})) END"
+            " FROM run_meta AS m JOIN runs AS r ON r.id = m.run_id WHERE m.sweep_id = ?"
+            " ORDER BY m.sweep_index, r.created_seq",
+            (sweep_id,),
         )
-        return {str(r[0]): (r[1], r[2]) for r in rows}
+        return [
+            {
+                "id": r[0],
+                "name": r[1],
+                "phase": r[2],
+                "reason": r[3],
+                "exit_code": r[4],
+                "params": json.loads(r[5]) if r[5] else {},
+                "progress": json.loads(r[6]) if r[6] else None,
+                "started_at": r[7],
+                "ended_at": r[8],
+            }
+            for r in rows
+        ]
 
     async def match_sweep_ids(self, prefix: str, limit: int = 10) -> list[str]:
         """Up to ``limit`` sweep ids starting with ``prefix`` (non-empty), sorted."""

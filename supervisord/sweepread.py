@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from store import SWEEP_SUBMITTED, EventStore, RunStatus
+from store import SWEEP_SUBMITTED, EventStore
 from supervisord.exceptions import AmbiguousRunError, RunNotFoundError
 from supervisord.sweep import check_sweep_ref, is_sweep_ref
 
@@ -64,29 +64,28 @@ def _epoch(at: str | None) -> float | None:
     return None if at is None else dt.datetime.fromisoformat(at).timestamp()
 
 
-def sweep_rows(
-    runs: Sequence[RunStatus], times: dict[str, tuple[str | None, str | None]], now: float
-) -> list[dict[str, Any]]:
-    """One results-table row per run (see the module docstring); a running
-    run's ``elapsed_s`` counts up to ``now`` (seconds since the epoch)."""
+def sweep_rows(table: Sequence[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+    """One results-table row per run (see the module docstring) from
+    :meth:`store.EventStore.sweep_table`; a running run's ``elapsed_s``
+    counts up to ``now`` (seconds since the epoch)."""
     rows = []
-    for index, run in enumerate(runs):
-        started, ended = times.get(run.id, (None, None))
+    for index, run in enumerate(table):
+        started, ended = run["started_at"], run["ended_at"]
         start_s, end_s = _epoch(started), _epoch(ended)
         elapsed = None
         if start_s is not None:
             elapsed = round(max(0.0, (end_s if end_s is not None else now) - start_s), 1)
-        progress = run.progress
+        progress = run["progress"]
         metrics = progress.get("metrics") if isinstance(progress, dict) else None
         rows.append(
             {
-                "id": run.id,
-                "name": run.name,
+                "id": run["id"],
+                "name": run["name"],
                 "index": index,
-                "params": dict(run.params),
-                "phase": run.phase,
-                "reason": run.reason,
-                "exit_code": run.exit_code,
+                "params": dict(run["params"]),
+                "phase": run["phase"],
+                "reason": run["reason"],
+                "exit_code": run["exit_code"],
                 "started_at": started,
                 "ended_at": ended,
                 "elapsed_s": elapsed,
@@ -104,14 +103,13 @@ async def sweep_document(
     objects as ``runs`` when ``with_runs``. Raises UsageError,
     RunNotFoundError, AmbiguousRunError."""
     sweep_id = await resolve_sweep_id(store, ref)
-    runs = await store.sweep_runs(sweep_id)
+    table = await store.sweep_table(sweep_id)
     events = await store.read_stream(sweep_id)
     head = next((e for e in events if e.type == SWEEP_SUBMITTED), None)
     data = dict(head.data) if head is not None else {}
     raw_grid = data.get("grid")
     grid: dict[str, Any] = dict(raw_grid) if isinstance(raw_grid, dict) else {}
-    times = await store.run_times([r.id for r in runs])
-    rows = sweep_rows(runs, times, dt.datetime.now(dt.UTC).timestamp() if now is None else now)
+    rows = sweep_rows(table, dt.datetime.now(dt.UTC).timestamp() if now is None else now)
     metrics: dict[str, None] = {}
     for row in rows:
         for name in row["metrics"]:
@@ -120,11 +118,11 @@ async def sweep_document(
     doc: dict[str, Any] = {
         "sweep": {
             "id": sweep_id,
-            "project": data.get("project") or (runs[0].project if runs else None),
+            "project": data.get("project"),
             "name": data.get("name"),
             "command": data.get("command"),
             "grid": grid,
-            "count": data.get("count", len(runs)),
+            "count": data.get("count", len(rows)),
             "max_parallel": data.get("max_parallel"),
             "labels": data.get("labels") or {},
             "created_at": head.at if head is not None else None,
@@ -132,8 +130,8 @@ async def sweep_document(
         "params": params,
         "metrics": list(metrics),
         "rows": rows,
-        "counts": dict(Counter(r.phase for r in runs)),
+        "counts": dict(Counter(r["phase"] for r in rows)),
     }
     if with_runs:
-        doc["runs"] = [r.to_json() for r in runs]
+        doc["runs"] = [r.to_json() for r in await store.sweep_runs(sweep_id)]
     return doc

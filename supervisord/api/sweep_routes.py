@@ -1,6 +1,6 @@
 """API of sweeps (see :mod:`supervisord.api.wire`)::
 
-    POST /v1/runs  with task.sweep     -> 201 {"sweep": Sweep, "runs": [Run], "warnings": [str]}
+    POST /v1/runs  with task.sweep     -> 201 {"sweep": Sweep, "run_ids": [id], "warnings": [str]}
     GET  /v1/sweeps/{ref}[?runs=1]     the sweep document (supervisord.sweepread)
     POST /v1/sweeps/{ref}/cancel       {"runs": [Run]}: every run of the sweep canceled
 
@@ -68,13 +68,9 @@ async def submit_sweep(
     prepared = await scheduler.prepare(first) if scheduler is not None else first
     sched = {"scheduling": prepared["scheduling"]} if "scheduling" in prepared else {}
     runs = [({**p.submitted, **who, **sched}, p.env) for p in plan.runs]
-    statuses, warnings = await supervisor.submit_sweep(plan.sweep_id, plan.sweep, runs, config=plan.runs[0].config)
+    run_ids, warnings = await supervisor.submit_sweep(plan.sweep_id, plan.sweep, runs, config=plan.runs[0].config)
     return JSONResponse(
-        {
-            "sweep": {"id": plan.sweep_id, **plan.sweep},
-            "runs": [r.to_json() for r in statuses],
-            "warnings": [*plan.warnings, *warnings],
-        },
+        {"sweep": {"id": plan.sweep_id, **plan.sweep}, "run_ids": run_ids, "warnings": [*plan.warnings, *warnings]},
         status_code=201,
     )
 

@@ -228,6 +228,7 @@ def runs(
     output: str,
 ) -> None:
     """List runs, newest first (--sweep S: that sweep's results table)."""
+    from supervisord.cli.sweep_table import sweep_command
     from supervisord.sweep import check_sweep_ref, parse_labels
 
     labels = parse_labels(label_pairs)
@@ -239,7 +240,7 @@ def runs(
         )
         return
     check_sweep_ref(sweep)
-    _sweep_results(
+    sweep_command(
         connected_client(),
         sweep,
         phase=phase,
@@ -249,44 +250,6 @@ def runs(
         as_csv=as_csv,
         output=output,
     )
-
-
-def _sweep_results(
-    client: Client,
-    ref: str,
-    *,
-    phase: str | None,
-    labels: dict[str, str],
-    name: str | None,
-    sort_key: str | None,
-    as_csv: bool,
-    output: str,
-) -> None:
-    """``jobsup runs --sweep S``: the sweep's results table (``-o json``: its document)."""
-
-    from supervisord.cli.sweep_table import flat_rows, sort_rows, table_columns, to_csv
-
-    doc = client.sweep(ref)
-    if phase or labels or name:
-        keep = {r["id"] for r in client.runs(sweep=doc["sweep"]["id"], phase=phase, labels=labels, name=name)}
-        doc["rows"] = [r for r in doc["rows"] if r["id"] in keep]
-    columns = table_columns(doc)
-    rows = flat_rows(doc)
-    if sort_key:
-        rows = sort_rows(rows, sort_key, columns)
-        order = {r["id"]: i for i, r in enumerate(rows)}
-        doc["rows"] = sorted(doc["rows"], key=lambda r: order[r["id"]])
-    if as_csv:
-        click.echo(to_csv(rows, columns), nl=False)
-        return
-    if output != "table":
-        emit(doc, output)
-        return
-    sweep = doc["sweep"]
-    counts = ", ".join(f"{n} {p}" for p, n in sorted(doc.get("counts", {}).items()))
-    info(f"sweep {sweep['id']} {sweep.get('name') or ''}: {sweep.get('count')} runs ({counts})")
-    if rows:
-        emit(rows, "table", columns=columns)
 
 
 @click.command("show")

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.timeout(240)
 TRAIN = (
     "import json, os, sys, time\n"
     "out, gate = sys.argv[1], sys.argv[2]\n"
-    "env = {k: v for k, v in os.environ.items() if k.startswith('JOBSUP_')}\n"
+    "env = {k: v for k, v in os.environ.items() if k.startswith('JOBSUP_') or k == 'TOKEN'}\n"
     "with open(out, 'a') as f: f.write(json.dumps({'argv': sys.argv[3:], 'env': env, 't': time.time()}) + '\\n')\n"
     "lr = float(os.environ.get('JOBSUP_PARAM_LR', '0'))\n"
     "with open(os.environ['JOBSUP_PROGRESS_FILE'], 'w') as f:\n"
@@ -222,3 +222,23 @@ def test_an_unused_sweep_key_is_a_warning(live: JobsupEnv, repo: Path) -> None:
     proc = live.cli("submit", "--sweep", "lr=1", "--sweep", "seed=1,2", "--", "echo {lr}", cwd=repo)
     assert "warning: --sweep seed: the command never uses {seed}" in proc.stderr
     assert live.cli("wait", proc.stdout.strip()).returncode == 0
+
+
+def test_a_queued_sweep_keeps_its_env_across_a_daemon_restart(live: JobsupEnv, repo: Path) -> None:
+    js = live
+    out = js.root / "rec.jsonl"
+    sweep = js.cli(
+        "submit", "--hold", "--env", "TOKEN=s3cret", "--sweep", "lr=0.1,0.2",
+        "--", f"{sys.executable} train.py {out} - {{lr}}", cwd=repo,
+    ).stdout.strip()  # fmt: skip
+    pending = js.state_dir / "runs" / sweep / "pending.json"
+    assert pending.exists() and "s3cret" in pending.read_text()
+    js.stop_daemon()
+    js.start_daemon()
+    js.cli("release", sweep)
+    assert js.cli("wait", sweep).returncode == 0
+    recs = _records(out)
+    assert sorted(r["env"]["JOBSUP_PARAM_LR"] for r in recs) == ["0.1", "0.2"]
+    assert {r["env"]["JOBSUP_SWEEP_ID"] for r in recs} == {sweep}
+    assert {r["env"]["TOKEN"] for r in recs} == {"s3cret"}
+    assert not pending.exists()  # no value kept once every run started
