@@ -571,7 +571,7 @@ class JobsupTools:
 
     def sweep(self, args: dict[str, Any]) -> dict[str, Any]:
         """``jobsup runs --sweep S -o json`` (sorted by ``sort`` when given)."""
-        from supervisord.cli.sweep_table import flat_rows, sort_rows, table_columns
+        from supervisord.sweeptable import flat_rows, sort_rows, table_columns
 
         try:
             doc = self.client.sweep(args["sweep"])

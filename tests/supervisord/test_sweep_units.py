@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from supervisord.cli.sweep_table import flat_rows, sort_rows, table_columns, to_csv
 from supervisord.exceptions import TaskError, UsageError
 from supervisord.progress import MAX_READ, ProgressFile, RateLimit, parse_progress, progress_text
 from supervisord.scheduler.policy import WAITING_FOR_SLOT, Active, Situation, Waiting, decide
@@ -28,6 +27,7 @@ from supervisord.sweep import (
     run_name,
     substitute,
 )
+from supervisord.sweeptable import flat_rows, sort_rows, table_columns, to_csv
 
 # -- the grammar ------------------------------------------------------------------
 
