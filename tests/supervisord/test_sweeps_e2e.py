@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from supervisord.schemas import schema_errors
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
 pytestmark = pytest.mark.timeout(240)
@@ -118,6 +119,14 @@ def test_sweep_runs_the_grid_with_params_limits_parallelism_and_reports_metrics(
         assert env["JOBSUP_PROGRESS_FILE"].endswith("/progress")
     assert sorted(r["env"]["JOBSUP_SWEEP_INDEX"] for r in recs) == ["0", "1", "2", "3"]
     doc = _sweep_doc(js, sweep)
+    assert schema_errors("sweep", doc) == []
+    assert schema_errors("runs", json.loads(js.cli("runs", "--all", "-o", "json").stdout)) == []
+    assert schema_errors("run-detail", js.show(doc["rows"][0]["id"])) == []
+    db = sqlite3.connect(js.state_dir / "jobsup.db")
+    for row in db.execute("SELECT seq, run_id, version, type, at, data FROM events ORDER BY seq"):
+        event = dict(zip(("seq", "run_id", "version", "type", "at"), row[:5]), data=json.loads(row[5]))
+        assert schema_errors("event", event) == [], event
+    db.close()
     assert doc["sweep"]["grid"] == {"lr": ["0.1", "0.2"], "seed": ["1", "2"]}
     assert doc["sweep"]["max_parallel"] == 2 and doc["params"] == ["lr", "seed"] and doc["metrics"] == ["acc"]
     assert [r["name"] for r in doc["rows"]] == [
