@@ -47,11 +47,15 @@ def _unlink_durably(path: Path) -> None:
         arc.fsync_dir(path.parent)
 
 
-__all__ = ["EventStore", "LogArchive"]
+__all__ = ["EventStore", "LogArchive", "LogReplay"]
 
 log = structlog.get_logger("store")
 
 _T = TypeVar("_T")
+#: One replay's archive readers (``replay`` of :meth:`EventStore.log_text`,
+#: :meth:`EventStore.log_lines`): archive path -> the reader its first page
+#: verified; start each replay with an empty dict.
+LogReplay = dict[Path, arc.ArchiveReader]
 _READERS: Final = 2
 _EVENT_COLUMNS: Final = "seq, run_id, version, type, at, data"
 #: Blocks read from the database per step while a run is archived (each up to 8 MiB).
@@ -700,12 +704,17 @@ class EventStore:
             )
         return [str(r[0]) for r in rows]
 
-    async def log_lines(self, run_id: str, after_line: int = 0, limit: int = 10000) -> list[LogLine]:
+    async def log_lines(
+        self, run_id: str, after_line: int = 0, limit: int = 10000, *, replay: LogReplay | None = None
+    ) -> list[LogLine]:
         """Up to ``limit`` log lines of ``run_id`` with line_no >
         ``after_line``, in line_no order. Page on with ``page[-1].line_no``.
         Archived lines are read from their verified archive; raises
         LogArchiveError (archive missing or not the recorded file) and
-        LogTextDeletedError (retention deleted the text)."""
+        LogTextDeletedError (retention deleted the text). ``replay``: the
+        pages of one replay share it (an empty dict at the start): every
+        page after the first reads the archive through the descriptor the
+        first verified, whatever happens to the path meanwhile."""
         if limit <= 0:
             raise ValueError(f"limit must be > 0, got {limit!r}")
         archive = await self.log_archive(run_id)
@@ -713,7 +722,7 @@ class EventStore:
             rows: list[Any] = []
             cursor, count = after_line, 0
             while count < limit:
-                blocks = await self._archived_blocks(archive, cursor, _ARCHIVE_READ_BLOCKS)
+                blocks = await self._archived_blocks(archive, cursor, _ARCHIVE_READ_BLOCKS, replay)
                 if not blocks:
                     break
                 for b in blocks:
@@ -732,17 +741,20 @@ class EventStore:
         )
         return block_lines(run_id, rows, after_line, limit)
 
-    async def log_text(self, run_id: str, after_line: int = 0, max_blocks: int = 8) -> tuple[int, bytes]:
+    async def log_text(
+        self, run_id: str, after_line: int = 0, max_blocks: int = 8, *, replay: LogReplay | None = None
+    ) -> tuple[int, bytes]:
         """The text of the lines of ``run_id`` numbered after ``after_line``,
         from at most ``max_blocks`` blocks, as one UTF-8 bytes object (every
         line ends with ``\n``), and the number of the last line it holds
         (``after_line`` when there is none yet). Page on with that number.
         For plain-text replay: no Python object per line. Archived lines
-        come from their verified archive (errors as :meth:`log_lines`)."""
+        come from their verified archive (errors and ``replay`` as
+        :meth:`log_lines`)."""
         archive = await self.log_archive(run_id)
         rows: list[Any]
         if archive is not None and after_line < archive.lines:
-            rows = [(b[0], b[1], b[8]) for b in await self._archived_blocks(archive, after_line, max_blocks)]
+            rows = [(b[0], b[1], b[8]) for b in await self._archived_blocks(archive, after_line, max_blocks, replay)]
         else:
             rows = await self._read(
                 "SELECT first_line, lines, text FROM log_blocks WHERE run_id = ?1 AND first_line + lines > ?2 + 1"
@@ -823,31 +835,41 @@ class EventStore:
             raise LogArchiveError(f"run {archive.run_id}: its LogsArchived event names a bad file {name!r}")
         return self.archive_dir / name
 
-    async def _archived_blocks(self, archive: LogArchive, after_line: int, max_blocks: int) -> list[tuple[Any, ...]]:
+    async def _archived_blocks(
+        self, archive: LogArchive, after_line: int, max_blocks: int, replay: LogReplay | None = None
+    ) -> list[tuple[Any, ...]]:
         """Blocks of ``archive`` after ``after_line`` (see
         :meth:`store.archive.ArchiveReader.blocks`), read and verified in a
-        worker thread."""
+        worker thread; through ``replay``'s reader of the file when it
+        holds one (else the one made is kept there)."""
+        path = self.archive_path(archive)
+        pinned = replay.get(path) if replay is not None else None
+        if pinned is not None and pinned.run_id == archive.run_id:
+            return await anyio.to_thread.run_sync(pinned.blocks, after_line, max_blocks, limiter=self._read_limiter)
         if archive.deleted_seq is not None:
             raise LogTextDeletedError(
                 f"run {archive.run_id}: its log text (lines 1..{archive.lines}) was deleted at"
                 f" {archive.deleted_at} by prune (LogsDeleted, event seq {archive.deleted_seq}, {archive.sha256});"
                 f" it was archived at {archive.archived_at} as {archive.file}"
             )
-        path = self.archive_path(archive)
 
         def read() -> list[tuple[Any, ...]]:
-            return arc.archive_reader(path, archive.run_id, archive.sha256).blocks(after_line, max_blocks)
+            reader = arc.archive_reader(path, archive.run_id, archive.sha256)
+            if replay is not None:
+                replay[path] = reader
+            return reader.blocks(after_line, max_blocks)
 
         return await anyio.to_thread.run_sync(read, limiter=self._read_limiter)
 
-    async def check_log_text(self, run_id: str, after_line: int = 0) -> None:
+    async def check_log_text(self, run_id: str, after_line: int = 0, *, replay: LogReplay | None = None) -> None:
         """Raise what reading the lines after ``after_line`` would raise
         (LogArchiveError, LogTextDeletedError) before a reply starts
         streaming them; checks the archive's digest (once per file
-        version)."""
+        version). ``replay``: the replay's reads go through the reader
+        checked here (see :meth:`log_lines`)."""
         archive = await self.log_archive(run_id)
         if archive is not None and after_line < archive.lines:
-            await self._archived_blocks(archive, after_line, 1)
+            await self._archived_blocks(archive, after_line, 1, replay)
 
     async def archive_logs(self, run_id: str) -> RecordedEvent | None:
         """Move the log text of ``run_id`` out of the database into one

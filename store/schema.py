@@ -68,6 +68,10 @@ _SQLITE_NOTADB: Final = 26
 PAGE_SIZE: Final = 65536
 #: The WAL is checkpointed into the database about every this many bytes.
 _CHECKPOINT_BYTES: Final = 32 << 20
+#: After a checkpoint the WAL file is cut back to this many bytes when
+#: SQLite starts it over (``PRAGMA journal_size_limit``): without it the
+#: file keeps its largest size for good (33 MB on a disk that had filled up).
+WAL_SIZE_LIMIT_BYTES: Final = 4 << 20
 #: The writer connection's page cache (``PRAGMA cache_size``), in KiB: 256
 #: pages of 64 KiB, two log blocks of the largest size the local tailer
 #: reads (8 MiB).
@@ -418,6 +422,7 @@ async def open_connection(
             # the database.
             rows = list(await conn.execute_fetchall("PRAGMA page_size"))
             await conn.execute(f"PRAGMA wal_autocheckpoint = {max(1, _CHECKPOINT_BYTES // int(rows[0][0]))}")
+            await conn.execute_fetchall(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT_BYTES}")
             if version < SCHEMA_VERSION:
                 if rebuild is None:
                     raise ValueError("the writer connection needs a rebuild function for migrations")

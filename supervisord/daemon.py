@@ -45,7 +45,7 @@ from supervisord.backends.kubernetes import KubernetesBackend
 from supervisord.backends.local import LocalBackend
 from supervisord.config.unimplemented import not_implemented_warnings
 from supervisord.exceptions import ConfigError, DaemonError, JobsupError, UsageError
-from supervisord.health import disk_full_hint, storage_check
+from supervisord.health import disk_full_hint, output_space_check, storage_check
 from supervisord.hooks.config import HookSpec, load_hooks
 from supervisord.hooks.delivery import HookService
 from supervisord.logging import configure_logging
@@ -246,6 +246,7 @@ class Daemon:
                 daemon_config = cfg.effective_config(self.daemon_layer, []).data
                 gpus = await anyio.to_thread.run_sync(gpu_inventory, (daemon_config.get("scheduler") or {}).get("gpus"))
                 reattached = await supervisor.reattach_all()
+                await supervisor.remove_orphan_pending()
                 scheduler = Scheduler(store, supervisor, gpus, SchedulerSettings.from_config(daemon_config))
                 await scheduler.load()
                 tg.start_soon(scheduler.run, name="scheduler")
@@ -267,6 +268,9 @@ class Daemon:
                     checks = [
                         {"name": "daemon", "ok": True, "detail": f"pid {os.getpid()} on {self.paths.socket}"},
                         storage_check(store, await store.last_seq()),
+                        await anyio.to_thread.run_sync(
+                            output_space_check, self.paths.runs_dir, supervisor.running_local()
+                        ),
                     ]
                     checks.append(scheduler.doctor())
                     for backend in backends.values():

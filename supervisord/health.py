@@ -9,13 +9,13 @@ output files are the buffer, ingested once writing works again.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from store import EventStore
 
-__all__ = ["storage_check", "storage_json", "storage_warning"]
+__all__ = ["output_space", "output_space_check", "storage_check", "storage_json", "storage_warning"]
 
 
 def storage_warning(problem: Mapping[str, Any] | None) -> str | None:
@@ -69,3 +69,31 @@ def disk_full_hint(folder: Path) -> str:
     if st.f_bavail * st.f_frsize < 64 * 1024:
         return f" (the disk holding {folder} is full: free some space)"
     return ""
+
+
+def output_space(runs_dir: Path, running: Sequence[str]) -> dict[str, Any] | None:
+    """What the API reports under ``"output"`` (``/health``, ``GET /runs``)
+    while the disk of ``runs_dir`` is full and local runs are running
+    (``running``: their ids), else None: ``{"kind": "disk full", "where",
+    "runs", "summary"}``. Their runners cannot write the output files there:
+    each stops reading its job's pipes (nothing is lost) and the job blocks
+    on its next write, until there is space (the store may be on another
+    disk and never notice). Blocking: statvfs(3)."""
+    if not running or not disk_full_hint(runs_dir):
+        return None
+    shown = ", ".join(running[:5]) + (f" and {len(running) - 5} more" if len(running) > 5 else "")
+    summary = (
+        f"output: the disk of {runs_dir} is full: {len(running)} running local run(s) ({shown}) cannot write "
+        "their output there; each job blocks when it next writes, until there is space "
+        "(free some; nothing is lost)"
+    )
+    return {"kind": "disk full", "where": str(runs_dir), "runs": list(running), "summary": summary}
+
+
+def output_space_check(runs_dir: Path, running: Sequence[str]) -> dict[str, Any]:
+    """The doctor check ``{"name": "outputs", "ok", "detail"}``: not ok
+    while :func:`output_space` reports a problem. Blocking: statvfs(3)."""
+    problem = output_space(runs_dir, running)
+    if problem is None:
+        return {"name": "outputs", "ok": True, "detail": f"{runs_dir}: {len(running)} running local run(s) writing"}
+    return {"name": "outputs", "ok": False, "detail": str(problem["summary"])}

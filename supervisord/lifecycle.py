@@ -8,9 +8,12 @@ here. This module holds the rules (README "Phases and reasons"):
 2. phases never go backwards (a lower rank is dropped);
 3. while a cancel is in progress it owns the outcome: only the cancel itself
    records the terminal phase (so a cancel racing completion ends in exactly
-   one terminal phase, CANCELED) -- except COMPLETED: an exit 0 is never the
-   cancel's doing (the run had finished before the cancel reached it), so
-   the run keeps that outcome;
+   one terminal phase, CANCELED) -- except the run's own final word: its
+   runner's final status (or a Kubernetes Job's terminal condition), which
+   the backend reports as ``final``, and COMPLETED. That outcome was
+   settled before the cancel reached the run (a runner that acted on the
+   cancel says ``Canceled`` itself), so the run keeps it: phase, reason and
+   exit code, however much output was still being recorded;
 4. repeating the current phase with the same reason and message records
    nothing (a backend may report what it sees as often as it likes).
 
@@ -101,10 +104,13 @@ def decide(
     reason: str | None = None,
     message: str | None = None,
     by_cancel: bool = False,
+    final: bool = False,
 ) -> Decision:
     """Whether a run at ``current`` records a change to ``phase`` (with
     ``reason`` and ``message``); ``by_cancel``: the change is the cancel's
-    own outcome. The rules, in the order they apply, are the module's.
+    own outcome; ``final``: it is the run's own final outcome as its
+    backend observed it (rule 3). The rules, in the order they apply, are
+    the module's.
     Raises KeyError for a phase not in :data:`PHASES`."""
     rank, now = PHASE_RANK[phase], PHASE_RANK[current.phase]
     if is_terminal(current.phase):
@@ -113,6 +119,6 @@ def decide(
         return Decision(Verdict.BACKWARDS)
     if phase == current.phase and (reason, message) == (current.reason, current.message):
         return Decision(Verdict.UNCHANGED)
-    if is_terminal(phase) and current.cancel_requested and not by_cancel and phase != "COMPLETED":
+    if is_terminal(phase) and current.cancel_requested and not (by_cancel or final) and phase != "COMPLETED":
         return Decision(Verdict.CANCEL_OWNS_OUTCOME)
     return Decision(Verdict.RECORD)

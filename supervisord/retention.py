@@ -47,6 +47,7 @@ import anyio
 import structlog
 
 from store import PHASE_CHANGED, TERMINAL_PHASES, EventStore, LogArchiveError, NewEvent, RunStatus
+from supervisord.crashpoints import crash_point
 from supervisord.events import RUN_DIR_REMOVED
 from supervisord.exceptions import UsageError
 from supervisord.paths import Paths
@@ -226,6 +227,7 @@ class Retention:
                     if not dry_run:
                         try:
                             event = await store.archive_logs(run.id)
+                            crash_point("retention.archived")
                         except Exception as exc:  # one run's trouble does not stop the pass
                             log.warning("retention.archive_failed", run_id=run.id, error=str(exc))
                             report["errors"].append(f"run {run.id}: archiving its log failed: {exc}")
@@ -246,6 +248,7 @@ class Retention:
                                 await store.check_archive_before_delete(run.id)
                             else:
                                 await store.delete_archived_logs(run.id)
+                                crash_point("retention.archive_deleted")
                         except LogArchiveError as exc:  # a changed/missing file is kept and reported
                             log.warning("retention.delete_refused", run_id=run.id, error=str(exc), dry_run=dry_run)
                             report["errors"].append(str(exc))
@@ -305,6 +308,7 @@ class Retention:
                 continue
             try:
                 await anyio.to_thread.run_sync(_rmtree, folder)
+                crash_point("retention.run_dir_removed")
             except OSError as exc:
                 log.warning("retention.run_dir_failed", run_id=run.id, path=str(folder), error=str(exc))
                 report["errors"].append(f"run {run.id}: removing {folder} failed: {exc}")

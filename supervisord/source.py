@@ -12,19 +12,23 @@ worker thread.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import os
 import subprocess
 import tempfile
 from pathlib import Path
 
-from supervisord.exceptions import SourceError
+from supervisord.exceptions import SourceError, StorageError
 
 __all__ = [
     "ARCHIVE_TIMEOUT_S",
     "Snapshot",
     "SnapshotStore",
     "archive_failed",
+    "disk_full",
+    "is_disk_full",
+    "is_no_space",
     "archive_timed_out",
     "repo_root",
     "resolve_commit",
@@ -191,10 +195,14 @@ class SnapshotStore:
                 except subprocess.TimeoutExpired:
                     raise archive_timed_out(repo, commit) from None
                 if proc.returncode != 0:
-                    raise archive_failed(repo, commit, proc.stderr)
+                    raise archive_failed(repo, commit, proc.stderr, store_root=self.root)
                 out.flush()
                 os.fsync(out.fileno())
             return self.adopt(tmp)
+        except OSError as err:
+            if is_no_space(err):
+                raise disk_full(self.root, f"the source snapshot of {commit[:12]} could not be written") from err
+            raise
         finally:
             tmp.unlink(missing_ok=True)
 
@@ -208,7 +216,43 @@ def archive_timed_out(repo: Path, commit: str) -> SourceError:
     return SourceError(f"git archive {commit} in {repo} timed out")
 
 
-def archive_failed(repo: Path, commit: str, stderr: bytes | None) -> SourceError:
-    """The error for a ``git archive`` that failed, with git's message."""
+def archive_failed(
+    repo: Path, commit: str, stderr: bytes | None, *, store_root: Path | None = None
+) -> SourceError | StorageError:
+    """The error for a ``git archive`` that failed, with git's message; a
+    StorageError naming the state dir when the snapshot store's disk
+    (``store_root``) is what failed (a full disk is not bad input)."""
     err = (stderr or b"").decode("utf-8", "replace").strip()
+    if store_root is not None and ("No space left on device" in err or is_disk_full(store_root)):
+        return disk_full(store_root, f"git archive could not write the source snapshot of {commit[:12]}")
     return SourceError(f"git archive {commit} failed in {repo}: {err}")
+
+
+def is_disk_full(folder: Path) -> bool:
+    """Whether the file system of ``folder`` (or of its nearest existing
+    parent) has no block left for this user."""
+    for where in (folder, *folder.parents):
+        try:
+            return os.statvfs(where).f_bavail == 0
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return False
+    return False
+
+
+def disk_full(store_root: Path, doing: str) -> StorageError:
+    """The error of a write to the state dir (the parent of the snapshot
+    store ``store_root``) that found its disk full: the CLI exits 1 naming
+    the state dir."""
+    state_dir = store_root.parent
+    return StorageError(
+        f"the disk of the state dir {state_dir} is full: {doing}; free space there and submit again "
+        "(nothing was recorded)",
+        store_error="StorageFullError",
+    )
+
+
+def is_no_space(err: OSError) -> bool:
+    """Whether ``err`` says the disk is full (ENOSPC, EDQUOT)."""
+    return err.errno in (errno.ENOSPC, errno.EDQUOT)

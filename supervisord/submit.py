@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import re
 import shutil
@@ -31,7 +32,9 @@ from supervisord.source import (
     SnapshotStore,
     archive_failed,
     archive_timed_out,
+    disk_full,
     is_dirty,
+    is_no_space,
     repo_root,
     resolve_commit,
     submodule_paths,
@@ -312,7 +315,12 @@ class Planner:
         wait for a slow archive: git filters, LFS), the file work in worker
         threads of the git limiter. Raises SourceError."""
         snapshots, limiter = self.snapshots, self._git
-        fd, tmp = await anyio.to_thread.run_sync(snapshots.new_temp, limiter=limiter)
+        try:
+            fd, tmp = await anyio.to_thread.run_sync(snapshots.new_temp, limiter=limiter)
+        except OSError as err:
+            if is_no_space(err):
+                raise disk_full(snapshots.root, f"the source snapshot of {commit[:12]} could not be written") from err
+            raise
         try:
             with os.fdopen(fd, "wb") as out:
                 try:
@@ -320,10 +328,15 @@ class Planner:
                         code, stderr = await _run_group(snapshots.archive_command(repo, commit), out)
                 except TimeoutError:
                     raise archive_timed_out(repo, commit) from None
-                if code != 0:
-                    raise archive_failed(repo, commit, stderr)
+                if code != 0:  # (a full disk is checked in a thread: statvfs may block)
+                    failed = functools.partial(archive_failed, repo, commit, stderr, store_root=snapshots.root)
+                    raise await anyio.to_thread.run_sync(failed, limiter=limiter)
                 await anyio.to_thread.run_sync(os.fsync, out.fileno(), limiter=limiter)
             return await anyio.to_thread.run_sync(snapshots.adopt, tmp, limiter=limiter)
+        except OSError as err:
+            if is_no_space(err):
+                raise disk_full(snapshots.root, f"the source snapshot of {commit[:12]} could not be written") from err
+            raise
         finally:
             tmp.unlink(missing_ok=True)
 

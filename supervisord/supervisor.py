@@ -10,6 +10,7 @@ stream version (optimistic concurrency in the store).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -40,6 +41,7 @@ from store import (
     RunStatus,
 )
 from supervisord.backends.base import Backend, RunSpec
+from supervisord.crashpoints import crash_point
 from supervisord.events import CANCEL_FAILED, STORAGE_TROUBLE
 from supervisord.exceptions import (
     BackendError,
@@ -53,7 +55,7 @@ from supervisord.progress import LOG_PREFIX as PROGRESS_LOG_PREFIX
 from supervisord.progress import RateLimit, parse_progress
 from supervisord.progress import interval_of as progress_interval
 from supervisord.readside import resolve_run_id
-from supervisord.source import SnapshotStore
+from supervisord.source import SnapshotStore, disk_full, is_no_space
 from supervisord.sweep import param_env
 
 __all__ = ["Supervisor", "SubmitResult", "PHASE_RANK", "MAX_LINES_PER_EVENT"]
@@ -123,6 +125,10 @@ class _RunState:
         self.extra_env: dict[str, str] = {}
         # Progress reports read from its log lines (Kubernetes: supervisord.progress).
         self.progress: RateLimit | None = None
+        # A start in flight (the backend's ``start`` has not returned): a
+        # cancel then stops the run again once its handle is known.
+        self.starting = False
+        self.start_done = anyio.Event()
 
     @classmethod
     def queued(cls, spec: RunSpec) -> _RunState:
@@ -140,6 +146,8 @@ class _RunState:
         self.outcome_seen = anyio.Event()
         self.ingest_pending = False
         self.progress = None
+        self.starting = False
+        self.start_done = anyio.Event()
         return self
 
 
@@ -193,6 +201,7 @@ class _Reporter:
         reason: str | None = None,
         message: str | None = None,
         exit_code: int | None = None,
+        final: bool = False,
         _cancel: bool = False,
     ) -> bool:
         st = self._state
@@ -200,7 +209,7 @@ class _Reporter:
             st.outcome_seen.set()
         async with st.lock:
             now = RunPhase(st.phase, st.reason, st.message, st.cancel_requested)
-            if not decide(now, phase, reason=reason, message=message, by_cancel=_cancel).record:
+            if not decide(now, phase, reason=reason, message=message, by_cancel=_cancel, final=final).record:
                 return False
             data: dict[str, Any] = {"phase": phase, "reason": reason, "message": message}
             if exit_code is not None:
@@ -212,6 +221,10 @@ class _Reporter:
             await self._append_locked(events)
             st.phase, st.reason, st.message = phase, reason, message
             log.info("phase", run=st.spec.run_id, phase=phase, reason=reason)
+            if phase == "RUNNING":
+                crash_point("phase.running_recorded")
+            elif phase in TERMINAL_PHASES:
+                crash_point("terminal.recorded")
             return True
 
     async def handle(self, handle: Mapping[str, Any]) -> None:
@@ -374,6 +387,7 @@ class Supervisor:
             warnings = list(await backend.preflight(spec))
             if self.gated:
                 self._write_pending(spec)
+                crash_point("submit.pending_written")
             # Known before its Submitted commits (the scheduler may admit it
             # as soon as it does), and locked until its version is known.
             state = _RunState.queued(spec)
@@ -389,6 +403,7 @@ class Supervisor:
                     self._remove_pending(run_id)
                     raise
                 state.version = max(state.version, recorded[-1].version)
+            crash_point("submit.recorded")
         status = await self.get(run_id)
         self._tg.start_soon(self._drive, state, True, name=f"run-{run_id}")
         log.info("submitted", run=run_id, project=project, name=name, backend=spec.backend)
@@ -472,10 +487,23 @@ class Supervisor:
                         await state.unqueued.wait()
                         if not state.admitted:
                             return  # ended while queued
+                        async with state.lock:
+                            if state.cancel_requested:
+                                # Canceled between its admission and its start:
+                                # nothing was started; the cancel records the outcome.
+                                self._remove_pending(spec.run_id)
+                                return
+                            state.starting = True
                         if state.extra_env:
                             spec = state.spec = dataclasses.replace(spec, env={**spec.env, **state.extra_env})
-                        handle = await backend.start(spec, reporter)
+                        try:
+                            handle = await backend.start(spec, reporter)
+                        finally:
+                            state.starting = False
+                            state.start_done.set()
+                        crash_point("start.handle_recorded")
                         self._remove_pending(spec.run_id)
+                        crash_point("start.pending_removed")
                         # The env values were for the start only: keep none in memory.
                         spec = state.spec = dataclasses.replace(spec, env={})
                     await backend.supervise(spec, handle, reporter)
@@ -534,8 +562,17 @@ class Supervisor:
                     state.cancel_requested = False
                     raise
         backend = self.backends[state.spec.backend]
+        crash_point("cancel.requested")
         try:
-            await backend.cancel(state.spec, state.handle)
+            stopped = dict(state.handle)
+            await backend.cancel(state.spec, stopped)
+            if state.starting:
+                # The start was in flight: once it returns, its handle says
+                # what to stop (a start that saw the cancel returns early).
+                with anyio.move_on_after(_CANCEL_DRAIN_S):
+                    await state.start_done.wait()
+                if state.handle and state.handle != stopped:
+                    await backend.cancel(state.spec, state.handle)
         except Exception as err:
             # The run goes on: say so in its history (and to the caller), so
             # a CancelRequested is never left looking pending. Cancel again
@@ -562,6 +599,7 @@ class Supervisor:
 
                 tg.start_soon(until, state.done)
                 tg.start_soon(until, state.outcome_seen)
+        crash_point("cancel.stopped")
         if not state.done.is_set() and not state.outcome_seen.is_set() and state.scope is not None:
             state.scope.cancel()
         await reporter.phase("CANCELED", reason="Canceled", message="canceled by request", _cancel=True)
@@ -591,7 +629,10 @@ class Supervisor:
                     message=f"backend {spec.backend!r} is not configured on this daemon",
                 )
                 continue
-            fresh = self._never_started(status, spec)
+            fresh = await self._never_started(status, spec)
+            if not fresh:
+                # Started: its env values were for the start only.
+                self._remove_pending(status.id)
             if not fresh or not self.gated:
                 state.admitted = True
                 state.unqueued.set()
@@ -600,18 +641,22 @@ class Supervisor:
             log.info("reattached", runs=len(runs))
         return len(runs)
 
-    @staticmethod
-    def _never_started(status: RunStatus, spec: RunSpec) -> bool:
+    async def _never_started(self, status: RunStatus, spec: RunSpec) -> bool:
         """Whether a non-terminal run found at restart was never handed to
         its backend: still QUEUED (waiting for admission), or admitted
-        (SCHEDULING) as a local run with neither a handle nor a runner status
-        file. Other backends' admitted runs reattach as before (their
-        ``supervise`` cleans up a start cut short)."""
-        if status.handle or (spec.run_dir / "status.json").exists():
+        (SCHEDULING) with no handle recorded and, for a backend that can
+        tell (``never_started``: the local one), no sign of a start the
+        daemon did not record (a runner spawned just before a crash). Other
+        backends' admitted runs reattach (their ``supervise`` cleans up a
+        start cut short), so none runs twice."""
+        if status.handle:
             return False
         if status.phase == "QUEUED":
             return True
-        return status.phase == "SCHEDULING" and spec.backend == "local"
+        if status.phase != "SCHEDULING":
+            return False
+        probe = getattr(self.backends.get(spec.backend), "never_started", None)
+        return probe is not None and bool(await probe(spec))
 
     def _spec(
         self, run_id: str, submitted: Mapping[str, Any], *, env: Mapping[str, str], config: Mapping[str, Any] | None
@@ -652,10 +697,18 @@ class Supervisor:
         ``<run dir>/pending.json`` (mode 0600, private state dir) until it
         starts: they are never recorded in events, yet a daemon restarted
         while the run waits must still start it with them."""
-        spec.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self._pending_path(spec.run_id), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"env": dict(spec.env), "config": dict(spec.config)}, f)
+        try:
+            spec.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(self._pending_path(spec.run_id), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump({"env": dict(spec.env), "config": dict(spec.config)}, f)
+        except OSError as err:
+            self._remove_pending(spec.run_id)
+            with contextlib.suppress(OSError):
+                spec.run_dir.rmdir()
+            if is_no_space(err):
+                raise disk_full(self.snapshots.root, "the new run's pending file could not be written") from err
+            raise
 
     def _read_pending(self, run_id: str) -> dict[str, Any] | None:
         try:
@@ -690,10 +743,19 @@ class Supervisor:
         first = states[0].spec
         own = set(_sweep_env(first.submitted, first.run_id))
         path = self._sweep_pending_path(sweep_id)
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"env": {k: v for k, v in first.env.items() if k not in own}, "config": dict(first.config)}, f)
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                env = {k: v for k, v in first.env.items() if k not in own}
+                json.dump({"env": env, "config": dict(first.config)}, f)
+        except OSError as err:
+            path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                path.parent.rmdir()
+            if is_no_space(err):
+                raise disk_full(self.snapshots.root, "the new sweep's pending file could not be written") from err
+            raise
         self._sweep_waiting[sweep_id] = {st.spec.run_id for st in states}
         self._sweep_of.update((st.spec.run_id, sweep_id) for st in states)
 
@@ -715,6 +777,35 @@ class Supervisor:
         self._sweep_waiting.setdefault(sweep_id, set()).add(run_id)
         self._sweep_of[run_id] = sweep_id
         return {**data, "env": {**data["env"], **_sweep_env(submitted, run_id)}}
+
+    async def remove_orphan_pending(self) -> list[str]:
+        """At daemon start, after :meth:`reattach_all` and before any submit:
+        remove every ``pending.json`` no run waits on (its env values
+        would otherwise stay on disk for good): one of a submit cut off
+        before its Submitted committed (the run folder goes too when
+        that leaves it empty), of a run that ended, or of one already
+        handed to its backend. Returns the run ids whose file went."""
+        runs_dir = self.paths.runs_dir
+
+        def find() -> list[str]:
+            return sorted(p.parent.name for p in runs_dir.glob("*/pending.json"))
+
+        removed: list[str] = []
+        for run_id in await anyio.to_thread.run_sync(find):
+            if run_id in self._sweep_waiting:
+                continue  # a sweep's file (supervisord.sweep ids): a run of it is still to start
+            state = self._runs.get(run_id)
+            if state is not None and not state.handle and state.phase in ("QUEUED", "SCHEDULING"):
+                continue  # still to start: its values are in that file only
+            self._remove_pending(run_id)
+            removed.append(run_id)
+        unknown = set(removed) - set(await self.store.get_runs(removed))
+        for run_id in sorted(unknown):
+            with contextlib.suppress(OSError):  # not empty: leave it
+                (runs_dir / run_id).rmdir()
+        if removed:
+            log.info("removed orphan pending files", runs=removed, never_submitted=sorted(unknown))
+        return removed
 
     def run_spec(self, run_id: str) -> RunSpec | None:
         """The :class:`RunSpec` of a run this daemon supervises now (its env
@@ -748,6 +839,7 @@ class Supervisor:
             state.phase, state.reason, state.message = "SCHEDULING", None, message
             state.admitted = True
             state.extra_env = dict(extra_env)
+            crash_point("admit.recorded")
             state.unqueued.set()
         return True
 
@@ -808,3 +900,12 @@ class Supervisor:
     def supervised(self) -> int:
         """How many runs have a live supervision task."""
         return sum(1 for s in self._runs.values() if not s.done.is_set())
+
+    def running_local(self) -> list[str]:
+        """The ids of the RUNNING local runs this daemon supervises (their
+        runners write output under ``paths.runs_dir``), sorted."""
+        return sorted(
+            rid
+            for rid, s in self._runs.items()
+            if s.phase == "RUNNING" and s.spec.backend == "local" and not s.done.is_set()
+        )

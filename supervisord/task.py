@@ -214,7 +214,7 @@ def load_task(path: str | Path) -> Task:
         raise TaskError(f"{p}: task file is empty; it needs at least `run:`")
     if not isinstance(doc, dict):
         raise TaskError(f"{p}: the top level must be a mapping of task keys, got {type(doc).__name__}")
-    return _task_from_mapping(doc, p, env_as_written=_env_as_written(text))
+    return _task_from_mapping(doc, p, env_as_written=_env_as_written(text), as_written=_top_scalars_as_written(text))
 
 
 def check_name(name: str, *, what: str = "--name") -> str:
@@ -254,7 +254,35 @@ def _env_as_written(text: str) -> dict[str, str]:
     return {}
 
 
-def _task_from_mapping(doc: Mapping[Any, Any], p: Path, *, env_as_written: Mapping[str, str] | None = None) -> Task:
+def _top_scalars_as_written(text: str) -> dict[str, str]:
+    """The top-level plain scalars of a task file exactly as written (key ->
+    text): YAML 1.1 reads ``1_000`` as 1000, ``0x10`` as 16 and ``1:30``
+    as 90, which a whole-number key refuses. The text was already parsed
+    once (so it is valid YAML)."""
+    import yaml  # PyYAML: only when a file is read
+
+    from supervisord.config.yamlload import ConfigLoader
+
+    root = yaml.compose(text, Loader=ConfigLoader)
+    if not isinstance(root, yaml.MappingNode):
+        return {}
+    return {
+        str(k.value): str(v.value)
+        for k, v in root.value
+        if isinstance(k, yaml.ScalarNode) and isinstance(v, yaml.ScalarNode) and not v.style
+    }
+
+
+_WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
+
+
+def _task_from_mapping(
+    doc: Mapping[Any, Any],
+    p: Path,
+    *,
+    env_as_written: Mapping[str, str] | None = None,
+    as_written: Mapping[str, str] | None = None,
+) -> Task:
     if "hooks" in doc or "on_done" in doc:
         key = "hooks" if "hooks" in doc else "on_done"
         raise TaskError(
@@ -309,6 +337,9 @@ def _task_from_mapping(doc: Mapping[Any, Any], p: Path, *, env_as_written: Mappi
         value = doc.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise TaskError(f"{p}: `{key}` must be a whole number, got {value!r}")
+        written = (as_written or {}).get(key)
+        if value is not None and written is not None and not _WHOLE_NUMBER.fullmatch(written):
+            raise TaskError(f"{p}: `{key}`: must be a whole number in plain digits, got {written!r}")
         if value is not None:
             scheduling[key] = value
     queue = string("queue")
@@ -323,6 +354,10 @@ def _task_from_mapping(doc: Mapping[Any, Any], p: Path, *, env_as_written: Mappi
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise TaskError(f"{p}: `{key}` must be a list of run ids")
         scheduling[key] = list(value)
+    # The daemon checks these again, naming the flags; here the file and key.
+    from supervisord.scheduler.options import parse_scheduling  # only when a file is read
+
+    parse_scheduling(scheduling, names={key: f"{p}: `{key}`" for key in SCHEDULING_KEYS})
     from supervisord.sweep import check_grid, check_labels, check_max_parallel
 
     sweep = check_grid(doc["sweep"], what=f"{p}: `sweep`") if doc.get("sweep") is not None else None

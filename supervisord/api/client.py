@@ -53,6 +53,9 @@ class Client:
     #: The daemon's storage problem reported with the last :meth:`runs`
     #: (``{"kind", "message", "since", "waiting", "summary"}``), or None.
     storage: dict[str, Any] | None = None
+    #: The running local runs whose output waits for space, reported with
+    #: the last :meth:`runs` (``{"kind", "where", "runs", "summary"}``), or None.
+    output: dict[str, Any] | None = None
 
     def close(self) -> None:
         """Nothing to release between calls (kept for ``with`` and callers)."""
@@ -248,6 +251,7 @@ class Client:
         params += [("label", f"{k}={v}") for k, v in (labels or {}).items()]
         doc = self._call("GET", "/runs", query=params)
         self.storage = doc.get("storage")
+        self.output = doc.get("output")
         return list(doc["runs"])
 
     def sweep(self, ref: str, *, runs: bool = False) -> dict[str, Any]:

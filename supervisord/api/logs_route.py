@@ -41,6 +41,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from store import EventStore, LogLine, skip_offset
+from store.eventstore import LogReplay
 from supervisord.api.query import INT_MAX, flag_param, int_param
 from supervisord.exceptions import UsageError
 from supervisord.supervisor import Supervisor
@@ -88,14 +89,17 @@ async def logs_response(request: Request, supervisor: Supervisor, store: EventSt
         after = max(after, await store.tail_line_no(run_id, tail))
     # Archived text is checked against its recorded digest before the reply
     # starts: a changed or deleted archive is an error, never partial text.
-    await store.check_log_text(run_id, after)
+    # The whole reply then reads it through the descriptor checked here: an
+    # archive swapped or deleted meanwhile cannot cut the stream short.
+    replay: LogReplay = {}
+    await store.check_log_text(run_id, after, replay=replay)
     stop = INT_MAX if limit is None else after + limit
 
     async def text_pages(cursor: int) -> AsyncIterator[tuple[int, int, bytes]]:
         """``(first_line, last_line, text)`` of what is stored after ``cursor``, up to ``stop``."""
         blocks = _FIRST_READ_BLOCKS
         while cursor < stop:
-            last, text = await store.log_text(run_id, cursor, blocks)
+            last, text = await store.log_text(run_id, cursor, blocks, replay=replay)
             blocks = _BLOCKS_PER_READ
             if last == cursor:
                 return
@@ -106,7 +110,7 @@ async def logs_response(request: Request, supervisor: Supervisor, store: EventSt
 
     async def line_pages(cursor: int) -> AsyncIterator[tuple[int, int, bytes]]:
         while cursor < stop:
-            lines = await store.log_lines(run_id, cursor, min(5000, stop - cursor))
+            lines = await store.log_lines(run_id, cursor, min(5000, stop - cursor), replay=replay)
             if not lines:
                 return
             ats = await store.event_times({ln.seq for ln in lines})

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from json.encoder import encode_basestring as _json_str  # what json.dumps(str, ensure_ascii=False) uses
 from typing import Any
 
+import anyio
 import structlog
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -31,7 +32,7 @@ from supervisord.api.streams import StreamCloser
 from supervisord.api.sweep_routes import is_sweep_request, label_params, submit_sweep, sweep_routes
 from supervisord.api.wire import API_PREFIX
 from supervisord.exceptions import UsageError
-from supervisord.health import storage_json
+from supervisord.health import output_space, storage_json
 from supervisord.readside import ReadSide
 from supervisord.retention import Retention, parse_age
 from supervisord.scheduler.driver import Scheduler
@@ -150,8 +151,22 @@ def create_app(
 
         return guarded
 
+    async def output_json() -> dict[str, Any] | None:
+        running = supervisor.running_local()
+        if not running:
+            return None
+        return await anyio.to_thread.run_sync(output_space, supervisor.paths.runs_dir, running)
+
     async def health(request: Request) -> Response:
-        return JSONResponse({"ok": True, **info, "supervised": supervisor.supervised(), "storage": storage_json(store)})
+        return JSONResponse(
+            {
+                "ok": True,
+                **info,
+                "supervised": supervisor.supervised(),
+                "storage": storage_json(store),
+                "output": await output_json(),
+            }
+        )
 
     async def submit(request: Request) -> Response:
         try:
@@ -178,7 +193,9 @@ def create_app(
             name=request.query_params.get("name") or None,
             sweep=request.query_params.get("sweep") or None,
         )
-        return JSONResponse({"runs": [r.to_json() for r in runs], "storage": storage_json(store)})
+        return JSONResponse(
+            {"runs": [r.to_json() for r in runs], "storage": storage_json(store), "output": await output_json()}
+        )
 
     async def show(request: Request) -> Response:
         return JSONResponse(await reads.show(request.path_params["ref"]))

@@ -91,10 +91,13 @@ class RunReporter(Protocol):
         reason: str | None = None,
         message: str | None = None,
         exit_code: int | None = None,
+        final: bool = False,
     ) -> bool:
         """Record a phase change; returns False when it was dropped because
         the run is already terminal, the phase would go backwards, or a cancel
-        owns the outcome."""
+        owns the outcome. ``final``: a terminal phase that is the run's own
+        final word (the local runner's final status, a Job's terminal
+        condition), which a cancel in progress does not override."""
         ...
 
     async def handle(self, handle: Mapping[str, Any]) -> None:

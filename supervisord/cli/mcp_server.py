@@ -259,13 +259,16 @@ def _tools() -> list[Tool]:
         Tool(
             "logs",
             "A run's stored log lines: the last `tail` lines, or lines from_line..to_line; at most max_bytes of text, "
-            "counting a newline per line (`truncated` says when the cap cut the answer, `next_line` where to continue; "
-            "a single line longer than the cap comes back cut to it).",
+            "counting a newline per line (`truncated` says when the cap cut the answer; continue with "
+            "from_line=next_line, and from_byte=next_byte when next_byte is not null: a line longer than the cap "
+            "comes back in pieces, each starting at that UTF-8 byte offset of the line, so following the cursor "
+            "gives every byte).",
             _obj(
                 {
                     "run": _RUN_REF,
                     "tail": {"type": "integer", "minimum": 1, "maximum": 100000},
                     "from_line": {"type": "integer", "minimum": 1},
+                    "from_byte": {"type": "integer", "minimum": 0, "default": 0},
                     "to_line": {"type": "integer", "minimum": 1},
                     "max_bytes": {
                         "type": "integer",
@@ -283,8 +286,9 @@ def _tools() -> list[Tool]:
                     "total_lines": {"type": "integer", "minimum": 0},
                     "truncated": {"type": "boolean"},
                     "next_line": nint,
+                    "next_byte": nint,
                 },
-                ["run_id", "lines", "total_lines", "truncated", "next_line"],
+                ["run_id", "lines", "total_lines", "truncated", "next_line", "next_byte"],
                 defs=("log-line",),
             ),
         ),
@@ -602,32 +606,41 @@ class JobsupTools:
             raise _ref_error("run", err) from None
 
     def logs(self, args: dict[str, Any]) -> dict[str, Any]:
-        """Stored lines, capped at ``max_bytes`` of text (UTF-8)."""
+        """Stored lines, capped at ``max_bytes`` of text (UTF-8); a line
+        longer than the cap comes in pieces (``next_byte``)."""
         run = self._run("run", args["run"])["run"]
         tail, first, last = args.get("tail"), args.get("from_line"), args.get("to_line")
+        offset = int(args.get("from_byte") or 0)
         if tail is not None and (first is not None or last is not None):
             raise ToolError("tail: give either tail or from_line/to_line, not both")
         if first is not None and last is not None and last < first:
             raise ToolError(f"to_line: {last} is before from_line {first}")
+        if offset and first is None:
+            raise ToolError("from_byte: give it with from_line (the next_line and next_byte of the last answer)")
         cap = int(args.get("max_bytes") or LOGS_DEFAULT_BYTES)
         lines: list[dict[str, Any]] = []
-        used, truncated, next_line = 0, False, None
+        used, truncated, next_line, next_byte = 0, False, None, None
         stream = self._lines(run["id"], tail=tail, after_line=(first - 1) if first else 0)
         try:
             for obj in stream:
                 if last is not None and obj["line_no"] > last:
                     break
                 text = obj["text"]
+                if offset and obj["line_no"] == first:
+                    text = text.encode()[_char_start(text.encode(), offset) :].decode("utf-8")
                 size = len(text.encode()) + 1
                 if used + size > cap:
                     truncated = True
                     if lines:
                         next_line = obj["line_no"]
                         break
-                    # One line longer than the cap: its head, so the reader
-                    # always moves forward.
-                    text = text.encode()[: cap - 1].decode("utf-8", "ignore")
-                    next_line = obj["line_no"] + 1
+                    # One line longer than the cap: a piece of it, and the
+                    # cursor points inside the line, after that piece.
+                    whole = obj["text"].encode()
+                    begin = len(whole) - len(text.encode())
+                    end = _piece_end(whole, begin, cap - 1)
+                    text = whole[begin:end].decode("utf-8")
+                    next_line, next_byte = (obj["line_no"], end) if end < len(whole) else (obj["line_no"] + 1, None)
                     size = cap
                 used += size
                 lines.append({"line_no": obj["line_no"], "stream": obj["stream"], "text": text})
@@ -641,6 +654,7 @@ class JobsupTools:
             "total_lines": run["log_lines"],
             "truncated": truncated,
             "next_line": next_line,
+            "next_byte": next_byte,
         }
 
     def wait_slice(
@@ -885,3 +899,24 @@ def serve() -> None:
         anyio.run(main)
     finally:
         client.close()
+
+
+def _char_start(data: bytes, offset: int) -> int:
+    """``offset`` moved back to the first byte of the UTF-8 character it
+    falls in (at most ``len(data)``)."""
+    offset = min(max(offset, 0), len(data))
+    while 0 < offset < len(data) and data[offset] & 0xC0 == 0x80:
+        offset -= 1
+    return offset
+
+
+def _piece_end(data: bytes, begin: int, budget: int) -> int:
+    """Where a piece of ``data`` from ``begin`` (a character start) of at
+    most ``budget`` bytes ends, on a character boundary; at least one whole
+    character when one is left (so a reader always moves forward)."""
+    end = _char_start(data, begin + max(budget, 0))
+    if end <= begin < len(data):
+        end = begin + 1
+        while end < len(data) and data[end] & 0xC0 == 0x80:
+            end += 1
+    return end

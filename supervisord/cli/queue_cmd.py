@@ -7,14 +7,17 @@ They talk to the daemon only through :class:`supervisord.api.client.Client`.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
+from supervisord.api.client import Client
 from supervisord.cli.output import emit, info, output_option, warn
+from supervisord.cli.params import WholeNumber
 from supervisord.cli.reads import connected_client, resolve_runs
-from supervisord.exceptions import UsageError
+from supervisord.exceptions import DaemonUnreachableError, JobsupError, UsageError
 from supervisord.runref import check_run_refs
 from supervisord.task import parse_env_pairs
 
@@ -30,11 +33,9 @@ def scheduling_options(fn: F) -> F:
     --hold`` to a command (their values arrive in its ``**kwargs``; take
     them out with :func:`take_scheduling`)."""
     options = [
-        click.option("--gpus", type=click.IntRange(min=0), help="Local runs: whole GPUs of this machine (default 0)."),
+        click.option("--gpus", type=WholeNumber(min=0), help="Local runs: whole GPUs of this machine (default 0)."),
         click.option("--queue", help="The scheduler queue (default `default`)."),
-        click.option(
-            "--priority", type=click.IntRange(-1000, 1000), help="-1000..1000 (default 0); higher starts first."
-        ),
+        click.option("--priority", type=WholeNumber(-1000, 1000), help="-1000..1000 (default 0); higher starts first."),
         click.option("--after", multiple=True, metavar="RUN", help="Start once RUN is COMPLETED (repeatable)."),
         click.option(
             "--after-any", "after_any", multiple=True, metavar="RUN", help="Start once RUN is terminal (repeatable)."
@@ -105,12 +106,59 @@ def _hold_or_release(action: str, runs_: tuple[str, ...], output: str) -> None:
     run_ids += [rid for rid in queued if rid not in run_ids]
     if not run_ids:
         raise UsageError(f"no queued run in {', '.join(runs_)}: only a queued run can be {action}ed")
-    done = [client.hold(run_id) if action == "hold" else client.release(run_id) for run_id in run_ids]
+    done: list[dict[str, Any]] = []
+    for run_id in run_ids:
+        try:
+            done.append(client.hold(run_id) if action == "hold" else client.release(run_id))
+        except DaemonUnreachableError as err:
+            raise DaemonUnreachableError(_cut_off(client, action, run_ids, len(done), err)) from None
+        except JobsupError:
+            if done:
+                warn(f"{_PAST[action]} before this error: {', '.join(run_ids[: len(done)])}")
+            raise
     if output != "table":
         emit(done, output)
         return
     for r in done:
         info(f"run {r['id']}: {r['phase']}" + (f" ({r['reason']})" if r.get("reason") else ""))
+
+
+_PAST = {"hold": "held", "release": "released"}
+#: How long a hold/release cut off by a lost daemon waits for one to answer again (seconds).
+_LOST_WAIT_S = 30.0
+
+
+def _cut_off(client: Client, action: str, run_ids: list[str], done: int, err: DaemonUnreachableError) -> str:
+    """The error message of a hold/release of ``run_ids`` cut off by a lost
+    daemon after ``done`` of them: which runs it was done to, whether the
+    one in flight was (read from its events once a daemon answers again,
+    for up to :data:`_LOST_WAIT_S`; else unknown), and which were not."""
+    past = _PAST[action]
+    parts = [str(err)]
+    if done:
+        parts.append(f"{past} before it went away: {', '.join(run_ids[:done])}")
+    cut, rest = run_ids[done], run_ids[done + 1 :]
+    info(f"the daemon went away during the {action} of run {cut}; checking whether it was {past}")
+    deadline = time.monotonic() + _LOST_WAIT_S
+    took: bool | None = None
+    while took is None:
+        try:
+            client.connect()
+            types = [e["type"] for e in client.events(run=cut) if e["type"] in ("Held", "HoldReleased")]
+            took = bool(types) and types[-1] == ("Held" if action == "hold" else "HoldReleased")
+        except DaemonUnreachableError:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    if took is None:
+        parts.append(f"whether run {cut} was {past} is unknown (no daemon answers since): see `jobsup queue`")
+    elif took:
+        parts.append(f"run {cut} was {past}")
+    else:
+        rest = [cut, *rest]
+    if rest:
+        parts.append(f"NOT {past}: {', '.join(rest)} (run `jobsup {action} {' '.join(rest)}` again)")
+    return "; ".join(parts)
 
 
 @click.command("hold")

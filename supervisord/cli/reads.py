@@ -195,6 +195,8 @@ def runs_command(
     rows = client.runs(all=all_, project=project, phase=phase, labels=labels, name=name)
     if client.storage:
         echo(f"warning: {client.storage.get('summary') or client.storage}", err=True)
+    if client.output:
+        echo(f"warning: {client.output.get('summary') or client.output}", err=True)
     if output == "table":
         if not rows:
             info("no runs")

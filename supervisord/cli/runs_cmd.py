@@ -16,6 +16,7 @@ from store.types import PHASES
 from supervisord.api.client import Client
 from supervisord.api.wire import EXIT_UNREACHABLE, exit_code_for_phase
 from supervisord.cli.output import emit, info, output_option, warn
+from supervisord.cli.params import WholeNumber
 from supervisord.cli.queue_cmd import scheduling_options, take_scheduling
 from supervisord.cli.reads import (
     EXIT_OTHER_PHASE,
@@ -264,7 +265,7 @@ def show(run: str, output: str) -> None:
 @click.command("logs")
 @click.argument("run")
 @click.option("-f", "--follow", is_flag=True, help="Keep following new lines until the run ends.")
-@click.option("--tail", type=click.IntRange(min=0), help="Start with the last N lines.")
+@click.option("--tail", type=WholeNumber(min=0), help="Start with the last N lines.")
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def logs(run: str, follow: bool, tail: int | None, output: str) -> None:
     """Replay the run's stored log lines, then follow live ones with -f."""
@@ -276,7 +277,7 @@ def logs(run: str, follow: bool, tail: int | None, output: str) -> None:
 @click.argument("runs_", metavar="RUN...", nargs=-1, required=True)
 @click.option("--for", "for_", default="terminal", show_default=True, help="terminal, change, or a phase name.")
 @click.option("--timeout", help="Give up after 90s, 30m, 4h or 1d (exit 124).")
-@click.option("--after", type=click.IntRange(min=0), help="Event seq already seen: a change after it returns at once.")
+@click.option("--after", type=WholeNumber(min=0), help="Event seq already seen: a change after it returns at once.")
 @output_option()
 @click.pass_context
 def wait(
@@ -338,7 +339,7 @@ def _events(client: Client, run: str | None, after: int, follow: bool) -> Iterat
 
 @click.command("events")
 @click.argument("run", required=False)
-@click.option("--after", type=click.IntRange(min=0), default=0, help="Only events with seq > SEQ.")
+@click.option("--after", type=WholeNumber(min=0), default=0, help="Only events with seq > SEQ.")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new events.")
 @output_option()
 def events(run: str | None, after: int, follow: bool, output: str) -> None:

@@ -8,6 +8,7 @@ import sys
 import click
 
 from supervisord.cli.output import info
+from supervisord.cli.params import WholeNumber
 from supervisord.cli.reads import connected_client
 
 __all__ = ["ui"]
@@ -18,7 +19,7 @@ def _has_display() -> bool:
 
 
 @click.command("ui")
-@click.option("--port", type=click.IntRange(1, 65535), help="Port on 127.0.0.1 (default: ui.port, else a free one).")
+@click.option("--port", type=WholeNumber(1, 65535), help="Port on 127.0.0.1 (default: ui.port, else a free one).")
 @click.option("--no-open", is_flag=True, help="Print the address; do not open a browser.")
 @click.option("--stop", is_flag=True, help="Stop serving the page (it stays off after a daemon restart).")
 def ui(port: int | None, no_open: bool, stop: bool) -> None:

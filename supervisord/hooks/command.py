@@ -4,14 +4,20 @@ The child gets the daemon's own environment plus the run's fields
 (:func:`hook_env`), the run's last log lines on stdin, and its own process
 group. Its output (stdout and stderr, interleaved) is read while it runs;
 the first :data:`~supervisord.hooks.attempt.OUTPUT_BYTES` are kept. At the
-timeout the whole process group is killed (SIGKILL). A hook that exits
-normally keeps any background process it started (e.g. a notification
-daemon); only its own output pipe is waited for, at most half a second.
+timeout (or when the daemon stops meanwhile) the whole process group is
+killed (SIGKILL), and with it every process of this user that carries the
+attempt's ``JOBSUP_HOOK_ATTEMPT`` marker in its environment: also those the
+hook moved out of its group (``setsid``, a double fork), which a group kill
+misses. A process that clears its environment escapes this (as it would a
+run's). A hook that exits normally keeps any background process it started
+(e.g. a notification daemon); only its own output pipe is waited for, at
+most half a second.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import time
@@ -23,7 +29,7 @@ import structlog
 
 from supervisord.hooks.attempt import OUTPUT_BYTES, Attempt
 
-__all__ = ["hook_env", "run_command"]
+__all__ = ["ATTEMPT_MARKER", "hook_env", "marked_processes", "run_command"]
 
 log = structlog.get_logger("jobsup.hooks")
 
@@ -68,6 +74,47 @@ def _kill_group(pid: int) -> None:
         pass
 
 
+#: The environment variable that marks every process of one hook attempt.
+ATTEMPT_MARKER = "JOBSUP_HOOK_ATTEMPT"
+
+
+def marked_processes(token: str) -> list[int]:
+    """Pids of this user's processes (not this one) whose environment
+    carries ``JOBSUP_HOOK_ATTEMPT=<token>`` (``/proc/PID/environ``)."""
+    marker = f"{ATTEMPT_MARKER}={token}".encode()
+    uid, me = os.getuid(), os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != uid:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            continue
+        if marker in env.split(b"\0"):
+            found.append(int(entry))
+    return found
+
+
+def _kill_marked(token: str) -> None:
+    """SIGKILL every process of the attempt ``token`` until none is left
+    (at most ~2 s: one could keep forking; what is left is logged)."""
+    for _ in range(100):
+        pids = marked_processes(token)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.02)
+    log.warning("hook.survivors", pids=marked_processes(token))
+
+
 async def run_command(
     argv: Sequence[str],
     *,
@@ -83,13 +130,14 @@ async def run_command(
     started = time.monotonic()
     if cwd is not None and not os.path.isdir(cwd):
         cwd = None  # the submit's folder is gone: run from the daemon's
+    token = secrets.token_hex(8)
     try:
         proc = await anyio.open_process(
             list(argv),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            env=dict(env),
+            env={**env, ATTEMPT_MARKER: token},
             cwd=cwd,
             start_new_session=True,
         )
@@ -133,9 +181,10 @@ async def run_command(
                 tg.cancel_scope.cancel()
         timed_out = deadline.cancelled_caught
     finally:
-        if proc.returncode is None:  # timed out, or the daemon is stopping
-            _kill_group(proc.pid)
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            if proc.returncode is None:  # timed out, or the daemon is stopping
+                _kill_group(proc.pid)
+                await anyio.to_thread.run_sync(_kill_marked, token)
             await proc.aclose()
     duration = time.monotonic() - started
     text = bytes(output).decode("utf-8", errors="replace")

@@ -394,11 +394,23 @@ class HookRunner:
             # end] below never skips one (an event another process appended
             # is seen, and passed, only once a local commit published it).
             end = self.store.published_seq
+            if end <= self.saved:
+                # Caught up: sleep until anything is appended (no polling),
+                # then look again, so the checkpoint also passes over the
+                # events after it that this hook does not want (other
+                # hooks' outcomes, output records...): an idle hook's lag
+                # goes back to 0 instead of staying at their count.
+                await self.store.wait_for_events(max(self.position, end), limit=1)
+                if self.store.published_seq <= self.saved:
+                    # Seen in the file before this store published it
+                    # (another process appended it): not a busy loop.
+                    await anyio.sleep(FLUSH_S)
+                continue
             events = await self.store.wait_for_events(
                 self.position,
                 types=[PHASE_CHANGED],
                 limit=256,
-                timeout_s=FLUSH_S if end > self.saved else None,
+                timeout_s=FLUSH_S,
             )
             if not events:
                 # No PhaseChanged in (position, end]: pass over those events

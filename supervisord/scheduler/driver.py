@@ -48,12 +48,14 @@ from store import (
     RecordedEvent,
     StoreError,
 )
+from supervisord.crashpoints import crash_point
 from supervisord.exceptions import (
     AmbiguousRunError,
     RunNotFoundError,
     TaskError,
     UsageError,
 )
+from supervisord.runprocs import live_run_ids
 from supervisord.scheduler.gpus import Inventory, gpu_env
 from supervisord.scheduler.options import DEFAULT_QUEUE, scheduling_of
 from supervisord.scheduler.policy import (
@@ -80,6 +82,8 @@ HOLD_RELEASED = "HoldReleased"
 RESOURCES_FREED = "ResourcesFreed"
 _TYPES = (SUBMITTED, PHASE_CHANGED, ADMITTED, HELD_EVENT, HOLD_RELEASED)
 _RETRY_S = 1.0
+#: While an ended run's processes keep its GPUs, how often to look again (seconds).
+_LINGER_POLL_S = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,6 +187,7 @@ class Scheduler:
         self._active: dict[str, _Run] = {}
         self._dep_phase: dict[str, str] = {}
         self._to_free: list[_Run] = []
+        self._lingering: set[str] = set()  # runs in _to_free already logged as lingering
         self._cursor = 0
         self._last = Decision()
         self._lock = anyio.Lock()
@@ -254,9 +259,31 @@ class Scheduler:
                     )
             else:
                 await self._watch_deps(run)
+        await self._load_lingering()
         log.info(
             "scheduler loaded", waiting=len(self._waiting), active=len(self._active), gpus=len(self.inventory.gpus)
         )
+
+    async def _load_lingering(self) -> None:
+        """Ended runs that held GPUs and of which a process still lives
+        (e.g. a daemon killed before it could see them end) hold those GPUs
+        again, until their processes are gone (:meth:`_release`)."""
+        if not self._gpus:
+            return
+        for rid in await anyio.to_thread.run_sync(live_run_ids):
+            if rid in self._active or rid in self._waiting:
+                continue
+            status = await self.store.get_run(rid)
+            if status is None or not status.terminal:
+                continue
+            events = await self.store.read_all(0, limit=1_000_000, run_id=rid, types=[SUBMITTED, ADMITTED])
+            admitted = [e for e in events if e.type == ADMITTED]
+            if not events or events[0].type != SUBMITTED or not admitted or not admitted[-1].data.get("gpus"):
+                continue
+            run = self._new_run(events[0])
+            run.phase = status.phase
+            self._admitted(run, admitted[-1].at, admitted[-1].data)
+            self._to_free.append(run)
 
     async def _apply(self, e: RecordedEvent) -> bool:
         """Fold one event into the state; returns whether it can change a
@@ -285,7 +312,8 @@ class Scheduler:
                 run.reason, run.message = e.data.get("reason"), e.data.get("message")
             if phase in TERMINAL_PHASES:
                 self._waiting.pop(rid, None)
-                if self._active.pop(rid, None) is not None:
+                if rid in self._active and all(r.run_id != rid for r in self._to_free):
+                    # Still holds its GPUs until _release sees none of its processes left.
                     self._to_free.append(run)
                 return True
             return relevant
@@ -316,11 +344,17 @@ class Scheduler:
                     async with self._lock:
                         self._dirty = False
                         await self._pass()
-                events = await self.store.wait_for_events(self._cursor, types=_TYPES, limit=5000)
+                # While an ended run's processes hold its GPUs, look again
+                # every _LINGER_POLL_S (else: no timeout, no polling).
+                events = await self.store.wait_for_events(
+                    self._cursor, types=_TYPES, limit=5000, timeout_s=_LINGER_POLL_S if self._to_free else None
+                )
+                self._dirty = self._dirty or bool(self._to_free)
                 for e in events:
                     if await self._apply(e):
                         self._dirty = True
-                self._cursor = events[-1].seq
+                if events:
+                    self._cursor = events[-1].seq
             except* StoreError as group:
                 # A storage hiccup never decides anything: try again shortly
                 # (a decision whose append failed was not acted on).
@@ -349,14 +383,41 @@ class Scheduler:
         active = [Active(r.run_id, r.queue, r.gpus, r.deadline, sweep=r.sweep) for r in self._active.values()]
         return Situation(waiting, active, self.inventory.gpus, self.settings.caps, self._dep_phase, time.time())
 
+    async def _release(self) -> list[_Run]:
+        """The ended runs whose GPUs and queue slots are free now: all of
+        them but those with GPUs of which a process still lives (one that
+        carries the run's id, ``JOBSUP_RUN_ID``): those stay in ``_active``
+        (their GPUs held) and in ``_to_free`` until a later pass."""
+        if not self._to_free:
+            return []
+        live = await anyio.to_thread.run_sync(live_run_ids) if any(r.gpus for r in self._to_free) else {}
+        freed, keep = [], []
+        for run in self._to_free:
+            if run.gpus and run.run_id in live:
+                if run.run_id not in self._lingering:
+                    self._lingering.add(run.run_id)
+                    log.warning(
+                        "an ended run's processes still live: its GPUs stay held",
+                        run=run.run_id,
+                        pids=live[run.run_id],
+                        gpus=list(run.gpus),
+                    )
+                keep.append(run)
+                continue
+            self._lingering.discard(run.run_id)
+            self._active.pop(run.run_id, None)
+            freed.append(run)
+        self._to_free = keep
+        return freed
+
     async def _pass(self) -> None:
         self.passes += 1
+        freed = await self._release()
         decision = decide(self.situation())
         async with anyio.create_task_group() as tg:
             # Frees and admissions in one group commit.
-            for run in self._to_free:
+            for run in freed:
                 tg.start_soon(self._free, run)
-            self._to_free = []
             for f in decision.fail:
                 tg.start_soon(self._fail, f.run_id, f.message)
             for a in decision.admit:
@@ -375,6 +436,7 @@ class Scheduler:
 
     async def _free(self, run: _Run) -> None:
         await self.supervisor.append_event(run.run_id, RESOURCES_FREED, {"queue": run.queue, "gpus": list(run.gpus)})
+        crash_point("resources.freed")
 
     async def _fail(self, run_id: str, message: str) -> None:
         if await self.supervisor.end_queued(run_id, DEPENDENCY_FAILED, message):
@@ -445,6 +507,7 @@ class Scheduler:
                 raise UsageError(f"run {run_id} is {status.phase}: only a queued run can be held")
             if not run.held:
                 await self.supervisor.append_event(run_id, HELD_EVENT, {})
+                crash_point("hold.recorded")
                 run.held = self._dirty = True
 
     async def release(self, run_id: str) -> None:
@@ -457,6 +520,7 @@ class Scheduler:
                 raise UsageError(f"run {run_id} is {status.phase}: only a queued run can be released")
             if run.held:
                 await self.supervisor.append_event(run_id, HOLD_RELEASED, {})
+                crash_point("release.recorded")
                 run.held = False
                 self._dirty = True
 

@@ -58,29 +58,35 @@ def _refs(value: Any, flag: str) -> list[str]:
     return out
 
 
-def parse_scheduling(task: Mapping[str, Any], *, hold: bool = False) -> dict[str, Any]:
+def parse_scheduling(
+    task: Mapping[str, Any], *, hold: bool = False, names: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """The ``scheduling`` mapping from a submit request's ``task`` object
     (keys ``gpus``, ``queue``, ``priority``, ``after``, ``after_any``; each
     may be absent or null) and the ``--hold`` flag. Dependency refs are
     lower-cased and de-duplicated but not resolved. Raises TaskError naming
-    the flag."""
-    gpus = 0 if task.get("gpus") is None else _int(task.get("gpus"), "--gpus")
+    the flag, or ``names[key]`` when given (a task file and its key)."""
+    label = {
+        k: (names or {}).get(k, "--" + k.replace("_", "-")) for k in ("gpus", "queue", "priority", "after", "after_any")
+    }
+    gpus = 0 if task.get("gpus") is None else _int(task.get("gpus"), label["gpus"])
     if gpus < 0:
-        raise TaskError(f"--gpus: must be 0 or more, got {gpus}")
+        raise TaskError(f"{label['gpus']}: must be 0 or more, got {gpus}")
     if gpus > _MAX_GPUS:
-        raise TaskError(f"--gpus: {gpus} is more GPUs than any machine has")
+        raise TaskError(f"{label['gpus']}: {gpus} is more GPUs than any machine has")
     queue = task.get("queue")
     if queue is None:
         queue = DEFAULT_QUEUE
     if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
         raise TaskError(
-            f"--queue: {queue!r} is not a queue name (1-63 letters, digits, '.', '_' or '-', starting with a letter or digit)"
+            f"{label['queue']}: {queue!r} is not a queue name"
+            " (1-63 letters, digits, '.', '_' or '-', starting with a letter or digit)"
         )
-    priority = 0 if task.get("priority") is None else _int(task.get("priority"), "--priority")
+    priority = 0 if task.get("priority") is None else _int(task.get("priority"), label["priority"])
     if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
-        raise TaskError(f"--priority: must be in {PRIORITY_MIN}..{PRIORITY_MAX}, got {priority}")
-    after = _refs(task.get("after"), "--after")
-    after_any = [r for r in _refs(task.get("after_any"), "--after-any") if r not in after]
+        raise TaskError(f"{label['priority']}: must be in {PRIORITY_MIN}..{PRIORITY_MAX}, got {priority}")
+    after = _refs(task.get("after"), label["after"])
+    after_any = [r for r in _refs(task.get("after_any"), label["after_any"]) if r not in after]
     if not isinstance(hold, bool):
         raise TaskError(f"--hold: must be true or false, got {hold!r}")
     return {"gpus": gpus, "queue": queue, "priority": priority, "after": after, "after_any": after_any, "hold": hold}

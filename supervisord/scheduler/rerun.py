@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from store import RunStatus
-from supervisord.exceptions import SourceError, TaskError
+from supervisord.exceptions import SourceError, TaskError, UsageError
 from supervisord.scheduler.options import scheduling_of
 from supervisord.secret import env_digest
 from supervisord.supervisor import Supervisor
@@ -22,7 +22,7 @@ from supervisord.supervisor import Supervisor
 if TYPE_CHECKING:
     from supervisord.scheduler.driver import Scheduler
 
-__all__ = ["rerun_run", "rerun_submitted"]
+__all__ = ["check_dependencies_alive", "rerun_run", "rerun_submitted"]
 
 
 def rerun_submitted(
@@ -59,6 +59,23 @@ def rerun_submitted(
     return new, missing
 
 
+def check_dependencies_alive(old_id: str, after: list[str], statuses: Mapping[str, RunStatus]) -> None:
+    """Refuse a rerun of ``old_id`` that would end ``DependencyFailed`` at
+    once: one of the runs in its ``after`` (full ids; ``statuses`` their
+    run statuses) ended other than COMPLETED. Raises UsageError naming that
+    run and how it ended, with what to do instead."""
+    for dep in after:
+        status = statuses.get(dep)
+        if status is None or not status.terminal or status.phase == "COMPLETED":
+            continue
+        how = status.phase + (f" ({status.reason})" if status.reason else "")
+        raise UsageError(
+            f"rerun {old_id}: it starts after run {dep}, which ended {how}: the new run would end "
+            "CANCELED (DependencyFailed) at once; rerun "
+            f"{dep} first, then submit this task again with --after <that run's id>"
+        )
+
+
 async def rerun_run(
     supervisor: Supervisor,
     scheduler: Scheduler | None,
@@ -71,7 +88,8 @@ async def rerun_run(
 ) -> tuple[RunStatus, list[str]]:
     """Submit a rerun of ``run_id`` (a full id) with the ``env`` values the
     caller could fill: ``(the new run, the env names left without a
-    value)``. Raises what :func:`rerun_submitted`,
+    value)``. Raises UsageError when a run it starts after ended other
+    than COMPLETED (:func:`check_dependencies_alive`), and what :func:`rerun_submitted`,
     :meth:`~supervisord.scheduler.driver.Scheduler.prepare` and
     :meth:`~supervisord.supervisor.Supervisor.submit` raise (nothing is
     recorded then)."""
@@ -86,6 +104,8 @@ async def rerun_run(
         snapshot_exists=bool(sha) and supervisor.snapshots.path_for(sha).exists(),
         hold=hold,
     )
+    after = list(new["scheduling"]["after"])
+    check_dependencies_alive(run_id, after, await supervisor.store.get_runs(after))
     if scheduler is not None:
         new = await scheduler.prepare(new)
     values = {k: v for k, v in env.items() if k in (old.get("env") or {})}

@@ -16,6 +16,7 @@ import pytest
 from store_helpers import lines, phase, snapshot, submitted
 
 from store import EventStore, LogArchiveError, LogBlock, LogTextDeletedError
+from store.eventstore import LogReplay
 
 pytestmark = pytest.mark.anyio
 
@@ -236,3 +237,42 @@ async def test_kill_9_at_any_step_of_archiving_loses_nothing(tmp_path: Path, ste
             assert await store.archive_logs("r1") is not None  # redone
         assert await _views(store, "r1") == before
         assert len(await store.read_all(0, limit=10_000, types=["LogsArchived"])) == 1
+
+
+async def test_a_replay_reads_on_through_its_descriptor_when_the_archive_is_swapped(tmp_path: Path) -> None:
+    """C16: an archive swapped (or deleted) during a replay made the next
+    page raise, after a correct prefix: the stream was cut ("lost the
+    jobsup daemon"). The pages of one replay now share the reader its first
+    page verified; a new replay sees the swap (an error, never text)."""
+    async with await EventStore.open(tmp_path / "jobsup.db") as store:
+        text = await _fill(store, "r1", 3000)
+        await store.archive_logs("r1")
+        path = store.archive_dir / "r1.jslog"
+        forged = bytearray(path.read_bytes())
+        forged[len(_MAGIC_PREFIX) :] = bytes(len(forged) - len(_MAGIC_PREFIX))
+        for swap in ("replace", "delete"):
+            replay: LogReplay = {}
+            await store.check_log_text("r1", 0, replay=replay)
+            cursor, out = 0, []
+            last, page = await store.log_text("r1", cursor, 1, replay=replay)
+            out.append(page)
+            cursor = last
+            good = path.read_bytes()
+            if swap == "replace":
+                path.with_name("forged").write_bytes(bytes(forged))
+                path.with_name("forged").replace(path)
+            else:
+                path.unlink()
+            with pytest.raises(LogArchiveError):
+                await store.log_text("r1", cursor, 1)  # a read of its own sees the swap
+            while True:
+                last, page = await store.log_text("r1", cursor, 1, replay=replay)
+                if last == cursor:
+                    break
+                out.append(page)
+                cursor = last
+            assert b"".join(out) == text, swap
+            lines = await store.log_lines("r1", 2990, 100, replay=replay)
+            assert [ln.line_no for ln in lines] == list(range(2991, 3003))
+            path.write_bytes(good)
+            path.chmod(0o600)

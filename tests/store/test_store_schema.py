@@ -216,3 +216,27 @@ async def test_directory_is_refused(db_path: Path) -> None:
     db_path.mkdir(parents=True)
     with pytest.raises(NotADatabaseError, match="directory"):
         await EventStore.open(db_path)
+
+
+async def test_the_wal_is_cut_back_after_a_checkpoint(db_path: Path) -> None:
+    """C14: the WAL kept its largest size for good (33 MB for 19 MB of
+    text, refilling a disk the user had freed); after a checkpoint SQLite
+    now cuts it back to WAL_SIZE_LIMIT_BYTES when it starts it over."""
+    from store.schema import WAL_SIZE_LIMIT_BYTES
+
+    wal = db_path.with_name(db_path.name + "-wal")
+    async with await EventStore.open(db_path) as store:
+        await store.append("r1", 0, [submitted()])
+        text = "x" * 60_000
+        sizes = []
+        for i in range(10):  # 36 MB of text: past the 32 MiB automatic checkpoint
+            await store.append("r1", None, [lines([(str(i * 60 + k), text) for k in range(60)])])
+            sizes.append(wal.stat().st_size)
+        for i in range(3):  # small appends after it: SQLite starts the WAL over
+            await store.append("r1", None, [lines([(str(10_000 + i), "after")])])
+        sizes.append(wal.stat().st_size)
+    # Cut back at the restart after the checkpoint, then grown by the
+    # appends after it (without the limit it stays at its peak, ~36 MB).
+    assert max(sizes) > 30 << 20, sizes
+    assert sizes[-1] < (16 << 20) < max(sizes), sizes
+    assert any(later < WAL_SIZE_LIMIT_BYTES + (5 << 20) for later in sizes[sizes.index(max(sizes)) + 1 :]), sizes

@@ -52,6 +52,16 @@ def test_rules(now: str, cancel: bool, phase: str, by_cancel: bool, verdict: Ver
     assert d.verdict is verdict and d.record == (verdict is R)
 
 
+@pytest.mark.parametrize("phase", ["ERROR", "CANCELED", "COMPLETED"])
+def test_a_final_outcome_is_kept_through_a_cancel(phase: str) -> None:
+    # The runner's final status (or a Job's terminal condition) settled the
+    # outcome before the cancel reached the run (W13).
+    canceling = RunPhase("RUNNING", cancel_requested=True)
+    assert decide(canceling, phase, reason="NonZeroExit", final=True).record
+    if phase != "COMPLETED":
+        assert decide(canceling, phase, reason="Lost").verdict is Verdict.CANCEL_OWNS_OUTCOME
+
+
 def test_same_phase_records_only_a_new_reason_or_message() -> None:
     now = RunPhase("SCHEDULING", reason="Unschedulable", message="0/3 nodes")
     assert decide(now, "SCHEDULING", reason="Unschedulable", message="0/3 nodes").verdict is SAME

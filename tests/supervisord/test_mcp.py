@@ -147,9 +147,10 @@ async def test_submit_wait_logs_show_events(js: JobsupEnv, repo: Path) -> None:
         assert [x["line_no"] for x in logs["lines"] + rest["lines"]] == list(range(1, 51))
         # A cap smaller than one line: that line's head, and the reader moves on.
         tiny = await call(s, "logs", {"run": run["id"], "max_bytes": 4})
-        assert tiny["truncated"] is True and tiny["next_line"] == 2
-        assert [x["line_no"] for x in tiny["lines"]] == [1] and "line-1".startswith(tiny["lines"][0]["text"])
-        assert len(tiny["lines"][0]["text"].encode()) + 1 <= 4
+        assert tiny["truncated"] is True and (tiny["next_line"], tiny["next_byte"]) == (1, 3)
+        assert [x["line_no"] for x in tiny["lines"]] == [1] and tiny["lines"][0]["text"] == "lin"
+        more = await call(s, "logs", {"run": run["id"], "max_bytes": 4, "from_line": 1, "from_byte": 3})
+        assert more["lines"][0]["text"] == "e-1" and (more["next_line"], more["next_byte"]) == (2, None)
         tail = await call(s, "logs", {"run": run["id"], "tail": 3})
         assert [x["text"] for x in tail["lines"]] == ["line-48", "line-49", "line-50"]
         for page in (logs, rest, tail):
@@ -185,6 +186,33 @@ async def test_submit_wait_logs_show_events(js: JobsupEnv, repo: Path) -> None:
         from_file = await call(s, "submit", {"task_file": "task.yaml"})
         assert from_file["run"]["name"] == "from-file"
         await call(s, "wait", {"runs": [from_file["run"]["id"]], "timeout_s": 60})
+
+
+async def test_logs_cursor_goes_through_lines_longer_than_the_cap(js: JobsupEnv, repo: Path) -> None:
+    """W14: a line longer than max_bytes came back cut and next_line pointed
+    past it; following the cursor now gives every byte, piece by piece, each
+    answer within the cap and cut on a character boundary."""
+    script = "print('ab\\u00e9\\u20ac' * 300); print('short'); print('\\U0001f600' * 40)"
+    expected = ["ab\u00e9\u20ac" * 300, "short", "\U0001f600" * 40]
+    async with mcp(js, repo) as s:
+        run = (await call(s, "submit", {"command": [sys.executable, "-c", script], "name": "mcp-long"}))["run"]
+        await call(s, "wait", {"runs": [run["id"]], "timeout_s": 60, "after_seq": run["last_seq"]})
+        got: dict[int, str] = {}
+        cursor: tuple[int | None, int | None] = (1, None)
+        for _ in range(200):
+            line, byte = cursor
+            if line is None:
+                break
+            args: dict[str, Any] = {"run": run["id"], "max_bytes": 37, "from_line": line}
+            if byte is not None:
+                args["from_byte"] = byte
+            page = await call(s, "logs", args)
+            assert page["lines"], page
+            assert sum(len(x["text"].encode()) for x in page["lines"]) <= 37, page
+            for x in page["lines"]:
+                got[x["line_no"]] = got.get(x["line_no"], "") + x["text"]
+            cursor = (page["next_line"], page["next_byte"])
+    assert [got[i] for i in sorted(got)] == expected
 
 
 async def test_triage_failing_run(js: JobsupEnv, repo: Path) -> None:

@@ -122,6 +122,13 @@ class KubernetesBackend:
         Raises BackendError after deleting what it created."""
         return await self.launcher.start(spec, reporter, self._state(spec.run_id))
 
+    async def never_started(self, spec: RunSpec) -> bool:
+        """Always True: asked only of an admitted run with no handle
+        recorded, and ``start`` records its handle (the objects it plans)
+        before it creates anything, so such a run has nothing in the
+        cluster: a restarted daemon starts it."""
+        return True
+
     async def supervise(self, spec: RunSpec, handle: Mapping[str, Any], reporter: RunReporter) -> None:
         """Follow the run until it is terminal; also how a restarted daemon
         reattaches."""

@@ -55,6 +55,7 @@ from supervisord.backends.kubernetes.runstate import (
     render_spec,
 )
 from supervisord.backends.kubernetes.staging import StagingError, stage_source, upload_timeout_s
+from supervisord.crashpoints import crash_point
 from supervisord.exceptions import BackendError
 
 __all__ = ["START_API_BUDGET_S", "Launcher", "StartProgress"]
@@ -137,6 +138,7 @@ class Launcher:
             "staged_pods": [],
         }
         await reporter.handle(handle)
+        crash_point("k8s.handle_planned")
         budget = self._start_budget(spec, settings)
         progress = StartProgress()
         # One budget for the whole start: an API server that hangs (accepts
@@ -207,6 +209,7 @@ class Launcher:
             stored_secret.setdefault("metadata", {})["ownerReferences"] = [owner_reference(job_obj)]
             stored_secret.pop("stringData", None)
             await resolver.replace(stored_secret, ns)
+            crash_point("k8s.objects_created")
         except (KubernetesApiError, StartCanceled) as err:
             undone = await self.cleanup.rollback(resolver, ns, [r for r, _ in reversed(created)], reporter)
             progress.attempted.clear()
@@ -238,6 +241,7 @@ class Launcher:
                 raise
             raise RunFailed(f"{err}{undone}", reason_of(err, "StagingFailed")) from None
         handle["staged_pods"] = [pod]
+        crash_point("k8s.staged")
         progress.step = "record the staged pod"
         await reporter.handle(handle)
         return handle

@@ -208,6 +208,14 @@ class RunReconciler:
                 self.last_job = job
             pods = job_pods(job or self.last_job or {"metadata": {"name": self.job_name}}, self.view.pods)
             if self.state.canceled:
+                # A Job that had already finished when the cancel came keeps
+                # its own outcome (the cancel deletes the Job, never adds a
+                # terminal condition to it).
+                seen = job or self.view.deleted_jobs.get(self.job_name) or self.last_job
+                outcome = job_outcome(seen, pods, self.container) if seen else None
+                if outcome is not None and outcome.terminal:
+                    await self._report_outcome(outcome)
+                    return
                 if job is None and not pods:
                     return
                 await self.view.wait(5.0, token)
@@ -376,7 +384,7 @@ class RunReconciler:
             # The command ran, even when no look saw it running.
             await self.reporter.phase("RUNNING")
         await self.reporter.phase(
-            outcome.phase, reason=outcome.reason, message=outcome.message, exit_code=outcome.exit_code
+            outcome.phase, reason=outcome.reason, message=outcome.message, exit_code=outcome.exit_code, final=True
         )
 
     async def _delete_auxiliary(self) -> None:

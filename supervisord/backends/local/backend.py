@@ -4,6 +4,7 @@ its own detached runner (:mod:`supervisord.backends.local.runner`)."""
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import hmac
 import json
@@ -30,6 +31,7 @@ from supervisord.backends.local.runner import (
     proc_start_time,
 )
 from supervisord.backends.local.tail import MAX_BLOCKS, FileTailer, RecordTailer, record_source
+from supervisord.crashpoints import crash_point
 from supervisord.exceptions import BackendError, PreflightError
 from supervisord.progress import PROGRESS_FILE, ProgressFile, interval_of
 
@@ -111,41 +113,55 @@ class LocalBackend:
         shell, grace = self._settings(spec)
         spec.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         status_path = _status_path(spec.run_dir)
-        payload = json.dumps(
-            {
-                "run_id": spec.run_id,
-                "command": spec.command,
-                "env": dict(spec.env),
-                "timeout_s": spec.timeout_s,
-                "kill_grace_s": grace,
-                "shell": shell,
-                "snapshot": str(spec.snapshot),
-                "status_path": str(status_path),
-                "status_key": _run_key(spec.run_dir).hex(),
-                "snapshot_sha256": spec.snapshot_sha256,
-                "umask": spec.umask,
-            }
-        ).encode()
-
-        def launch() -> subprocess.CompletedProcess[bytes]:
-            # Isolated (-I: no user site, no PYTHON* variables, no cwd on the
-            # path; -S: no site packages): the runner needs only the standard
-            # library, and each one stays small (see the runner's docstring).
-            return subprocess.run(
-                [*_runner_module.command(), str(spec.run_dir)],
-                input=payload,
-                capture_output=True,
-                start_new_session=True,
-                timeout=30,
-                check=False,
-            )
-
+        key = _run_key(spec.run_dir).hex()
+        # The launch lock, taken before the runner exists and handed down to
+        # it: held for as long as any process of this launch (the launcher,
+        # the runner) lives, so a restarted daemon that finds no handle can
+        # tell a runner it never started from one whose handle it did not
+        # record (see never_started).
+        lock_fd = _take_launch_lock(spec.run_dir)
         try:
-            proc = await anyio.to_thread.run_sync(launch, limiter=self._limiter)
-        except subprocess.TimeoutExpired:
-            raise BackendError("the local runner did not start within 30s") from None
+            crash_point("start.locked")
+            payload = json.dumps(
+                {
+                    "run_id": spec.run_id,
+                    "command": spec.command,
+                    "env": dict(spec.env),
+                    "timeout_s": spec.timeout_s,
+                    "kill_grace_s": grace,
+                    "shell": shell,
+                    "snapshot": str(spec.snapshot),
+                    "status_path": str(status_path),
+                    "status_key": key,
+                    "snapshot_sha256": spec.snapshot_sha256,
+                    "umask": spec.umask,
+                    "lock_fd": lock_fd,
+                }
+            ).encode()
+
+            def launch() -> subprocess.CompletedProcess[bytes]:
+                # Isolated (-I: no user site, no PYTHON* variables, no cwd on the
+                # path; -S: no site packages): the runner needs only the standard
+                # library, and each one stays small (see the runner's docstring).
+                return subprocess.run(
+                    [*_runner_module.command(), str(spec.run_dir)],
+                    input=payload,
+                    capture_output=True,
+                    start_new_session=True,
+                    pass_fds=(lock_fd,),
+                    timeout=30,
+                    check=False,
+                )
+
+            try:
+                proc = await anyio.to_thread.run_sync(launch, limiter=self._limiter)
+            except subprocess.TimeoutExpired:
+                raise BackendError("the local runner did not start within 30s") from None
+        finally:
+            os.close(lock_fd)  # the runner holds it now (or nothing does: it did not start)
         if proc.returncode != 0:
             raise BackendError(f"the local runner failed to start: {proc.stderr.decode('utf-8', 'replace').strip()}")
+        crash_point("start.spawned")
         info = json.loads(proc.stdout.decode().splitlines()[0])
         handle = {
             "runner_pid": info["pid"],
@@ -156,6 +172,47 @@ class LocalBackend:
         }
         await reporter.handle(handle)
         return handle
+
+    async def never_started(self, spec: RunSpec) -> bool:
+        """Whether no runner of ``spec`` ever ran, for a run found at a
+        restart with no handle recorded: no process holds its launch lock
+        (the daemon takes it before spawning, the runner holds it for life),
+        the runner wrote no status, and no process carries the run's id in
+        its environment. Checked in that order: once the lock is free
+        nothing can start a runner of this run but this daemon."""
+
+        def check() -> bool:
+            if _launch_lock_held(spec.run_dir):
+                return False
+            if self._read_status(spec.run_dir) or (spec.run_dir / "status.json").exists():
+                return False
+            return not run_processes(spec.run_id)
+
+        return await anyio.to_thread.run_sync(check, limiter=self._limiter)
+
+    async def _find_runner(self, run_dir: Path, reporter: RunReporter) -> dict[str, Any] | None:
+        """The handle of a runner whose handle was never recorded (the
+        daemon died between spawning it and recording it), recorded now:
+        the runner writes its pid into its status first thing, while it
+        holds the launch lock. None when the lock is free and there is still
+        no status (the runner died before writing one)."""
+        while True:
+            status = self._read_status(run_dir)
+            if "runner_pid" in status:
+                handle = {
+                    "runner_pid": status["runner_pid"],
+                    "runner_start": status.get("runner_start"),
+                    "run_dir": str(run_dir),
+                    "status": str(_status_path(run_dir)),
+                    "output": str(run_dir / OUTPUT_DATA),
+                }
+                await reporter.handle(handle)
+                return handle
+            if not await anyio.to_thread.run_sync(_launch_lock_held, run_dir, limiter=self._limiter):
+                if "runner_pid" in self._read_status(run_dir):
+                    continue
+                return None
+            await anyio.sleep(_POLL_MIN_S)
 
     @staticmethod
     def _runner_alive(handle: Mapping[str, Any]) -> bool:
@@ -177,17 +234,17 @@ class LocalBackend:
         run_dir = Path(str(handle.get("run_dir") or spec.run_dir))
         if "runner_pid" not in handle:
             # The daemon died between starting the runner and recording its
-            # handle: the runner wrote its identity into its status file.
-            status = self._read_status(run_dir)
-            if "runner_pid" in status:
-                handle = {
-                    "runner_pid": status["runner_pid"],
-                    "runner_start": status.get("runner_start"),
-                    "run_dir": str(run_dir),
-                    "status": str(_status_path(run_dir)),
-                    "output": str(run_dir / OUTPUT_DATA),
-                }
-                await reporter.handle(handle)
+            # handle: the runner writes its identity into its status file.
+            found = await self._find_runner(run_dir, reporter)
+            if found is None:
+                await anyio.to_thread.run_sync(_kill_lost_run, spec.run_id, {}, limiter=self._limiter)
+                await reporter.phase(
+                    "ERROR",
+                    reason="Lost",
+                    message="the run's local runner ended before it wrote a status (its start was interrupted)",
+                )
+                return
+            handle = found
         signed = "status" in handle  # runners from before signed statuses wrote RUN_DIR/status.json
         local = spec.config.get("local") or {}
         cap = _LogCap(
@@ -222,6 +279,7 @@ class LocalBackend:
                 if state == "exited":
                     await _record_progress(reporter, progress.final())
                     await self._finish(tailers, status, reporter)
+                    _launch_lock_path(run_dir).unlink(missing_ok=True)
                     return
                 if state == "running":
                     await _record_progress(reporter, progress.poll(time.monotonic()))
@@ -309,11 +367,13 @@ class LocalBackend:
         ``LogIngestPending`` event, the terminal phase, the rest of the
         backlog, then ``LogIngestDone`` (after a daemon restart the
         supervisor resumes runs whose ingest is pending)."""
+        crash_point("final.status_seen")
         drained = False
         with anyio.move_on_after(_EXIT_DRAIN_S):
             await self._drain(tailers, reporter, final=True)
             drained = True
         if drained:
+            crash_point("final.lines_recorded")
             await self._report_truncation(tailers, reporter)
             await self._report_outcome(status, reporter)
             return
@@ -346,6 +406,7 @@ class LocalBackend:
             reason=None if phase == "COMPLETED" else reason,
             message=status.get("message"),
             exit_code=status.get("exit_code"),
+            final=True,
         )
 
     async def cancel(self, spec: RunSpec, handle: Mapping[str, Any]) -> None:
@@ -506,6 +567,46 @@ def _file_size(path: Path) -> int:
 
 
 _KEY_FILE = "key"
+
+
+def _launch_lock_path(run_dir: Path) -> Path:
+    """The run's launch lock: ``<runs dir>/.status/<run id>.lock`` (next to its status)."""
+    return run_dir.parent / ".status" / f"{run_dir.name}.lock"
+
+
+def _take_launch_lock(run_dir: Path) -> int:
+    """Open and lock (flock, exclusive) the run's launch lock; return the
+    descriptor (close-on-exec: only the runner's launcher gets it, through
+    ``pass_fds``). Raises BackendError when a process already holds it: a
+    runner of this run is alive."""
+    path = _launch_lock_path(run_dir)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise BackendError(f"a runner of run {run_dir.name} is already running (it holds {path})") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _launch_lock_held(run_dir: Path) -> bool:
+    """Whether a process (a runner of the run, or its launcher) holds the
+    run's launch lock. A free lock is not kept."""
+    try:
+        fd = os.open(_launch_lock_path(run_dir), os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def _status_path(run_dir: Path) -> Path:

@@ -7,7 +7,12 @@ stdin::
 
     {"run_id": str, "command": str, "env": {NAME: value}, "timeout_s": int,
      "kill_grace_s": int, "shell": "bash", "snapshot": "/path/source.tar",
-     "status_path": "/path/ID.status", "status_key": hex}
+     "status_path": "/path/ID.status", "status_key": hex, "lock_fd": int}
+
+``lock_fd``: a descriptor the daemon passes down with an exclusive
+``flock`` on the run's launch lock, taken before it started the launcher;
+the runner keeps it open (close-on-exec: the job never gets it) so the lock
+is held exactly while a process of this launch lives.
 
 Three processes take part, so the runner that stays keeps little memory
 (each idle runner's ``Private_Dirty`` stays under 4 MB):
@@ -940,6 +945,7 @@ _SPEC_FIELDS = (
     "kill_grace_s",
     "snapshot_sha256",
     "umask",
+    "lock_fd",
 )
 
 
@@ -1015,6 +1021,10 @@ def _run(run_dir: str, spec_fd: int) -> int:
     os.close(spec_fd)
     spec = _unpack_spec(data)
     del data
+    if spec.get("lock_fd"):
+        # The launch lock (see the daemon's LocalBackend.start): held by this
+        # process for its life, never by the job.
+        os.set_inheritable(int(spec["lock_fd"]), False)
     runner: _Runner | None = None
     try:
         runner = _Runner(run_dir, spec)

@@ -16,6 +16,12 @@ pytestmark = pytest.mark.timeout(60)
     [
         (["submit", "--priority", "abc", "--", "echo"], "'--priority': 'abc'"),
         (["submit", "--gpus", "-1", "--", "echo"], "'--gpus'"),
+        # int() takes these; nobody means them as numbers
+        (["submit", "--priority", "1_000", "--", "echo"], "'--priority': '1_000'"),
+        (["submit", "--priority", "\u0663", "--", "echo"], "'--priority': '\u0663'"),
+        (["submit", "--gpus", " 1", "--", "echo"], "'--gpus': ' 1'"),
+        (["logs", "--tail", "1_0", "abcdef123456"], "'--tail': '1_0'"),
+        (["events", "--after", "\uff11"], "'--after': '\uff11'"),
         (["submit", "--backend", "docker", "--", "echo"], "'--backend'"),
         (["logs", "--tail", "-3", "abcdef123456"], "'--tail': -3"),
         (["runs", "--phase", "FOO"], "'--phase': 'FOO'"),

@@ -512,3 +512,25 @@ async def test_the_hooks_of_a_service_read_a_runs_submitted_data_once(
     assert len(srv.received) == 2 * n
     assert {r.json["run"]["command"] for r in srv.received} == {"python train.py"}  # from the Submitted data
     assert set(read) == {f"ffff{i:08d}" for i in range(n)} and set(read.values()) == {1}
+
+
+async def test_an_idle_hooks_checkpoint_follows_the_events_it_does_not_want(store: EventStore) -> None:
+    """A hook caught up with the log still passes over the events appended
+    after that (output records, other hooks' outcomes, other runs' lines):
+    its lag goes back to 0 (it stayed at the count of those events)."""
+    with WebhookServer() as srv:
+        async with Running(store, [_webhook("a", srv.url + "/a"), _webhook("b", srv.url + "/b")]) as service:
+            await _run(store, "aaaa00000001")
+            await _outcomes(store, 2)
+            for i in range(3):  # after the hooks caught up: events none of them wants
+                with anyio.fail_after(8 * FLUSH_S):
+                    while set((await store.checkpoints()).values()) != {await store.last_seq()}:
+                        await anyio.sleep(0.05)
+                await store.append(
+                    "aaaa00000001",
+                    None,
+                    [NewEvent("LogLines", {"stream": "stdout", "source": "stdout", "lines": [[str(100 + i), "more"]]})],
+                )
+            with anyio.fail_after(8 * FLUSH_S):
+                while {h["lag"] for h in await service.status()} != {0}:
+                    await anyio.sleep(0.05)

@@ -181,3 +181,20 @@ async def test_command_that_ignores_stdin_and_leaves_a_child_holding_stdout() ->
         ["sh", "-c", "echo hi; sleep 5 &"], env=dict(os.environ), stdin=b"x" * 1_000_000, timeout_s=30
     )
     assert got.ok and got.output.startswith("hi") and got.duration_s < 4
+
+
+@pytest.mark.anyio
+async def test_command_timeout_also_kills_what_the_hook_moved_out_of_its_group(tmp_path: Path) -> None:
+    """C17: a process the hook detached with setsid (its own session and
+    group) outlived the timeout's group kill; it carries the attempt's
+    marker, so it goes too."""
+    pidfile = tmp_path / "pid"
+    got = await run_command(
+        ["sh", "-c", f"setsid sleep 301 & echo $! > {pidfile}; wait"], env=dict(os.environ), stdin=b"", timeout_s=1
+    )
+    assert not got.ok and got.error is not None and got.error.startswith("timed out after 1 s")
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z":
+        assert time.monotonic() < deadline, "the setsid child survived"
+        await anyio.sleep(0.05)

@@ -31,6 +31,9 @@ class Recorder:
     async def preflight(self, spec: RunSpec) -> list[str]:
         return []
 
+    async def never_started(self, spec: RunSpec) -> bool:
+        return spec.run_id not in self.started
+
     async def start(self, spec: RunSpec, reporter: RunReporter) -> Mapping[str, Any]:
         self.started[spec.run_id] = dict(spec.env)
         await reporter.handle({"fake": True})

@@ -127,3 +127,29 @@ def test_scheduler_config_keys_validate() -> None:
     assert any(e.startswith("scheduler.gpus") for e in errors)
     assert any(e.startswith("scheduler.queues.gpu.max_parallel") for e in errors)
     assert any(e.startswith("scheduler.extra") for e in errors)
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("gpus: -1", "gpus"),
+        ("gpus: 5000", "gpus"),
+        ("queue: ../x", "queue"),
+        ("priority: 1001", "priority"),
+        ("after: ['xyz!']", "after"),
+        ("priority: 1_000", "priority"),  # YAML 1.1 reads these as numbers nobody wrote
+        ("gpus: 0x2", "gpus"),
+        ("gpus: 1:30", "gpus"),
+    ],
+)
+def test_a_task_files_scheduling_errors_name_the_file_and_key(tmp_path: Path, text: str, key: str) -> None:
+    from supervisord.task import load_task
+
+    task_file = tmp_path / "task.yaml"
+    task_file.write_text(f"run: echo\n{text}\n")
+    with pytest.raises(TaskError) as caught:
+        load_task(task_file)
+    assert str(caught.value).startswith(f"{task_file.resolve()}: `{key}`: ") or str(caught.value).startswith(
+        f"{task_file}: `{key}`: "
+    ), caught.value
+    assert f"--{key}" not in str(caught.value), caught.value  # not the CLI flag: the file's key

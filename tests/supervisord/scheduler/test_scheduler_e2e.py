@@ -281,6 +281,15 @@ def test_dependency_chain_with_a_failure(four: JobsupEnv, repo: Path, tmp_path: 
     g = _submit(four, repo, out, "g", 0.1, "--after", b)
     runs = {r["id"]: r for r in _wait_all(four, [f, g], timeout="60s")}
     assert runs[f]["phase"] == "COMPLETED" and runs[g]["reason"] == "DependencyFailed"
+    # A rerun that would end DependencyFailed at once is refused, naming the
+    # dead dependency (it was submitted, exit 0, then failed); nothing recorded.
+    before = len(json.loads(four.cli("runs", "--all", "-o", "json").stdout))
+    r = four.cli("rerun", g, check=False)
+    assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout, r.stderr)
+    assert f"run {b}, which ended ERROR (NonZeroExit)" in r.stderr and f"rerun {b} first" in r.stderr, r.stderr
+    assert len(json.loads(four.cli("runs", "--all", "-o", "json").stdout)) == before
+    again = four.cli("rerun", f).stdout.strip()  # its dependency COMPLETED: runs
+    assert _wait_all(four, [again], timeout="60s")[0]["phase"] == "COMPLETED"
 
 
 def test_hold_release_and_cancel_of_queued_runs(four: JobsupEnv, repo: Path, tmp_path: Path) -> None:

@@ -1,0 +1,47 @@
+"""Which runs have live processes on this machine.
+
+Every process of a local run's job carries ``JOBSUP_RUN_ID=<id>`` in its
+environment (the runner sets it; children inherit it, including those that
+left the job's process group or were re-parented to init), so one pass over
+``/proc/PID/environ`` (proc(5)) tells whose each process is. The scheduler
+uses it so a GPU is never handed out while any process of a run that held
+it lives.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["live_run_ids"]
+
+_MARKER = b"JOBSUP_RUN_ID="
+
+
+def live_run_ids() -> dict[str, list[int]]:
+    """Run id -> pids of this user's live (not zombie) processes whose
+    environment carries ``JOBSUP_RUN_ID`` (never this process). Blocking (a
+    read of ``/proc``): call it from a worker thread. Processes that vanish
+    or cannot be read during the pass are skipped."""
+    uid, me = os.getuid(), os.getpid()
+    found: dict[str, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != uid:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read()
+            if _MARKER not in env:
+                continue
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if stat[stat.rindex(b")") + 2 :].startswith(b"Z"):
+            continue
+        for item in env.split(b"\0"):
+            if item.startswith(_MARKER):
+                found.setdefault(item[len(_MARKER) :].decode(errors="replace"), []).append(int(entry))
+                break
+    return found
