@@ -383,7 +383,8 @@ class Supervisor:
                         f"({busy[0].phase}); wait for it, cancel it, or submit with --force"
                     )
             run_id = secrets.token_hex(6)
-            spec = self._spec(run_id, submitted, env=env or {}, config=config)
+            # A sweep's run submitted on its own (a rerun) gets its params' variables too.
+            spec = self._spec(run_id, submitted, env={**(env or {}), **_sweep_env(submitted, run_id)}, config=config)
             warnings = list(await backend.preflight(spec))
             if self.gated:
                 self._write_pending(spec)

@@ -251,3 +251,15 @@ def test_a_queued_sweep_keeps_its_env_across_a_daemon_restart(live: JobsupEnv, r
     assert {r["env"]["JOBSUP_SWEEP_ID"] for r in recs} == {sweep}
     assert {r["env"]["TOKEN"] for r in recs} == {"s3cret"}
     assert not pending.exists()  # no value kept once every run started
+
+
+def test_a_rerun_of_a_sweep_run_gets_its_params(live: JobsupEnv, repo: Path) -> None:
+    js = live
+    out = js.root / "rec.jsonl"
+    sweep = js.cli("submit", "--sweep", "lr=0.3", "--", f"{sys.executable} train.py {out} - {{lr}}", cwd=repo)
+    assert js.cli("wait", sweep.stdout.strip()).returncode == 0
+    first = _sweep_doc(js, sweep.stdout.strip())["rows"][0]["id"]
+    again = js.cli("rerun", first).stdout.strip()
+    assert js.cli("wait", again).returncode == 0
+    recs = _records(out)
+    assert [r["env"]["JOBSUP_PARAM_LR"] for r in recs] == ["0.3", "0.3"]
