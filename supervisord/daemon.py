@@ -20,30 +20,35 @@ import contextlib
 import fcntl
 import gc
 import os
+import shutil
 import signal
 import socket
 import stat
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import click
 import structlog
-import uvicorn
 
 from store import EventStore, RunStatus
 from store.errors import StoreError, StoreOpenError
 from supervisord import config as cfg
 from supervisord import version
 from supervisord.api.inflight import InFlight
-from supervisord.api.server import PeerCredProtocol, create_app
+from supervisord.api.server import create_app
 from supervisord.api.streams import StreamCloser
+from supervisord.api.uvicorn_server import Config, PeerCredProtocol, Server
 from supervisord.backends.base import Backend
 from supervisord.backends.kubernetes import KubernetesBackend
 from supervisord.backends.local import LocalBackend
+from supervisord.backends.slurm import SlurmBackend
+from supervisord.config.sources import config_file_path
 from supervisord.config.unimplemented import not_implemented_warnings
+from supervisord.events import CONFIG_RELOADED
 from supervisord.exceptions import ConfigError, DaemonError, JobsupError, UsageError
 from supervisord.health import disk_full_hint, output_space_check, storage_check
 from supervisord.hooks.config import HookSpec, load_hooks
@@ -54,13 +59,16 @@ from supervisord.ownership import check_state_dir, remove_snapshot_leftovers
 from supervisord.paths import Paths
 from supervisord.retention import Retention, RetentionSettings
 from supervisord.scheduler.driver import Scheduler, SchedulerSettings
+from supervisord.scheduler.gpus import Inventory
 from supervisord.scheduler.gpus import inventory as gpu_inventory
 from supervisord.scheduler.rerun import rerun_run
+from supervisord.scheduler.update import parse_changes
 from supervisord.secret import load_digest_key
 from supervisord.submit import Planner
 from supervisord.supervisor import Supervisor
 from supervisord.ui import UiServer
 from supervisord.ui.actions import SupervisorActions
+from supervisord.ui.server import check_ui_settings
 
 __all__ = ["STOP_GRACE_S", "Daemon", "run_daemon", "sd_notify"]
 
@@ -85,14 +93,6 @@ def sd_notify(message: str) -> bool:
         s.connect(target)
         s.sendall(message.encode())
     return True
-
-
-class _Server(uvicorn.Server):
-    """uvicorn without its own signal handling: the daemon owns signals."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 def _prepare_socket(path: Path) -> socket.socket:
@@ -157,12 +157,26 @@ def _lock_state_dir(state_dir: Path) -> int:
 class Daemon:
     """One daemon instance. ``run()`` serves until ``stop()`` or a signal."""
 
-    def __init__(self, paths: Paths, daemon_layer: cfg.Layer, hooks: list[HookSpec] | None = None) -> None:
+    def __init__(
+        self,
+        paths: Paths,
+        daemon_layer: cfg.Layer,
+        hooks: list[HookSpec] | None = None,
+        gpus: Inventory | None = None,
+    ) -> None:
         self.paths = paths
         self.daemon_layer = daemon_layer
         self.hooks = list(hooks or [])
+        #: The GPUs (None: found by ``run()`` before it starts anything).
+        self.gpus = gpus
         self.settings: dict[str, Any] = dict(cfg.effective_config(daemon_layer, []).data.get("daemon") or {})
         self._stop = anyio.Event()
+        #: The process's exit code once ``run()`` returns: 75 when a
+        #: ``daemon restart`` asked a daemon under systemd to stop, so that
+        #: systemd (Restart=on-failure) starts it again.
+        self.exit_code = 0
+        self.under_systemd = bool(os.environ.get("NOTIFY_SOCKET"))
+        self.config_files = ConfigFiles.now()
 
     def stop(self) -> None:
         """Ask ``run()`` to shut down."""
@@ -185,9 +199,12 @@ class Daemon:
         async def queue() -> dict[str, Any]:
             return scheduler.view()
 
+        async def update(run_id: str, changes: Mapping[str, Any]) -> object:
+            return await scheduler.update([run_id], parse_changes(changes))
+
         return UiServer(
             store=store,
-            actions=SupervisorActions(supervisor, store, rerun=rerun, queue=queue),
+            actions=SupervisorActions(supervisor, rerun=rerun, queue=queue, update=update),
             state_dir=self.paths.state_dir,
             settings=settings,
             streams=streams,
@@ -201,7 +218,15 @@ class Daemon:
         return {
             "local": LocalBackend(),
             "kubernetes": KubernetesBackend(kubeconfig=kubeconfig, doctor_config=self._kubernetes_doctor_config),
+            "slurm": SlurmBackend(ssh_options=_ssh_options(), doctor_config=self._slurm_doctor_config),
         }
+
+    def _slurm_doctor_config(self) -> Mapping[str, Any]:
+        """The ``slurm`` section ``doctor`` checks: the daemon's config and
+        the user's (blocking: reads files). Raises ConfigError."""
+        layers = cfg.load_client_layers(task=None, cli_config=[], cwd=Path.home())
+        section = cfg.effective_config(self.daemon_layer, layers).data.get("slurm") or {}
+        return section if isinstance(section, Mapping) else {}
 
     def _kubernetes_doctor_config(self) -> Mapping[str, Any]:
         """The ``kubernetes`` section ``doctor`` checks: the daemon's config
@@ -217,6 +242,15 @@ class Daemon:
         # Everything the daemon creates (database, run dirs, snapshots) is
         # private to the user.
         os.umask(0o077)
+        daemon_config = cfg.effective_config(self.daemon_layer, []).data
+        # What can fail on the config fails here, before anything starts:
+        # an error raised in the task group below would reach run_daemon
+        # inside an ExceptionGroup, after the backends started.
+        gpus = self.gpus
+        if gpus is None:
+            gpus = await anyio.to_thread.run_sync(gpu_inventory, (daemon_config.get("scheduler") or {}).get("gpus"))
+        scheduler_settings = SchedulerSettings.from_config(daemon_config)
+        retention_settings = RetentionSettings.from_config(daemon_config)
         self.paths.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         check_state_dir(self.paths.state_dir)
         self.paths.runs_dir.mkdir(mode=0o700, exist_ok=True)
@@ -235,25 +269,31 @@ class Daemon:
             self.paths.socket.unlink(missing_ok=True)
             os.close(lock_fd)
             raise
-        backends = self._backends()
+        try:
+            digest_key = load_digest_key(self.paths.state_dir)
+            backends = self._backends()
+        except BaseException:
+            await store.close()
+            sock.close()
+            self.paths.socket.unlink(missing_ok=True)
+            os.close(lock_fd)
+            raise
         try:
             async with anyio.create_task_group() as tg:
                 for backend in backends.values():
                     tg.start_soon(backend.serve, name=f"backend-{backend.name}")
                 supervisor = Supervisor(store, backends, self.paths, tg)
                 supervisor.gated = True  # runs wait in QUEUED for the scheduler
-                planner = Planner(self.daemon_layer, supervisor.snapshots, load_digest_key(self.paths.state_dir))
-                daemon_config = cfg.effective_config(self.daemon_layer, []).data
-                gpus = await anyio.to_thread.run_sync(gpu_inventory, (daemon_config.get("scheduler") or {}).get("gpus"))
+                planner = Planner(self.daemon_layer, supervisor.snapshots, digest_key)
                 reattached = await supervisor.reattach_all()
                 await supervisor.remove_orphan_pending()
-                scheduler = Scheduler(store, supervisor, gpus, SchedulerSettings.from_config(daemon_config))
+                scheduler = Scheduler(store, supervisor, gpus, scheduler_settings)
                 await scheduler.load()
                 tg.start_soon(scheduler.run, name="scheduler")
                 hook_service = HookService(store, self.hooks, user_agent=f"jobsup/{_version()}")
-                tg.start_soon(hook_service.run, name="hooks")
-                retention = Retention(store, self.paths, RetentionSettings.from_config(daemon_config))
-                tg.start_soon(retention.run, name="retention")
+                hook_scope = await tg.start(_in_scope, hook_service.run, name="hooks")
+                retention = Retention(store, self.paths, retention_settings)
+                retention_scope = await tg.start(_in_scope, retention.run, name="retention")
                 info = {
                     "pid": os.getpid(),
                     "uid": os.getuid(),
@@ -264,6 +304,49 @@ class Daemon:
                     "backends": sorted(backends),
                 }
 
+                async def hooks_status() -> list[dict[str, Any]]:
+                    return await hook_service.status()
+
+                async def reload() -> dict[str, Any]:
+                    nonlocal hook_service, hook_scope, retention_scope
+                    layer, hooks = await anyio.to_thread.run_sync(_reload_config)  # ConfigError: nothing changed
+                    old = cfg.effective_config(self.daemon_layer, []).data
+                    new = cfg.effective_config(layer, []).data
+                    report = config_changes(old, new, self.hooks, hooks)
+                    self.daemon_layer = planner.daemon_layer = layer
+                    self.config_files = ConfigFiles.now()
+                    if any(report["hooks"].values()):
+                        # Each hook resumes from its stored checkpoint.
+                        hook_scope.cancel()
+                        self.hooks = hooks
+                        hook_service = HookService(store, hooks, user_agent=f"jobsup/{_version()}")
+                        hook_scope = await tg.start(_in_scope, hook_service.run, name="hooks")
+                    new_retention = RetentionSettings.from_config(new)
+                    if new_retention != retention.settings:
+                        retention_scope.cancel()
+                        retention.settings = new_retention
+                        retention_scope = await tg.start(_in_scope, retention.run, name="retention")
+                    scheduler.settings = SchedulerSettings.from_config(new)
+                    await scheduler.record_daemon_event(CONFIG_RELOADED, report)
+                    log.info("config reloaded", changed=report["changed"], hooks=report["hooks"])
+                    return report
+
+                async def control(action: str, body: dict[str, Any]) -> dict[str, Any]:
+                    if action == "reload":
+                        return await reload()
+                    if action != "stop":
+                        raise UsageError(f"daemon: unknown action {action!r} (use stop or reload)")
+                    if body.get("restart") and self.under_systemd:
+                        self.exit_code = 75  # Restart=on-failure starts it again
+                    log.info("stopping", requested="restart" if body.get("restart") else "stop")
+
+                    async def later() -> None:
+                        await anyio.sleep(0.05)  # after the answer went out
+                        self._stop.set()
+
+                    tg.start_soon(later)
+                    return {"pid": os.getpid(), "supervised": supervisor.supervised(), "systemd": self.under_systemd}
+
                 async def doctor() -> list[dict[str, Any]]:
                     checks = [
                         {"name": "daemon", "ok": True, "detail": f"pid {os.getpid()} on {self.paths.socket}"},
@@ -272,6 +355,14 @@ class Daemon:
                             output_space_check, self.paths.runs_dir, supervisor.running_local()
                         ),
                     ]
+                    stale = self.config_files.changed()
+                    checks.append(
+                        {
+                            "name": "config",
+                            "ok": True,
+                            "detail": "warning: " + "; ".join(stale) if stale else "as the daemon read it",
+                        }
+                    )
                     checks.append(scheduler.doctor())
                     for backend in backends.values():
                         skip = _doctor_not_applicable(backend.name, self.daemon_layer)
@@ -305,12 +396,14 @@ class Daemon:
                     doctor=doctor,
                     ui=ui,
                     scheduler=scheduler,
-                    hooks=hook_service.status,
+                    hooks=hooks_status,
+                    config_changed=lambda: self.config_files.changed(),
+                    daemon_control=control,
                     retention=retention,
                     streams=streams,
                 )
                 inflight = InFlight(app)
-                config = uvicorn.Config(
+                config = Config(
                     inflight,
                     http=PeerCredProtocol,
                     lifespan="off",
@@ -319,7 +412,7 @@ class Daemon:
                     # A backstop only: InFlight.drain below ends every request first.
                     timeout_graceful_shutdown=STOP_GRACE_S + 5,
                 )
-                server = _Server(config)
+                server = Server(config)
                 with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
 
                     async def on_signal() -> None:
@@ -331,8 +424,7 @@ class Daemon:
                     async with anyio.create_task_group() as api:
                         api.start_soon(server.serve, [sock])
                         with anyio.fail_after(30):
-                            while not server.started:
-                                await anyio.sleep(0.01)
+                            await server.ready.wait()
                         # What start-up allocated lives as long as the daemon: keep
                         # the garbage collector from re-scanning it on every pass.
                         gc.freeze()
@@ -345,11 +437,8 @@ class Daemon:
                         # updates) end, cleanly: their clients reconnect to the
                         # next daemon. The other requests get STOP_GRACE_S to
                         # finish; those left are answered DaemonStoppingError.
-                        server.should_exit = True
+                        server.stop_listening()
                         page.shutdown()
-                        with anyio.move_on_after(1):
-                            while any(s.is_serving() for s in getattr(server, "servers", [])):
-                                await anyio.sleep(0.01)
                         streams.close_all()
                         cancelled = await inflight.drain(STOP_GRACE_S)
                         if cancelled:
@@ -373,11 +462,25 @@ def _doctor_not_applicable(backend: str, daemon_layer: cfg.Layer) -> str | None:
     allowed = cfg.effective_config(daemon_layer, []).data.get("allowed_backends") or []
     if backend not in allowed:
         return f"the {backend} backend is not allowed (allowed_backends: {', '.join(allowed) or 'none'})"
+    if backend == "slurm":
+        layers = [daemon_layer]
+        with contextlib.suppress(ConfigError):
+            layers.append(cfg.load_user_layer())
+        host = (cfg.effective_config(daemon_layer, layers[1:]).data.get("slurm") or {}).get("host")
+        if not host and shutil.which("sbatch") is None:
+            return "no slurm.host and no sbatch on this machine"
     if backend == "kubernetes":
         files = cfg.kubeconfig_files()
         if not any(f.is_file() for f in files) and not os.environ.get("KUBERNETES_SERVICE_HOST"):
             return "no kubeconfig (" + os.pathsep.join(str(f) for f in files) + ") and not inside a cluster"
     return None
+
+
+def _ssh_options() -> list[str]:
+    """Extra ``ssh`` options of the Slurm backend: ``-F $JOBSUP_SSH_CONFIG``
+    when that names an ssh config file (else ssh reads the user's own)."""
+    path = os.environ.get("JOBSUP_SSH_CONFIG")
+    return ["-F", path] if path else []
 
 
 def _version() -> str:
@@ -402,12 +505,20 @@ async def _open_store(path: Path, *, synchronous: Any) -> EventStore:
         raise DaemonError(f"cannot open the event store {path}: {err}") from err
 
 
-def _load_config_and_hooks(layer: cfg.Layer) -> list[HookSpec]:
-    """Validate the daemon config and the hooks of the daemon and user
-    configs; raise ConfigError with every error of both at once."""
+def _load_config_and_hooks(layer: cfg.Layer) -> tuple[list[HookSpec], Inventory]:
+    """Validate the daemon config (its ``ui`` section included), the hooks of
+    the daemon and user configs and, once these are valid, the configured
+    GPUs against the machine's (``scheduler.gpus``; blocks up to 15 s on
+    ``nvidia-smi``). Returns ``(hooks, gpus)``; raises ConfigError with every
+    error found at once."""
     errors: list[str] = []
     try:
         cfg.validate_daemon_config(layer)
+    except ConfigError as exc:
+        errors.extend(exc.errors)
+    data = cfg.effective_config(layer, []).data
+    try:
+        check_ui_settings(data.get("ui") or {})
     except ConfigError as exc:
         errors.extend(exc.errors)
     layers = [layer]
@@ -420,21 +531,32 @@ def _load_config_and_hooks(layer: cfg.Layer) -> list[HookSpec]:
         hooks = load_hooks(layers)
     except ConfigError as exc:
         errors.extend(exc.errors)
+    gpus = Inventory(())
+    if not errors:
+        try:
+            gpus = gpu_inventory((data.get("scheduler") or {}).get("gpus"))
+        except ConfigError as exc:
+            errors.extend(exc.errors)
     if errors:
-        summary = (
-            errors[0] if len(errors) == 1 else f"{len(errors)} config errors:\n" + "\n".join(f"  - {e}" for e in errors)
-        )
-        raise ConfigError(summary, errors)
-    return hooks
+        raise ConfigError.of(errors)
+    return hooks, gpus
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    """The exceptions of ``group``, nested groups flattened, in order."""
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
 
 
 def run_daemon() -> None:
     """``jobsup daemon``: validate the daemon config (exit 2 with every
-    error), configure logging, and serve until SIGTERM/SIGINT (exit 1 when
-    the daemon cannot start)."""
+    error), configure logging, and serve until SIGTERM/SIGINT (exit 1 with
+    one ``error:`` line when the daemon cannot start)."""
     try:
         layer = cfg.load_daemon_layer()
-        hooks = _load_config_and_hooks(layer)
+        hooks, gpus = _load_config_and_hooks(layer)
     except JobsupError as err:
         click.echo(f"error: jobsup daemon: {err}", err=True)
         for line in getattr(err, "errors", [])[1:] if len(getattr(err, "errors", [])) > 1 else []:
@@ -448,15 +570,116 @@ def run_daemon() -> None:
     paths = Paths.from_env()
     # Before the event loop and its threads allocate (see supervisord.malloc).
     log.info("malloc.tuned" if tune_malloc() else "malloc.default")
+    daemon = Daemon(paths, layer, hooks, gpus)
     try:
-        anyio.run(Daemon(paths, layer, hooks).run, backend="asyncio")
-    except (JobsupError, StoreError, OSError) as err:
-        # One clear line, then exit 1 (never a traceback, never a hang). The
+        anyio.run(daemon.run, backend="asyncio")
+    except* (JobsupError, StoreError, OSError) as group:
+        # One clear line, then exit 1 (never a traceback, never a hang),
+        # whether the error came alone or from the daemon's task group. The
         # log may be on the full disk: the CLI that autostarted us names it too.
-        text = f"{err}{disk_full_hint(paths.state_dir)}"
+        text = "; ".join(dict.fromkeys(str(e) for e in _leaves(group))) + disk_full_hint(paths.state_dir)
         log.error("cannot start", error=text)
         try:
             click.echo(f"error: jobsup daemon: {text}", err=True)
         except OSError:
             pass
         sys.exit(1)
+    if daemon.exit_code:
+        sys.exit(daemon.exit_code)
+
+
+async def _in_scope(
+    fn: Callable[[], Awaitable[None]],
+    *,
+    task_status: anyio.abc.TaskStatus[anyio.CancelScope] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run ``fn`` in a cancel scope of its own, handed to the starter (to
+    stop it alone: a config reload restarts the hooks and retention)."""
+    with anyio.CancelScope() as scope:
+        task_status.started(scope)
+        await fn()
+
+
+def _reload_config() -> tuple[cfg.Layer, list[HookSpec]]:
+    """Read and check the daemon config and the user config's hooks again
+    (blocking: reads files). Raises ConfigError with every error."""
+    layer = cfg.load_daemon_layer()
+    hooks, _gpus = _load_config_and_hooks(layer)  # the GPUs are checked; a change needs a restart
+    return layer, hooks
+
+
+class ConfigFiles:
+    """What the daemon and user config files were when the daemon read
+    them (path -> (size, mtime_ns) or None when absent), to tell when they
+    changed since (``jobsup hooks``, ``doctor``)."""
+
+    def __init__(self, seen: dict[str, tuple[int, int] | None]) -> None:
+        self.seen = seen
+
+    @staticmethod
+    def _stat(path: Path) -> tuple[int, int] | None:
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        return (st.st_size, st.st_mtime_ns)
+
+    @classmethod
+    def now(cls) -> ConfigFiles:
+        """The files as they are now."""
+        seen: dict[str, tuple[int, int] | None] = {}
+        for name in ("daemon", "user"):
+            try:
+                path, _ = config_file_path(name, cwd=None, env=os.environ)
+            except (ConfigError, OSError):
+                continue
+            seen[str(path)] = cls._stat(path)
+        return cls(seen)
+
+    def changed(self) -> list[str]:
+        """One message per file that changed since it was read."""
+        out = []
+        for path, before in self.seen.items():
+            after = self._stat(Path(path))
+            if after != before:
+                what = "was created" if before is None else "was removed" if after is None else "changed"
+                out.append(f"{path} {what} since the daemon read it; `jobsup daemon reload` applies it")
+        return out
+
+
+#: Config keys a reload records but that take effect only at the next start.
+_RESTART_KEYS = ("daemon.synchronous", "daemon.log_level", "scheduler.gpus")
+
+
+def config_changes(
+    old: Mapping[str, Any], new: Mapping[str, Any], old_hooks: list[HookSpec], new_hooks: list[HookSpec]
+) -> dict[str, Any]:
+    """The ConfigReloaded data for going from the effective daemon config
+    ``old`` to ``new`` and hooks ``old_hooks`` to ``new_hooks``:
+    ``{"changed": [dotted keys, two levels deep], "hooks": {"added",
+    "removed", "changed": [hook names]}, "restart_needed": [keys]}``. Keys
+    only, never values (a config may hold secrets)."""
+
+    def flat(doc: Mapping[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in doc.items():
+            if key == "hooks":
+                continue
+            if isinstance(value, Mapping) and value:
+                for sub, v in value.items():
+                    out[f"{key}.{sub}"] = v
+            else:
+                out[str(key)] = value
+        return out
+
+    a, b = flat(old), flat(new)
+    changed = sorted(k for k in {*a, *b} if a.get(k) != b.get(k))
+    before = {h.name: h for h in old_hooks}
+    after = {h.name: h for h in new_hooks}
+    hooks = {
+        "added": sorted(set(after) - set(before)),
+        "removed": sorted(set(before) - set(after)),
+        "changed": sorted(n for n in set(before) & set(after) if before[n] != after[n]),
+    }
+    restart = [k for k in changed if k in _RESTART_KEYS]
+    return {"changed": changed, "hooks": hooks, "restart_needed": restart}

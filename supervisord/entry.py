@@ -26,15 +26,22 @@ def main() -> None:
 
     import click
 
+    from supervisord.cli.daemon_cmd import reload, restart, stop
     from supervisord.cli.main import cli
     from supervisord.cli.main import main as cli_main
 
-    @click.command("daemon")
-    def _daemon() -> None:
-        """Run the daemon in the foreground (systemd runs this)."""
+    @click.group("daemon", invoke_without_command=True)
+    @click.pass_context
+    def _daemon(ctx: click.Context) -> None:
+        """Run the daemon in the foreground (systemd runs this); `daemon
+        stop|restart|reload` control the running one (runs keep running)."""
+        if ctx.invoked_subcommand is not None:
+            return
         from supervisord.daemon import run_daemon
 
         run_daemon()
 
+    for command in (stop, restart, reload):
+        _daemon.add_command(command)
     cli.add_command(_daemon)
     cli_main()

@@ -60,6 +60,11 @@ __all__ = [
     "STORAGE_TROUBLE",
     "SWEEP_SUBMITTED",
     "PROGRESS",
+    "RUN_UPDATED",
+    "QUEUE_CHANGED",
+    "PAUSED",
+    "RESUMED",
+    "CONFIG_RELOADED",
 ]
 
 
@@ -96,7 +101,7 @@ define(
     data={
         "project": "*required* str",
         "name": "*required* str",
-        "backend": "*required* str: local | kubernetes",
+        "backend": "*required* str: local | kubernetes | slurm",
         "command": "str: the bash text",
         "timeout_s": "int: wall-clock limit in seconds",
         "source": "{repo, rev, commit, snapshot_sha256, snapshot_size}",
@@ -104,6 +109,7 @@ define(
         "config": "the effective config, secrets redacted with the same keyed digest",
         "task_file": "str | None: the task file's path",
         "manifest": "str | None: the Kubernetes manifest path given at submit",
+        "slurm": "{gpus: int > 0}: a Slurm run's --gpus (sbatch --gpus; the local scheduler then counts 0)",
         "cwd": "str: the client's working directory",
         "submitted_by_uid": "int: the daemon's uid (the API peer's when over the Unix socket)",
         "submitted_by_pid": "int: the API peer's pid (over the Unix socket)",
@@ -331,5 +337,53 @@ STORAGE_TROUBLE: Final = define(
         "message": "str: the store's error",
         "since": "str: UTC, when writing stopped",
         "resumed_at": "str: UTC, when it worked again",
+    },
+)
+
+# -- control while it runs (`jobsup update`, `queue set`, `pause`/`resume`) --------
+
+RUN_UPDATED: Final = define(
+    "RunUpdated",
+    writer="scheduler, on `jobsup update` of a QUEUED run (supervisord.scheduler.update)",
+    data={
+        "old": "*required* {key: value}: the values before, of the keys that changed",
+        "new": "*required* {key: value}: the values after; keys among priority, gpus, queue, timeout_s",
+    },
+)
+QUEUE_CHANGED: Final = define(
+    "QueueChanged",
+    writer="scheduler, on `jobsup queue set` (stream `daemon`, not a run's)",
+    data={
+        "queue": "*required* str: the queue's name",
+        "max_parallel": "*required* int | None: the cap in force from now (None: no cap)",
+        "source": "*required* runtime | config: set at runtime, or the runtime cap dropped (the config's again)",
+        "old": "int | None: the cap in force before",
+        "source_before": "str: where that cap came from (config | runtime | none)",
+    },
+)
+PAUSED: Final = define(
+    "Paused",
+    writer="supervisor, on `jobsup pause` (the run's process group got SIGSTOP)",
+    data={
+        "requested_by_uid": "int: the API peer's uid",
+        "requested_by_pid": "int: the API peer's pid",
+    },
+)
+RESUMED: Final = define(
+    "Resumed",
+    writer="supervisor, on `jobsup resume` (the run's process group got SIGCONT)",
+    data={
+        "paused_s": "*required* float: how long it was paused",
+        "requested_by_uid": "int: the API peer's uid",
+        "requested_by_pid": "int: the API peer's pid",
+    },
+)
+CONFIG_RELOADED: Final = define(
+    "ConfigReloaded",
+    writer="daemon, on `jobsup daemon reload` (stream `daemon`, not a run's)",
+    data={
+        "changed": "*required* [str]: the config keys that changed (section.key; names only, never values)",
+        "hooks": "*required* {added, removed, changed: [hook name]}",
+        "restart_needed": "[str]: changed keys that take effect only at the next daemon start",
     },
 )

@@ -1,6 +1,11 @@
 """Every exception jobsup raises on purpose, in one place (the httpx layout:
 one module, the tree drawn here, a mapping helper for the layer below).
 
+Each class says what it means at the boundaries (kopf's errors by status,
+httpx's tree): ``http_status``, the status of the API's answer (and of the
+web page's), and ``exit_code``, the CLI's exit status after its one
+``error:`` line. A subclass inherits both unless it sets its own.
+
 Hierarchy (HTTP status on the API in brackets; CLI exit code in braces)::
 
     JobsupError                     any jobsup error; str() is the user message,
@@ -8,11 +13,15 @@ Hierarchy (HTTP status on the API in brackets; CLI exit code in braces)::
     ├── UsageError                  bad input: a flag, a file, a value     [400] {2}
     │   ├── TaskError               a task YAML or task flag is invalid
     │   ├── ConfigError             a config layer or the merged config is invalid
+    │   │   └── UiConfigError       the daemon config asks for the page where it
+    │   │                           may not be served (ui.host without TLS)
     │   ├── SourceError             git: not a repository, unknown revision, ...
     │   └── ManifestError           the Kubernetes manifest breaks the contract
     ├── RunNotFoundError            no run matches an id or prefix         [404]
     ├── AmbiguousRunError           a prefix matches several runs          [409]
     ├── RunInFlightError            a project+name already has a run in flight [409]
+    ├── UnsafePathError             a folder or socket jobsup would trust belongs
+    │                               to another user or others can write it
     ├── BackendError                a backend failed; .run_reason is what the
     │   │                           run records (default "BackendError")   [502]
     │   ├── PreflightError          a preflight check failed               [424]
@@ -20,6 +29,10 @@ Hierarchy (HTTP status on the API in brackets; CLI exit code in braces)::
     │   │                               input (kubeconfig, context, namespace,
     │   │                               the manifest's values); also a
     │   │                               ConfigError, so bad input           {2}
+    │   ├── RunFailed               a backend ended a run's start with the run's
+    │   │                           own reason (``reason`` = ``run_reason``)
+    │   ├── StagingError            the source could not be staged into the pod
+    │   │                           (``reason``, default StagingFailed)
     │   └── KubernetesApiError      base of every Kubernetes API error (.status,
     │                               .reason = the API Status reason, never the
     │                               run's reason); the Kubernetes backend
@@ -37,6 +50,8 @@ Hierarchy (HTTP status on the API in brackets; CLI exit code in braces)::
     │                               (``jobsup prune --delete-archives``, a
     │                               LogsDeleted event); not a failure, no retry [410]
     ├── DaemonError                 the daemon cannot start (socket, lock, store)
+    ├── OutputError                 the CLI cannot write its output (disk full,
+    │                               I/O error; a closed pipe is not one)       {1}
     ├── DaemonUnreachableError      the CLI cannot reach a daemon                {69}
     │   └── DaemonStoppingError     the daemon stopped before it finished the
     │                               request (its stop grace ran out)       [503]
@@ -62,8 +77,8 @@ raises the same class again, with the same attributes.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import Any, ClassVar
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar, Self
 
 __all__ = [
     "JobsupError",
@@ -83,9 +98,14 @@ __all__ = [
     "LogsDamagedError",
     "LogsDeletedError",
     "DaemonError",
+    "OutputError",
     "DaemonUnreachableError",
     "DaemonStoppingError",
     "RemoteError",
+    "UiConfigError",
+    "UnsafePathError",
+    "RunFailed",
+    "StagingError",
     "map_store_errors",
 ]
 
@@ -101,6 +121,10 @@ class JobsupError(Exception):
 
     #: Extra constructor keywords that travel on the wire (JSON values).
     wire_attrs: ClassVar[tuple[str, ...]] = ()
+    #: The HTTP status of the API's (and the page's) answer with this error.
+    http_status: int = 500
+    #: The CLI's exit status after it printed this error.
+    exit_code: ClassVar[int] = 1
 
     def __init__(self, message: str, errors: list[str] | None = None) -> None:
         self.errors: list[str] = list(errors) if errors else [message]
@@ -110,9 +134,19 @@ class JobsupError(Exception):
         """The extra attributes of this error as JSON values (``wire_attrs``)."""
         return {name: getattr(self, name) for name in self.wire_attrs}
 
+    @classmethod
+    def from_wire_fields(cls, message: str, errors: list[str] | None, fields: dict[str, Any]) -> JobsupError:
+        """The error again from what crossed the API: its message, errors
+        and ``wire_attrs`` (those present in ``fields``). A class whose
+        constructor takes other arguments overrides this."""
+        return cls(message, errors, **fields)
+
 
 class UsageError(JobsupError):
     """Bad input from the user: a flag, a file or a value. Names what is at fault."""
+
+    http_status = 400
+    exit_code = 2
 
 
 class TaskError(UsageError):
@@ -122,6 +156,17 @@ class TaskError(UsageError):
 class ConfigError(UsageError):
     """A config layer or the merged config is invalid; ``errors`` holds every
     problem found, so that ``jobsup config validate`` reports them all."""
+
+    @classmethod
+    def of(cls, errors: Sequence[str], what: str = "config errors") -> Self:
+        """The error for every problem in ``errors`` (one or more): the
+        message is the problem when there is one, else ``"N <what>:"`` and
+        a ``"  - <problem>"`` line for each (``what``: ``config errors``,
+        ``hook config errors``, ``config conflicts``...)."""
+        items = list(errors)
+        if len(items) == 1:
+            return cls(items[0], items)
+        return cls(f"{len(items)} {what}:\n" + "\n".join(f"  - {e}" for e in items), items)
 
 
 class SourceError(UsageError):
@@ -133,16 +178,35 @@ class ManifestError(UsageError):
     violation, each naming the object (kind/name)."""
 
 
+class UiConfigError(ConfigError):
+    """The daemon config asks for the web page somewhere it may not be
+    served: a ``ui.host`` that is not a loopback address, without
+    ``ui.tls_cert`` and ``ui.tls_key``. The daemon refuses to start."""
+
+
 class RunNotFoundError(JobsupError):
     """No run has this id or id prefix."""
+
+    http_status = 404
+    exit_code = 2
 
 
 class AmbiguousRunError(JobsupError):
     """An id prefix matches more than one run."""
 
+    http_status = 409
+    exit_code = 2
+
 
 class RunInFlightError(JobsupError):
     """A run with the same project and name is still in flight (use --force)."""
+
+    http_status = 409
+
+
+class UnsafePathError(JobsupError):
+    """A folder or socket jobsup would trust belongs to another user or can
+    be written by others; ``str()`` names it and says how to fix it."""
 
 
 class BackendError(JobsupError):
@@ -155,6 +219,7 @@ class BackendError(JobsupError):
     """
 
     wire_attrs: ClassVar[tuple[str, ...]] = ("run_reason",)
+    http_status = 502
 
     def __init__(self, message: str, errors: list[str] | None = None, *, run_reason: str = "BackendError") -> None:
         super().__init__(message, errors)
@@ -164,6 +229,8 @@ class BackendError(JobsupError):
 class PreflightError(BackendError):
     """A preflight check failed; ``errors`` (alias ``problems``) lists one
     line per failure."""
+
+    http_status = 424
 
     def __init__(self, message: str, problems: list[str] | None = None, *, run_reason: str = "BackendError") -> None:
         super().__init__(message, problems, run_reason=run_reason)
@@ -182,6 +249,41 @@ class PreflightConfigError(PreflightError, ConfigError):
     not have. Each line names the file or key to fix. Bad input: the CLI
     exits 2 (a ConfigError), while a PreflightError of the system itself (an
     API server that does not answer, a 5xx) exits 1."""
+
+    http_status = 424
+    exit_code = 2
+
+
+class RunFailed(BackendError):
+    """A backend could not start a run, and says which reason the run
+    records (one CamelCase word): ``reason``, the same as ``run_reason``."""
+
+    def __init__(self, message: str, reason: str, errors: list[str] | None = None) -> None:
+        super().__init__(message, errors, run_reason=reason)
+        self.reason = reason
+
+    @classmethod
+    def from_wire_fields(cls, message: str, errors: list[str] | None, fields: dict[str, Any]) -> JobsupError:
+        """The error again from the wire (its ``run_reason`` is its reason)."""
+        return cls(message, str(fields.get("run_reason") or "BackendError"), errors)
+
+
+class StagingError(BackendError):
+    """The source could not be staged into the run's pod (the message says
+    why); ``reason`` is the reason the run records when this ends its start
+    (default ``StagingFailed``; the Kubernetes backend raises it again as a
+    :class:`RunFailed` with that reason)."""
+
+    wire_attrs: ClassVar[tuple[str, ...]] = ("run_reason", "reason")
+
+    def __init__(self, message: str, reason: str = "StagingFailed", errors: list[str] | None = None) -> None:
+        super().__init__(message, errors)
+        self.reason = reason
+
+    @classmethod
+    def from_wire_fields(cls, message: str, errors: list[str] | None, fields: dict[str, Any]) -> JobsupError:
+        """The error again from the wire (``reason`` as sent)."""
+        return cls(message, str(fields.get("reason") or "StagingFailed"), errors)
 
 
 class KubernetesApiError(BackendError):
@@ -225,6 +327,7 @@ class StorageError(JobsupError):
     ``StoreLockedError``...). Raised by :func:`map_store_errors`."""
 
     wire_attrs: ClassVar[tuple[str, ...]] = ("store_error",)
+    http_status = 503
 
     def __init__(self, message: str, errors: list[str] | None = None, *, store_error: str = "StoreError") -> None:
         super().__init__(message, errors)
@@ -242,6 +345,8 @@ class LogsDamagedError(StorageError):
     ``"LogArchiveError"``. Raised by :func:`map_store_errors` for
     :class:`store.errors.LogArchiveError`."""
 
+    http_status = 500
+
     def __init__(self, message: str, errors: list[str] | None = None, *, store_error: str = "LogArchiveError") -> None:
         super().__init__(message, errors, store_error=store_error)
 
@@ -255,13 +360,24 @@ class LogsDeletedError(JobsupError):
     retry gets the same answer (HTTP 410 Gone; the CLI exits 1). Raised by
     :func:`map_store_errors` for :class:`store.errors.LogTextDeletedError`."""
 
+    http_status = 410
+
 
 class DaemonError(JobsupError):
     """The daemon cannot start or keep running (socket, lock, config, store)."""
 
 
+class OutputError(JobsupError):
+    """The CLI cannot write its output: stdout (or stderr) fails with an
+    OSError other than a closed pipe (``jobsup runs > /dev/full``: disk
+    full, an I/O error). The message is ``cannot write output: <reason>``;
+    the CLI exits 1. A reader that went away (EPIPE) is not an error."""
+
+
 class DaemonUnreachableError(JobsupError):
     """No daemon answers on the API socket (``jobsup wait`` exits 69)."""
+
+    exit_code = 69
 
 
 class DaemonStoppingError(DaemonUnreachableError):
@@ -270,6 +386,8 @@ class DaemonStoppingError(DaemonUnreachableError):
     A DaemonUnreachableError to clients: whatever the request had done so
     far stays recorded, and the next daemon has the answer (a submit is
     looked up there by its request id)."""
+
+    http_status = 503
 
 
 class RemoteError(JobsupError):

@@ -15,7 +15,7 @@ import struct
 from pathlib import Path
 from typing import NamedTuple
 
-from supervisord.exceptions import JobsupError
+from supervisord.exceptions import UnsafePathError
 
 __all__ = [
     "PeerCred",
@@ -26,11 +26,6 @@ __all__ = [
     "remove_snapshot_leftovers",
     "unsafe_reason",
 ]
-
-
-class UnsafePathError(JobsupError):
-    """A folder or socket jobsup would trust belongs to another user or can
-    be written by others; ``str()`` names it and says how to fix it."""
 
 
 class PeerCred(NamedTuple):

@@ -22,7 +22,8 @@ from typing import Any, Final
 import anyio
 
 from store import PHASE_CHANGED, EventStore, RunStatus
-from store.types import PHASES
+from store.types import PHASES, TERMINAL_PHASES
+from supervisord.events import RUN_UPDATED
 from supervisord.exceptions import AmbiguousRunError, RunNotFoundError, UsageError
 from supervisord.lifecycle import reached
 from supervisord.runref import check_run_ref
@@ -118,15 +119,18 @@ class ReadSide:
 
     async def show(self, ref: str) -> dict[str, Any]:
         """``{"run": Run, "submitted": the Submitted event's data, "hooks":
-        the run's hook outcome events (HookDelivered, HookFailed)}``."""
+        the run's hook outcome events (HookDelivered, HookFailed),
+        "updates": its RunUpdated events (``jobsup update``)}``."""
         run_id = await self.resolve(ref)
         run = await self.get(run_id)
         first = await self.store.read_all(0, limit=1, run_id=run_id)  # Submitted, not the whole stream
         hooks = await self.store.read_all(0, limit=1000, run_id=run_id, types=_HOOK_OUTCOMES)
+        updates = await self.store.read_all(0, limit=1000, run_id=run_id, types=[RUN_UPDATED])
         return {
             "run": run.to_json(),
             "submitted": first[0].data if first else {},
             "hooks": [e.to_json() for e in hooks],
+            "updates": [e.to_json() for e in updates],
         }
 
     # -- wait --------------------------------------------------------------------
@@ -140,7 +144,9 @@ class ReadSide:
 
         The stream: ``{"after": seq}`` first (the cursor to resume from),
         ``{"heartbeat": seq}`` while nothing changes, then one
-        ``{"result": {"met", "timed_out", "runs": [Run]}}``."""
+        ``{"result": {"met", "timed_out", "runs": [Run]}}``; for a
+        phase before the end asked of a run that ended without reaching it,
+        ``{"result": {"met": False, "never": [id], ...}}``."""
         if not refs:
             raise UsageError("wait: name at least one run")
         run_ids = await expand_refs(self.store, refs, self.resolve)
@@ -158,11 +164,21 @@ class ReadSide:
         start_seq = after if after is not None else await store.last_seq()
         yield {"after": start_seq}
         deadline = None if timeout is None else anyio.current_time() + timeout
+        target = cond.upper()
+        before_end = target in PHASES and target not in TERMINAL_PHASES
         while True:
             # Read the global position first: any change after it wakes the
             # wait below, even one that lands while the runs are read.
             seq = await store.last_seq()
             runs = [await self.get(rid) for rid in run_ids]
+            # `wait --for RUNNING` on a run that ended without being RUNNING
+            # (canceled while queued, failed staging): it never will be.
+            never = [r.id for r in runs if before_end and r.terminal and not await self._passed(r.id, target)]
+            if never:
+                yield {
+                    "result": {"met": False, "timed_out": False, "never": never, "runs": [r.to_json() for r in runs]}
+                }
+                return
             if await self.condition_met(cond, runs, start_seq):
                 yield {"result": {"met": True, "timed_out": False, "runs": [r.to_json() for r in runs]}}
                 return
@@ -174,6 +190,17 @@ class ReadSide:
             got = await store.wait_for_events(seq, run_ids=run_ids, types=[PHASE_CHANGED], limit=1, timeout_s=step)
             if not got:
                 yield {"heartbeat": seq}
+
+    async def _passed(self, run_id: str, phase: str) -> bool:
+        """Whether the run ever recorded ``phase`` (its PhaseChanged events)."""
+        cursor = 0
+        while True:
+            page = await self.store.read_all(cursor, limit=1000, run_id=run_id, types=[PHASE_CHANGED])
+            if any(e.data.get("phase") == phase for e in page):
+                return True
+            if len(page) < 1000:
+                return False
+            cursor = page[-1].seq
 
     async def condition_met(self, cond: str, runs: list[RunStatus], after_seq: int) -> bool:
         """Whether ``wait --for cond`` holds for ``runs``: ``terminal``: every

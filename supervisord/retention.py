@@ -272,8 +272,10 @@ class Retention:
         """Give the database's free pages back in small steps (each a short
         write transaction between append batches), yielding between them."""
         pages = max(1, VACUUM_BYTES // (await self.store.database_pages())["page_size"])
-        while await self.store.vacuum_step(pages):
-            await anyio.sleep(0.05)
+        while True:
+            if not await self.store.vacuum_step(pages):
+                return
+            await anyio.sleep(0.05)  # room for the append batches between two steps
 
     async def _run_dirs(
         self, runs: list[RunStatus], ended: dict[str, str], older_than_s: int, dry_run: bool, report: dict[str, Any]

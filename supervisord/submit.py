@@ -23,7 +23,7 @@ import anyio
 
 from supervisord import config as cfg
 from supervisord.envcheck import check_env
-from supervisord.exceptions import ConfigError, TaskError
+from supervisord.exceptions import ConfigError, SourceError, TaskError
 from supervisord.scheduler.options import parse_scheduling
 from supervisord.secret import env_digest, redact
 from supervisord.source import (
@@ -189,7 +189,11 @@ class Planner:
         backend = task.get("backend") or data.get("backend") or "local"
         if backend not in BACKENDS:
             raise TaskError(f"--backend: {backend!r} is not a backend; use one of {', '.join(BACKENDS)}")
-        if backend != "local" and scheduling["gpus"]:
+        slurm_gpus = 0
+        if backend == "slurm" and scheduling["gpus"]:
+            # The cluster's GPUs, asked of sbatch: none of this machine's.
+            slurm_gpus, scheduling["gpus"] = scheduling["gpus"], 0
+        if backend == "kubernetes" and scheduling["gpus"]:
             raise TaskError(f"--gpus: only local runs get GPUs from jobsup; {SHAPE_FLAGS_GPUS_HINT}")
         context = (data.get("kubernetes") or {}).get("context") if backend == "kubernetes" else None
         cfg.check_allowed(effective, backend, context)
@@ -245,6 +249,8 @@ class Planner:
             # The client's id for this submit: after a connection lost
             # mid-submit it finds out whether the run was recorded.
             submitted["request_id"] = req.request_id
+        if slurm_gpus:
+            submitted["slurm"] = {"gpus": slurm_gpus}
         if on_done is not None:
             # Run by the on-done hook when the run ends (supervisord.hooks).
             submitted["on_done"] = list(on_done)
@@ -308,6 +314,22 @@ class Planner:
                 if word in found:
                     return Path(word).stem or Path(word).name
         return _default_name(command)
+
+    async def source_at(self, repo: Path, rev: str) -> dict[str, Any]:
+        """A Submitted ``source`` for commit ``rev`` of ``repo`` (``rerun
+        --rev``): the commit resolved and snapshotted as a submit does.
+        Raises SourceError naming ``--rev``."""
+        if not repo.is_dir():
+            raise SourceError(f"--rev {rev!r}: the run's repository {repo} is not there any more")
+        commit = await anyio.to_thread.run_sync(resolve_commit, repo, rev, limiter=self._git)
+        snapshot = await self._snapshot(repo, commit)
+        return {
+            "repo": str(repo),
+            "rev": rev,
+            "commit": commit,
+            "snapshot_sha256": snapshot.sha256,
+            "snapshot_size": snapshot.size,
+        }
 
     async def _snapshot(self, repo: Path, commit: str) -> Snapshot:
         """:meth:`SnapshotStore.create`, cancellable: ``git archive`` runs
@@ -446,7 +468,7 @@ def _files_in_commit(repo: Path, commit: str, paths: list[str]) -> set[str]:
     if proc.returncode != 0:
         return set()
     kinds = proc.stdout.decode(errors="replace").splitlines()
-    return {p for p, kind in zip(paths, kinds) if kind.strip() == "blob"}
+    return {p for p, kind in zip(paths, kinds, strict=False) if kind.strip() == "blob"}
 
 
 def _stat_key(path: Path) -> tuple[int, int, int, int] | None:

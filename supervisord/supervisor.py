@@ -40,9 +40,10 @@ from store import (
     NewEvent,
     RunStatus,
 )
-from supervisord.backends.base import Backend, RunSpec
+from supervisord.backends.base import PAUSED, Backend, Pausable, RunSpec, paused_message
 from supervisord.crashpoints import crash_point
-from supervisord.events import CANCEL_FAILED, STORAGE_TROUBLE
+from supervisord.events import CANCEL_FAILED, RESUMED, STORAGE_TROUBLE
+from supervisord.events import PAUSED as PAUSED_EVENT
 from supervisord.exceptions import (
     BackendError,
     RunInFlightError,
@@ -55,6 +56,7 @@ from supervisord.progress import LOG_PREFIX as PROGRESS_LOG_PREFIX
 from supervisord.progress import RateLimit, parse_progress
 from supervisord.progress import interval_of as progress_interval
 from supervisord.readside import resolve_run_id
+from supervisord.scheduler.update import RUN_UPDATED, apply_updates
 from supervisord.source import SnapshotStore, disk_full, is_no_space
 from supervisord.sweep import param_env
 
@@ -488,6 +490,7 @@ class Supervisor:
                         await state.unqueued.wait()
                         if not state.admitted:
                             return  # ended while queued
+                        spec = state.spec  # `jobsup update` may have changed it while queued
                         async with state.lock:
                             if state.cancel_requested:
                                 # Canceled between its admission and its start:
@@ -606,6 +609,48 @@ class Supervisor:
         await reporter.phase("CANCELED", reason="Canceled", message="canceled by request", _cancel=True)
         return await self.get(run_id)
 
+    # -- pause / resume ----------------------------------------------------------
+
+    async def pause(self, run_id: str, *, requested_by: Mapping[str, int] | None = None) -> RunStatus:
+        """Pause a RUNNING run of a backend that can (local): its processes
+        stop, it stays RUNNING with reason ``Paused``, keeps its GPUs, and
+        paused time does not count toward its timeout. Records ``Paused``
+        (``requested_by_uid``/``_pid``). A paused run is returned unchanged.
+        Raises UsageError (not RUNNING, another backend, being canceled),
+        BackendError (the backend could not)."""
+        return await self._pause_or_resume(run_id, True, requested_by)
+
+    async def resume(self, run_id: str, *, requested_by: Mapping[str, int] | None = None) -> RunStatus:
+        """Let a paused run go on: records ``Resumed`` (``paused_s``: that
+        pause's length). A run that is not paused is returned unchanged.
+        Raises as :meth:`pause`."""
+        return await self._pause_or_resume(run_id, False, requested_by)
+
+    async def _pause_or_resume(self, run_id: str, pause: bool, requested_by: Mapping[str, int] | None) -> RunStatus:
+        verb = "paused" if pause else "resumed"
+        status = await self.get(run_id)
+        state = self._runs.get(run_id)
+        backend = self.backends.get(status.backend)
+        if not isinstance(backend, Pausable):
+            raise UsageError(f"run {run_id} is a {status.backend} run: only local runs can be {verb}")
+        if status.phase != "RUNNING" or state is None:
+            raise UsageError(f"run {run_id} is {status.phase}: only a RUNNING run can be {verb}")
+        if state.cancel_requested:
+            raise UsageError(f"run {run_id} is being canceled")
+        if (state.reason == PAUSED) == pause:
+            return status
+        result = await (backend.pause if pause else backend.resume)(state.spec, state.handle)
+        who = {f"requested_by_{k}": v for k, v in (requested_by or {}).items()}
+        reporter = _Reporter(self.store, state)
+        if pause:
+            await reporter.record(PAUSED_EVENT, who)
+            await reporter.phase("RUNNING", reason=PAUSED, message=paused_message(run_id))
+        else:
+            await reporter.record(RESUMED, {"paused_s": float(result.get("last_pause_s") or 0.0), **who})
+            await reporter.phase("RUNNING")
+        log.info(verb, run=run_id)
+        return await self.get(run_id)
+
     # -- restart ---------------------------------------------------------------
 
     async def reattach_all(self) -> int:
@@ -617,6 +662,9 @@ class Supervisor:
         for status in runs:
             events = await self.store.read_all(0, limit=1, run_id=status.id)  # Submitted, not the whole stream
             submitted = events[0].data if events else {}
+            updates = await self.store.read_all(0, limit=10_000, run_id=status.id, types=[RUN_UPDATED])
+            if updates:  # `jobsup update` while it was queued
+                submitted = apply_updates(submitted, [e.data for e in updates])
             pending = self._read_pending(status.id) or self._read_sweep_pending(status.id, submitted) or {}
             env = pending.get("env") if isinstance(pending.get("env"), dict) else {}
             config = pending.get("config") if isinstance(pending.get("config"), dict) else None
@@ -631,8 +679,11 @@ class Supervisor:
                 )
                 continue
             fresh = await self._never_started(status, spec)
-            if not fresh:
-                # Started: its env values were for the start only.
+            if not fresh and not status.handle:
+                # Started, its handle not recorded (a runner spawned just
+                # before a crash): its env values were for the start only.
+                # (remove_orphan_pending keeps the file of an admitted run
+                # with no handle, and removes those of runs with one.)
                 self._remove_pending(status.id)
             if not fresh or not self.gated:
                 state.admitted = True
@@ -808,12 +859,6 @@ class Supervisor:
             log.info("removed orphan pending files", runs=removed, never_submitted=sorted(unknown))
         return removed
 
-    def run_spec(self, run_id: str) -> RunSpec | None:
-        """The :class:`RunSpec` of a run this daemon supervises now (its env
-        values included: keep it in memory), else None (unknown or ended)."""
-        state = self._runs.get(run_id)
-        return None if state is None else state.spec
-
     def run_state(self, run_id: str) -> tuple[str, bool] | None:
         """``(phase, admitted)`` of a run this daemon supervises, else None."""
         state = self._runs.get(run_id)
@@ -842,6 +887,26 @@ class Supervisor:
             state.extra_env = dict(extra_env)
             crash_point("admit.recorded")
             state.unqueued.set()
+        return True
+
+    async def update_queued(self, run_id: str, data: Mapping[str, Any]) -> bool:
+        """Record ``RunUpdated`` (``data``: ``{"old", "new"}``, see
+        :mod:`supervisord.scheduler.update`) on a run that still waits for
+        admission, and start it with the new values (its timeout). Returns
+        False (recording nothing) when it is not waiting any more."""
+        state = self._runs.get(run_id)
+        if state is None:
+            return False
+        async with state.lock:
+            if state.admitted or state.cancel_requested or state.phase != "QUEUED":
+                return False
+            await _Reporter(self.store, state)._append_locked(
+                [NewEvent(RUN_UPDATED, dict(data))], wait_for_storage=False
+            )
+            submitted = apply_updates(state.spec.submitted, [data])
+            state.spec = dataclasses.replace(
+                state.spec, submitted=submitted, timeout_s=int(submitted.get("timeout_s") or 0)
+            )
         return True
 
     def resume_admitted(self, run_id: str, extra_env: Mapping[str, str]) -> None:

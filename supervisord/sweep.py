@@ -219,7 +219,7 @@ def check_max_parallel(value: Any, *, what: str = "--max-parallel") -> int | Non
 def expand(grid: Mapping[str, Sequence[str]]) -> list[dict[str, str]]:
     """The grid's runs: every combination of values, the last key varying fastest."""
     keys = list(grid)
-    return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(grid[k] for k in keys))]
 
 
 def command_keys(text: str) -> list[str]:

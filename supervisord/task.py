@@ -5,13 +5,13 @@ an error naming the key and the file)::
 
     name: train                 # default: first word of the command
     run: python train.py        # the command, as bash text
-    backend: local              # local | kubernetes (default: config, else local)
+    backend: local              # local | kubernetes | slurm (default: config, else local)
     timeout: 30m                # 90s | 30m | 4h | 1d
     env: {SEED: "1"}            # values are secrets: recorded by name and hash only
     config: {...}               # the task config layer (see supervisord.config)
     kubernetes:
       manifest: .jobsup/k8s.yaml   # repository-relative path in the recorded commit
-    gpus: 1                     # local runs: whole GPUs of this machine (default 0)
+    gpus: 1                     # local runs: whole GPUs of this machine; slurm: sbatch --gpus (default 0)
     queue: default              # the scheduler queue
     priority: 0                 # -1000..1000; higher starts first
     after: [RUN]                # start once these runs are COMPLETED
@@ -19,6 +19,7 @@ an error naming the key and the file)::
     sweep: {lr: [1e-4, 3e-4], seed: 1..3}   # one run per combination ({lr} in run: replaced)
     max_parallel: 2             # a sweep's runs admitted at once
     labels: {team: vision}      # shown and filtered on (`jobsup runs --label team=vision`)
+    after_failed: [RUN]         # start only if these runs ended ERROR
 
 CLI flags override the file key by key (``--env`` adds to / replaces keys of
 ``env``).
@@ -46,7 +47,7 @@ __all__ = [
 ]
 
 #: Backends a task may name.
-BACKENDS: tuple[str, ...] = ("local", "kubernetes")
+BACKENDS: tuple[str, ...] = ("local", "kubernetes", "slurm")
 #: The run timeout when neither the task nor the CLI gives one (README, "Task files": 4h).
 DEFAULT_TIMEOUT_S = 4 * 3600
 #: The longest timeout accepted: 366 days.
@@ -68,9 +69,10 @@ _TASK_KEYS = {
     "sweep",
     "max_parallel",
     "labels",
+    "after_failed",
 }
 #: The scheduling keys of a task (their checks: supervisord.scheduler.options).
-SCHEDULING_KEYS = ("gpus", "queue", "priority", "after", "after_any")
+SCHEDULING_KEYS = ("gpus", "queue", "priority", "after", "after_any", "after_failed")
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -345,7 +347,7 @@ def _task_from_mapping(
     queue = string("queue")
     if queue is not None:
         scheduling["queue"] = queue
-    for key in ("after", "after_any"):
+    for key in ("after", "after_any", "after_failed"):
         value = doc.get(key)
         if value is None:
             continue

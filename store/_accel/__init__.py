@@ -5,15 +5,22 @@ is; :func:`scan` and :func:`count_newlines` use it when it is there, else
 the ``bytes`` methods, with the same results. The C module lives in a package
 of its own: import graphs (grimp, import-linter) take an extension module for
 its parent package, and under ``store`` itself that made an import cycle
-through ``store/__init__``."""
+through ``store/__init__``.
+
+``JOBSUP_STORE_NO_ACCEL=1`` in the environment keeps the C module unused (the
+fallback runs, as on an install without a compiler): CI runs the store's
+tests that way too (tests/ci.py)."""
 
 from __future__ import annotations
 
+import os
 from typing import Final
 
 try:
     from store._accel import _textscan as _c
 except ImportError:  # installed without a C compiler
+    _c = None  # type: ignore[assignment]
+if os.environ.get("JOBSUP_STORE_NO_ACCEL", "") not in ("", "0"):
     _c = None  # type: ignore[assignment]
 
 __all__ = ["ACCELERATED", "count_newlines", "scan"]

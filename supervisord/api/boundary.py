@@ -1,16 +1,30 @@
 """The socket API's error boundary, shared by every route (the core routes
 in :mod:`supervisord.api.server`, the scheduler's in
-:mod:`supervisord.api.scheduler_routes`)."""
+:mod:`supervisord.api.scheduler_routes`).
+
+An error before a response starts is the response: its status and the
+wire error body (:func:`supervisord.api.wire.to_wire`). An error in a
+stream, after its status and headers went out, cannot change them: an
+NDJSON stream (``logs`` as ``ndjson``/``blocks``, ``events``, ``wait``)
+then ends cleanly with one last line, the error record
+``{"error": {...}, "status": N}`` (:data:`~supervisord.api.wire.ERROR_RECORD_KEY`),
+which the client raises as that error. A plain-text stream (``logs``
+as ``text``) has no room for a record: it is cut off (no last chunk),
+and the client asks again where it was cut
+(:meth:`supervisord.api.client.Client.logs_text`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import json
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 
+import anyio
 import structlog
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from supervisord.api.wire import to_wire
+from supervisord.api.wire import error_record, to_wire
 from supervisord.exceptions import JobsupError, StorageError, map_store_errors
 
 __all__ = ["Handler", "api_errors"]
@@ -19,6 +33,9 @@ log = structlog.get_logger("jobsup.api")
 
 Handler = Callable[[Request], Awaitable[Response]]
 
+_STORE_FAILED = "the jobsup daemon's event store failed"
+_NDJSON = "application/x-ndjson"
+
 
 def api_errors(fn: Handler) -> Handler:
     """``fn`` behind the API boundary: a JobsupError becomes its wire error
@@ -26,12 +43,14 @@ def api_errors(fn: Handler) -> Handler:
     StorageError first (:func:`map_store_errors`, HTTP 503; log text
     deleted by retention becomes a LogsDeletedError, HTTP 410, and a damaged
     log archive a LogsDamagedError, HTTP 500); anything else
-    is logged with its traceback and answered as an InternalError (500)."""
+    is logged with its traceback and answered as an InternalError (500).
+    The same holds inside an NDJSON stream, whose error ends it as an
+    error record (module docstring)."""
 
     async def wrapped(request: Request) -> Response:
         try:
-            with map_store_errors("the jobsup daemon's event store failed"):
-                return await fn(request)
+            with map_store_errors(_STORE_FAILED):
+                response = await fn(request)
         except JobsupError as err:
             if isinstance(err, StorageError):
                 log.warning("store error", path=request.url.path, error=str(err))
@@ -41,5 +60,34 @@ def api_errors(fn: Handler) -> Handler:
             log.exception("request failed", path=request.url.path)
             status, body = to_wire(err)
             return JSONResponse(body, status_code=status)
+        if isinstance(response, StreamingResponse) and (response.media_type or "").startswith(_NDJSON):
+            response.body_iterator = _ends_with_error_record(response.body_iterator, request.url.path)
+        return response
 
     return wrapped
+
+
+async def _ends_with_error_record(body: AsyncIterable[str | bytes | memoryview], path: str) -> AsyncIterator[bytes]:
+    """The chunks of ``body``; when it raises, one last NDJSON line with the
+    error record instead (store errors mapped as before a response), and
+    the end of the stream."""
+    items = aiter(body)
+    try:
+        try:
+            with map_store_errors(_STORE_FAILED):
+                async for chunk in items:
+                    yield chunk.encode() if isinstance(chunk, str) else bytes(chunk)
+        except JobsupError as err:
+            log.warning("stream failed", path=path, error=str(err), error_type=type(err).__name__)
+            record = error_record(err)
+        except Exception as err:
+            log.exception("stream failed", path=path)
+            record = error_record(err)
+        else:
+            return
+        yield (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+    finally:
+        aclose = getattr(items, "aclose", None)
+        if aclose is not None:
+            with anyio.CancelScope(shield=True):
+                await aclose()

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from supervisord.api.transport import Response, UnixConnection, quote_path, urlencode
-from supervisord.api.wire import API_PREFIX, from_wire
+from supervisord.api.wire import API_PREFIX, from_wire, raise_error_record
 from supervisord.exceptions import DaemonUnreachableError
 from supervisord.paths import Paths
 
@@ -285,27 +285,51 @@ class Client:
         self, ref: str, *, tail: int | None = None, after_line: int = 0, limit: int | None = None
     ) -> Iterator[bytes]:
         """``GET /runs/{ref}/logs`` as plain text: the stored lines (UTF-8,
-        each ending with a newline) in chunks as they arrive."""
+        each ending with a newline) in chunks as they arrive.
+
+        Plain text has no room for an error record: a daemon whose read
+        fails after the first bytes cuts the body off. Then this asks the
+        daemon once more for the lines after the last whole line received
+        (``format=blocks``): the daemon's error, when it has one there, is
+        raised (LogsDamagedError, StorageError...); DaemonUnreachableError
+        when it is gone or answers."""
         params: dict[str, Any] = {"after_line": after_line, "format": "text"}
         if tail is not None:
             params["tail"] = tail
         if limit is not None:
             params["limit"] = limit
         query = list(params.items())
+        cursor: int | None = None  # the last whole line received, once the body started
         try:
             conn, resp = self._open("GET", f"/runs/{ref}/logs", query=query, timeout=_STREAM_TIMEOUT_S)
             try:
                 if resp.status >= 400:
                     raise from_wire(resp.status, _json(resp.read()))
+                first = resp.headers.get("x-jobsup-first-line", "")
+                cursor = int(first) - 1 if first.isdigit() and int(first) > 0 else None
                 while True:
                     chunk = resp.read1(1 << 20)
                     if not chunk:
                         break
+                    if cursor is not None:
+                        cursor += chunk.count(b"\n")
                     yield chunk
             finally:
                 conn.close()
         except _TRANSPORT_ERRORS as err:
-            raise DaemonUnreachableError(f"lost the jobsup daemon on {self.paths.socket}: {err}") from None
+            lost = DaemonUnreachableError(f"lost the jobsup daemon on {self.paths.socket}: {err}")
+            if cursor is not None:
+                self._raise_stream_error(ref, cursor, lost)
+            raise lost from None
+
+    def _raise_stream_error(self, ref: str, cursor: int, lost: DaemonUnreachableError) -> None:
+        """Ask for the log lines of ``ref`` after ``cursor`` (one block) and
+        raise the daemon's error for them, if any; return when it has none."""
+        try:
+            for _ in self._stream(f"/runs/{ref}/logs", {"after_line": cursor, "format": "blocks", "limit": 1}):
+                pass
+        except DaemonUnreachableError:
+            raise lost from None
 
     def wait(
         self, refs: list[str], *, for_: str = "terminal", after: int | None = None, timeout: float | None = None
@@ -337,6 +361,24 @@ class Client:
         """``POST /runs/{ref}/release``: the run after the release."""
         return dict(self._call("POST", f"/runs/{ref}/release")["run"])
 
+    def queue_set(self, name: str, max_parallel: int | None, *, from_config: bool = False) -> dict[str, Any]:
+        """``POST /queues/{name}``: ``{"queue": its row of the queue view, "new": bool}``."""
+        body: dict[str, Any] = {"from_config": True} if from_config else {"max_parallel": max_parallel}
+        return dict(self._call("POST", f"/queues/{name}", json_body=body))
+
+    def update(self, refs: list[str], changes: Mapping[str, Any]) -> dict[str, Any]:
+        """``POST /update`` (``changes``: priority, gpus, queue, timeout):
+        ``{"runs": [Run], "updated": {id: {"old", "new"}}}``."""
+        return dict(self._call("POST", "/update", json_body={"runs": list(refs), **dict(changes)}))
+
+    def pause(self, ref: str) -> dict[str, Any]:
+        """``POST /runs/{ref}/pause``: the run after the pause."""
+        return dict(self._call("POST", f"/runs/{ref}/pause")["run"])
+
+    def resume(self, ref: str) -> dict[str, Any]:
+        """``POST /runs/{ref}/resume``: the run after the resume."""
+        return dict(self._call("POST", f"/runs/{ref}/resume")["run"])
+
     def rerun(self, ref: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """``POST /runs/{ref}/rerun`` with ``{"env", "hold", "force"}``:
         ``{"run": Run, "rerun_of": id, "missing_env": [NAME]}``."""
@@ -362,7 +404,15 @@ class Client:
 
     def hooks(self) -> list[dict[str, Any]]:
         """``GET /hooks``: every hook with its checkpoint, lag and last outcome."""
-        return list(self._call("GET", "/hooks")["hooks"])
+        return list(self.hooks_doc()["hooks"])
+
+    def hooks_doc(self) -> dict[str, Any]:
+        """``GET /hooks``: ``{"hooks": [...], "config_changed": [str]}``."""
+        return dict(self._call("GET", "/hooks"))
+
+    def daemon_control(self, action: str, *, restart: bool = False) -> dict[str, Any]:
+        """``POST /daemon/{action}`` (``stop``, with ``restart``; ``reload``)."""
+        return dict(self._call("POST", f"/daemon/{action}", json_body={"restart": restart}, timeout=120.0))
 
 
 def _ndjson(resp: Response) -> Iterator[dict[str, Any]]:
@@ -370,13 +420,16 @@ def _ndjson(resp: Response) -> Iterator[dict[str, Any]]:
 
     Lines end at ``\n`` only (``readline`` on bytes), never at U+2028,
     U+2029 or U+0085, which JSON leaves unescaped inside strings. Raises
-    ValueError on a line that is not JSON."""
+    ValueError on a line that is not JSON, and the daemon's error when the
+    stream ends with an error record (:func:`~supervisord.api.wire.raise_error_record`)."""
     while True:
         line = resp.readline()
         if not line:
             return
         if line.strip():
-            yield json.loads(line)
+            obj = json.loads(line)
+            raise_error_record(obj)
+            yield obj
 
 
 def _json(raw: bytes) -> Any:

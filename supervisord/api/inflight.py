@@ -33,6 +33,8 @@ class InFlight:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         self._scopes: set[anyio.CancelScope] = set()
+        #: Set when the last request ends while :meth:`drain` waits.
+        self._idle: anyio.Event | None = None
 
     @property
     def count(self) -> int:
@@ -58,6 +60,8 @@ class InFlight:
                 await self.app(scope, receive, send_tracked)
         finally:
             self._scopes.discard(cancel)
+            if not self._scopes and self._idle is not None:
+                self._idle.set()
         if cancel.cancelled_caught and not started:
             what = f"{scope.get('method', '')} {scope.get('path', '')}".strip()
             status, body = to_wire(
@@ -72,9 +76,10 @@ class InFlight:
         """Wait until no request is being handled, for at most ``grace_s``
         seconds; then cancel the ones left. Returns how many were
         cancelled. Call it once the listener is closed (no new requests)."""
-        with anyio.move_on_after(grace_s):
-            while self._scopes:
-                await anyio.sleep(0.02)
+        if self._scopes:
+            self._idle = anyio.Event()
+            with anyio.move_on_after(grace_s):
+                await self._idle.wait()
         left = list(self._scopes)
         for scope in left:
             scope.cancel()

@@ -1,18 +1,15 @@
 """The daemon's HTTP API (starlette), served on the Unix socket by uvicorn.
 
 Routes and shapes are documented in :mod:`supervisord.api.wire`. Only the
-daemon's own user may connect: :class:`PeerCredProtocol` checks
+daemon's own user may connect:
+:class:`supervisord.api.uvicorn_server.PeerCredProtocol` checks
 ``SO_PEERCRED`` on every new connection and drops any other uid.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import socket
-import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
-from json.encoder import encode_basestring as _json_str  # what json.dumps(str, ensure_ascii=False) uses
 from typing import Any
 
 import anyio
@@ -21,15 +18,15 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from store import EventStore, LogLine
+from store import EventStore
 from supervisord.api.boundary import api_errors
 from supervisord.api.logs_route import logs_response
 from supervisord.api.query import flag_param, float_param, int_param
 from supervisord.api.scheduler_routes import scheduler_routes
 from supervisord.api.streams import StreamCloser
 from supervisord.api.sweep_routes import is_sweep_request, label_params, submit_sweep, sweep_routes
+from supervisord.api.uvicorn_server import PEER_SCOPE_KEY
 from supervisord.api.wire import API_PREFIX
 from supervisord.exceptions import UsageError
 from supervisord.health import output_space, storage_json
@@ -39,45 +36,11 @@ from supervisord.scheduler.driver import Scheduler
 from supervisord.submit import Planner, SubmitRequest
 from supervisord.supervisor import Supervisor
 
-__all__ = ["create_app", "PeerCredProtocol"]
+__all__ = ["create_app"]
 
 log = structlog.get_logger("jobsup.api")
 
 _NDJSON = "application/x-ndjson"
-
-
-class PeerCredProtocol(H11Protocol):
-    """uvicorn's h11 protocol, refusing peers whose uid is not the daemon's
-    (``SO_PEERCRED``, unix(7))."""
-
-    def connection_made(self, transport: Any) -> None:
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family == socket.AF_UNIX:
-            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-            _pid, uid, _gid = struct.unpack("3i", creds)
-            if uid != os.getuid():
-                log.warning("refused connection", peer_uid=uid)
-                # Let uvicorn register the connection, then close it before
-                # any byte is read (data_received only runs after this returns).
-                super().connection_made(transport)
-                transport.close()
-                return
-            # Who is asking, for the requests of this connection to record.
-            self.app = _with_peer(self.app, {"uid": uid, "pid": _pid})
-        super().connection_made(transport)
-
-
-#: The ASGI scope key holding the peer's ``{"uid", "pid"}`` (SO_PEERCRED).
-PEER_SCOPE_KEY = "jobsup.peer"
-
-
-def _with_peer(app: Any, peer: dict[str, int]) -> Any:
-    """``app`` with ``scope["jobsup.peer"] = peer`` on every request."""
-
-    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
-        await app({**scope, PEER_SCOPE_KEY: peer}, receive, send)
-
-    return wrapped
 
 
 def _peer(request: Request) -> dict[str, int]:
@@ -87,13 +50,6 @@ def _peer(request: Request) -> dict[str, int]:
 
 def _dumps(obj: Any) -> bytes:
     return (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
-
-
-def _log_line_json(line: LogLine) -> str:
-    """``{"line_no":N,"stream":S,"text":T}`` and a newline: the same text as
-    :func:`_dumps` of that dict gives, without building a JSON encoder for
-    each line (a replay sends millions; this is ~3x cheaper)."""
-    return f'{{"line_no":{line.line_no:d},"stream":{_json_str(line.stream)},"text":{_json_str(line.text)}}}\n'
 
 
 async def _ndjson(items: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
@@ -120,6 +76,8 @@ def create_app(
     hooks: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
     retention: Retention | None = None,
     streams: StreamCloser | None = None,
+    config_changed: Callable[[], list[str]] | None = None,
+    daemon_control: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] | None = None,
 ) -> Starlette:
     """Build the API application over a running supervisor and store (and
     the scheduler, whose routes it adds when given): writes go to the
@@ -127,7 +85,10 @@ def create_app(
     lists the hooks with their checkpoints (``GET /v1/hooks``); ``retention``
     answers ``POST /v1/prune``. ``streams`` ends the open streams (logs,
     wait, events) cleanly when the daemon stops
-    (:class:`~supervisord.api.streams.StreamCloser`)."""
+    (:class:`~supervisord.api.streams.StreamCloser`). ``config_changed``
+    says which config files changed since the daemon read them (``GET
+    /v1/hooks`` carries it); ``daemon_control`` answers ``POST
+    /v1/daemon/{stop|reload}``."""
     reads = ReadSide(store)
 
     def ends_on_stop(
@@ -205,6 +166,14 @@ def create_app(
         run = await supervisor.cancel(run_id, requested_by=_peer(request))
         return JSONResponse({"run": run.to_json()})
 
+    async def pause(request: Request) -> Response:
+        run_id = await supervisor.resolve(request.path_params["ref"])
+        return JSONResponse({"run": (await supervisor.pause(run_id, requested_by=_peer(request))).to_json()})
+
+    async def resume(request: Request) -> Response:
+        run_id = await supervisor.resolve(request.path_params["ref"])
+        return JSONResponse({"run": (await supervisor.resume(run_id, requested_by=_peer(request))).to_json()})
+
     async def logs(request: Request) -> Response:
         return await logs_response(request, supervisor, store)
 
@@ -231,7 +200,21 @@ def create_app(
         return JSONResponse({"checks": await doctor()})
 
     async def hooks_route(request: Request) -> Response:
-        return JSONResponse({"hooks": await hooks() if hooks is not None else []})
+        return JSONResponse(
+            {
+                "hooks": await hooks() if hooks is not None else [],
+                "config_changed": config_changed() if config_changed is not None else [],
+            }
+        )
+
+    async def daemon_route(request: Request) -> Response:
+        if daemon_control is None:
+            raise UsageError("this daemon cannot be controlled over the API")
+        try:
+            body: Any = await request.json()
+        except ValueError:
+            body = {}
+        return JSONResponse(await daemon_control(request.path_params["action"], body if isinstance(body, dict) else {}))
 
     async def ui_route(request: Request) -> Response:
         if ui is None:
@@ -271,13 +254,18 @@ def create_app(
         Route(f"{p}/runs", api_errors(list_runs), methods=["GET"]),
         Route(f"{p}/runs/{{ref}}", api_errors(show), methods=["GET"]),
         Route(f"{p}/runs/{{ref}}/cancel", api_errors(cancel), methods=["POST"]),
+        Route(f"{p}/runs/{{ref}}/pause", api_errors(pause), methods=["POST"]),
+        Route(f"{p}/runs/{{ref}}/resume", api_errors(resume), methods=["POST"]),
         Route(f"{p}/runs/{{ref}}/logs", api_errors(ends_on_stop(logs, only_when_following=True)), methods=["GET"]),
         Route(f"{p}/wait", api_errors(ends_on_stop(wait)), methods=["GET"]),
         Route(f"{p}/events", api_errors(ends_on_stop(events, only_when_following=True)), methods=["GET"]),
         Route(f"{p}/doctor", api_errors(doctor_route), methods=["GET"]),
         Route(f"{p}/hooks", api_errors(hooks_route), methods=["GET"]),
+        Route(f"{p}/daemon/{{action}}", api_errors(daemon_route), methods=["POST"]),
     ]
     routes += sweep_routes(supervisor=supervisor, store=store)
     if scheduler is not None:
-        routes += scheduler_routes(supervisor=supervisor, scheduler=scheduler, digest_key=planner.digest_key)
+        routes += scheduler_routes(
+            supervisor=supervisor, scheduler=scheduler, digest_key=planner.digest_key, source_at=planner.source_at
+        )
     return Starlette(routes=routes)

@@ -1,11 +1,13 @@
 """Wire types of the daemon API (HTTP/1.1 + JSON on the Unix socket, under ``/v1``).
 
 Errors travel as ``{"error": {"type", "bases", "message", "errors", ...}}``
-with the HTTP status of :data:`ERROR_STATUS` (:func:`to_wire`); the client
+with the error class's ``http_status`` (:func:`to_wire`); the client
 raises the same class from :mod:`supervisord.exceptions` again
 (:func:`from_wire`).
 Streams are newline-delimited JSON (``application/x-ndjson``), one object a
-line.
+line; one that fails after its headers ends with the error record
+``{"error": {...}, "status": N}`` (:func:`error_record`), which the client
+raises as the error (:func:`raise_error_record`).
 
 Endpoints::
 
@@ -17,6 +19,8 @@ Endpoints::
     POST /v1/sweeps/{ref}/cancel          {"runs": [Run]}: every run of the sweep canceled
     GET  /v1/runs/{ref}                   {"run": Run, "submitted": {...}, "hooks": [HookDelivered/HookFailed events]}
     POST /v1/runs/{ref}/cancel            {"run": Run}
+    POST /v1/runs/{ref}/pause             {"run": Run}   (local runs: SIGSTOP, reason Paused)
+    POST /v1/runs/{ref}/resume            {"run": Run}
     GET  /v1/runs/{ref}/logs?after_line=&tail=&limit=&follow=&format=text|ndjson|blocks
                                           plain text by default; see supervisord.api.logs_route
     GET  /v1/wait?run=&for=&after=&timeout=               (run= may be a sweep id: all its runs) ndjson {"heartbeat": seq}..., then {"result": WaitResult}
@@ -26,9 +30,16 @@ Endpoints::
     GET  /v1/queue                        {"waiting": [...], "gpus": [...], "queues": [...]}  (scheduler_routes)
     POST /v1/runs/{ref}/hold              {"run": Run}
     POST /v1/runs/{ref}/release           {"run": Run}
+    POST /v1/queues/{name}                {"max_parallel": int | null, "from_config"?: bool}
+                                          -> {"queue": {name, max_parallel, source, running, waiting}, "new": bool}
+    POST /v1/update                       {"runs": [ref], "priority"?, "gpus"?, "queue"?, "timeout"?}
+                                          -> {"runs": [Run], "updated": {id: {"old", "new"}}}
     POST /v1/runs/{ref}/rerun             {"env", "hold", "force"} -> {"run": Run, "rerun_of", "missing_env"}
     GET  /v1/hooks                        {"hooks": [{"name", "kind", "when", "match", "target", "source",
-                                            "checkpoint", "position", "lag", "delivering", "last_outcome"}]}
+                                            "checkpoint", "position", "lag", "delivering", "last_outcome"}],
+                                           "config_changed": [str]}   (config files changed since read)
+    POST /v1/daemon/stop    {"restart"?: bool}  {"pid", "supervised", "systemd"}  (then the daemon stops)
+    POST /v1/daemon/reload                {"changed": [key], "hooks": {added, removed, changed}, "restart_needed"}
 
 A ``Run`` is :meth:`store.RunStatus.to_json` (id, project, name, backend,
 phase, reason, message, exit_code, created_at, updated_at, last_seq, ...).
@@ -42,32 +53,18 @@ from supervisord import exceptions as exc
 
 __all__ = [
     "API_PREFIX",
-    "ERROR_STATUS",
     "WAIT_EXIT_CODES",
     "EXIT_WAIT_TIMEOUT",
     "EXIT_UNREACHABLE",
     "to_wire",
     "from_wire",
-    "encode_error",
-    "decode_error",
+    "ERROR_RECORD_KEY",
+    "error_record",
+    "raise_error_record",
     "exit_code_for_phase",
 ]
 
 API_PREFIX: Final = "/v1"
-
-#: HTTP status for each error class (most specific first); anything else is 500.
-ERROR_STATUS: Final[dict[type[Exception], int]] = {
-    exc.RunNotFoundError: 404,
-    exc.AmbiguousRunError: 409,
-    exc.RunInFlightError: 409,
-    exc.PreflightError: 424,
-    exc.UsageError: 400,
-    exc.BackendError: 502,
-    exc.LogsDamagedError: 500,
-    exc.StorageError: 503,
-    exc.LogsDeletedError: 410,
-    exc.DaemonStoppingError: 503,
-}
 
 #: ``jobsup wait`` exit codes by terminal phase (README, "`jobsup wait` exit codes").
 WAIT_EXIT_CODES: Final[dict[str, int]] = {"COMPLETED": 0, "ERROR": 1, "CANCELED": 3, "DELETED": 4}
@@ -94,11 +91,7 @@ def to_wire(err: BaseException) -> tuple[int, dict[str, Any]]:
         return 500, {
             "error": {"type": "InternalError", "bases": ["JobsupError"], "message": message, "errors": [message]}
         }
-    status = 500
-    for cls, code in ERROR_STATUS.items():
-        if isinstance(err, cls):
-            status = code
-            break
+    status = err.http_status
     bases = [c.__name__ for c in type(err).__mro__[1:] if issubclass(c, exc.JobsupError)]
     info: dict[str, Any] = {"type": type(err).__name__, "bases": bases, "message": str(err), "errors": list(err.errors)}
     info.update(err.wire_fields())
@@ -144,15 +137,29 @@ def from_wire(status: int, body: Any) -> exc.JobsupError:
         if cls is None or (i > 0 and cls is exc.JobsupError):
             continue
         fields = {k: info[k] for k in cls.wire_attrs if k in info}
-        return cls(message, errors, **fields)
+        return cls.from_wire_fields(message, errors, fields)
     return exc.RemoteError(message, errors, remote_type=type_name, http_status=status)
 
 
-def encode_error(err: BaseException) -> tuple[int, dict[str, Any]]:
-    """Alias of :func:`to_wire` (the older name)."""
-    return to_wire(err)
+#: The key of the error record that ends an NDJSON stream whose error came
+#: after its headers (:mod:`supervisord.api.boundary`): no other line of
+#: the ``logs``, ``events`` or ``wait`` streams has it.
+ERROR_RECORD_KEY: Final = "error"
 
 
-def decode_error(status: int, body: Any) -> exc.JobsupError:
-    """Alias of :func:`from_wire` (the older name)."""
-    return from_wire(status, body)
+def error_record(err: BaseException) -> dict[str, Any]:
+    """The last line of an NDJSON stream that failed after its headers:
+    :func:`to_wire`'s body plus the HTTP status the error would have had
+    before them, ``{"error": {"type", "bases", "message", "errors", ...},
+    "status": N}``."""
+    status, body = to_wire(err)
+    return {**body, "status": status}
+
+
+def raise_error_record(obj: Any) -> None:
+    """Raise the error an NDJSON stream's line carries
+    (:func:`error_record`, rebuilt by :func:`from_wire`); return for any
+    other line."""
+    if isinstance(obj, dict) and ERROR_RECORD_KEY in obj:
+        status = obj.get("status")
+        raise from_wire(status if isinstance(status, int) else 500, obj)

@@ -36,7 +36,16 @@ from typing import Any, Protocol, runtime_checkable
 
 from store import LogBlock
 
-__all__ = ["RunSpec", "RunReporter", "Backend"]
+__all__ = ["PAUSED", "Backend", "Pausable", "RunReporter", "RunSpec", "paused_message"]
+
+#: The reason of a RUNNING run whose processes are stopped (``jobsup pause``).
+PAUSED = "Paused"
+
+
+def paused_message(run_id: str) -> str:
+    """The message of a paused run (the supervisor and the backend record
+    the same text, so neither records it twice)."""
+    return f"paused: `jobsup resume {run_id}` lets it go on"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,4 +183,23 @@ class Backend(Protocol):
 
     async def aclose(self) -> None:
         """Release clients and threads (not the runs: they keep running)."""
+        ...
+
+
+@runtime_checkable
+class Pausable(Protocol):
+    """A backend whose runs can be paused (``jobsup pause``/``resume``): the
+    local one. While paused, ``supervise`` reports RUNNING with reason
+    :data:`PAUSED` and :func:`paused_message`."""
+
+    async def pause(self, spec: RunSpec, handle: Mapping[str, Any]) -> dict[str, Any]:
+        """Stop the run's processes (it keeps its resources) and return once
+        they are stopped, with the backend's status of the run. Raises
+        BackendError (one line) when it cannot."""
+        ...
+
+    async def resume(self, spec: RunSpec, handle: Mapping[str, Any]) -> dict[str, Any]:
+        """Let a paused run's processes go on and return once they do, with
+        the backend's status (``last_pause_s``: how long that pause was).
+        Raises BackendError (one line) when it cannot."""
         ...

@@ -24,12 +24,14 @@ __all__ = ["dump"]
 #: ``.`` before a letter (``.jobsup/k8s.yaml``; not ``.inf``, ``.nan``) and
 #: digits mixed with letters only (a hash, ``4f2a...``; not ``0x..``,
 #: ``0b..``, ``0o..``, which are integers). ``:`` cannot end one (``a:`` is
-#: a key). Keys must also be short: PyYAML writes ``? key`` past 128
+#: a key). ``~`` alone is null, but ``~/.jobsup`` (``slurm.remote_dir``) is
+#: plain. Keys must also be short: PyYAML writes ``? key`` past 128
 #: characters (:data:`_MAX_KEY`).
 _PLAIN = re.compile(
     r"[A-Za-z_/][A-Za-z0-9_./+=@:-]*"
     r"|\.[A-Za-z_/][A-Za-z0-9_./+=@:-]*"
     r"|(?![0][xXbBoO])(?=[0-9A-Za-z]*[A-Za-z])[0-9][0-9A-Za-z]*"
+    r"|~[A-Za-z0-9_./+=@-][A-Za-z0-9_./+=@:-]*"
 )
 #: YAML 1.1 booleans, nulls and special floats (PyYAML's resolver), in any
 #: case, kept for PyYAML.

@@ -65,12 +65,6 @@ def _effective(daemon: Layer, client: list[Layer]) -> EffectiveConfig:
     return effective_config(daemon, client, context=current_kube_context())
 
 
-def _summary(errors: list[str]) -> str:
-    if len(errors) == 1:
-        return errors[0]
-    return f"{len(errors)} config errors:\n" + "\n".join(f"  - {e}" for e in errors)
-
-
 def _annotate(value: Any, path: tuple[str | int, ...], origins: dict[str, tuple[str, str | None]]) -> Any:
     """Replace every leaf by ``{"value": v, "layer": name, "file": file}``."""
     if isinstance(value, dict) and value:
@@ -90,7 +84,7 @@ def show(task_file: str | None, cli_config: tuple[str, ...], origin: bool, outpu
     """Print the effective config a submit would use (secret values redacted)."""
     _, daemon, client, errors = _load(task_file, cli_config)
     if errors or daemon is None:
-        raise ConfigError(_summary(errors), errors)
+        raise ConfigError.of(errors)
     eff = _effective(daemon, client)
     for message in eff.warnings:
         warn(message)
@@ -126,7 +120,7 @@ def validate(task_file: str | None, cli_config: tuple[str, ...]) -> None:
     _, hook_errors = hooks_from_layers([layer for layer in (daemon, *client) if layer is not None])
     errors.extend(hook_errors)
     if errors:
-        raise ConfigError(_summary(errors), errors)
+        raise ConfigError.of(errors)
     assert daemon is not None
     checked = [f"{layer.name} ({layer.file})" if layer.file else layer.name for layer in (daemon, *client)]
     info(f"config OK: {', '.join(checked)}")

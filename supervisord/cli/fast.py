@@ -18,6 +18,7 @@ None, and the caller hands the arguments to click, which then answers
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -196,19 +197,25 @@ def main(argv: list[str]) -> int | None:
     command, options, args = parsed
     if command == "runs" and options.get("sweep") is None and ("sort_key" in options or "as_csv" in options):
         return None  # --sort / --csv without --sweep: click's error
-    from supervisord.cli.output import echo
-    from supervisord.cli.reads import EXIT_OUTPUT_CLOSED, error_exit_code, output_closed
+    import sys
+
+    from supervisord.cli.output import echo, writing
+    from supervisord.cli.reads import EXIT_OUTPUT_CLOSED, output_closed
     from supervisord.exceptions import JobsupError
 
     try:
-        return _RUN[command](options, args)
+        code = _RUN[command](options, args)
+        with writing():  # what the buffer still holds fails here, not at exit
+            sys.stdout.flush()
+        return code
     except (KeyboardInterrupt, EOFError):
         echo("", err=True)
         echo("aborted", err=True)
         return 130
     except JobsupError as err:
-        echo(f"error: {err}", err=True)
-        return error_exit_code(err)
+        with contextlib.suppress(JobsupError):  # stderr may fail too
+            echo(f"error: {err}", err=True)
+        return err.exit_code
     except OSError as err:
         if not output_closed(err):
             raise

@@ -6,12 +6,20 @@ from typing import Any
 
 import click
 
-from supervisord.cli.output import emit, info, output_option
+from supervisord.cli.output import emit, info, output_option, warn
 from supervisord.cli.reads import connected_client
 
 __all__ = ["hooks"]
 
 _COLUMNS = ("name", "kind", "when", "target", "checkpoint", "lag", "last")
+#: The table shows at most this much of a hook's command or URL (`-o json`: all of it).
+_TARGET_WIDTH = 60
+
+
+def _short(text: str | None) -> str | None:
+    if text is None or len(text) <= _TARGET_WIDTH:
+        return text
+    return text[: _TARGET_WIDTH - 1] + "…"
 
 
 def _last(outcome: dict[str, Any] | None) -> str | None:
@@ -30,7 +38,10 @@ def _last(outcome: dict[str, Any] | None) -> str | None:
 def hooks(output: str) -> None:
     """List the daemon's hooks: checkpoint (last event seq finished with),
     lag (events after it) and the last outcome this daemon recorded."""
-    rows = connected_client().hooks()
+    doc = connected_client().hooks_doc()
+    rows = list(doc["hooks"])
+    for message in doc.get("config_changed") or []:
+        warn(message)
     if output != "table":
         emit(rows, output)
         return
@@ -41,7 +52,7 @@ def hooks(output: str) -> None:
         {
             **r,
             "when": ",".join(r.get("when") or []),
-            "target": " ".join(r["target"]) if isinstance(r.get("target"), list) else r.get("target"),
+            "target": _short(" ".join(r["target"]) if isinstance(r.get("target"), list) else r.get("target")),
             "last": _last(r.get("last_outcome")),
         }
         for r in rows

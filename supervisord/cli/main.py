@@ -11,12 +11,14 @@ every call.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 from typing import Any, Final
 
 import click
 
+from supervisord.cli.output import writing
 from supervisord.exceptions import JobsupError
 
 __all__ = ["COMMANDS", "LazyGroup", "cli", "main"]
@@ -37,6 +39,9 @@ COMMANDS: Final[dict[str, str]] = {
     "hold": "supervisord.cli.queue_cmd:hold",
     "release": "supervisord.cli.queue_cmd:release",
     "rerun": "supervisord.cli.queue_cmd:rerun",
+    "update": "supervisord.cli.control_cmd:update",
+    "pause": "supervisord.cli.control_cmd:pause",
+    "resume": "supervisord.cli.control_cmd:resume",
     "ui": "supervisord.cli.ui_cmd:ui",
     "hooks": "supervisord.cli.hooks_cmd:hooks",
     "prune": "supervisord.cli.prune_cmd:prune",
@@ -101,6 +106,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     try:
         rv = cli.main(args=args, standalone_mode=False)
+        with writing():  # what the buffer still holds fails here, not at exit
+            sys.stdout.flush()
     except click.exceptions.NoArgsIsHelpError as exc:
         exc.show()  # `jobsup` alone: the help text
         sys.exit(exc.exit_code)
@@ -125,10 +132,9 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("aborted", err=True)
         sys.exit(130)
     except JobsupError as exc:
-        from supervisord.cli.reads import error_exit_code
-
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(error_exit_code(exc))
+        with contextlib.suppress(OSError):  # stderr may fail too
+            click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
     # With standalone_mode=False click returns ctx.exit()'s code.
     sys.exit(rv if isinstance(rv, int) else 0)
 

@@ -68,7 +68,7 @@ LOGS_MAX_BYTES = 1024 * 1024
 TRIAGE_SCAN_LINES = 2000
 TRIAGE_ERROR_LINES = 20
 
-_SCHEDULING_FIELDS = ("queue", "priority", "gpus", "after", "after_any", "hold")
+_SCHEDULING_FIELDS = ("queue", "priority", "gpus", "after", "after_any", "after_failed", "hold")
 
 
 class ToolError(Exception):
@@ -132,8 +132,20 @@ _SUBMIT_PROPS: dict[str, Any] = {
         "items": _RUN_REF,
         "description": "start after these runs end, whatever the outcome",
     },
+    "after_failed": {
+        "type": "array",
+        "items": _RUN_REF,
+        "description": "start only if these runs ended ERROR (else it ends CANCELED DependencyFailed)",
+    },
     "hold": {"type": "boolean", "description": "queue it held (released with `jobsup release`)"},
+    "on_done": {
+        "type": "array",
+        "items": {"type": "string", "minLength": 1},
+        "minItems": 1,
+        "description": "argv run when the run ends (as `submit --on-done`), from cwd, with the run's last lines on stdin",
+    },
 }
+_RUNS_ARG = {"type": "array", "items": _RUN_REF, "minItems": 1}
 
 
 def _obj(props: dict[str, Any], required: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
@@ -207,7 +219,8 @@ def _tools() -> list[Tool]:
         Tool(
             "submit",
             "Submit a run of a task (a task file and/or a command, from a git repository) and return the run. "
-            "Scheduling options: queue, priority, gpus, after, after_any, hold.",
+            "Scheduling options: queue, priority, gpus, after, after_any, after_failed, hold; on_done: a command "
+            "run when it ends.",
             _obj(_SUBMIT_PROPS),
             _wrap({"run": "run", "warnings": {"type": "array", "items": {"type": "string"}}}, ["run", "warnings"]),
         ),
@@ -323,6 +336,79 @@ def _tools() -> list[Tool]:
             "metrics (sort by a metric or param; a leading '-' sorts descending).",
             _obj({"sweep": _SWEEP_REF, "sort": {**_STR, "description": "a metric or param, e.g. -acc"}}, ["sweep"]),
             _top("sweep"),
+        ),
+        Tool(
+            "hold",
+            "Keep queued runs from starting (all or nothing); returns each run after the change.",
+            _obj({"runs": _RUNS_ARG}, ["runs"]),
+            _wrap({"runs": "runs"}, ["runs"]),
+        ),
+        Tool(
+            "release",
+            "Let held runs start (all or nothing); returns each run after the change.",
+            _obj({"runs": _RUNS_ARG}, ["runs"]),
+            _wrap({"runs": "runs"}, ["runs"]),
+        ),
+        Tool(
+            "pause",
+            "Stop running local runs' processes (SIGSTOP) until `resume`; they keep their GPUs, and paused time "
+            "does not count toward the timeout.",
+            _obj({"runs": _RUNS_ARG}, ["runs"]),
+            _wrap({"runs": "runs"}, ["runs"]),
+        ),
+        Tool(
+            "resume",
+            "Let paused runs go on (SIGCONT).",
+            _obj({"runs": _RUNS_ARG}, ["runs"]),
+            _wrap({"runs": "runs"}, ["runs"]),
+        ),
+        Tool(
+            "update",
+            "Change queued runs' priority, GPUs, queue or timeout (all or nothing; refused for a run past QUEUED). "
+            "Returns each run and the old and new values of what changed.",
+            _obj(
+                {
+                    "runs": _RUNS_ARG,
+                    "priority": _SUBMIT_PROPS["priority"],
+                    "gpus": _SUBMIT_PROPS["gpus"],
+                    "queue": _SUBMIT_PROPS["queue"],
+                    "timeout": _TASK_PROPS["timeout"],
+                },
+                ["runs"],
+            ),
+            _top("update"),
+        ),
+        Tool(
+            "rerun",
+            "Submit a recorded run's task again as a new run: optionally another commit (rev), another command, "
+            "and with_dependents the runs its failure canceled. Env values are not stored: give them in env.",
+            _obj(
+                {
+                    "run": _RUN_REF,
+                    "rev": _TASK_PROPS["rev"],
+                    "command": {**_STR, "description": "a shell command line to run instead"},
+                    "with_dependents": {"type": "boolean"},
+                    "env": _SUBMIT_PROPS["env"],
+                    "hold": {"type": "boolean"},
+                    "force": {"type": "boolean"},
+                },
+                ["run"],
+            ),
+            _wrap(
+                {
+                    "run": "run",
+                    "rerun_of": {"type": "string"},
+                    "missing_env": {"type": "array", "items": {"type": "string"}},
+                    "dependents": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {"run": {"$ref": "#/$defs/run"}, "rerun_of": {"type": "string"}},
+                        },
+                    },
+                },
+                ["run", "rerun_of", "missing_env"],
+            ),
         ),
         Tool(
             "events",
@@ -445,6 +531,7 @@ _SUGGESTIONS: dict[str, str] = {
     "RunnerFailed": "the local runner failed to start the command: check the command and the run dir",
     "DependencyFailed": "a run this one waited for did not complete: fix that run, then resubmit this one",
     "Held": "the run is held: `jobsup release RUN` lets it start",
+    "Paused": "the run is paused (its processes are stopped, it keeps its GPUs): `resume` lets it go on",
     "WaitingForDependency": "the run waits for the runs in `after`/`after_any`: wait for them",
     "WaitingForSlot": "the queue is at its max_parallel: it starts when a run of the queue ends",
     "WaitingForGPUs": "not enough free GPUs: it starts when a GPU holder ends (see `queue`)",
@@ -529,6 +616,7 @@ class JobsupTools:
             rev=args.get("rev") or "HEAD",
             force=bool(args.get("force")),
             hold=bool(args.get("hold")),
+            on_done=list(args["on_done"]) if args.get("on_done") else None,
         )
         result = self.client.submit(body)
         return {"run": result["run"], "warnings": list(result.get("warnings") or [])}
@@ -691,6 +779,55 @@ class JobsupTools:
                 ids.append(self._run(f"runs[{i}]", ref)["run"]["id"])
         done = [self.client.cancel(rid) for rid in ids]
         return {"runs": done + [r for sid in sweeps for r in self.client.cancel_sweep(sid)]}
+
+    def _ids(self, args: dict[str, Any]) -> list[str]:
+        """Every ref of ``args["runs"]`` resolved first (a bad one does nothing)."""
+        return list(dict.fromkeys(self._run(f"runs[{i}]", ref)["run"]["id"] for i, ref in enumerate(args["runs"])))
+
+    def _queued(self, args: dict[str, Any], action: str) -> list[str]:
+        ids = self._ids(args)
+        for i, rid in enumerate(ids):
+            phase = self.client.show(rid)["run"]["phase"]
+            if phase != "QUEUED":
+                raise ToolError(f"runs[{i}]: run {rid} is {phase}: only a queued run can be {action}; nothing was done")
+        return ids
+
+    def hold(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Hold each queued run (all checked first)."""
+        return {"runs": [self.client.hold(rid) for rid in self._queued(args, "held")]}
+
+    def release(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Release each queued run (all checked first)."""
+        return {"runs": [self.client.release(rid) for rid in self._queued(args, "released")]}
+
+    def pause(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Pause each run (all refs resolved first)."""
+        return {"runs": [self.client.pause(rid) for rid in self._ids(args)]}
+
+    def resume(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Resume each run (all refs resolved first)."""
+        return {"runs": [self.client.resume(rid) for rid in self._ids(args)]}
+
+    def update(self, args: dict[str, Any]) -> dict[str, Any]:
+        """``jobsup update -o json``: the daemon checks every run first."""
+        changes = {k: args[k] for k in ("priority", "gpus", "queue", "timeout") if args.get(k) is not None}
+        if not changes:
+            raise ToolError("priority: give at least one of priority, gpus, queue, timeout")
+        return self.client.update(self._ids(args), changes)
+
+    def rerun(self, args: dict[str, Any]) -> dict[str, Any]:
+        """``jobsup rerun``: the daemon's answer (the new run, its dependents)."""
+        run_id = self._run("run", args["run"])["run"]["id"]
+        body: dict[str, Any] = {
+            "env": dict(args.get("env") or {}),
+            "hold": bool(args.get("hold")),
+            "force": bool(args.get("force")),
+            "with_dependents": bool(args.get("with_dependents")),
+        }
+        for key in ("rev", "command"):
+            if args.get(key) is not None:
+                body[key] = args[key]
+        return self.client.rerun(run_id, body)
 
     def events(self, args: dict[str, Any]) -> dict[str, Any]:
         """A page of at most ``limit`` events after ``after_seq``."""

@@ -7,12 +7,16 @@ uses it without click); :func:`echo` writes as ``click.echo`` does.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["OUTPUT_FORMATS", "output_option", "echo", "emit", "warn", "info"]
+from supervisord.exceptions import OutputError
+
+__all__ = ["OUTPUT_FORMATS", "output_option", "echo", "emit", "warn", "info", "writing"]
 
 OUTPUT_FORMATS = ("table", "json", "yaml")
 
@@ -64,12 +68,13 @@ def emit(data: Any, fmt: str, *, columns: Sequence[str] | None = None) -> None:
             table.add_column(c.upper())
         for row in cells:
             table.add_row(*row)
-        Console().print(table)
+        with writing():
+            Console().print(table)
         return
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
-    echo("  ".join(c.upper().ljust(w) for c, w in zip(cols, widths)).rstrip())
+    echo("  ".join(c.upper().ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip())
     for row in cells:
-        echo("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+        echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
 
 
 def _cell(value: Any) -> str:
@@ -103,5 +108,20 @@ def echo(message: str, *, err: bool = False, nl: bool = True) -> None:
         import re
 
         message = re.sub(_ANSI_PATTERN, "", message)
-    stream.write(message + "\n" if nl else message)
-    stream.flush()
+    with writing():
+        stream.write(message + "\n" if nl else message)
+        stream.flush()
+
+
+@contextlib.contextmanager
+def writing() -> Iterator[None]:
+    """Write the command's output inside: an OSError other than a closed
+    pipe (EPIPE, which the CLI's boundary ends quietly) is raised as
+    :class:`~supervisord.exceptions.OutputError`, ``cannot write output:
+    <reason>``, with the OSError as its cause."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno == errno.EPIPE:
+            raise
+        raise OutputError(f"cannot write output: {err.strerror or err}") from err

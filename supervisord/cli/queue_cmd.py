@@ -7,6 +7,7 @@ They talk to the daemon only through :class:`supervisord.api.client.Client`.
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -14,7 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from supervisord.api.client import Client
-from supervisord.cli.output import emit, info, output_option, warn
+from supervisord.cli.output import echo, emit, info, output_option, warn
 from supervisord.cli.params import WholeNumber
 from supervisord.cli.reads import connected_client, resolve_runs
 from supervisord.exceptions import DaemonUnreachableError, JobsupError, UsageError
@@ -25,12 +26,12 @@ __all__ = ["hold", "queue", "release", "rerun", "scheduling_options", "take_sche
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_SCHED_PARAMS = ("gpus", "queue", "priority", "after", "after_any", "hold")
+_SCHED_PARAMS = ("gpus", "queue", "priority", "after", "after_any", "after_failed", "hold")
 
 
 def scheduling_options(fn: F) -> F:
     """Add ``--gpus N --queue Q --priority P --after RUN… --after-any RUN…
-    --hold`` to a command (their values arrive in its ``**kwargs``; take
+    --after-failed RUN… --hold`` to a command (their values arrive in its ``**kwargs``; take
     them out with :func:`take_scheduling`)."""
     options = [
         click.option("--gpus", type=WholeNumber(min=0), help="Local runs: whole GPUs of this machine (default 0)."),
@@ -39,6 +40,13 @@ def scheduling_options(fn: F) -> F:
         click.option("--after", multiple=True, metavar="RUN", help="Start once RUN is COMPLETED (repeatable)."),
         click.option(
             "--after-any", "after_any", multiple=True, metavar="RUN", help="Start once RUN is terminal (repeatable)."
+        ),
+        click.option(
+            "--after-failed",
+            "after_failed",
+            multiple=True,
+            metavar="RUN",
+            help="Start only if RUN ended ERROR (else CANCELED DependencyFailed; repeatable).",
         ),
         click.option("--hold", is_flag=True, help="Queue the run held; `jobsup release RUN` lets it start."),
     ]
@@ -60,10 +68,18 @@ _WAIT_COLUMNS = ("position", "id", "name", "queue", "priority", "gpus", "reason"
 _GPU_COLUMNS = ("index", "uuid", "name", "holder", "since")
 
 
-@click.command("queue")
+_QUEUE_COLUMNS = ("name", "max_parallel", "source", "running", "waiting")
+
+
+@click.group("queue", invoke_without_command=True)
 @output_option()
-def queue(output: str) -> None:
-    """Waiting runs in start order with why they wait, then each GPU and its holder."""
+@click.pass_context
+def queue(ctx: click.Context, output: str) -> None:
+    """Waiting runs in start order with why they wait, then each queue's cap
+    (and where it comes from) and each GPU and its holder. `jobsup queue set`
+    changes a queue's cap."""
+    if ctx.invoked_subcommand is not None:
+        return
     doc = connected_client().queue()
     if output != "table":
         emit(doc, output)
@@ -71,9 +87,12 @@ def queue(output: str) -> None:
     if doc["waiting"]:
         emit(doc["waiting"], "table", columns=_WAIT_COLUMNS)
     else:
-        info("no run is waiting")
+        echo("no run is waiting")
+    echo("")
+    rows = [{**q, "max_parallel": "none" if q["max_parallel"] is None else q["max_parallel"]} for q in doc["queues"]]
+    emit(rows, "table", columns=_QUEUE_COLUMNS)
     if doc["gpus"]:
-        click.echo("")
+        echo("")
         rows = [
             {
                 "index": g["index"],
@@ -87,6 +106,46 @@ def queue(output: str) -> None:
         emit(rows, "table", columns=_GPU_COLUMNS)
     else:
         info("no GPUs are managed by this daemon (see `jobsup doctor`)")
+
+
+@queue.command("set")
+@click.argument("name", metavar="Q")
+@click.option(
+    "--max-parallel",
+    "max_parallel",
+    required=True,
+    metavar="N|none|config",
+    help="At most N runs of queue Q started at once; none: no cap; config: the daemon config's cap again.",
+)
+@output_option()
+def queue_set(name: str, max_parallel: str, output: str) -> None:
+    """Set queue Q's cap now: it takes effect at once, outlives daemon
+    restarts and beats the daemon config until set again. A queue that no
+    config, run or earlier `queue set` named is created (with a note)."""
+    from supervisord.scheduler.options import QUEUE_NAME
+
+    if not QUEUE_NAME.match(name):
+        raise click.BadParameter(
+            f"{name!r} is not a queue name (1-63 letters, digits, '.', '_' or '-', starting with a letter or digit)",
+            param_hint="'Q'",
+        )
+    text = max_parallel.strip().lower()
+    cap: int | None = None
+    if text not in ("none", "config"):
+        if not text.isdigit() or not 1 <= int(text) <= 100_000:
+            raise click.BadParameter(
+                f"{max_parallel!r}: use a whole number 1..100000, none or config", param_hint="'--max-parallel'"
+            )
+        cap = int(text)
+    doc = connected_client().queue_set(name, cap, from_config=text == "config")
+    if output != "table":
+        emit(doc, output)
+        return
+    q = doc["queue"]
+    if doc["new"]:
+        info(f"note: queue {name!r} is new (no config, run or earlier `queue set` named it)")
+    shown = "none" if q["max_parallel"] is None else q["max_parallel"]
+    echo(f"queue {name}: max_parallel {shown} ({q['source']}); {q['running']} running, {q['waiting']} waiting")
 
 
 def _hold_or_release(action: str, runs_: tuple[str, ...], output: str) -> None:
@@ -179,15 +238,32 @@ def release(runs_: tuple[str, ...], output: str) -> None:
 
 @click.command("rerun")
 @click.argument("run")
+@click.argument("command", nargs=-1, metavar="[-- CMD...]")
+@click.option("--rev", help="Run this commit (branch, tag) of the run's repository instead of the recorded one.")
+@click.option(
+    "--with-dependents",
+    is_flag=True,
+    help="Also submit again the runs canceled (DependencyFailed) because RUN failed, after the new run.",
+)
 @click.option(
     "--env", "env_pairs", multiple=True, metavar="K=V", help="A value for one of the run's env names (repeatable)."
 )
 @click.option("--hold", is_flag=True, help="Queue the new run held.")
 @click.option("--force", is_flag=True, help="Submit even if the same project+name has a run in flight.")
-def rerun(run: str, env_pairs: tuple[str, ...], hold: bool, force: bool) -> None:
+def rerun(
+    run: str,
+    command: tuple[str, ...],
+    rev: str | None,
+    with_dependents: bool,
+    env_pairs: tuple[str, ...],
+    hold: bool,
+    force: bool,
+) -> None:
     """Submit RUN's task, commit, effective config and scheduling options again
-    as a new run; print its id. Env values are not stored: each of the run's
-    env names takes its value from --env, else from this environment."""
+    as a new run; print its id (then, with --with-dependents, the id of each
+    dependent submitted again, one a line). Env values are not stored: each
+    of the run's env names takes its value from --env, else from this
+    environment. `-- CMD...` runs another command; --rev another commit."""
     given = parse_env_pairs(env_pairs)
     check_run_refs([run])
     client = connected_client()
@@ -196,10 +272,18 @@ def rerun(run: str, env_pairs: tuple[str, ...], hold: bool, force: bool) -> None
     if unknown:
         warn(f"--env {', '.join(unknown)}: not an env name of run {run}; ignored")
     env = {k: given[k] if k in given else os.environ[k] for k in names if k in given or k in os.environ}
-    result = client.rerun(run, {"env": env, "hold": hold, "force": force})
+    body: dict[str, Any] = {"env": env, "hold": hold, "force": force, "with_dependents": with_dependents}
+    if rev is not None:
+        body["rev"] = rev
+    if command:
+        body["command"] = command[0] if len(command) == 1 else shlex.join(command)
+    result = client.rerun(run, body)
     if result.get("missing_env"):
         warn(
             f"no value for {', '.join(result['missing_env'])} (not in --env or this environment): "
             "the new run starts without them"
         )
-    click.echo(result["run"]["id"])
+    echo(result["run"]["id"])
+    for dep in result.get("dependents") or []:
+        info(f"dependent {dep['rerun_of']} submitted again as {dep['run']['id']}")
+        echo(dep["run"]["id"])

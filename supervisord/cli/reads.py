@@ -9,7 +9,7 @@ parser ran: the same output and exit codes.
 
 Each ``*_command`` function writes the command's output (machine output
 on stdout, human messages on stderr) and returns its exit code; it raises
-JobsupError for the caller to report (:func:`error_exit_code`).
+JobsupError for the caller to report (one ``error:`` line, the error's ``exit_code``).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Any
 
 from supervisord.api.client import Client
 from supervisord.api.wire import EXIT_UNREACHABLE, EXIT_WAIT_TIMEOUT, WAIT_EXIT_CODES, exit_code_for_phase
-from supervisord.cli.output import echo, emit, info
-from supervisord.exceptions import AmbiguousRunError, DaemonUnreachableError, JobsupError, RunNotFoundError, UsageError
+from supervisord.cli.output import echo, emit, info, writing
+from supervisord.exceptions import AmbiguousRunError, DaemonUnreachableError, RunNotFoundError, UsageError
 
 __all__ = [
     "EXIT_OTHER_PHASE",
@@ -34,7 +34,6 @@ __all__ = [
     "RUN_COLUMNS",
     "connected_client",
     "emit_json_line",
-    "error_exit_code",
     "follow_logs",
     "logs_command",
     "output_closed",
@@ -106,17 +105,6 @@ def check_output_open() -> None:
     waiting for something new to fail to write."""
     if _reader_gone(1):
         raise BrokenPipeError(errno.EPIPE, "stdout's reader has gone")
-
-
-def error_exit_code(err: JobsupError) -> int:
-    """The CLI's exit code for an error it reports as one ``error:`` line:
-    69 when no daemon answers, 2 for bad input (usage, a run id that names
-    no run or several), 1 for any other."""
-    if isinstance(err, DaemonUnreachableError):
-        return EXIT_UNREACHABLE
-    if isinstance(err, (UsageError, RunNotFoundError, AmbiguousRunError)):
-        return 2
-    return 1
 
 
 def connected_client() -> Client:
@@ -229,6 +217,13 @@ def show_document(doc: dict[str, Any]) -> dict[str, Any]:
     }
     if sub.get("on_done"):
         full["on_done"] = sub["on_done"]
+    updates = doc.get("updates") or []
+    if updates:
+        # `jobsup update` while queued: the values in force, and each change.
+        for e in updates:
+            if "timeout_s" in (e["data"].get("new") or {}):
+                full["timeout_s"] = e["data"]["new"]["timeout_s"]
+        full["updates"] = [{"seq": e["seq"], "at": e["at"], **e["data"]} for e in updates]
     if doc.get("hooks"):
         full["hooks"] = [{"type": e["type"], "seq": e["seq"], "at": e["at"], **e["data"]} for e in doc["hooks"]]
     return full
@@ -336,6 +331,11 @@ def wait_command(
             result = obj["result"]
     runs_out = result.get("runs") or []
     code = EXIT_WAIT_TIMEOUT if result.get("timed_out") else wait_exit_code(for_, runs_out)
+    never = [r for r in runs_out if r["id"] in (result.get("never") or [])]
+    if never:
+        # A phase before the end, asked of a run that has ended: its own
+        # phase's exit code (COMPLETED: EXIT_OTHER_PHASE, not a success).
+        code = exit_code_for_phase(never[0]["phase"]) or EXIT_OTHER_PHASE
     try:
         if output != "table":
             emit(runs_out, output)
@@ -348,15 +348,18 @@ def wait_command(
         info(f"run {r['id']}: {r['phase']}" + (f" ({r['reason']})" if r.get("reason") else ""))
     if result.get("timed_out"):
         info("wait: timed out")
+    for r in never:
+        info(f"wait: run {r['id']} ended {r['phase']} without being {for_.upper()}: it never will be")
     return code
 
 
 def emit_json_line(obj: dict[str, Any], *, flush: bool = True) -> None:
     """``obj`` as one JSON object on one stdout line (``json.dumps`` with
     ``ensure_ascii=False``); flushed unless ``flush`` is False."""
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
-    if flush:
-        sys.stdout.flush()
+    with writing():
+        sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        if flush:
+            sys.stdout.flush()
 
 
 def tail_start(client: Client, ref: str, tail: int | None) -> int:
@@ -375,10 +378,15 @@ def follow_logs(client: Client, ref: str, *, tail: int | None = None, output: st
     object per line, as ``GET /runs/{ref}/logs?format=ndjson``). When the
     daemon goes away it reconnects and resumes after the last line printed
     (:func:`reconnecting`). Returns the ended run (``{}`` if the stream
-    ended without one); says on stderr how it ended. Raises OSError
+    ended without one); says on stderr why a run still QUEUED waits
+    (``waiting to start: Held``) and how it ended. Raises OSError
     (``EPIPE``: :func:`output_closed`) when stdout's reader has gone,
     also while no line comes (:func:`check_output_open`)."""
     end: dict[str, Any] = {}
+    now = client.show(ref)["run"]
+    if now.get("phase") == "QUEUED" and now.get("reason"):
+        # Nothing to show yet: say why, then follow as it starts.
+        info(f"waiting to start: {now['reason']}" + (f" ({now['message']})" if now.get("message") else ""))
     # The cursor is a line number from the start, also with --tail: the
     # tail's first line is found once (lines are numbered 1..log_lines), so
     # a reconnect resumes from the line reached, never re-applies the tail
@@ -430,7 +438,8 @@ def logs_command(client: Client, run: str, *, follow: bool, tail: int | None, ou
         for obj in client.logs(run, follow=False, tail=tail):
             if "line_no" in obj:
                 emit_json_line(obj, flush=False)
-        sys.stdout.flush()
+        with writing():
+            sys.stdout.flush()
         return 0
     # Plain text: the daemon's bytes go to stdout as they come, in the
     # large pieces the socket gives (no per-line work).
@@ -444,16 +453,18 @@ def write_stdout_bytes(data: bytes) -> None:
     text layer holds). Also when that layer is unbuffered
     (``PYTHONUNBUFFERED``: a raw file, whose ``write`` may take only part
     of the bytes, e.g. when a signal interrupts a write to a full pipe).
-    Raises OSError (``EPIPE`` when the reader has gone)."""
-    sys.stdout.flush()
-    out = sys.stdout.buffer
-    view = memoryview(data)
-    while view:
-        n = out.write(view)
-        if n is None:  # a non-blocking stdout that is full
-            import select
+    Raises BrokenPipeError when the reader has gone, OutputError when
+    stdout cannot be written otherwise."""
+    with writing():
+        sys.stdout.flush()
+        out = sys.stdout.buffer
+        view = memoryview(data)
+        while view:
+            n = out.write(view)
+            if n is None:  # a non-blocking stdout that is full
+                import select
 
-            select.select([], [out], [])
-            continue
-        view = view[n:]
-    out.flush()
+                select.select([], [out], [])
+                continue
+            view = view[n:]
+        out.flush()

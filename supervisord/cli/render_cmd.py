@@ -1,4 +1,5 @@
-"""``jobsup render``: print the Kubernetes objects a submit would create.
+"""``jobsup render``: print the Kubernetes objects a submit would create
+(``--backend slurm``: the exact ``sbatch`` command and the wrapper script).
 
 Needs no cluster and no daemon: the manifest is read from the recorded commit
 of the local repository, the config layers from their files, and
@@ -11,9 +12,9 @@ every violation on stderr.
 
 from __future__ import annotations
 
+import json
 import secrets
 import shlex
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from supervisord.backends.kubernetes.manifest.render import (
     objects_to_yaml,
     render_run,
 )
-from supervisord.cli.output import output_option, warn
+from supervisord.cli.output import echo, output_option, warn
 from supervisord.cli.shape import reject_shape_flags, shape_flag_options
 from supervisord.config.effective import effective_config
 from supervisord.config.sources import current_kube_context, load_client_layers, load_daemon_layer
@@ -50,6 +51,13 @@ def _is_task_file(arg: str) -> bool:
 
 @click.command("render")
 @click.argument("args", nargs=-1, metavar="[TASK.yaml] [-- CMD...]")
+@click.option(
+    "--backend",
+    type=click.Choice(["kubernetes", "slurm"]),
+    default="kubernetes",
+    show_default=True,
+    help="What to render: the Kubernetes objects, or the sbatch command and wrapper.",
+)
 @click.option("--manifest", default=None, help=f"Repository-relative manifest path [default: {DEFAULT_MANIFEST_PATH}].")
 @click.option("--rev", default="HEAD", show_default=True, help="The revision whose manifest is read.")
 @click.option("--timeout", default=None, help="Run timeout: 90s, 30m, 4h, 1d [default: 4h].")
@@ -70,6 +78,7 @@ def _is_task_file(arg: str) -> bool:
 def render_command(
     ctx: click.Context,
     args: tuple[str, ...],
+    backend: str,
     manifest: str | None,
     rev: str,
     timeout: str | None,
@@ -88,9 +97,23 @@ def render_command(
     from the working tree. The command comes from the task file's `run:` or
     from the words after `--`. Exit 2 with every contract violation.
     """
-    reject_shape_flags({"image": image, "gpus": gpus, "cpus": cpus, "memory": memory})
     task_file = args[0] if args and _is_task_file(args[0]) else None
     words = list(args[1:] if task_file else args)
+    if backend == "slurm":
+        reject_shape_flags({"image": image, "cpus": cpus, "memory": memory})
+        doc = render_slurm(task_file, words, timeout=timeout, run_id=run_id, gpus=gpus, config_items=list(config_items))
+        if output == "json":
+            echo(json.dumps(doc, indent=2))
+        else:
+            echo(
+                f"# on {doc['where']}, in the run folder {doc['run_dir']} (remote_dir as configured:"
+                " a run uses its absolute path on the cluster):\n"
+                f"{doc['command']}\n"
+                f"# {doc['run_dir']}/job.sh:\n{doc['wrapper']}",
+                nl=False,
+            )
+        return
+    reject_shape_flags({"image": image, "gpus": gpus, "cpus": cpus, "memory": memory})
     try:
         rendered = render_task(
             task_file,
@@ -111,8 +134,60 @@ def render_command(
     for note in rendered.notes:
         warn(note)
     text = objects_to_json(rendered.objects) if output == "json" else objects_to_yaml(rendered.objects)
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    echo(text, nl=False)
+
+
+def render_slurm(
+    task_file: str | None,
+    words: list[str],
+    *,
+    timeout: str | None,
+    run_id: str | None,
+    gpus: str | None,
+    config_items: list[str],
+) -> dict[str, object]:
+    """What ``submit --backend slurm`` would run: ``{"where", "run_dir",
+    "sbatch" (argv), "command" (one line), "wrapper"}``. ``run_dir`` keeps
+    ``remote_dir`` as configured (the backend resolves ``~`` and relative
+    paths on the cluster). Raises TaskError/UsageError/ConfigError."""
+    from supervisord.backends.slurm.script import SlurmSettings, quote_argv, sbatch_argv, wrapper_script
+
+    task = load_task(task_file) if task_file else Task()
+    if words:
+        task = task.with_overrides(run=words[0] if len(words) == 1 else shlex.join(words))
+    command = task.run or ""
+    if not command.strip():
+        raise TaskError("no command: give `run:` in the task file or `-- CMD...` on the command line")
+    if timeout is not None:
+        task = task.with_overrides(timeout_s=parse_duration(timeout))
+    if run_id is not None and not (len(run_id) == 12 and all(c in "0123456789abcdef" for c in run_id)):
+        raise UsageError(f"--run-id: {run_id!r} is not a run id (12 lowercase hex)")
+    gpu_count = 0
+    if gpus is not None:
+        if not gpus.isdigit():
+            raise UsageError(f"--gpus: must be a whole number >= 0, got {gpus!r}")
+        gpu_count = int(gpus)
+    the_run_id = run_id or secrets.token_hex(6)
+    client_layers = load_client_layers(task=task, cli_config=list(config_items), cwd=Path.cwd())
+    effective = effective_config(load_daemon_layer(), client_layers)
+    for message in effective.warnings:
+        warn(message)
+    settings = SlurmSettings.of(effective.data)
+    run_dir = f"{settings.remote_dir.rstrip('/')}/runs/{the_run_id}"
+    argv = sbatch_argv(
+        run_id=the_run_id,
+        run_dir=run_dir,
+        timeout_s=task.timeout_s or DEFAULT_TIMEOUT_S,
+        settings=settings,
+        gpus=gpu_count,
+    )
+    return {
+        "where": settings.where,
+        "run_dir": run_dir,
+        "sbatch": argv,
+        "command": quote_argv(argv),
+        "wrapper": wrapper_script(run_id=the_run_id, run_dir=run_dir, command=command),
+    }
 
 
 def render_task(

@@ -15,7 +15,7 @@ import click
 from store.types import PHASES
 from supervisord.api.client import Client
 from supervisord.api.wire import EXIT_UNREACHABLE, exit_code_for_phase
-from supervisord.cli.output import emit, info, output_option, warn
+from supervisord.cli.output import echo, emit, info, output_option, warn
 from supervisord.cli.params import WholeNumber
 from supervisord.cli.queue_cmd import scheduling_options, take_scheduling
 from supervisord.cli.reads import (
@@ -161,7 +161,7 @@ def submit(
         return
     run_id = result["run"]["id"]
     if not follow:
-        click.echo(run_id)
+        echo(run_id)
         return
     info(f"submitted run {run_id}")
     try:
@@ -358,7 +358,7 @@ def events(run: str | None, after: int, follow: bool, output: str) -> None:
             data = json.dumps(ev["data"], ensure_ascii=False, separators=(",", ":"))
             if len(data) > 200:
                 data = data[:197] + "..."
-            click.echo(f"{ev['seq']:>8}  {ev['at']}  {ev['run_id']}  v{ev['version']:<4} {ev['type']:<16} {data}")
+            echo(f"{ev['seq']:>8}  {ev['at']}  {ev['run_id']}  v{ev['version']:<4} {ev['type']:<16} {data}")
 
 
 @click.command("doctor")

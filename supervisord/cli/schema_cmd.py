@@ -10,6 +10,8 @@ import json
 
 import click
 
+from supervisord.cli.output import echo
+
 __all__ = ["schema"]
 
 
@@ -23,6 +25,6 @@ def schema(name: str | None) -> None:
     if name is None:
         for n in schemas.names():
             title = str(schemas.load(n).get("title") or "")
-            click.echo(f"{n}\t{title}")
+            echo(f"{n}\t{title}")
         return
-    click.echo(json.dumps(schemas.load(name), indent=2, ensure_ascii=False))
+    echo(json.dumps(schemas.load(name), indent=2, ensure_ascii=False))

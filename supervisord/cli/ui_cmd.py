@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from supervisord.cli.output import info
+from supervisord.cli.output import echo, info
 from supervisord.cli.params import WholeNumber
 from supervisord.cli.reads import connected_client
 
@@ -34,7 +34,7 @@ def ui(port: int | None, no_open: bool, stop: bool) -> None:
         return
     got = client.ui(port=port)
     url = str(got["url"])
-    click.echo(url)
+    echo(url)
     if not no_open and _has_display():
         import webbrowser
 

@@ -131,12 +131,7 @@ def parse_cli_config(
         except ConfigError as exc:
             errors.extend(exc.errors)
     if errors:
-        raise ConfigError(
-            errors[0]
-            if len(errors) == 1
-            else f"{len(errors)} --config errors:\n" + "\n".join(f"  - {e}" for e in errors),
-            errors,
-        )
+        raise ConfigError.of(errors, "--config errors")
     return Layer("cli", None, data)
 
 

@@ -67,6 +67,10 @@ TASK_KEYS: tuple[KeyPath, ...] = (
     ("kubernetes", "pod_ready_timeout_s"),
     ("kubernetes", "node_selector"),
     ("kubernetes", "tolerations"),
+    ("slurm", "partition"),
+    ("slurm", "account"),
+    ("slurm", "qos"),
+    ("slurm", "sbatch_args"),
     ("env",),
     ("local",),
 )
@@ -95,7 +99,8 @@ def defaults() -> dict[str, Any]:
             "pvc_mounts": [],
             "secret_mounts": [],
         },
-        "allowed_backends": ["local", "kubernetes"],
+        "slurm": {"remote_dir": "~/.jobsup", "sbatch_args": []},
+        "allowed_backends": ["local", "kubernetes", "slurm"],
         "daemon": {"synchronous": "FULL", "log_level": "info"},
     }
 
@@ -167,7 +172,7 @@ def validate_daemon_config(layer: Layer, env: Mapping[str, str] = os.environ) ->
         except ConfigError as exc:
             errors = exc.errors
     if errors:
-        raise ConfigError(_summary(errors, "daemon config"), errors)
+        raise ConfigError.of(errors, "daemon config errors")
 
 
 def effective_config(
@@ -209,7 +214,7 @@ def effective_config(
     for layer in layers:
         errors.extend(layer_errors(layer))
     if errors:
-        raise ConfigError(_summary(errors, "config"), errors)
+        raise ConfigError.of(errors)
 
     resolved = _configured_context(layers) or context
     folded: list[Layer] = []
@@ -219,14 +224,14 @@ def effective_config(
         except ConfigError as exc:
             errors.extend(exc.errors)
     if errors:
-        raise ConfigError(_summary(errors, "config"), errors)
+        raise ConfigError.of(errors)
 
     base = merge_layers([Layer("default", None, defaults())])
     try:
         daemon_view = merge_layers(folded[:1], base=base)
         merged = merge_layers(folded, base=base)
     except ConfigError as exc:
-        raise ConfigError(_summary(exc.errors, "config"), exc.errors) from None
+        raise ConfigError.of(exc.errors) from None
     data, origins = merged.data, merged.origins
     _fill_defaults(data, defaults(), (), origins)
     _impose_daemon_only(data, origins, daemon_view)
@@ -248,7 +253,7 @@ def effective_config(
 
     final_errors = [f"merged config: {e}" + _blame(e, origins) for e in validate_document(data)]
     if final_errors:
-        raise ConfigError(_summary(final_errors, "config"), final_errors)
+        raise ConfigError.of(final_errors)
     return EffectiveConfig(
         data=_ordered(data, CONFIG_SCHEMA),
         origins={
@@ -299,12 +304,6 @@ def _from(eff: EffectiveConfig, prefix: str) -> str:
         if key == prefix or key.startswith(prefix + "[") or key.startswith(prefix + "."):
             return f" (from {describe_origin(origin)})"
     return ""
-
-
-def _summary(errors: list[str], what: str) -> str:
-    if len(errors) == 1:
-        return errors[0]
-    return f"{len(errors)} {what} errors:\n" + "\n".join(f"  - {e}" for e in errors)
 
 
 def _where(layer: Layer) -> str:
@@ -377,16 +376,14 @@ def _task_key_errors(layer: Layer) -> list[str]:
     for key, value in layer.data.items():
         if (key,) in TASK_KEYS or key == "hooks":  # hooks: see _hooks_error
             continue
-        if key == "kubernetes" and isinstance(value, Mapping):
+        if key in ("kubernetes", "slurm") and isinstance(value, Mapping):
             for sub in value:
-                if ("kubernetes", sub) not in TASK_KEYS:
-                    errors.append(
-                        f"{where}: kubernetes.{sub}: a task may not set this key (allowed in a task: {allowed})"
-                    )
+                if (key, sub) not in TASK_KEYS:
+                    errors.append(f"{where}: {key}.{sub}: a task may not set this key (allowed in a task: {allowed})")
             continue
-        if key == "kubernetes":
+        if key in ("kubernetes", "slurm"):
             errors.append(
-                f"{where}: kubernetes: a task may set only some keys below it, not the whole mapping (allowed in a task: {allowed})"
+                f"{where}: {key}: a task may set only some keys below it, not the whole mapping (allowed in a task: {allowed})"
             )
             continue
         errors.append(f"{where}: {format_path((key,))}: a task may not set this key (allowed in a task: {allowed})")

@@ -183,7 +183,7 @@ def merge_layers(layers: Sequence[Layer], *, base: MergeResult | None = None) ->
         _merge_mapping(data, layer.data, (), state, False)
         errors.extend(state.errors)
     if errors:
-        raise ConfigError(_summary(errors), errors)
+        raise ConfigError.of(errors, "config conflicts")
     return MergeResult(data=data, origins=origins)
 
 
@@ -235,13 +235,7 @@ class _State:
 
     def raise_errors(self) -> None:
         if self.errors:
-            raise ConfigError(_summary(self.errors), list(self.errors))
-
-
-def _summary(errors: list[str]) -> str:
-    if len(errors) == 1:
-        return errors[0]
-    return f"{len(errors)} config conflicts:\n" + "\n".join(f"  - {e}" for e in errors)
+            raise ConfigError.of(self.errors, "config conflicts")
 
 
 def _kind(value: Any, *, article: bool = True) -> str:
@@ -258,7 +252,7 @@ def is_pod_spec_path(path: KeyPath) -> bool:
     """Whether ``path`` lies at or below a key holding a pod spec
     (:data:`POD_SPEC_PATHS`), where the pod-spec list rules apply."""
     for pattern in POD_SPEC_PATHS:
-        if len(path) >= len(pattern) and all(p == "*" or p == s for p, s in zip(pattern, path)):
+        if len(path) >= len(pattern) and all(p == "*" or p == s for p, s in zip(pattern, path, strict=False)):
             return True
     return False
 

@@ -9,7 +9,7 @@ against :data:`CONFIG_SCHEMA`, then with the semantic checks of
 Keys::
 
     project: str                        grouping of runs
-    backend: local | kubernetes         default backend
+    backend: local | kubernetes | slurm   default backend
     env: {NAME: str}                    env for every run (secret values)
     local: {kill_grace_s: int > 0, shell: str,
             max_log_bytes: int > 0      stop recording a run's output past this many bytes (LogsTruncated)
@@ -31,7 +31,12 @@ Keys::
       allowed_contexts: [str]           daemon-only
       context_configs: {<context>: {<kubernetes key but context,
                                      allowed_contexts, context_configs>}}
-    allowed_backends: [local | kubernetes]   daemon-only
+    slurm:                              (supervisord.backends.slurm; README "Running on Slurm")
+      host: str                         ssh destination of a login node (empty: this machine's commands)
+      partition: str, account: str, qos: str
+      sbatch_args: [str]                more sbatch options, after jobsup's own
+      remote_dir: str                   the runs' folder on the cluster (default ~/.jobsup)
+    allowed_backends: [local | kubernetes | slurm]   daemon-only
     ui: {port: 1..65535, host: str, tls_cert: str, tls_key: str}   daemon-only
     daemon: {synchronous: FULL | NORMAL,
              max_running: int > 0 (the default queue's cap when it sets none),
@@ -44,6 +49,9 @@ Keys::
       gpus: auto | [int >= 0 | str]     GPU indices or UUIDs (default auto)
       queues: {<name>: {max_parallel: int > 0}}
       cpu_runs_see_gpus: bool
+    hooks: [HOOK]                       daemon and user config only (:data:`HOOK_SCHEMA`;
+                                        supervisord.hooks.config checks them and says
+                                        what is wrong in its own words)
 """
 
 from __future__ import annotations
@@ -54,11 +62,20 @@ from typing import Any
 import jsonschema
 import jsonschema.validators
 
+from store.types import PHASES
 from supervisord.config.keypath import KeyPath, format_path
 from supervisord.config.sandbox import check_kubernetes_options
 from supervisord.secret import looks_secret
 
-__all__ = ["CONFIG_SCHEMA", "schema_at", "schema_errors", "validate_document", "is_secret_path"]
+__all__ = [
+    "CONFIG_SCHEMA",
+    "HOOK_SCHEMA",
+    "schema_at",
+    "schema_errors",
+    "schema_violations",
+    "validate_document",
+    "is_secret_path",
+]
 
 _STR: dict[str, Any] = {"type": "string", "minLength": 1}
 _POS_INT: dict[str, Any] = {"type": "integer", "minimum": 1}
@@ -123,13 +140,66 @@ _KUBERNETES_PER_CONTEXT: dict[str, Any] = {
 }
 
 #: The schema of a config layer and of the merged config.
+#: The longest hook timeout or retry window: a week (seconds).
+_HOOK_MAX_S = 7 * 86400
+_HOOK_SECONDS: dict[str, Any] = {"type": "number", "exclusiveMinimum": 0, "maximum": _HOOK_MAX_S}
+_PHASE: dict[str, Any] = {"type": "string", "pattern": "^(?i:" + "|".join(PHASES) + ")$"}
+_GLOBS: dict[str, Any] = {"anyOf": [_STR, {"type": "array", "minItems": 1, "items": _STR}]}
+
+#: One hook (README, "Hooks"; supervisord.hooks.config): exactly one of
+#: ``command`` (argv, no shell) and ``webhook``.
+HOOK_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name"],
+    "properties": {
+        "name": {
+            "type": "string",
+            "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$",
+            "not": {"const": "on-done"},
+            "description": "unique; `on-done` is submit --on-done's",
+        },
+        "when": {
+            "anyOf": [_PHASE, {"type": "array", "minItems": 1, "items": _PHASE}],
+            "description": "the phases it runs for (default: the terminal ones)",
+        },
+        "match": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {key: _GLOBS for key in ("project", "name", "backend", "reason")},
+        },
+        "command": {
+            "type": "array",
+            "minItems": 1,
+            "items": {"type": "string", "pattern": "^[^\\x00]+$"},
+            "description": "argv; no shell (use [sh, -c, '...'] for one)",
+        },
+        "timeout_s": {**_HOOK_SECONDS, "description": "a command's time limit (default 30)"},
+        "webhook": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["url"],
+            "properties": {
+                "url": {**_STR, "description": "http:// or https://; a secret (never shown)"},
+                "secret_env": {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"},
+                "timeout_s": _HOOK_SECONDS,
+                "retry_for_s": _HOOK_SECONDS,
+                "in_flight": {"type": "integer", "minimum": 1, "maximum": 64},
+            },
+        },
+        "backfill": {"type": "boolean"},
+    },
+    "oneOf": [{"required": ["command"]}, {"required": ["webhook"]}],
+    "dependentSchemas": {"webhook": {"not": {"required": ["timeout_s"]}}},
+}
+
 CONFIG_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
     "additionalProperties": False,
     "properties": {
         "project": _STR,
-        "backend": {"enum": ["local", "kubernetes"]},
+        "backend": {"enum": ["local", "kubernetes", "slurm"]},
         "env": {
             "type": "object",
             "propertyNames": {"pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"},
@@ -165,9 +235,21 @@ CONFIG_SCHEMA: dict[str, Any] = {
                 },
             },
         },
+        "slurm": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "host": {"type": "string"},
+                "partition": _STR,
+                "account": _STR,
+                "qos": _STR,
+                "sbatch_args": {"type": "array", "items": _STR},
+                "remote_dir": _STR,
+            },
+        },
         "allowed_backends": {
             "type": "array",
-            "items": {"enum": ["local", "kubernetes"]},
+            "items": {"enum": ["local", "kubernetes", "slurm"]},
             "uniqueItems": True,
         },
         "ui": {
@@ -222,6 +304,11 @@ CONFIG_SCHEMA: dict[str, Any] = {
                 },
                 "cpu_runs_see_gpus": {"type": "boolean"},
             },
+        },
+        "hooks": {
+            "type": "array",
+            "items": HOOK_SCHEMA,
+            "description": "daemon and user config only: commands or webhooks run when runs change phase",
         },
     },
 }
@@ -287,6 +374,14 @@ def schema_errors(document: Mapping[str, Any]) -> list[tuple[KeyPath, str]]:
         out.extend(_describe(error, path))
     out.sort(key=lambda item: format_path(item[0]))
     return out
+
+
+def schema_violations(document: Mapping[str, Any]) -> list[tuple[KeyPath, str]]:
+    """Every schema violation in ``document`` as ``(key path, the JSON
+    Schema keyword it breaks)``, sorted: no value shown, for callers that
+    word their own messages (hooks, whose webhook URLs are secrets)."""
+    found = {(tuple(e.absolute_path), str(e.validator)) for e in _VALIDATOR.iter_errors(document)}
+    return sorted(found, key=lambda item: (format_path(item[0]), item[1]))
 
 
 def validate_document(document: Mapping[str, Any]) -> list[str]:

@@ -27,13 +27,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from supervisord.config.dotlist import parse_cli_config
 from supervisord.config.keypath import KeyPath, format_path
 from supervisord.config.layer import LAYER_NAMES, Layer
 from supervisord.config.yamlload import ConfigLoader, load_yaml
 from supervisord.exceptions import ConfigError
+from supervisord.kubeconfig import current_context
 
 __all__ = [
     "ENV_DAEMON_CONFIG",
@@ -162,7 +161,7 @@ def load_client_layers(
     """
     layers, errors = read_client_layers(task=task, cli_config=cli_config, cwd=cwd, env=env)
     if errors:
-        raise ConfigError(_summary(errors), errors)
+        raise ConfigError.of(errors)
     return layers
 
 
@@ -209,12 +208,6 @@ def _lower_view(layers: list[Layer]) -> Callable[[], dict[str, Any]]:
         return merge_layers([Layer("default", None, defaults()), *layers]).data
 
     return view
-
-
-def _summary(errors: list[str]) -> str:
-    if len(errors) == 1:
-        return errors[0]
-    return f"{len(errors)} config errors:\n" + "\n".join(f"  - {e}" for e in errors)
 
 
 def json_compatible_errors(value: Any, path: KeyPath) -> list[str]:
@@ -290,20 +283,6 @@ def current_kube_context(env: Mapping[str, str] = os.environ) -> str | None:
     """The kubeconfig's ``current-context`` (files from
     :func:`kubeconfig_files`; the first file that sets it wins, as kubectl
     merges them; missing files are skipped). None when no kubeconfig sets
-    one. Raises ConfigError naming a kubeconfig file that is not valid YAML."""
-    for file in kubeconfig_files(env):
-        if not file.is_file():
-            continue
-        try:
-            text = file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{file}: cannot read kubeconfig: {exc}") from None
-        try:
-            doc = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" line {mark.line + 1}:" if mark is not None else ""
-            raise ConfigError(f"{file}:{where} kubeconfig is not valid YAML") from None
-        if isinstance(doc, dict) and isinstance(doc.get("current-context"), str) and doc["current-context"]:
-            return str(doc["current-context"])
-    return None
+    one. Raises ConfigError naming a kubeconfig file that is not valid YAML
+    (:func:`supervisord.kubeconfig.current_context`)."""
+    return current_context(kubeconfig_files(env))

@@ -19,6 +19,7 @@ import yaml.nodes
 import yaml.resolver
 
 from supervisord.exceptions import ConfigError
+from supervisord.yamlerrors import describe_yaml_error
 
 __all__ = [
     "MAX_YAML_BYTES",
@@ -150,7 +151,4 @@ def load_yaml(text: str, *, source: str) -> Any:
     except RecursionError:
         raise ConfigError(f"{source}: not valid YAML: nested too deeply") from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{source}:{where} not valid YAML: {problem}") from None
+        raise ConfigError(f"{source}: {describe_yaml_error(exc)}") from None

@@ -347,20 +347,34 @@ def hooks_from_layers(layers: Sequence[Layer], env: Mapping[str, str] = os.envir
                     continue
                 seen[name] = where
             if spec is not None:
-                hooks.append(spec)
+                problems = _schema_problems(item, at)
+                errors.extend(problems)
+                if not problems:
+                    hooks.append(spec)
     return hooks, errors
+
+
+def _schema_problems(raw: Mapping[str, Any], at: str) -> list[str]:
+    """What the config schema (:data:`supervisord.config.schema.HOOK_SCHEMA`,
+    which ``jobsup schema config`` shows) refuses in a hook the checks above
+    took: the schema is the contract; the checks above give each problem
+    its own words, and a test keeps them in step (tests/supervisord/hooks/
+    test_hooks_schema.py). Values are not shown (a webhook URL is a secret)."""
+    from supervisord.config.schema import schema_violations
+
+    document = {"hooks": [{k: v for k, v in raw.items() if v is not None}]}
+    return [
+        f"{at}{''.join(f'[{p}]' if isinstance(p, int) else f'.{p}' for p in path[2:])}: "
+        f"does not match the config schema (`{keyword}`; see `jobsup schema config`)"
+        for path, keyword in schema_violations(document)
+    ]
 
 
 def load_hooks(layers: Sequence[Layer], env: Mapping[str, str] = os.environ) -> list[HookSpec]:
     """:func:`hooks_from_layers`, raising ConfigError with every error."""
     hooks, errors = hooks_from_layers(layers, env)
     if errors:
-        summary = (
-            errors[0]
-            if len(errors) == 1
-            else f"{len(errors)} hook config errors:\n" + "\n".join(f"  - {e}" for e in errors)
-        )
-        raise ConfigError(summary, errors)
+        raise ConfigError.of(errors, "hook config errors")
     return hooks
 
 

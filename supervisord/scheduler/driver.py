@@ -16,6 +16,17 @@ Events it reads (and what it records, on the run's own stream):
 ``ResourcesFreed``
     ``{"queue": str, "gpus": [uuid]}``: an admitted run reached a terminal
     phase, its GPUs and queue slot are free (recorded after that phase).
+``RunUpdated``
+    ``{"old": {...}, "new": {...}}`` (``jobsup update``, see
+    :mod:`supervisord.scheduler.update`): a waiting run's priority, GPUs,
+    queue or timeout changed; the next pass decides with the new values.
+``QueueChanged`` (on the stream :data:`DAEMON_STREAM`, not a run's)
+    ``{"queue", "max_parallel", "source", "old", "source_before"}``
+    (``jobsup queue set``): a queue's cap set at runtime; it beats the
+    daemon config's cap until set again (``source: config`` drops it).
+``Resumed`` (``jobsup resume``)
+    ``{"paused_s": float}``: an admitted run's deadline moves by its pause
+    (a paused run keeps its GPUs and queue slot).
 ``PhaseChanged`` QUEUED
     ``reason`` Held | WaitingForDependency | WaitingForSlot | WaitingForGPUs
     and ``message``: recorded only when they change.
@@ -44,11 +55,14 @@ from store import (
     PHASE_CHANGED,
     SUBMITTED,
     TERMINAL_PHASES,
+    ConcurrencyError,
     EventStore,
+    NewEvent,
     RecordedEvent,
     StoreError,
 )
 from supervisord.crashpoints import crash_point
+from supervisord.events import CONFIG_RELOADED, QUEUE_CHANGED, RESUMED
 from supervisord.exceptions import (
     AmbiguousRunError,
     RunNotFoundError,
@@ -57,7 +71,7 @@ from supervisord.exceptions import (
 )
 from supervisord.runprocs import live_run_ids
 from supervisord.scheduler.gpus import Inventory, gpu_env
-from supervisord.scheduler.options import DEFAULT_QUEUE, scheduling_of
+from supervisord.scheduler.options import DEFAULT_QUEUE, QUEUE_NAME, scheduling_of
 from supervisord.scheduler.policy import (
     DEADLINE_SLACK_S,
     DEPENDENCY_FAILED,
@@ -69,10 +83,19 @@ from supervisord.scheduler.policy import (
     decide,
     find_cycle,
 )
+from supervisord.scheduler.update import RUN_UPDATED, changed_values
 from supervisord.supervisor import Supervisor
 from supervisord.sweepread import expand_refs
 
-__all__ = ["ADMITTED", "HELD_EVENT", "HOLD_RELEASED", "RESOURCES_FREED", "Scheduler", "SchedulerSettings"]
+__all__ = [
+    "ADMITTED",
+    "DAEMON_STREAM",
+    "HELD_EVENT",
+    "HOLD_RELEASED",
+    "RESOURCES_FREED",
+    "Scheduler",
+    "SchedulerSettings",
+]
 
 log = structlog.get_logger("jobsup.scheduler")
 
@@ -80,7 +103,20 @@ ADMITTED = "Admitted"
 HELD_EVENT = "Held"
 HOLD_RELEASED = "HoldReleased"
 RESOURCES_FREED = "ResourcesFreed"
-_TYPES = (SUBMITTED, PHASE_CHANGED, ADMITTED, HELD_EVENT, HOLD_RELEASED)
+_TYPES = (
+    SUBMITTED,
+    PHASE_CHANGED,
+    ADMITTED,
+    HELD_EVENT,
+    HOLD_RELEASED,
+    RUN_UPDATED,
+    QUEUE_CHANGED,
+    RESUMED,
+    CONFIG_RELOADED,
+)
+#: The stream of the daemon's own events (``QueueChanged``): not a run's, so
+#: no run row is ever made of it (a stream without Submitted has none).
+DAEMON_STREAM = "daemon"
 _RETRY_S = 1.0
 #: While an ended run's processes keep its GPUs, how often to look again (seconds).
 _LINGER_POLL_S = 0.5
@@ -130,6 +166,28 @@ class _Run:
     sweep_cap: int | None = None
     cached: Waiting | None = None  # what decide() gets; rebuilt when ``held`` changes
 
+    def current(self) -> dict[str, Any]:
+        """The values ``jobsup update`` may change (supervisord.scheduler.update.UPDATABLE)."""
+        return {
+            "priority": int(self.sched["priority"]),
+            "gpus": int(self.sched["gpus"]),
+            "queue": self.queue,
+            "timeout_s": self.timeout_s,
+        }
+
+    def fold_update(self, new: Mapping[str, Any]) -> bool:
+        """Take a RunUpdated's ``new`` values; returns whether any differed."""
+        before = self.current()
+        for key in ("priority", "gpus"):
+            if key in new:
+                self.sched[key] = int(new[key])
+        if "queue" in new:
+            self.queue = self.sched["queue"] = str(new["queue"])
+        if "timeout_s" in new:
+            self.timeout_s = int(new["timeout_s"])
+        self.cached = None
+        return self.current() != before
+
     def waiting(self) -> Waiting:
         if self.cached is None or self.cached.held != self.held:
             s = self.sched
@@ -145,6 +203,7 @@ class _Run:
                 timeout_s=self.timeout_s,
                 sweep=self.sweep,
                 sweep_cap=self.sweep_cap,
+                after_failed=tuple(s["after_failed"]),
             )
         return self.cached
 
@@ -192,6 +251,9 @@ class Scheduler:
         self._last = Decision()
         self._lock = anyio.Lock()
         self._dirty = True  # something may have changed since the last pass
+        #: Queue caps set at runtime (``jobsup queue set``): they beat ``settings.caps``.
+        self._runtime_caps: dict[str, int | None] = {}
+        self._daemon_version = 0  # of DAEMON_STREAM
         self.passes = 0
 
     # -- state from the log -----------------------------------------------------
@@ -222,7 +284,7 @@ class Scheduler:
         self._active[run.run_id] = run
 
     async def _watch_deps(self, run: _Run) -> None:
-        for dep in [*run.sched["after"], *run.sched["after_any"]]:
+        for dep in [*run.sched["after"], *run.sched["after_any"], *run.sched["after_failed"]]:
             if dep not in self._dep_phase:
                 status = await self.store.get_run(dep)
                 self._dep_phase[dep] = status.phase if status is not None else "QUEUED"
@@ -233,9 +295,17 @@ class Scheduler:
         hold their GPUs again; one that was admitted but never handed to its
         backend is let start (with its GPUs)."""
         self._cursor = await self.store.last_seq()
+        self._runtime_caps.clear()
+        for e in await self.store.read_stream(DAEMON_STREAM):
+            self._daemon_version = e.version
+            if e.type == QUEUE_CHANGED:
+                self._fold_queue_changed(e.data)
         for status in reversed(await self.store.list_runs(non_terminal_only=True)):
             events = await self.store.read_all(
-                0, limit=1_000_000, run_id=status.id, types=[SUBMITTED, ADMITTED, HELD_EVENT, HOLD_RELEASED]
+                0,
+                limit=1_000_000,
+                run_id=status.id,
+                types=[SUBMITTED, ADMITTED, HELD_EVENT, HOLD_RELEASED, RUN_UPDATED],
             )
             if not events or events[0].type != SUBMITTED:
                 continue
@@ -250,6 +320,8 @@ class Scheduler:
                     run.held = False
                 elif e.type == ADMITTED:
                     admitted = e
+                elif e.type == RUN_UPDATED and admitted is None:
+                    run.fold_update(e.data.get("new") or {})
             if admitted is not None:
                 self._admitted(run, admitted.at, admitted.data)
                 state = self.supervisor.run_state(run.run_id)
@@ -291,6 +363,12 @@ class Scheduler:
         dependency's phase), so the driver's own QUEUED reasons and the
         phases of started runs do not cost a pass."""
         rid = e.run_id
+        if e.type == CONFIG_RELOADED:
+            return True  # the settings changed (Daemon reload)
+        if e.type == QUEUE_CHANGED:
+            if rid == DAEMON_STREAM:
+                self._daemon_version = max(self._daemon_version, e.version)
+            return self._fold_queue_changed(e.data)
         if e.type == SUBMITTED:
             if rid in self._waiting or rid in self._active:
                 return False
@@ -324,6 +402,12 @@ class Scheduler:
             changed = run.held != held
             run.held = held
             return changed
+        if e.type == RESUMED and rid in self._active:
+            # Paused time does not count toward its timeout: its deadline moves.
+            run.deadline += float(e.data.get("paused_s") or 0.0)
+            return False
+        if e.type == RUN_UPDATED and rid in self._waiting:
+            return run.fold_update(e.data.get("new") or {})
         if e.type == ADMITTED and rid in self._waiting:
             self._admitted(run, e.at, e.data)
             return True
@@ -381,7 +465,98 @@ class Scheduler:
         """What :func:`decide` gets now."""
         waiting = [r.waiting() for r in self._waiting.values()]
         active = [Active(r.run_id, r.queue, r.gpus, r.deadline, sweep=r.sweep) for r in self._active.values()]
-        return Situation(waiting, active, self.inventory.gpus, self.settings.caps, self._dep_phase, time.time())
+        return Situation(waiting, active, self.inventory.gpus, self.caps(), self._dep_phase, time.time())
+
+    # -- queue caps ---------------------------------------------------------------
+
+    def caps(self) -> dict[str, int | None]:
+        """Each queue's cap in force: the daemon config's, with those set at runtime over them."""
+        return {**self.settings.caps, **self._runtime_caps}
+
+    def cap_source(self, queue: str) -> str:
+        """Where ``queue``'s cap comes from: ``runtime`` (``jobsup queue
+        set``), ``config`` (the daemon config) or ``none`` (no cap)."""
+        if queue in self._runtime_caps:
+            return "runtime"
+        return "config" if self.settings.caps.get(queue) is not None else "none"
+
+    def _fold_queue_changed(self, data: Mapping[str, Any]) -> bool:
+        """Take a QueueChanged; returns whether the cap in force changed."""
+        queue = str(data.get("queue") or "")
+        before = self.caps().get(queue)
+        if data.get("source") == "config":
+            self._runtime_caps.pop(queue, None)
+        else:
+            cap = data.get("max_parallel")
+            self._runtime_caps[queue] = None if cap is None else int(cap)
+        return self.caps().get(queue) != before
+
+    async def set_cap(self, queue: str, max_parallel: int | None, *, from_config: bool = False) -> dict[str, Any]:
+        """``jobsup queue set Q --max-parallel N|none|config``: record
+        QueueChanged (on :data:`DAEMON_STREAM`) and decide again at once
+        with the new cap; it outlives restarts and beats the daemon config
+        until set again (``from_config``: drop the runtime cap, the config's
+        is in force again). Returns ``{"queue": the queue's row as
+        :meth:`view` shows it, "new": whether no config, run or earlier
+        ``queue set`` named the queue}``. Raises TaskError naming
+        ``--max-parallel`` or the queue name."""
+        if not QUEUE_NAME.match(queue):
+            raise TaskError(
+                f"queue {queue!r}: not a queue name (1-63 letters, digits, '.', '_' or '-', starting with a letter or digit)"
+            )
+        if max_parallel is not None and (
+            isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or not 1 <= max_parallel <= 100_000
+        ):
+            raise TaskError(f"--max-parallel: {max_parallel!r} is not a whole number 1..100000 (or none)")
+        async with self._lock:
+            new = queue not in self._queue_names()
+            data: dict[str, Any] = {
+                "queue": queue,
+                "max_parallel": self.settings.caps.get(queue) if from_config else max_parallel,
+                "source": "config" if from_config else "runtime",
+                "old": self.caps().get(queue),
+                "source_before": self.cap_source(queue),
+            }
+            await self._append_daemon_event(QUEUE_CHANGED, data)
+            if self._fold_queue_changed(data):
+                self._dirty = True
+        return {"queue": self._queue_row(queue), "new": new}
+
+    async def _append_daemon_event(self, etype: str, data: Mapping[str, Any]) -> None:
+        event = [NewEvent(etype, dict(data))]
+        try:
+            recorded = await self.store.append(DAEMON_STREAM, self._daemon_version, event)
+        except ConcurrencyError:
+            self._daemon_version = (await self.store.read_stream(DAEMON_STREAM))[-1].version
+            recorded = await self.store.append(DAEMON_STREAM, self._daemon_version, event)
+        self._daemon_version = recorded[-1].version
+
+    async def record_daemon_event(self, etype: str, data: Mapping[str, Any]) -> None:
+        """Record an event of the daemon's own (ConfigReloaded) on
+        :data:`DAEMON_STREAM` and decide again (the caller changed
+        :attr:`settings` first)."""
+        async with self._lock:
+            await self._append_daemon_event(etype, data)
+            self._dirty = True
+
+    def _queue_row(self, queue: str) -> dict[str, Any]:
+        """One queue as :meth:`view` shows it."""
+        return {
+            "name": queue,
+            "max_parallel": self.caps().get(queue),
+            "source": self.cap_source(queue),
+            "running": sum(1 for r in self._active.values() if r.queue == queue),
+            "waiting": sum(1 for r in self._waiting.values() if r.queue == queue),
+        }
+
+    def _queue_names(self) -> set[str]:
+        return {
+            *self.settings.caps,
+            *self._runtime_caps,
+            DEFAULT_QUEUE,
+            *(r.queue for r in self._active.values()),
+            *(r.queue for r in self._waiting.values()),
+        }
 
     async def _release(self) -> list[_Run]:
         """The ended runs whose GPUs and queue slots are free now: all of
@@ -478,7 +653,7 @@ class Scheduler:
                 f"--gpus: asks for {sched['gpus']} GPU{'s' if sched['gpus'] != 1 else ''}, "
                 f"this machine has {total} for jobsup{why}"
             )
-        for key, flag in (("after", "--after"), ("after_any", "--after-any")):
+        for key, flag in (("after", "--after"), ("after_any", "--after-any"), ("after_failed", "--after-failed")):
             ids: list[str] = []
             for ref in sched[key]:
                 try:
@@ -489,8 +664,13 @@ class Scheduler:
                 ids.extend(rid for rid in rids if rid not in ids)
             sched[key] = ids
         sched["after_any"] = [r for r in sched["after_any"] if r not in sched["after"]]
-        edges = {r.run_id: [*r.sched["after"], *r.sched["after_any"]] for r in self._waiting.values()}
-        edges["(new run)"] = [*sched["after"], *sched["after_any"]]
+        if not sched["after_failed"]:
+            del sched["after_failed"]  # recorded only when given
+        edges = {
+            r.run_id: [*r.sched["after"], *r.sched["after_any"], *r.sched["after_failed"]]
+            for r in self._waiting.values()
+        }
+        edges["(new run)"] = [*sched["after"], *sched["after_any"], *sched.get("after_failed", [])]
         cycle = find_cycle(edges)
         if cycle is not None:
             raise TaskError(f"--after: the dependencies form a cycle: {' -> '.join(cycle)}")
@@ -498,8 +678,9 @@ class Scheduler:
         return out
 
     async def hold(self, run_id: str) -> None:
-        """Hold a queued run (record ``Held``); a no-op for a held one.
-        Raises UsageError when the run is not waiting to start."""
+        """Hold a queued run (record ``Held``) and decide at once; a no-op
+        for a held one. Raises UsageError when the run is not waiting to
+        start."""
         async with self._lock:
             run = self._waiting.get(run_id)
             if run is None:
@@ -508,7 +689,8 @@ class Scheduler:
             if not run.held:
                 await self.supervisor.append_event(run_id, HELD_EVENT, {})
                 crash_point("hold.recorded")
-                run.held = self._dirty = True
+                run.held = True
+                await self._pass_now()
 
     async def release(self, run_id: str) -> None:
         """Release a held run (record ``HoldReleased``); a no-op for a queued
@@ -522,7 +704,54 @@ class Scheduler:
                 await self.supervisor.append_event(run_id, HOLD_RELEASED, {})
                 crash_point("release.recorded")
                 run.held = False
-                self._dirty = True
+                await self._pass_now()
+
+    async def _pass_now(self) -> None:
+        """Decide at once (the caller holds the lock), so that what a
+        request answers is the state after its change (``hold`` answers
+        QUEUED Held, not the reason from before)."""
+        self._dirty = False
+        try:
+            await self._pass()
+        except BaseException:
+            self._dirty = True  # the loop tries again
+            raise
+
+    async def update(self, run_ids: list[str], changes: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """Change queued runs (``changes``: what
+        :func:`~supervisord.scheduler.update.parse_changes` returns) and
+        return the RunUpdated data (``{"old", "new"}``) of each run that
+        changed, by id (a run already at those values records nothing). All or nothing: every run is checked before any
+        is touched, under the scheduler's lock, so none is admitted
+        meanwhile. Raises UsageError naming each run that is not waiting to
+        start, TaskError for more GPUs than this daemon has; nothing is
+        recorded then. The next pass (at once) decides with the new values."""
+        total = len(self.inventory.gpus)
+        if changes.get("gpus", 0) > total:
+            why = f" ({self.inventory.note})" if self.inventory.note else ""
+            n = changes["gpus"]
+            raise TaskError(
+                f"--gpus: asks for {n} GPU{'s' if n != 1 else ''}, this machine has {total} for jobsup{why}"
+            )
+        async with self._lock:
+            bad = []
+            for rid in run_ids:
+                if rid not in self._waiting:
+                    status = await self.supervisor.get(rid)
+                    bad.append(f"run {rid} is {status.phase}: only a queued run can be updated")
+            if bad:
+                raise UsageError("; ".join(bad) + ("; nothing was changed" if len(run_ids) > 1 else ""))
+            changed: dict[str, dict[str, Any]] = {}
+            for rid in run_ids:
+                run = self._waiting[rid]
+                data = changed_values(run.current(), changes)
+                if data is None:
+                    continue
+                if await self.supervisor.update_queued(rid, data):
+                    run.fold_update(data["new"])
+                    changed[rid] = data
+                    self._dirty = True
+            return changed
 
     def doctor(self) -> dict[str, Any]:
         """The ``gpus`` check of ``jobsup doctor`` (always ok: no GPU is not an error)."""
@@ -541,7 +770,8 @@ class Scheduler:
         project, name, queue, priority, gpus, after, after_any, held,
         reason, message, created_at), ``gpus`` (index, uuid, name, memory,
         holder: {id, project, name, since} or None, since) and ``queues`` (name,
-        max_parallel, running, waiting)."""
+        max_parallel, source: runtime | config | none, running, waiting;
+        ``default`` always)."""
         waiting = []
         order = [rid for rid in self._last.order if rid in self._waiting]
         order += sorted((r for r in self._waiting if r not in set(order)), key=lambda r: self._waiting[r].order)
@@ -577,16 +807,5 @@ class Scheduler:
                     "since": None if h is None else h.admitted_at,
                 }
             )
-        names = sorted(
-            {*self.settings.caps, *(r.queue for r in self._active.values()), *(r.queue for r in self._waiting.values())}
-        )
-        queues = [
-            {
-                "name": q,
-                "max_parallel": self.settings.caps.get(q),
-                "running": sum(1 for r in self._active.values() if r.queue == q),
-                "waiting": sum(1 for r in self._waiting.values() if r.queue == q),
-            }
-            for q in names
-        ]
+        queues = [self._queue_row(q) for q in sorted(self._queue_names())]
         return {"waiting": waiting, "gpus": gpus, "queues": queues}

@@ -4,7 +4,8 @@ checked and normalised into the ``scheduling`` mapping of the Submitted event.
 ``scheduling`` (recorded with every run)::
 
     {"gpus": int >= 0, "queue": str, "priority": -1000..1000,
-     "after": [run id], "after_any": [run id], "hold": bool}
+     "after": [run id], "after_any": [run id], "hold": bool,
+     "after_failed": [run id]}   (after_failed: only when given)
 
 The ids are full run ids once the daemon resolved them
 (:meth:`supervisord.scheduler.driver.Scheduler.prepare`).
@@ -67,7 +68,8 @@ def parse_scheduling(
     lower-cased and de-duplicated but not resolved. Raises TaskError naming
     the flag, or ``names[key]`` when given (a task file and its key)."""
     label = {
-        k: (names or {}).get(k, "--" + k.replace("_", "-")) for k in ("gpus", "queue", "priority", "after", "after_any")
+        k: (names or {}).get(k, "--" + k.replace("_", "-"))
+        for k in ("gpus", "queue", "priority", "after", "after_any", "after_failed")
     }
     gpus = 0 if task.get("gpus") is None else _int(task.get("gpus"), label["gpus"])
     if gpus < 0:
@@ -87,9 +89,25 @@ def parse_scheduling(
         raise TaskError(f"{label['priority']}: must be in {PRIORITY_MIN}..{PRIORITY_MAX}, got {priority}")
     after = _refs(task.get("after"), label["after"])
     after_any = [r for r in _refs(task.get("after_any"), label["after_any"]) if r not in after]
+    after_failed = _refs(task.get("after_failed"), label["after_failed"])
+    both = sorted(set(after_failed) & set(after))
+    if both:
+        raise TaskError(
+            f"{label['after_failed']} {both[0]}: also given with {label['after']}; a run cannot both complete and fail"
+        )
     if not isinstance(hold, bool):
         raise TaskError(f"--hold: must be true or false, got {hold!r}")
-    return {"gpus": gpus, "queue": queue, "priority": priority, "after": after, "after_any": after_any, "hold": hold}
+    out: dict[str, Any] = {
+        "gpus": gpus,
+        "queue": queue,
+        "priority": priority,
+        "after": after,
+        "after_any": after_any,
+        "hold": hold,
+    }
+    if after_failed:
+        out["after_failed"] = after_failed
+    return out
 
 
 def scheduling_of(submitted: Mapping[str, Any]) -> dict[str, Any]:
@@ -104,4 +122,5 @@ def scheduling_of(submitted: Mapping[str, Any]) -> dict[str, Any]:
         "after": [str(r) for r in sched.get("after") or []],
         "after_any": [str(r) for r in sched.get("after_any") or []],
         "hold": bool(sched.get("hold")),
+        "after_failed": [str(r) for r in sched.get("after_failed") or []],
     }

@@ -12,11 +12,14 @@ Rules (README.md, "Scheduling"):
 * Start order: higher ``priority`` first, then oldest (submit order).
 * A run waits, with the first reason that applies: ``Held``;
   ``WaitingForDependency`` (an ``after`` run not yet COMPLETED or an
-  ``after_any`` run not yet terminal); ``WaitingForSlot`` (its queue already
+  ``after_any`` run not yet terminal, an ``after_failed`` run not yet
+  terminal); ``WaitingForSlot`` (its queue already
   runs ``max_parallel`` runs); ``WaitingForGPUs``.
 * ``after`` a run that ended other than COMPLETED: the run ends CANCELED,
   reason ``DependencyFailed``; so, transitively and in the same pass, do the
-  runs that depend on it.
+  runs that depend on it. ``after_failed`` (``submit --after-failed``) is
+  the mirror: the run starts only if that run ended ERROR, and ends
+  CANCELED ``DependencyFailed`` when it ended any other way.
 * Backfill without starvation, EASY backfilling (D. Lifka, "The ANL/IBM SP
   scheduling system", JSSPP 1995; A. Mu'alem and D. Feitelson, IEEE TPDS
   12(6), 2001). The first run in start order that cannot get its GPUs is the
@@ -112,6 +115,7 @@ class Waiting:
     #: Its sweep and that sweep's ``max_parallel`` (None: no sweep cap).
     sweep: str | None = None
     sweep_cap: int | None = None
+    after_failed: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -235,6 +239,13 @@ def _dependency_state(w: Waiting, phases: Mapping[str, str]) -> tuple[str | None
         phase = phases.get(dep, "QUEUED")
         if phase not in TERMINAL:
             waits.append(f"{dep} ({phase})")
+    for dep in w.after_failed:
+        phase = phases.get(dep, "QUEUED")
+        if phase in TERMINAL:
+            if phase != "ERROR":
+                return f"run {dep}, which this run waits for with --after-failed, ended {phase}, not ERROR", []
+        else:
+            waits.append(f"{dep} ({phase})")
     return None, waits
 
 
@@ -250,7 +261,7 @@ def decide(s: Situation) -> Decision:
     # Dependency failures, transitively: a run canceled in this pass fails its
     # own dependents in the same pass.
     failed: dict[str, str] = {}
-    with_deps = [w for w in s.waiting if w.after or w.after_any]
+    with_deps = [w for w in s.waiting if w.after or w.after_any or w.after_failed]
     changed = bool(with_deps)
     while changed:
         changed = False
@@ -295,7 +306,7 @@ def decide(s: Situation) -> Decision:
         if w.held:
             out.pending[w.run_id] = Pending(HELD, f"held: `jobsup release {w.run_id}` lets it start")
             continue
-        waits = _dependency_state(w, phases)[1] if (w.after or w.after_any) else None
+        waits = _dependency_state(w, phases)[1] if (w.after or w.after_any or w.after_failed) else None
         if waits:
             out.pending[w.run_id] = Pending(
                 WAITING_FOR_DEPENDENCY, f"waits for run{'s' if len(waits) > 1 else ''} {', '.join(waits)}"

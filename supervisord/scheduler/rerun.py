@@ -5,15 +5,22 @@ manifest), source (commit and snapshot), effective config and scheduling
 options. Env values are never recorded: the client sends values for the
 names it could fill (from its environment or ``--env``); a name without a
 value is left out of the new run and reported back.
+
+``rerun RUN --rev REV`` runs another commit of the same repository (a new
+snapshot), ``-- CMD…`` another command, and ``--with-dependents`` submits
+again, after the new run, the runs that ended CANCELED ``DependencyFailed``
+because of RUN (transitively): each with its dependencies on the old runs
+pointing at their reruns.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from store import RunStatus
+from store import SUBMITTED, EventStore, RunStatus
 from supervisord.exceptions import SourceError, TaskError, UsageError
 from supervisord.scheduler.options import scheduling_of
 from supervisord.secret import env_digest
@@ -22,7 +29,11 @@ from supervisord.supervisor import Supervisor
 if TYPE_CHECKING:
     from supervisord.scheduler.driver import Scheduler
 
-__all__ = ["check_dependencies_alive", "rerun_run", "rerun_submitted"]
+__all__ = ["check_dependencies_alive", "failed_dependents", "rerun_run", "rerun_submitted"]
+
+_DEP_KEYS = ("after", "after_any", "after_failed")
+#: ``(repo, rev) -> a Submitted source`` (supervisord.submit.Planner.source_at).
+SourceAt = Callable[[Path, str], Awaitable[dict[str, Any]]]
 
 
 def rerun_submitted(
@@ -33,14 +44,20 @@ def rerun_submitted(
     digest_key: bytes,
     snapshot_exists: bool,
     hold: bool = False,
+    source: Mapping[str, Any] | None = None,
+    command: str | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """The Submitted data of a rerun of ``old_id`` (whose Submitted data is
     ``old``) with ``env`` values, and the recorded env names that ``env``
-    does not fill. Raises TaskError for env values that are not strings and
-    SourceError when the recorded snapshot is gone."""
+    does not fill. ``source`` (another commit, ``--rev``) and ``command``
+    (``-- CMD…``) replace the recorded ones. Raises TaskError for env values
+    that are not strings or an empty command, and SourceError when the
+    recorded snapshot is gone (and no ``source`` is given)."""
     if not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise TaskError("rerun: env must map names to string values")
-    if not snapshot_exists:
+    if command is not None and (not isinstance(command, str) or not command.strip()):
+        raise TaskError("rerun: the command after `--` is empty")
+    if source is None and not snapshot_exists:
         sha = str((old.get("source") or {}).get("snapshot_sha256") or "?")
         raise SourceError(f"rerun {old_id}: its source snapshot {sha[:12]} is no longer in the state dir")
     names = sorted((old.get("env") or {}).keys())
@@ -56,7 +73,29 @@ def rerun_submitted(
     new["env"] = env_digest(values, digest_key)
     new["rerun_of"] = old_id
     new["submitted_by_uid"] = os.getuid()
+    if source is not None:
+        new["source"] = dict(source)
+    if command is not None:
+        new["command"] = command
     return new, missing
+
+
+async def failed_dependents(store: EventStore, run_id: str) -> list[tuple[str, dict[str, Any]]]:
+    """The runs that ended CANCELED ``DependencyFailed`` because of
+    ``run_id``, directly or through one another: ``(id, Submitted data)``
+    in submit order."""
+    canceled = [r.id for r in await store.list_runs(phases=["CANCELED"]) if r.reason == "DependencyFailed"]
+    firsts = sorted(
+        (e for e in (await store.first_events(canceled)).values() if e.type == SUBMITTED), key=lambda e: e.seq
+    )
+    found = {run_id}
+    out: list[tuple[str, dict[str, Any]]] = []
+    for e in firsts:  # submit order: a dependent comes after what it depends on
+        sched = scheduling_of(e.data)
+        if any(d in found for key in _DEP_KEYS for d in sched[key]):
+            found.add(e.run_id)
+            out.append((e.run_id, dict(e.data)))
+    return out
 
 
 def check_dependencies_alive(old_id: str, after: list[str], statuses: Mapping[str, RunStatus]) -> None:
@@ -85,17 +124,30 @@ async def rerun_run(
     *,
     hold: bool = False,
     force: bool = False,
+    rev: str | None = None,
+    command: str | None = None,
+    source_at: SourceAt | None = None,
+    renamed: Mapping[str, str] | None = None,
 ) -> tuple[RunStatus, list[str]]:
     """Submit a rerun of ``run_id`` (a full id) with the ``env`` values the
     caller could fill: ``(the new run, the env names left without a
-    value)``. Raises UsageError when a run it starts after ended other
-    than COMPLETED (:func:`check_dependencies_alive`), and what :func:`rerun_submitted`,
+    value)``. ``rev``: run that commit of the run's repository instead
+    (snapshotted with ``source_at``); ``command``: run this instead;
+    ``renamed``: old run id -> its rerun, for the dependencies (``rerun
+    --with-dependents``). Raises UsageError when a run it starts after
+    ended other than COMPLETED (:func:`check_dependencies_alive`), and
+    what :func:`rerun_submitted`, ``source_at``,
     :meth:`~supervisord.scheduler.driver.Scheduler.prepare` and
     :meth:`~supervisord.supervisor.Supervisor.submit` raise (nothing is
     recorded then)."""
     first = await supervisor.store.read_all(0, limit=1, run_id=run_id)
     old = first[0].data if first else {}
     sha = str((old.get("source") or {}).get("snapshot_sha256") or "")
+    source = None
+    if rev is not None:
+        if source_at is None:
+            raise TaskError("--rev: this daemon cannot snapshot another commit here")
+        source = await source_at(Path(str((old.get("source") or {}).get("repo") or "")), rev)
     new, missing = rerun_submitted(
         run_id,
         old,
@@ -103,7 +155,14 @@ async def rerun_run(
         digest_key=digest_key,
         snapshot_exists=bool(sha) and supervisor.snapshots.path_for(sha).exists(),
         hold=hold,
+        source=source,
+        command=command,
     )
+    if renamed:
+        sched = dict(new["scheduling"])
+        for key in _DEP_KEYS:
+            sched[key] = [renamed.get(d, d) for d in sched.get(key) or []]
+        new["scheduling"] = sched
     after = list(new["scheduling"]["after"])
     check_dependencies_alive(run_id, after, await supervisor.store.get_runs(after))
     if scheduler is not None:

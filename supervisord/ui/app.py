@@ -16,6 +16,8 @@ Routes (every one needs the session cookie, see :mod:`supervisord.ui.auth`)::
     POST /runs/{id}/rerun           CSRF-checked; 303 to the new run's page
     GET  /sweeps/{ref}              a sweep's results table (?sort=[-]COLUMN),
                                     reloaded every few seconds until it ends
+    POST /runs/{id}/pause, /resume  CSRF-checked; 303 to the run's page (a running local run)
+    POST /runs/{id}/priority        CSRF-checked, form ``priority``; 303 to the run's page (a queued run)
     GET  /events                    the audit trail, ?run= &type= &after= paged
     GET  /stream                    SSE of run status changes (the runs page)
     GET  /queue                     waiting runs and GPUs, when the daemon
@@ -68,7 +70,7 @@ from store import (
 )
 from supervisord.api.query import int_param
 from supervisord.api.streams import StreamCloser
-from supervisord.exceptions import JobsupError, UsageError
+from supervisord.exceptions import JobsupError, RunNotFoundError, UsageError
 from supervisord.progress import progress_text
 from supervisord.sweepread import sweep_document
 from supervisord.sweeptable import flat_rows, sort_rows, table_columns
@@ -105,6 +107,15 @@ class UiActions(Protocol):
 
     async def queue(self) -> Mapping[str, Any] | None:
         """``{"waiting": [...], "gpus": [...]}``, or None without a scheduler."""
+
+    async def pause(self, run_id: str) -> RunStatus:
+        """Pause a running local run; raises JobsupError (UsageError when it cannot be)."""
+
+    async def resume(self, run_id: str) -> RunStatus:
+        """Resume a paused run; raises JobsupError."""
+
+    async def set_priority(self, run_id: str, priority: int) -> RunStatus:
+        """``jobsup update RUN --priority P`` of a queued run; raises JobsupError."""
 
 
 @dataclass(frozen=True)
@@ -233,7 +244,7 @@ def create_ui_app(
             except _BadRequest as err:
                 return Response(f"{err}\n", status_code=400, media_type="text/plain")
             except JobsupError as err:
-                return render("error.html", page, status=_status_of(err), message=str(err))
+                return render("error.html", page, status=err.http_status, message=str(err))
 
         return handler
 
@@ -294,7 +305,7 @@ def create_ui_app(
     async def run_facts(run_id: str) -> dict[str, Any]:
         run = await store.get_run(run_id)
         if run is None:
-            raise _NotFound(f"run {run_id} not found")
+            raise RunNotFoundError(f"run {run_id} not found")
         first = await store.read_all(0, limit=1, run_id=run_id)
         submitted = first[0].data if first else {}
         return {"run": run, "submitted": submitted}
@@ -400,6 +411,26 @@ def create_ui_app(
         new = await actions.rerun(run_id)
         return RedirectResponse(f"/runs/{new.id}", status_code=303)
 
+    async def pause(request: Request, page: _Page) -> Response:
+        run_id = await actions.resolve(request.path_params["ref"])
+        await actions.pause(run_id)
+        return RedirectResponse(f"/runs/{run_id}", status_code=303)
+
+    async def resume(request: Request, page: _Page) -> Response:
+        run_id = await actions.resolve(request.path_params["ref"])
+        await actions.resume(run_id)
+        return RedirectResponse(f"/runs/{run_id}", status_code=303)
+
+    async def priority(request: Request, page: _Page) -> Response:
+        run_id = await actions.resolve(request.path_params["ref"])
+        raw = (await request.form()).get("priority")
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            raise _BadRequest(f"priority: {raw!r} is not a whole number -1000..1000") from None
+        await actions.set_priority(run_id, value)
+        return RedirectResponse(f"/runs/{run_id}", status_code=303)
+
     # -- events and queue ------------------------------------------------------
 
     async def events_page(request: Request, page: _Page) -> Response:
@@ -436,9 +467,6 @@ def create_ui_app(
             sort=sort, done=done, params=doc["params"],
         )  # fmt: skip
 
-    async def not_found(request: Request, page: _Page) -> Response:
-        raise _NotFound(f"no page at {request.url.path}")
-
     routes = [
         Route("/", guard(runs_page), methods=["GET"]),
         Route("/stream", guard(runs_stream), methods=["GET"]),
@@ -449,24 +477,14 @@ def create_ui_app(
         Route("/runs/{ref}/cancel", guard(cancel, post=True), methods=["POST"]),
         Route("/runs/{ref}/rerun", guard(rerun, post=True), methods=["POST"]),
         Route("/sweeps/{ref}", guard(sweep_page), methods=["GET"]),
+        Route("/runs/{ref}/pause", guard(pause, post=True), methods=["POST"]),
+        Route("/runs/{ref}/resume", guard(resume, post=True), methods=["POST"]),
+        Route("/runs/{ref}/priority", guard(priority, post=True), methods=["POST"]),
         Route("/events", guard(events_page), methods=["GET"]),
         Route("/queue", guard(queue_page), methods=["GET"]),
         Mount("/static", app=_Guarded(StaticFiles(directory=str(_HERE / "static")), auth, allowed_hosts)),
     ]
     return Starlette(routes=routes)
-
-
-class _NotFound(JobsupError):
-    pass
-
-
-def _status_of(err: JobsupError) -> int:
-    name = type(err).__name__
-    if "NotFound" in name:
-        return 404
-    if "Usage" in name or "Ambiguous" in name:
-        return 400
-    return 409
 
 
 _SECURITY_HEADERS = {

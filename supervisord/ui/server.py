@@ -24,21 +24,30 @@ from typing import Any
 
 import anyio
 import structlog
-import uvicorn
 
 from store import EventStore
 from supervisord.api.streams import StreamCloser
-from supervisord.exceptions import UsageError
+from supervisord.api.uvicorn_server import Config, Server
+from supervisord.exceptions import UiConfigError, UsageError
 from supervisord.ui.app import UiActions, create_ui_app
 from supervisord.ui.auth import UiAuth, load_ui_key
 
-__all__ = ["UiConfigError", "UiServer"]
+__all__ = ["UiConfigError", "UiServer", "check_ui_settings"]
 
 log = structlog.get_logger("jobsup.ui")
 
 
-class UiConfigError(UsageError):
-    """The daemon config asks for the page somewhere it may not be served."""
+def check_ui_settings(settings: Mapping[str, Any]) -> None:
+    """Check the daemon config's ``ui`` section (``host``, ``tls_cert``,
+    ``tls_key``) before anything is served: the daemon calls it with the
+    rest of its config, before it starts. Raises UiConfigError naming
+    ``ui.host`` when a non-loopback host has no TLS certificate and key."""
+    host = str(settings.get("host") or "127.0.0.1")
+    if not _is_loopback(host) and not (settings.get("tls_cert") and settings.get("tls_key")):
+        raise UiConfigError(
+            f"daemon config ui.host {host!r} is not a loopback address: "
+            "set ui.tls_cert and ui.tls_key to serve the page there, or leave ui.host unset"
+        )
 
 
 def _is_loopback(host: str) -> bool:
@@ -48,11 +57,6 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-class _Server(uvicorn.Server):
-    def install_signal_handlers(self) -> None:  # the daemon owns signals
-        pass
 
 
 class UiServer:
@@ -74,13 +78,9 @@ class UiServer:
         self._host = str(settings.get("host") or "127.0.0.1")
         self._default_port = int(settings.get("port") or 0)
         self._tls = (settings.get("tls_cert"), settings.get("tls_key"))
-        if not _is_loopback(self._host) and not all(self._tls):
-            raise UiConfigError(
-                f"daemon config ui.host {self._host!r} is not a loopback address: "
-                "set ui.tls_cert and ui.tls_key to serve the page there, or leave ui.host unset"
-            )
+        check_ui_settings(settings)
         self._port = 0
-        self._server: _Server | None = None
+        self._server: Server | None = None
         self._requests: anyio.abc.ObjectSendStream[tuple[int, anyio.Event]]
         self._requests, self._incoming = anyio.create_memory_object_stream[tuple[int, anyio.Event]](8)
         self._app = create_ui_app(
@@ -184,11 +184,11 @@ class UiServer:
             started.set()
             return
         self._port = int(sock.getsockname()[1])
-        config = uvicorn.Config(
+        config = Config(
             self._app, lifespan="off", log_config=None, access_log=False, timeout_graceful_shutdown=1,
             ssl_certfile=self._tls[0] or None, ssl_keyfile=self._tls[1] or None,
         )  # fmt: skip
-        server = _Server(config)
+        server = Server(config)
         self._server = server
         tmp = self._state_file.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
@@ -200,8 +200,7 @@ class UiServer:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(server.serve, [sock])
                 with anyio.fail_after(30):
-                    while not server.started:
-                        await anyio.sleep(0.01)
+                    await server.ready.wait()
                 started.set()
         finally:
             started.set()

@@ -3,8 +3,11 @@ fallback give the same answers, and split_block's line count is the text's."""
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -66,8 +69,17 @@ def test_scan_refuses_a_window_of_zero(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler: the fallback")
 def test_the_accelerator_is_built_where_a_compiler_is() -> None:
     """pip install builds it where a C compiler is (as on CI): it must then
-    be in use (the fallback costs several times the CPU, see setup.py)."""
-    assert scan_mod.ACCELERATED
+    be in use (the fallback costs several times the CPU, see setup.py),
+    unless ``JOBSUP_STORE_NO_ACCEL`` asks for the fallback (tests/ci.py)."""
+    forced_off = os.environ.get("JOBSUP_STORE_NO_ACCEL", "") not in ("", "0")
+    assert scan_mod.ACCELERATED is not forced_off
+
+
+def test_the_fallback_can_be_forced() -> None:
+    code = "import store._accel as a; print(a.ACCELERATED)"
+    env = {**os.environ, "JOBSUP_STORE_NO_ACCEL": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
 
 
 @pytest.mark.parametrize("accelerated", [True, False])

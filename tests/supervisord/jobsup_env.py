@@ -4,6 +4,7 @@ subprocess and the real CLI as subprocesses."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -17,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["JobsupEnv", "live_pids_with_arg", "jobsup_env", "make_repo"]
+__all__ = ["HOST_VARIABLES", "JobsupEnv", "live_pids_with_arg", "jobsup_env", "make_repo"]
 
 
 def make_repo(path: Path, files: Mapping[str, str]) -> Path:
@@ -50,6 +51,39 @@ def jobsup_env(root: Path, *, daemon: bool = False) -> Iterator[JobsupEnv]:
         env.close()
 
 
+#: Prefixes of the host's environment variables a test environment drops:
+#: jobsup's own, the XDG dirs, systemd's, the kubeconfig and in-cluster
+#: variables, and the GPU selections (CUDA_VISIBLE_DEVICES...).
+HOST_VARIABLES = ("JOBSUP_", "XDG_", "NOTIFY_SOCKET", "KUBECONFIG", "KUBERNETES_", "CUDA_", "NVIDIA_")
+
+#: PATH folder -> a copy of it (symbolic links) without some tools, made
+#: once per test process (see :func:`_path_without`).
+_SHADOWS: dict[tuple[str, str], str] = {}
+
+
+def _path_without(tool: str, path: str) -> list[str]:
+    """The folders of ``path``, each one that holds ``tool`` replaced by a
+    private folder of symbolic links to all its other entries: the tools of
+    the host stay, ``tool`` is not found (the suite's daemons must not see
+    the host's ``nvidia-smi``). The private folders live until the process
+    exits."""
+    out = []
+    for folder in path.split(os.pathsep):
+        if not folder or not os.access(os.path.join(folder, tool), os.X_OK):
+            out.append(folder)
+            continue
+        key = (folder, tool)
+        if key not in _SHADOWS:
+            shadow = tempfile.mkdtemp(prefix="js-path-")
+            atexit.register(shutil.rmtree, shadow, True)
+            for name in os.listdir(folder):
+                if name != tool:
+                    os.symlink(os.path.join(folder, name), os.path.join(shadow, name))
+            _SHADOWS[key] = shadow
+        out.append(_SHADOWS[key])
+    return [f for f in out if f]
+
+
 def live_pids_with_arg(marker: str) -> list[int]:
     """PIDs of live (not zombie) processes whose NUL-separated command line
     contains ``marker`` (e.g. ``"sleep\\x001021"``): to check what a run left
@@ -75,9 +109,15 @@ class JobsupEnv:
         self.root = root
         # Unix socket paths are limited to 108 bytes: keep the socket short.
         self.sock_dir = Path(tempfile.mkdtemp(prefix="js-", dir="/tmp"))
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBSUP_", "XDG_", "NOTIFY_SOCKET"))}
+        # Independent of the host: no GPUs (a private bin dir first on PATH,
+        # any nvidia-smi of the host's PATH hidden), no kubeconfig, no
+        # cluster, a private HOME and config dirs.
+        self.bin_dir = root / "js-bin"
+        self.bin_dir.mkdir(parents=True, exist_ok=True)
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(HOST_VARIABLES)}
         self.env.update(
             {
+                "PATH": os.pathsep.join([str(self.bin_dir), *_path_without("nvidia-smi", os.environ.get("PATH", ""))]),
                 "HOME": str(root / "home"),
                 "XDG_CONFIG_HOME": str(root / "home" / ".config"),
                 "XDG_STATE_HOME": str(root / "home" / ".local" / "state"),
@@ -90,6 +130,16 @@ class JobsupEnv:
         (root / "home").mkdir(parents=True, exist_ok=True)
         self.daemon: subprocess.Popen[bytes] | None = None
         self.daemon_log = root / "daemon-test.log"
+
+    def fake_nvidia_smi(self, output: str) -> Path:
+        """Put an ``nvidia-smi`` printing ``output`` (its ``csv,noheader``
+        query answer, e.g. ``"0, GPU-aaaa, NVIDIA Fake, 81920 MiB\\n"``) in
+        this environment's bin dir, first on its PATH: the GPUs a daemon
+        started afterwards finds."""
+        smi = self.bin_dir / "nvidia-smi"
+        smi.write_text("#!/bin/sh\ncat <<'EOF'\n" + output + "EOF\n")
+        smi.chmod(0o755)
+        return smi
 
     @property
     def socket(self) -> Path:

@@ -19,7 +19,7 @@ import pytest
 from store import EventStore
 from store.errors import StorageFullError, StoreLockedError
 from supervisord import exceptions as exc
-from supervisord.api.wire import ERROR_STATUS, from_wire, to_wire
+from supervisord.api.wire import from_wire, to_wire
 from supervisord.backends.base import RunReporter, RunSpec
 from supervisord.paths import Paths
 from supervisord.supervisor import Supervisor
@@ -187,6 +187,10 @@ def _instance(cls: type[exc.JobsupError]) -> exc.JobsupError:
         return cls("disk full", store_error="StorageFullError")
     if cls is exc.RemoteError:
         return cls("odd", remote_type="Odd", http_status=418)
+    if cls is exc.RunFailed:
+        return cls("boom", "CreateFailed", ["boom", "and more"])
+    if cls is exc.StagingError:
+        return cls("boom", "ImagePullBackOff", ["boom", "and more"])
     if issubclass(cls, exc.BackendError):
         return cls("boom", ["boom", "and more"], run_reason="StagingFailed")
     return cls("bad thing", ["bad thing", "second problem"])
@@ -205,7 +209,7 @@ def test_every_error_round_trips_through_the_wire(cls: type[exc.JobsupError]) ->
 
 def test_kubernetes_api_error_keeps_its_type_and_status() -> None:
     status, body = to_wire(exc.KubernetesApiError("create Job/x: forbidden", status=403, reason="Forbidden"))
-    assert status == ERROR_STATUS[exc.BackendError]
+    assert status == exc.BackendError.http_status == 502
     back = from_wire(status, body)
     assert isinstance(back, exc.KubernetesApiError)
     assert (back.status, back.reason, back.run_reason) == (403, "Forbidden", "BackendError")
@@ -327,3 +331,62 @@ def test_store_error_in_a_scheduler_route_is_a_storage_error() -> None:
     assert resp.status_code == 503, resp.text
     err = from_wire(resp.status_code, resp.json())
     assert isinstance(err, exc.StorageError) and err.store_error == "StorageFullError"
+
+
+# -- each error class carries its HTTP status and CLI exit code -----------------
+
+#: What the three maps said before the classes did (wire.ERROR_STATUS,
+#: cli.reads.error_exit_code), and the classes brought into the tree since.
+EXPECTED = {
+    exc.JobsupError: (500, 1),
+    exc.UsageError: (400, 2),
+    exc.TaskError: (400, 2),
+    exc.ConfigError: (400, 2),
+    exc.UiConfigError: (400, 2),
+    exc.SourceError: (400, 2),
+    exc.ManifestError: (400, 2),
+    exc.RunNotFoundError: (404, 2),
+    exc.AmbiguousRunError: (409, 2),
+    exc.RunInFlightError: (409, 1),
+    exc.UnsafePathError: (500, 1),
+    exc.BackendError: (502, 1),
+    exc.PreflightError: (424, 1),
+    exc.PreflightConfigError: (424, 2),
+    exc.RunFailed: (502, 1),
+    exc.StagingError: (502, 1),
+    exc.KubernetesApiError: (502, 1),
+    exc.StorageError: (503, 1),
+    exc.LogsDamagedError: (500, 1),
+    exc.LogsDeletedError: (410, 1),
+    exc.DaemonError: (500, 1),
+    exc.OutputError: (500, 1),
+    exc.DaemonUnreachableError: (500, 69),
+    exc.DaemonStoppingError: (503, 69),
+    exc.RemoteError: (500, 1),
+}
+
+
+def test_every_error_class_has_its_status_and_exit_code() -> None:
+    assert set(EXPECTED) == set(_tree())
+    got = {cls: (cls.http_status, cls.exit_code) for cls in _tree()}
+    assert got == EXPECTED
+    assert to_wire(_instance(exc.PreflightConfigError))[0] == 424
+
+
+def test_the_drawn_tree_names_every_error_class() -> None:
+    drawn = exc.__doc__ or ""
+    assert [cls.__name__ for cls in _tree() if f" {cls.__name__} " not in drawn] == []
+
+
+def test_the_error_classes_live_in_one_module() -> None:
+    """Modules re-export the tree's classes; they define none of their own
+    beside it (the Kubernetes API errors by status subclass KubernetesApiError)."""
+    import supervisord.backends.kubernetes.runstate as runstate
+    import supervisord.backends.kubernetes.staging as staging
+    import supervisord.ownership as ownership
+    import supervisord.ui.server as ui_server
+
+    assert ownership.UnsafePathError is exc.UnsafePathError
+    assert ui_server.UiConfigError is exc.UiConfigError
+    assert staging.StagingError is exc.StagingError
+    assert runstate.RunFailed is exc.RunFailed

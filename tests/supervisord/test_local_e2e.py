@@ -353,6 +353,7 @@ def test_streams_survive_a_daemon_restart(js: JobsupEnv, repo: Path) -> None:
     assert "reconnecting" in err
 
 
+@pytest.mark.gpus
 def test_task_and_name_validation(js: JobsupEnv, repo: Path) -> None:
     (repo / "dup.yaml").write_text("run: echo a\nrun: echo b\n")
     r = js.cli("submit", "dup.yaml", cwd=repo, check=False)

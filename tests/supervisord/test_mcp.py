@@ -100,6 +100,12 @@ async def test_tools_listed_with_schemas(js: JobsupEnv, repo: Path) -> None:
         "doctor",
         "triage",
         "sweep",
+        "hold",
+        "release",
+        "pause",
+        "resume",
+        "update",
+        "rerun",
     }
     import jsonschema
 
@@ -285,7 +291,7 @@ async def test_bad_input_is_a_tool_error_naming_the_field_and_records_nothing(js
         assert (await call_error(s, "logs", {"run": "ffffffffffff", "bogus": 1})).startswith("bogus: ")
         msg = await call_error(s, "submit", {"command": "true", "timeout": "soon"})
         assert msg.startswith("timeout"), msg
-        msg = await call_error(s, "submit", {"command": "true", "backend": "slurm"})
+        msg = await call_error(s, "submit", {"command": "true", "backend": "lsf"})
         assert msg.startswith("backend: "), msg
         msg = await call_error(s, "submit", {"command": "true", "env": {"TOKEN": 123456789}})
         assert msg.startswith("env.TOKEN: ") and "123456789" not in msg, msg
@@ -446,3 +452,24 @@ async def test_sweep_tool_runs_filters_and_sweep_cancel(js: JobsupEnv, repo: Pat
         assert sorted(r["phase"] for r in done["runs"]) == ["CANCELED"] * 3
         waited = await call(s, "wait", {"runs": [sweep], "timeout_s": 30})
         assert waited["outcome"] == "met" and waited["exit_code"] == 3 and len(waited["runs"]) == 3
+
+
+async def test_control_tools_hold_update_release_pause_resume_rerun(js: JobsupEnv, repo: Path) -> None:
+    async with mcp(js, repo) as s:
+        run = (await call(s, "submit", {"command": "sh sleep.sh", "name": "mcp-ctl", "hold": True}))["run"]
+        held = (await call(s, "hold", {"runs": [run["id"]]}))["runs"][0]
+        assert (held["phase"], held["reason"]) == ("QUEUED", "Held")
+        upd = await call(s, "update", {"runs": [run["id"]], "priority": 9})
+        assert upd["updated"][run["id"]] == {"old": {"priority": 0}, "new": {"priority": 9}}
+        assert "at least one" in await call_error(s, "update", {"runs": [run["id"]]})
+        await call(s, "release", {"runs": [run["id"]]})
+        await call(s, "wait", {"runs": [run["id"]], "for": "RUNNING", "timeout_s": 60})
+        paused = (await call(s, "pause", {"runs": [run["id"]]}))["runs"][0]
+        assert paused["reason"] == "Paused"
+        assert (await call(s, "resume", {"runs": [run["id"]]}))["runs"][0]["reason"] is None
+        assert "only a queued run can be held" in await call_error(s, "hold", {"runs": [run["id"]]})
+        await call(s, "cancel", {"runs": [run["id"]]})
+        again = await call(s, "rerun", {"run": run["id"], "command": "echo again"})
+        assert again["rerun_of"] == run["id"] and again["dependents"] == []
+        done = await call(s, "wait", {"runs": [again["run"]["id"]], "timeout_s": 60})
+        assert done["outcome"] == "met" and done["exit_code"] == 0

@@ -31,7 +31,7 @@ from supervisord.backends.kubernetes.client.resources import ObjectRef
 from supervisord.backends.kubernetes.manifest.inject import env_secret_name
 from supervisord.backends.kubernetes.manifest.load import load_manifest_at_commit, manifest_path_for
 from supervisord.backends.kubernetes.manifest.render import DEFAULT_STAGING_TIMEOUT_S, RenderedRun, render_run
-from supervisord.exceptions import BackendError, ConfigError
+from supervisord.exceptions import ConfigError, RunFailed
 
 __all__ = [
     "DEFAULT_POD_READY_TIMEOUT_S",
@@ -121,14 +121,6 @@ def wall_to_monotonic(rfc3339: str | None, plus_s: float) -> float:
     except ValueError:
         return now_mono + plus_s
     return now_mono + (when + plus_s - now_wall)
-
-
-class RunFailed(BackendError):
-    """A BackendError with the run's ``reason`` (one CamelCase word)."""
-
-    def __init__(self, message: str, reason: str) -> None:
-        super().__init__(message, run_reason=reason)
-        self.reason = reason
 
 
 class StartCanceled(RunFailed):

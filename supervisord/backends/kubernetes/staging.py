@@ -34,7 +34,7 @@ from typing import Any
 
 from supervisord.backends.kubernetes.client.access import Cluster
 from supervisord.backends.kubernetes.manifest.script import READY_MARKER, SOURCE_TAR, STAGING_DIR
-from supervisord.exceptions import BackendError
+from supervisord.exceptions import StagingError
 
 __all__ = [
     "ExecResult",
@@ -78,15 +78,6 @@ COMMIT_SCRIPT = "\n".join(
         "echo ready",
     ]
 )
-
-
-class StagingError(BackendError):
-    """The source could not be staged into the pod (the message says why);
-    ``reason`` is the run's reason (default ``StagingFailed``)."""
-
-    def __init__(self, message: str, reason: str = "StagingFailed") -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 @dataclasses.dataclass(frozen=True)

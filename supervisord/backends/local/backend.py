@@ -22,14 +22,10 @@ import anyio
 import structlog
 
 from store import LOG_INGEST_DONE, LOG_INGEST_PENDING, PROGRESS, LogBlock
-from supervisord.backends.base import RunReporter, RunSpec
+from supervisord.backends.base import PAUSED, RunReporter, RunSpec, paused_message
 from supervisord.backends.local import runner as _runner_module
-from supervisord.backends.local.runner import (
-    OUTPUT_DATA,
-    decode_status,
-    group_alive,
-    proc_start_time,
-)
+from supervisord.backends.local.protocol import OUTPUT_DATA, decode_status
+from supervisord.backends.local.runner import group_alive, proc_start_time
 from supervisord.backends.local.tail import MAX_BLOCKS, FileTailer, RecordTailer, record_source
 from supervisord.crashpoints import crash_point
 from supervisord.exceptions import BackendError, PreflightError
@@ -274,7 +270,9 @@ class LocalBackend:
                 # never shows a line before the RUNNING that produced it.
                 if state in ("staging", "running") or status.get("started_at"):
                     await reporter.phase("STAGING")
-                if state == "running" or status.get("started_at"):
+                if state == "running" and status.get("paused"):
+                    await reporter.phase("RUNNING", reason=PAUSED, message=paused_message(spec.run_id))
+                elif state == "running" or status.get("started_at"):
                     await reporter.phase("RUNNING")
                 if state == "exited":
                     await _record_progress(reporter, progress.final())
@@ -421,7 +419,8 @@ class LocalBackend:
             except ProcessLookupError:
                 pass
         with anyio.move_on_after(grace + 30):
-            while self._runner_alive(handle):
+            # Another process's life: nothing here is told when it ends.
+            while self._runner_alive(handle):  # noqa: ASYNC110
                 await anyio.sleep(0.05)
         # The runner is gone. If it died without a final status (killed with
         # -9), nothing reaped its group: stop what is left. (After a final
@@ -431,7 +430,7 @@ class LocalBackend:
         if status.get("state") == "running" and isinstance(pgid, int):
             await anyio.to_thread.run_sync(_kill_lost_run, spec.run_id, status, limiter=self._limiter)
             with anyio.fail_after(30):
-                while group_alive(pgid):
+                while group_alive(pgid):  # noqa: ASYNC110 - a process group's life: nothing tells its end
                     await anyio.sleep(0.02)
         # Let supervise see the final status now, not at its next poll (up
         # to 0.5 s later): a cancel of many runs waits for each in turn.
@@ -439,6 +438,50 @@ class LocalBackend:
         if nap is not None:
             self._woken.add(spec.run_id)
             nap.cancel()
+
+    async def pause(self, spec: RunSpec, handle: Mapping[str, Any]) -> dict[str, Any]:
+        """SIGUSR1 to the runner, which stops the job's process group and
+        every descendant (SIGSTOP) and keeps recording; returns its status
+        once it says paused. Raises BackendError."""
+        return await self._signal_runner(spec, handle, signal.SIGUSR1, paused=True)
+
+    async def resume(self, spec: RunSpec, handle: Mapping[str, Any]) -> dict[str, Any]:
+        """SIGUSR2 to the runner, which continues the job (SIGCONT) and moves
+        its deadline by the pause's length; returns its status once it says
+        so. Raises BackendError."""
+        return await self._signal_runner(spec, handle, signal.SIGUSR2, paused=False)
+
+    async def _signal_runner(
+        self, spec: RunSpec, handle: Mapping[str, Any], sig: int, *, paused: bool
+    ) -> dict[str, Any]:
+        run_dir = Path(str(handle.get("run_dir") or spec.run_dir))
+        signed = "status" in handle
+        status = self._read_status(run_dir, signed)
+        if status.get("state") != "running" or not self._runner_alive(handle):
+            raise BackendError(f"run {spec.run_id} is not running")
+        if not status.get("pausable"):
+            raise BackendError(f"run {spec.run_id} was started by an older jobsup whose runner cannot pause")
+        try:
+            os.kill(int(handle["runner_pid"]), sig)
+        except ProcessLookupError:
+            raise BackendError(f"run {spec.run_id}: its runner is gone") from None
+        with anyio.move_on_after(10):
+            while True:
+                status = self._read_status(run_dir, signed)
+                if bool(status.get("paused")) == paused or status.get("state") != "running":
+                    break
+                await anyio.sleep(0.02)
+        if status.get("state") != "running":
+            if not paused and status.get("state") == "exited":
+                return status  # resumed, and it ended at once (its work was done)
+            raise BackendError(f"run {spec.run_id} ended meanwhile")
+        if bool(status.get("paused")) != paused:
+            raise BackendError(f"run {spec.run_id}: its runner did not confirm within 10s")
+        nap = self._naps.get(spec.run_id)  # let supervise record the reason now
+        if nap is not None:
+            self._woken.add(spec.run_id)
+            nap.cancel()
+        return status
 
     async def serve(self) -> None:
         """Nothing shared between local runs."""

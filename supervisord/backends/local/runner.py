@@ -85,6 +85,15 @@ argv or run folder. A job that deliberately reads that key file (or, where
 ptrace is allowed, the runner's memory) could forge a status, as it could
 call the API; that is out of scope.
 
+Pause (``jobsup pause``): SIGUSR1 to the runner stops the job (SIGSTOP to
+its process group and every descendant) and SIGUSR2 lets it go on
+(SIGCONT); the runner itself keeps running, reading output and writing its
+status, which carries ``"pausable": true`` (a runner that takes these
+signals), ``"paused": bool``, ``"paused_s"`` (the total, seconds) and
+``"last_pause_s"``. Paused time does not count toward the timeout: the
+deadline moves by each pause's length. A cancel of a paused job sends
+SIGTERM then SIGCONT, so the job can act on it.
+
 SIGTERM to the runner is a cancel: the group gets SIGTERM, then SIGKILL after
 the grace period, and the final status is written only once no process of the
 group remains. As child subreaper the runner also stops processes that left
@@ -111,8 +120,41 @@ else:
     # the enum classes (and the ~0.9 MB that importing ``enum`` costs).
     import _signal as signal
 
+# The formats the daemon reads (status file, output record) are in
+# protocol.py beside this file: imported as part of the package in the
+# daemon, from this folder when the runner runs isolated (:func:`command`).
+if TYPE_CHECKING or __package__:
+    from .protocol import (
+        INDEX_ENTRY,
+        OUTPUT_DATA,
+        OUTPUT_INDEX,
+        STATUS_SIZE,
+        STDERR,
+        STDOUT,
+        decode_status,
+        encode_status,
+        status_mac,
+    )
+else:
+    from protocol import (
+        INDEX_ENTRY,
+        OUTPUT_DATA,
+        OUTPUT_INDEX,
+        STATUS_SIZE,
+        STDERR,
+        STDOUT,
+        decode_status,
+        encode_status,
+        status_mac,
+    )
+
 __all__ = [
+    "INDEX_ENTRY",
+    "OUTPUT_DATA",
+    "OUTPUT_INDEX",
     "STATUS_SIZE",
+    "STDERR",
+    "STDOUT",
     "command",
     "decode_status",
     "encode_status",
@@ -125,8 +167,6 @@ __all__ = [
     "status_mac",
 ]
 
-#: Size of the status file: preallocated once, rewritten in place.
-STATUS_SIZE = 4096
 _PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
 
 
@@ -236,77 +276,6 @@ def job_umask(spec: dict[str, Any]) -> int:
     which is the daemon's private 077)."""
     raw = spec.get("umask")
     return int(raw, 8) if isinstance(raw, str) and raw else -1
-
-
-# -- the status record -------------------------------------------------------
-
-
-def status_mac(key: bytes, body: bytes) -> str:
-    """HMAC-SHA256 (RFC 2104) of ``body`` under ``key``, as hex: the same as
-    ``hmac.new(key, body, hashlib.sha256).hexdigest()``, built on the
-    interpreter's own ``_sha256`` so the runner loads neither ``hmac`` nor
-    OpenSSL (``hashlib``)."""
-    from _sha256 import sha256  # type: ignore[import-not-found]  # the interpreter's own SHA-256 (no OpenSSL)
-
-    if len(key) > 64:
-        key = sha256(key).digest()
-    key = key.ljust(64, b"\0")
-    inner = sha256(bytes(b ^ 0x36 for b in key) + body).digest()
-    return str(sha256(bytes(b ^ 0x5C for b in key) + inner).hexdigest())
-
-
-def _json_value(value: object) -> str:
-    from _json import encode_basestring_ascii
-
-    if value is None:
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, int):
-        return str(value)
-    return str(encode_basestring_ascii(str(value)))
-
-
-def encode_status(status: dict[str, Any], key: bytes) -> bytes:
-    """The status file's content for ``status`` (flat: str, int, bool, None
-    values): JSON text, newline, its MAC, newline, spaces up to
-    :data:`STATUS_SIZE` bytes. An over-long ``message`` is cut to fit."""
-    while True:
-        body = ("{" + ", ".join(f"{_json_value(k)}: {_json_value(v)}" for k, v in status.items()) + "}").encode()
-        if len(body) + 66 <= STATUS_SIZE or len(str(status.get("message") or "")) < 16:
-            break
-        message = str(status["message"])
-        status = {**status, "message": message[: max(0, len(message) - (len(body) + 66 - STATUS_SIZE) - 16)] + "..."}
-    data = body + b"\n" + status_mac(key, body).encode() + b"\n"
-    return data.ljust(STATUS_SIZE, b" ")
-
-
-def decode_status(data: bytes, key: bytes | None) -> dict[str, Any] | None:
-    """The status in a status file's ``data``, or None when it is not one the
-    runner wrote: torn (read during a rewrite), not JSON, or without a valid
-    MAC under ``key``. ``key=None`` reads an unsigned plain-JSON status (of a
-    runner from before signed statuses: runs still in flight across an
-    upgrade). Runs in the daemon (uses ``json`` and ``hmac``)."""
-    import hmac
-    import json
-
-    if key is None:
-        try:
-            doc = json.loads(data)
-        except ValueError:
-            return None
-        return doc if isinstance(doc, dict) else None
-    body, sep, rest = data.partition(b"\n")
-    mac = rest.split(b"\n", 1)[0].strip()
-    if not sep or not hmac.compare_digest(mac, status_mac(key, body).encode()):
-        return None
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        return None
-    return doc if isinstance(doc, dict) else None
 
 
 class _StatusWriter:
@@ -529,15 +498,6 @@ def _read_all(fd: int) -> bytes:
 
 # -- the job's output ------------------------------------------------------------
 
-#: The output record (see the module docstring): the data file and its stream index.
-OUTPUT_DATA = "output.log"
-OUTPUT_INDEX = "output.idx"
-#: One index entry: the data offset (7 bytes, big-endian) from which on the
-#: bytes are of one stream, then the stream byte.
-INDEX_ENTRY = 8
-#: Stream bytes in the index: the job's file descriptor number, in ASCII.
-STDOUT = 0x31  # b"1"
-STDERR = 0x32  # b"2"
 #: One move from a pipe (the size of a default pipe buffer).
 _PIPE_READ = 65536
 
@@ -726,14 +686,21 @@ class _Runner:
     def __init__(self, run_dir: str, spec: dict[str, Any]) -> None:
         self.run_dir = run_dir
         self.spec = spec
-        self.base: dict[str, Any] = {"runner_pid": os.getpid(), "runner_start": proc_start_time(os.getpid())}
+        self.base: dict[str, Any] = {
+            "runner_pid": os.getpid(),
+            "runner_start": proc_start_time(os.getpid()),
+            "pausable": True,
+        }
         self.cancel_requested = False
+        self.want_paused = False
         self.status_file = _StatusWriter(spec["status_path"], bytes.fromhex(spec["status_key"]))
         self.output: _Output
         rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.wake_r = rfd
         signal.set_wakeup_fd(wfd)
         signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGUSR1, self._on_pause)
+        signal.signal(signal.SIGUSR2, self._on_resume)
         # SIGCHLD must have a handler for the wakeup fd to see it.
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -741,6 +708,12 @@ class _Runner:
 
     def _on_term(self, signum: int, frame: object) -> None:
         self.cancel_requested = True
+
+    def _on_pause(self, signum: int, frame: object) -> None:
+        self.want_paused = True
+
+    def _on_resume(self, signum: int, frame: object) -> None:
+        self.want_paused = False
 
     def status(self, **fields: Any) -> None:
         """A step's status; a failed write is left for the next step (the
@@ -823,6 +796,8 @@ class _Runner:
                     os.close(rfd)
                     for sig in (
                         signal.SIGTERM,
+                        signal.SIGUSR1,
+                        signal.SIGUSR2,
                         signal.SIGCHLD,
                         signal.SIGINT,
                         signal.SIGHUP,
@@ -863,19 +838,42 @@ class _Runner:
         kill_at: float | None = None
         output = self.output
         restored_at = time.monotonic()
+        paused_at: float | None = None
         code = _reap(child)
         while code is None:
             now = time.monotonic()
             if outcome is None and self.cancel_requested:
                 outcome = "Canceled"
-            if outcome is None and now >= deadline:
+            if outcome is None and paused_at is None and self.want_paused:
+                _signal_tree(pgid, signal.SIGSTOP)
+                paused_at = now
+                self.base["paused"] = True
+                self.status(state="running")
+            elif paused_at is not None and (not self.want_paused or outcome is not None):
+                if outcome is None:
+                    _signal_tree(pgid, signal.SIGCONT)
+                # Paused time does not count toward the timeout.
+                deadline += now - paused_at
+                self.base.update(
+                    paused=False,
+                    last_pause_s=round(now - paused_at, 3),
+                    paused_s=round(float(self.base.get("paused_s") or 0.0) + now - paused_at, 3),
+                )
+                paused_at = None
+                self.status(state="running")
+                if outcome is not None:
+                    # Stopped processes act on SIGTERM only once continued.
+                    _signal_tree(pgid, signal.SIGTERM)
+                    _signal_tree(pgid, signal.SIGCONT)
+                    kill_at = now + grace
+            if outcome is None and paused_at is None and now >= deadline:
                 outcome = "DeadlineExceeded"
             if outcome is not None and kill_at is None:
                 _signal_tree(pgid, signal.SIGTERM)
                 kill_at = now + grace
             if kill_at is not None and now >= kill_at:
                 _signal_tree(pgid, signal.SIGKILL)
-            wake = [t for t in (deadline if outcome is None else None, kill_at) if t is not None]
+            wake = [t for t in (deadline if outcome is None and paused_at is None else None, kill_at) if t is not None]
             # SIGCHLD and SIGTERM wake the select through the wakeup fd; the
             # cap bounds how long a missed wake-up, or a status file changed
             # by something else (restored below), could go unnoticed.
@@ -897,6 +895,9 @@ class _Runner:
                 code = _reap(child)
                 self.status_file.restore()
                 restored_at = now
+        if paused_at is not None:  # the shell was killed from outside while paused
+            _signal_tree(pgid, signal.SIGCONT)
+            self.base["paused"] = False
         # The run is over when its shell exits: stop everything it left
         # behind — its process group, and any descendant that left the group
         # (setsid, double fork): as child subreaper the runner inherits those
@@ -960,11 +961,11 @@ def _pack_spec(spec: dict[str, Any]) -> bytes:
 
 def _unpack_spec(data: bytes) -> dict[str, Any]:
     items = [os.fsdecode(i) for i in data.split(b"\0")]
-    spec: dict[str, Any] = dict(zip(_SPEC_FIELDS, items))
+    spec: dict[str, Any] = dict(zip(_SPEC_FIELDS, items, strict=False))  # the env pairs follow
     spec["timeout_s"] = int(spec["timeout_s"])
     spec["kill_grace_s"] = int(spec["kill_grace_s"] or 10)
     rest = items[len(_SPEC_FIELDS) :]
-    spec["env"] = dict(zip(rest[::2], rest[1::2]))
+    spec["env"] = dict(zip(rest[::2], rest[1::2], strict=True))
     return spec
 
 

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from store import MAX_LINE_BYTES, LogBlock, split_block, split_lines
-from supervisord.backends.local.runner import INDEX_ENTRY, OUTPUT_DATA, OUTPUT_INDEX, STDERR, STDOUT
+from supervisord.backends.local.protocol import INDEX_ENTRY, OUTPUT_DATA, OUTPUT_INDEX, STDERR, STDOUT
 
 __all__ = ["MAX_BLOCKS", "RELEASE_BYTES", "FileTailer", "RecordTailer", "punch_hole", "record_source"]
 

@@ -15,7 +15,7 @@ from supervisord.cli.blockyaml import dump
 _ATOMS: list[Any] = [
     "a", "x1", "_x", "a.b", "a-b", "a=b", "a+b", "a@b", "a:b", "sha256:4f2a", "/tmp/x", "nvidia.com/gpu",
     ".jobsup/k8s.yaml", "49724937c1", "12a", "1E5", "1e5", "0x1f", "0xg", "0b1", "0b2", "0o7", "123", "1_2", "1a_2",
-    ".inf", ".Inf", ".nan", ".NaN", ".5", "._a", "yes", "Yes", "no", "on", "OFF", "y", "n", "null", "Null", "~",
+    ".inf", ".Inf", ".nan", ".NaN", ".5", "._a", "yes", "Yes", "no", "on", "OFF", "y", "n", "null", "Null", "~", "~/.jobsup", "~x", "~:", "~-", "~1",
     "true", "None", "NaN", "inf", "2024-01-01", "a:", "-a", "", " a", "a b", "a#b", "a'b", 'a"b', "é", "a\nb",
     "a" * 99, "b" * 100, "c" * 130, "/d" * 200, "d" * 101, 0, -5, 10**30, True, False, None, 1.5,
 ]  # fmt: skip
@@ -50,7 +50,8 @@ def test_a_show_document_needs_no_pyyaml() -> None:
         "dump({'repo': '/tmp/r', 'rev': 'HEAD', 'commit': '4b92' * 10, 'snapshot_sha256': '49724937c1c9a4ff' * 4,\n"
         "      'snapshot_size': 10240, 'env': {}, 'local': {'kill_grace_s': 10, 'shell': 'bash'},\n"
         "      'manifest': '.jobsup/k8s.yaml', 'repo_dir': '/tmp/pytest-of-u' + '/long-folder' * 20, 'tolerations': [], 'allowed_backends': ['local', 'kubernetes'],\n"
-        "      'daemon': {'synchronous': 'FULL', 'log_level': 'info'}, 'runner_pid': 8424})\n"
+        "      'daemon': {'synchronous': 'FULL', 'log_level': 'info'}, 'runner_pid': 8424,\n"
+        "      'slurm': {'sbatch_args': [], 'remote_dir': '~/.jobsup'}})\n"
         "assert 'yaml' not in sys.modules, 'imported PyYAML'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

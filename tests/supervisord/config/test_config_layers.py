@@ -303,8 +303,10 @@ SCHEMA_ERRORS: list[tuple[str, dict[str, Any], str]] = [
         {"local": {"kill_grace_s": "10"}},
         "local.kill_grace_s: must be a positive integer, got '10' (a string)",
     ),
-    ("bad enum", {"backend": "docker"}, "backend: must be one of local, kubernetes, got 'docker'"),
+    ("bad enum", {"backend": "docker"}, "backend: must be one of local, kubernetes, slurm, got 'docker'"),
     ("non-positive", {"local": {"kill_grace_s": 0}}, "local.kill_grace_s: must be a positive integer, got 0"),
+    ("slurm unknown key", {"slurm": {"hots": "login"}}, "slurm.hots: unknown key; allowed: account, host, partition"),
+    ("slurm sbatch_args type", {"slurm": {"sbatch_args": "--mem=4G"}}, "slurm.sbatch_args: must be a list"),
     ("bad env name", {"env": {"1X": "v"}}, "env.1X: is not a valid environment variable name"),
     ("env value type hidden", {"env": {"X": 5}}, "env.X: must be a string, got a value (not shown"),
     (

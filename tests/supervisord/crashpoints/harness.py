@@ -25,7 +25,6 @@ from store import TERMINAL_PHASES
 from supervisord.api.client import Client
 from supervisord.crashpoints import ENV_VAR
 from supervisord.paths import Paths
-from supervisord.supervisor import Supervisor
 from tests.supervisord.jobsup_env import JobsupEnv
 
 __all__ = [
@@ -228,9 +227,5 @@ def check_invariants(case: Case, *, expect: dict[str, str] | None = None, logs: 
     names = {r["name"] for r in runs.values()}
     assert set(execs.runs) <= set(ids) | names, "a job executed for a run that is not recorded"
     left = _wait_no_pending(js)
-    if case.point == "submit.pending_written" and not hasattr(Supervisor, "remove_orphan_pending"):
-        # A submit cut off before its Submitted: its orphan file is removed at
-        # daemon start by the fix of S5 (branch i23b); until it is merged:
-        left = [p for p in left if p.parent.name in ids]
     assert left == [], f"{case.point}: pending files left: {left}"
     return runs

@@ -12,7 +12,7 @@ from tests.supervisord.crashpoints.harness import Execs, check_invariants
 from tests.supervisord.crashpoints.test_local_points import RUN_POINTS, drive_runs
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from tests.supervisord.backends.kubernetes.k8s_backend_helpers import MANIFEST_P
 from tests.supervisord.crashpoints.harness import Case, Execs, check_invariants, crashed, job_command
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
-pytestmark = pytest.mark.timeout(150)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
 #: point -> the phase the run ends in.
 K8S_POINTS = {

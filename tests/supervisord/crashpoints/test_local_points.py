@@ -11,7 +11,7 @@ import pytest
 from tests.supervisord.crashpoints.harness import Case, check_invariants, configure, crashed, job_command
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 #: The steps a plain local run passes (in order).
 RUN_POINTS = (

@@ -23,7 +23,7 @@ from tests.supervisord.crashpoints.harness import (
 )
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 ONE_AT_A_TIME = "scheduler:\n  queues:\n    default: {max_parallel: 1}\n"
 

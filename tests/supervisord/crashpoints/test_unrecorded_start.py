@@ -11,7 +11,7 @@ import pytest
 
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 @pytest.fixture

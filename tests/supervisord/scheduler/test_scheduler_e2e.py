@@ -38,14 +38,8 @@ def _configure(js: JobsupEnv, daemon_yaml: str | None, fake_smi: str | None = No
     PATH with a fake ``nvidia-smi`` printing ``fake_smi`` (None: none)."""
     if daemon_yaml is not None:
         js.daemon_config(daemon_yaml)
-    bin_dir = js.root / "bin"
-    bin_dir.mkdir()
     if fake_smi is not None:
-        smi = bin_dir / "nvidia-smi"
-        smi.write_text("#!/bin/sh\ncat <<'EOF'\n" + fake_smi + "EOF\n")
-        smi.chmod(0o755)
-    # Only our bin dir and the system's: no real nvidia-smi sneaks in.
-    js.env["PATH"] = f"{bin_dir}:/usr/bin:/bin"
+        js.fake_nvidia_smi(fake_smi)
 
 
 @pytest.fixture
@@ -112,6 +106,7 @@ def _overlaps(recs: dict[str, dict[str, Any]]) -> list[tuple[str, str, str]]:
     return bad
 
 
+@pytest.mark.gpus
 def test_auto_gpus_from_nvidia_smi_env_and_doctor(js: JobsupEnv, tmp_path: Path, repo: Path) -> None:
     smi = "0, GPU-aaaa-0000, NVIDIA Fake 80GB, 81920 MiB\n1, GPU-bbbb-1111, NVIDIA Fake 80GB, 81920 MiB\n"
     _configure(js, None, fake_smi=smi)
@@ -134,6 +129,7 @@ def test_auto_gpus_from_nvidia_smi_env_and_doctor(js: JobsupEnv, tmp_path: Path,
     assert r.returncode == 2 and "--gpus" in r.stderr and "has 2" in r.stderr
 
 
+@pytest.mark.gpus
 def test_no_nvidia_smi_is_a_doctor_note(js: JobsupEnv, tmp_path: Path, repo: Path) -> None:
     _configure(js, None)
     js.start_daemon()
@@ -180,6 +176,7 @@ def test_randomized_30_runs_never_share_a_gpu(four: JobsupEnv, repo: Path, tmp_p
     assert _overlaps(recs) == []
 
 
+@pytest.mark.gpus
 def test_priority_then_fifo(four: JobsupEnv, repo: Path, tmp_path: Path) -> None:
     out = tmp_path / "rec.jsonl"
     blocker = _submit(four, repo, out, "blocker", 60, "--gpus", "4")

@@ -48,6 +48,8 @@ from supervisord.backends.kubernetes.client.errors import (
     UnreachableError,
     api_error,
 )
+from supervisord.exceptions import ConfigError
+from supervisord.kubeconfig import current_context
 
 __all__ = [
     "IN_CLUSTER_CONTEXT",
@@ -402,8 +404,6 @@ class ClusterAccess:
         """The kubeconfig's current context (blocking: reads the files), or
         :data:`IN_CLUSTER_CONTEXT` inside a pod without a kubeconfig.
         Raises KubeconfigError."""
-        k8s_config, ConfigException = _config_module()
-
         paths = self.kubeconfig_paths()
         if not self._kubeconfig_exists():
             if os.environ.get("KUBERNETES_SERVICE_HOST"):
@@ -413,10 +413,9 @@ class ClusterAccess:
                 "~/.kube/config (`kubectl config view` should show your cluster)"
             )
         try:
-            _contexts, active = k8s_config.list_kube_config_contexts(config_file=paths)
-        except (ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
+            name = current_context(Path(p) for p in paths.split(os.pathsep) if p.strip())
+        except ConfigError as exc:
             raise KubeconfigError(f"kubeconfig {paths}: {exc}") from None
-        name = (active or {}).get("name")
         if not name:
             raise KubeconfigError(
                 f"kubeconfig {paths} has no current-context: set one (kubectl config use-context NAME) "

@@ -11,7 +11,7 @@ the resource whose ``kind`` matches and that is not a subresource), the way
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
@@ -27,7 +27,6 @@ __all__ = [
     "ResourceResolver",
     "env_secret",
     "env_secret_name",
-    "kinds_of",
     "owner_reference",
 ]
 
@@ -272,11 +271,3 @@ class ResourceResolver:
             item.setdefault("kind", kind)
             items.append(item)
         return items
-
-
-def kinds_of(refs: Iterable[ObjectRef]) -> list[tuple[str, str]]:
-    """The distinct (apiVersion, kind) pairs, in first-seen order."""
-    seen: dict[tuple[str, str], None] = {}
-    for ref in refs:
-        seen.setdefault((ref.api_version, ref.kind), None)
-    return list(seen)

@@ -37,6 +37,7 @@ import yaml
 from supervisord.config.yamlload import BoundedLoader, check_yaml_size
 from supervisord.exceptions import ManifestError
 from supervisord.source import read_file_at
+from supervisord.yamlerrors import describe_yaml_error
 
 __all__ = [
     "DEFAULT_MANIFEST_PATH",
@@ -188,7 +189,7 @@ def parse_manifest(text: str, *, manifest_path: str = DEFAULT_MANIFEST_PATH) -> 
         except StopIteration:
             break
         except yaml.YAMLError as exc:
-            raise ManifestError(f"{manifest_path}: {_yaml_error(exc, number)}") from None
+            raise ManifestError(f"{manifest_path}: {describe_yaml_error(exc, document=number)}") from None
         except RecursionError:
             raise ManifestError(f"{manifest_path}: document {number}: not valid YAML: nested too deeply") from None
         if doc is None:
@@ -197,17 +198,6 @@ def parse_manifest(text: str, *, manifest_path: str = DEFAULT_MANIFEST_PATH) -> 
     if not objects:
         raise ManifestError(f"{manifest_path} contains no Kubernetes objects; it needs at least one batch/v1 Job")
     return objects
-
-
-def _yaml_error(exc: yaml.YAMLError, number: int) -> str:
-    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-    where = f"document {number}"
-    if mark is not None:
-        where += f", line {mark.line + 1}, column {mark.column + 1}"
-    problem = getattr(exc, "problem", None) or str(exc)
-    context = getattr(exc, "context", None)
-    detail = f"{context}: {problem}" if context and "duplicate" not in problem else problem
-    return f"{where}: not valid YAML: {detail}"
 
 
 def _flatten(doc: Any, where: str, out: list[dict[str, Any]]) -> None:

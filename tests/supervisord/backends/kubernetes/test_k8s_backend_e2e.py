@@ -215,8 +215,7 @@ async def test_cancel_deletes_everything_and_is_canceled(tmp_path: Path, sim: Si
         run_id = await env.submit("echo started; sleep 300", manifest=M, files={M: job_manifest()})
         await env.wait_until(run_id, lambda r: r.phase == "RUNNING")
         await env.wait_until(run_id, lambda r: r.log_lines >= 1)
-        spec = env.supervisor.run_spec(run_id)
-        assert spec is not None
+        spec = env.supervisor._runs[run_id].spec  # the supervised run's spec, env values included
         run = await env.supervisor.cancel(run_id)
         assert run.phase == "CANCELED"
         assert not run_objects(sim, run_id, "pods")
