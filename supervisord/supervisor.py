@@ -50,7 +50,7 @@ from supervisord.exceptions import (
     RunNotFoundError,
     UsageError,
 )
-from supervisord.lifecycle import PHASE_RANK, RunPhase, decide
+from supervisord.lifecycle import PHASE_RANK, RunPhase, decide, reached
 from supervisord.paths import Paths
 from supervisord.progress import LOG_PREFIX as PROGRESS_LOG_PREFIX
 from supervisord.progress import RateLimit, parse_progress
@@ -847,7 +847,7 @@ class Supervisor:
             if run_id in self._sweep_waiting:
                 continue  # a sweep's file (supervisord.sweep ids): a run of it is still to start
             state = self._runs.get(run_id)
-            if state is not None and not state.handle and state.phase in ("QUEUED", "SCHEDULING"):
+            if state is not None and not state.handle and not reached(state.phase, "STAGING"):
                 continue  # still to start: its values are in that file only
             self._remove_pending(run_id)
             removed.append(run_id)
