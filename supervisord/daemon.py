@@ -55,6 +55,7 @@ from supervisord.hooks.config import HookSpec, load_hooks
 from supervisord.hooks.delivery import HookService
 from supervisord.logging import configure_logging
 from supervisord.malloc import tune_malloc
+from supervisord.outputs.recorder import OutputsRecorder
 from supervisord.ownership import check_state_dir, remove_snapshot_leftovers
 from supervisord.paths import Paths
 from supervisord.retention import Retention, RetentionSettings
@@ -294,6 +295,7 @@ class Daemon:
                 hook_scope = await tg.start(_in_scope, hook_service.run, name="hooks")
                 retention = Retention(store, self.paths, retention_settings)
                 retention_scope = await tg.start(_in_scope, retention.run, name="retention")
+                tg.start_soon(OutputsRecorder(store).run, name="outputs")
                 info = {
                     "pid": os.getpid(),
                     "uid": os.getuid(),

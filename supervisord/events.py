@@ -65,6 +65,7 @@ __all__ = [
     "PAUSED",
     "RESUMED",
     "CONFIG_RELOADED",
+    "OUTPUTS_RECORDED",
 ]
 
 
@@ -119,6 +120,10 @@ define(
         "scheduling": "{gpus: int, queue: str, priority: int -1000..1000, after: [run id], after_any: [run id], hold: bool}"
         " (supervisord.scheduler.options)",
         "rerun_of": "str: the run id this run reruns (`jobsup rerun`, the UI)",
+        "env_from": "str: local runs, submitter | daemon: whose environment the job starts from (supervisord.shellenv)",
+        "shell_env": "{NAME: 'hmac-sha256:<hex>'}: env_from submitter, the submitting shell's variables; never values",
+        "outputs_root": "str: local runs, the outputs dir (the run's folder is <outputs_root>/<project>/<run id>)",
+        "links": "{path: target}: task key links, targets resolved at submit (supervisord.links)",
         "labels": "{str: str}: `--label K=V` / task `labels:`",
         "sweep_id": "str: the sweep ('s' + 11 hex) this run belongs to (its SweepSubmitted precedes it)",
         "sweep_index": "int: its place in the sweep's grid, 0-based (JOBSUP_SWEEP_INDEX)",
@@ -385,5 +390,23 @@ CONFIG_RELOADED: Final = define(
         "changed": "*required* [str]: the config keys that changed (section.key; names only, never values)",
         "hooks": "*required* {added, removed, changed: [hook name]}",
         "restart_needed": "[str]: changed keys that take effect only at the next daemon start",
+    },
+)
+
+# -- outputs (supervisord.outputs) ---------------------------------------------------
+
+OUTPUTS_RECORDED: Final = define(
+    "OutputsRecorded",
+    writer="the daemon's outputs recorder, after a local run's terminal phase (also at start for a run "
+    "whose list a stop cut short)",
+    data={
+        "dir": "*required* str: the run's outputs folder",
+        "files": "*required* [{path, bytes, sha256 (hex), mtime (UTC)}]: every regular file, sorted",
+        "total_bytes": "*required* int",
+        "total_files": "*required* int",
+        "skipped": "[{path, kind}]: symlinks (never followed), special files, unreadable entries",
+        "vanished": "[str]: files deleted while the list was made",
+        "omitted": "int: files past the cap (supervisord.outputs.manifest.MAX_FILES), counted only",
+        "elapsed_s": "float: seconds the listing took",
     },
 )

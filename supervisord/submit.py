@@ -24,8 +24,11 @@ import anyio
 from supervisord import config as cfg
 from supervisord.envcheck import check_env
 from supervisord.exceptions import ConfigError, SourceError, TaskError
+from supervisord.links import check_against_snapshot, check_links_shape, resolve_links
+from supervisord.outputs import check_outputs_root, outputs_root
 from supervisord.scheduler.options import parse_scheduling
 from supervisord.secret import env_digest, redact
+from supervisord.shellenv import DEFAULT_ENV_FROM, check_shell_env, shell_env_digest
 from supervisord.source import (
     ARCHIVE_TIMEOUT_S,
     Snapshot,
@@ -82,6 +85,9 @@ class SubmitRequest:
     hold: bool = False
     request_id: str | None = None
     umask: str | None = None
+    #: The submitting shell's environment (``JOBSUP_*`` dropped), None when
+    #: the client sent none (supervisord.shellenv).
+    shell_env: Mapping[str, str] | None = None
 
     @classmethod
     def from_json(cls, body: Any) -> SubmitRequest:
@@ -112,6 +118,7 @@ class SubmitRequest:
             hold=bool(body.get("hold")),
             request_id=request_id,
             umask=umask,
+            shell_env=check_shell_env(body["shell_env"]) if body.get("shell_env") is not None else None,
         )
 
 
@@ -200,7 +207,19 @@ class Planner:
         if backend == "local":
             _check_local_shell(effective)
         merged_env = {**{str(k): str(v) for k, v in (data.get("env") or {}).items()}, **env}
-        check_env(merged_env, command=command)
+        # Runs in the user's world (local runs): the submitting shell's
+        # environment under the run's env, its links and outputs folder.
+        shell_env = _shell_env(backend, data, req.shell_env)
+        check_env(merged_env, command=command, inherited=shell_env)
+        links = check_links_shape(task.get("links"))
+        if links and backend != "local":
+            raise TaskError("links: only local runs get links (a Kubernetes run mounts its data: pvc_mounts)")
+        outputs = outputs_root(data) if backend == "local" else None
+        if outputs is not None:
+            check_outputs_root(outputs)
+        if links:
+            home = (req.shell_env or {}).get("HOME")
+            links = await anyio.to_thread.run_sync(resolve_links, links, req.cwd, home, limiter=self._git)
 
         where = Path(str(task.get("path") or req.cwd))
         repo = await anyio.to_thread.run_sync(repo_root, where, limiter=self._git)
@@ -219,6 +238,8 @@ class Planner:
             )
         )
         snapshot = await self._snapshot(repo, commit)
+        if links:
+            await anyio.to_thread.run_sync(check_against_snapshot, links, snapshot.path, limiter=self._git)
         project = str(data.get("project") or repo.name)
         name = str(task.get("name") or await self._default_name(repo, commit, command))
         submitted: dict[str, Any] = {
@@ -256,7 +277,10 @@ class Planner:
             submitted["on_done"] = list(on_done)
         if labels:
             submitted["labels"] = labels
-        return Plan(submitted=submitted, env=merged_env, config=data, force=req.force, warnings=warnings)
+        if backend == "local":
+            submitted.update(_world_fields(shell_env, outputs, links, self.digest_key))
+        run_env = {**shell_env, **merged_env} if shell_env is not None else merged_env
+        return Plan(submitted=submitted, env=run_env, config=data, force=req.force, warnings=warnings)
 
     async def plan_sweep(self, req: SubmitRequest) -> SweepPlan:
         """The plan of a sweep (the request's task has ``sweep``): the grid
@@ -417,6 +441,33 @@ def _check_local_shell(effective: cfg.EffectiveConfig) -> None:
         origin = effective.origins.get("local.shell")
         where = f" (set in {cfg.describe_origin(origin)})" if origin is not None else ""
         raise ConfigError(f"local.shell {shell!r} is not on the daemon's PATH{where}")
+
+
+def _shell_env(backend: str, data: Mapping[str, Any], sent: Mapping[str, str] | None) -> dict[str, str] | None:
+    """The shell environment a local run starts from (``local.env_from:
+    submitter``, the default), or None: the daemon's (``daemon``, a
+    Kubernetes run, a client that sent none)."""
+    local = data.get("local") or {}
+    env_from = str(local.get("env_from") or DEFAULT_ENV_FROM) if isinstance(local, Mapping) else DEFAULT_ENV_FROM
+    if backend != "local" or env_from != "submitter" or sent is None:
+        return None
+    return dict(sent)
+
+
+def _world_fields(
+    shell_env: Mapping[str, str] | None, outputs: Path | None, links: Mapping[str, str], key: bytes
+) -> dict[str, Any]:
+    """What a local run's Submitted records of its world: ``env_from``
+    (``submitter`` | ``daemon``), ``shell_env`` (names and keyed digests,
+    never values), ``outputs_root`` and ``links`` (resolved targets)."""
+    fields: dict[str, Any] = {"env_from": "submitter" if shell_env is not None else "daemon"}
+    if shell_env is not None:
+        fields["shell_env"] = shell_env_digest(shell_env, key)
+    if outputs is not None:
+        fields["outputs_root"] = str(outputs)
+    if links:
+        fields["links"] = dict(links)
+    return fields
 
 
 def _default_name(command: str) -> str:

@@ -59,6 +59,7 @@ from supervisord.readside import resolve_run_id
 from supervisord.scheduler.update import RUN_UPDATED, apply_updates
 from supervisord.source import SnapshotStore, disk_full, is_no_space
 from supervisord.sweep import param_env
+from supervisord.world import with_after_outputs, world_fields
 
 __all__ = ["Supervisor", "SubmitResult", "PHASE_RANK", "MAX_LINES_PER_EVENT"]
 
@@ -501,6 +502,7 @@ class Supervisor:
                         if state.extra_env:
                             spec = state.spec = dataclasses.replace(spec, env={**spec.env, **state.extra_env})
                         try:
+                            spec = state.spec = await with_after_outputs(self.store, spec)
                             handle = await backend.start(spec, reporter)
                         finally:
                             state.starting = False
@@ -737,6 +739,7 @@ class Supervisor:
             manifest=str(submitted["manifest"]) if submitted.get("manifest") else None,
             env_digests=_env_digests(submitted),
             umask=str(submitted["umask"]) if submitted.get("umask") else None,
+            **world_fields(run_id, submitted, env),
         )
 
     # -- scheduling (driven by supervisord.scheduler) ------------------------------

@@ -20,6 +20,7 @@ an error naming the key and the file)::
     max_parallel: 2             # a sweep's runs admitted at once
     labels: {team: vision}      # shown and filtered on (`jobsup runs --label team=vision`)
     after_failed: [RUN]         # start only if these runs ended ERROR
+    links: {data: ~/datasets/x} # local runs: symlinks in the snapshot (supervisord.links)
 
 CLI flags override the file key by key (``--env`` adds to / replaces keys of
 ``env``).
@@ -70,6 +71,7 @@ _TASK_KEYS = {
     "max_parallel",
     "labels",
     "after_failed",
+    "links",
 }
 #: The scheduling keys of a task (their checks: supervisord.scheduler.options).
 SCHEDULING_KEYS = ("gpus", "queue", "priority", "after", "after_any", "after_failed")
@@ -98,6 +100,8 @@ class Task:
     sweep: dict[str, list[str]] | None = None
     max_parallel: int | None = None
     labels: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: ``links:`` as written: path in the snapshot -> target (resolved by the daemon at submit).
+    links: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def with_overrides(
         self,
@@ -366,6 +370,9 @@ def _task_from_mapping(
     max_parallel = check_max_parallel(doc.get("max_parallel"), what=f"{p}: `max_parallel`")
     labels = check_labels(doc.get("labels"), what=f"{p}: `labels`")
     name = string("name")
+    from supervisord.links import check_links_shape
+
+    links = check_links_shape(doc.get("links"), where=f"{p}: `links`")
     return Task(
         name=check_name(name, what=f"{p}: `name`") if name is not None else None,
         run=string("run"),
@@ -379,4 +386,5 @@ def _task_from_mapping(
         sweep=sweep,
         max_parallel=max_parallel,
         labels=labels,
+        links=links,
     )

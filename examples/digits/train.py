@@ -8,6 +8,10 @@ Under jobsup it also reports its progress and metrics through the file
 ``$JOBSUP_PROGRESS_FILE`` (one JSON object, replaced after each epoch):
 ``jobsup runs`` shows them, and ``jobsup runs --sweep S`` compares the runs
 of a sweep (examples/digits/sweep.yaml).
+Under jobsup the trained model (scaler and classifier, pickled) goes to
+``$JOBSUP_OUTPUT_DIR/model.pkl``: the run's outputs folder, which jobsup
+lists with each file's sha256 when the run ends (`jobsup outputs RUN`,
+`jobsup which model.pkl`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import sys
 import time
 
@@ -55,6 +60,12 @@ def main() -> int:
     test_acc = accuracy_score(y_test, model.predict(x_test))
     print(f"test accuracy {test_acc:.3f}", flush=True)
     report(args.epochs, args.epochs, {"train_acc": round(float(train_acc), 4), "test_acc": round(float(test_acc), 4)})
+    out_dir = os.environ.get("JOBSUP_OUTPUT_DIR")
+    if out_dir:
+        path = os.path.join(out_dir, "model.pkl")
+        with open(path, "wb") as f:
+            pickle.dump({"scaler": scaler, "model": model, "test_accuracy": test_acc}, f)
+        print(f"model written to {path}", flush=True)
     if test_acc < 0.8:
         print("accuracy below 0.8: something is wrong", file=sys.stderr)
         return 1

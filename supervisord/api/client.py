@@ -19,7 +19,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -348,6 +348,16 @@ class Client:
         if run:
             params["run"] = run
         return self._stream("/events", params)
+
+    def outputs(self, ref: str) -> dict[str, Any]:
+        """``GET /runs/{ref}/outputs``: the run's outputs folder and, once
+        recorded, its files (supervisord.outputs.query)."""
+        return dict(self._call("GET", f"/runs/{ref}/outputs"))
+
+    def which(self, digests: Sequence[str]) -> dict[str, Any]:
+        """``POST /which`` with ``{"sha256": [HEX...]}``: the recorded output
+        files with each digest (supervisord.outputs.query)."""
+        return dict(self._call("POST", "/which", json_body={"sha256": list(digests)}))
 
     def queue(self) -> dict[str, Any]:
         """``GET /queue``: ``{"waiting": [...], "gpus": [...], "queues": [...]}``."""

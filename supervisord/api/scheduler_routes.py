@@ -7,8 +7,8 @@
                                     -> {"queue": {name, max_parallel, source, running, waiting}, "new": bool}
     POST /v1/update                 {"runs": [ref], "priority"?, "gpus"?, "queue"?, "timeout"?}
                                     -> {"runs": [Run], "updated": {id: {"old", "new"}}}
-    POST /v1/runs/{ref}/rerun       {"env": {NAME: value}, "hold": bool, "force": bool, "rev"?: str,
-                                     "command"?: str, "with_dependents"?: bool}
+    POST /v1/runs/{ref}/rerun       {"env": {NAME: value}, "shell_env"?: {NAME: value}, "hold": bool,
+                                     "force": bool, "rev"?: str, "command"?: str, "with_dependents"?: bool}
                                     -> {"run": Run, "rerun_of": id, "missing_env": [NAME],
                                         "dependents": [{"run": Run, "rerun_of": id}]}
 
@@ -99,6 +99,7 @@ def scheduler_routes(
         if command is not None and not isinstance(command, str):
             raise UsageError("rerun: command must be a string")
         hold, force = bool(body.get("hold")), bool(body.get("force"))
+        shell_env = body.get("shell_env")
         dependents = await failed_dependents(supervisor.store, run_id) if body.get("with_dependents") else []
         run, missing = await rerun_run(
             supervisor,
@@ -111,12 +112,21 @@ def scheduler_routes(
             rev=rev,
             command=command,
             source_at=source_at,
+            shell_env=shell_env,
         )
         renamed = {run_id: run.id}
         again = []
         for old_id, _ in dependents:
             dep, _missing = await rerun_run(
-                supervisor, scheduler, digest_key, old_id, env, hold=hold, force=force, renamed=renamed
+                supervisor,
+                scheduler,
+                digest_key,
+                old_id,
+                env,
+                hold=hold,
+                force=force,
+                renamed=renamed,
+                shell_env=shell_env,
             )
             renamed[old_id] = dep.id
             again.append({"run": dep.to_json(), "rerun_of": old_id})

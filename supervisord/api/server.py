@@ -30,6 +30,7 @@ from supervisord.api.uvicorn_server import PEER_SCOPE_KEY
 from supervisord.api.wire import API_PREFIX
 from supervisord.exceptions import UsageError
 from supervisord.health import output_space, storage_json
+from supervisord.outputs.query import run_outputs, which
 from supervisord.readside import ReadSide
 from supervisord.retention import Retention, parse_age
 from supervisord.scheduler.driver import Scheduler
@@ -245,8 +246,24 @@ def create_app(
         )
         return JSONResponse(report)
 
+    async def outputs(request: Request) -> Response:
+        run_id = await reads.resolve(request.path_params["ref"])
+        return JSONResponse(await run_outputs(store, run_id))
+
+    async def which_route(request: Request) -> Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            raise UsageError("which: the request body is not JSON") from None
+        digests = body.get("sha256") if isinstance(body, dict) else None
+        if not isinstance(digests, list) or not all(isinstance(d, str) for d in digests):
+            raise UsageError('which: the request body must be {"sha256": [HEX, ...]}')
+        return JSONResponse(await which(store, digests))
+
     p = API_PREFIX
     routes = [
+        Route(f"{p}/runs/{{ref}}/outputs", api_errors(outputs), methods=["GET"]),
+        Route(f"{p}/which", api_errors(which_route), methods=["POST"]),
         Route(f"{p}/prune", api_errors(prune_route), methods=["POST"]),
         Route(f"{p}/ui", api_errors(ui_route), methods=["POST"]),
         Route(f"{p}/health", api_errors(health), methods=["GET"]),

@@ -34,7 +34,9 @@ Endpoints::
                                           -> {"queue": {name, max_parallel, source, running, waiting}, "new": bool}
     POST /v1/update                       {"runs": [ref], "priority"?, "gpus"?, "queue"?, "timeout"?}
                                           -> {"runs": [Run], "updated": {id: {"old", "new"}}}
-    POST /v1/runs/{ref}/rerun             {"env", "hold", "force"} -> {"run": Run, "rerun_of", "missing_env"}
+    POST /v1/runs/{ref}/rerun             {"env", "shell_env"?, "hold", "force", ...} -> {"run": Run, "rerun_of", "missing_env"}
+    GET  /v1/runs/{ref}/outputs           the run's outputs folder and files (supervisord.outputs.query)
+    POST /v1/which     {"sha256": [hex]}  {"files": [{"sha256", "runs": [...]}]} (supervisord.outputs.query)
     GET  /v1/hooks                        {"hooks": [{"name", "kind", "when", "match", "target", "source",
                                             "checkpoint", "position", "lag", "delivering", "last_outcome"}],
                                            "config_changed": [str]}   (config files changed since read)

@@ -87,6 +87,19 @@ class RunSpec:
     umask: str | None = None
     """The submitting shell's umask as octal text (``"0022"``), for backends
     whose jobs create files on this machine; None: keep the daemon's."""
+    env_from: str = "daemon"
+    """``submitter``: ``env`` is the whole environment the job starts from
+    (the submitting shell's, the run's env on top); ``daemon``: ``env`` goes
+    on top of the daemon's environment (supervisord.shellenv)."""
+    outputs_dir: Path | None = None
+    """The run's outputs folder (``JOBSUP_OUTPUT_DIR``), to create 0700 before
+    it starts; None: the run has none (supervisord.outputs)."""
+    links: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Symlinks to make in the source folder: relative path -> absolute
+    target, checked at submit (supervisord.links)."""
+    jobsup_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Variables jobsup sets for a local job (no secrets): JOBSUP_SUBMIT_DIR,
+    JOBSUP_REPO_DIR, JOBSUP_OUTPUT_DIR, JOBSUP_AFTER_OUTPUTS."""
 
 
 @runtime_checkable

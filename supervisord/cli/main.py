@@ -42,6 +42,8 @@ COMMANDS: Final[dict[str, str]] = {
     "update": "supervisord.cli.control_cmd:update",
     "pause": "supervisord.cli.control_cmd:pause",
     "resume": "supervisord.cli.control_cmd:resume",
+    "outputs": "supervisord.cli.outputs_cmd:outputs",
+    "which": "supervisord.cli.outputs_cmd:which",
     "ui": "supervisord.cli.ui_cmd:ui",
     "hooks": "supervisord.cli.hooks_cmd:hooks",
     "prune": "supervisord.cli.prune_cmd:prune",

@@ -438,6 +438,31 @@ def _tools() -> list[Tool]:
             _top("queue"),
         ),
         Tool(
+            "outputs",
+            "A local run's outputs folder (JOBSUP_OUTPUT_DIR) and, once it has ended, every file it left there "
+            "with bytes, sha256 and mtime (symlinks and special files are listed as skipped).",
+            _obj({"run": _RUN_REF}, ["run"]),
+            _top("outputs"),
+        ),
+        Tool(
+            "which",
+            "Which run produced a file: give the file's sha256 (64 hex) or a path on this machine; returns every "
+            "recorded run output with that content (run id, name, commit, config digest, when).",
+            _obj(
+                {
+                    "files": {
+                        "type": "array",
+                        "items": {"type": "string", "minLength": 1},
+                        "minItems": 1,
+                        "maxItems": 1000,
+                        "description": "paths of files, or sha256 digests (64 hex characters)",
+                    }
+                },
+                ["files"],
+            ),
+            _top("which"),
+        ),
+        Tool(
             "doctor",
             "Check the daemon, the store and (when configured) Kubernetes access.",
             _obj({}),
@@ -848,6 +873,28 @@ class JobsupTools:
         finally:
             getattr(stream, "close", lambda: None)()
         return {"events": out, "last_seq": out[-1]["seq"] if out else after, "more": more}
+
+    def outputs(self, args: dict[str, Any]) -> dict[str, Any]:
+        """``jobsup outputs RUN -o json``."""
+        return dict(self.client.outputs(str(args["run"])))
+
+    def which(self, args: dict[str, Any]) -> dict[str, Any]:
+        """``jobsup which FILE... -o json``: each item a path (hashed here) or a sha256."""
+        from supervisord.outputs.manifest import sha256_file
+
+        names, digests = [], []
+        for item in args["files"]:
+            item = str(item)
+            if re.fullmatch(r"(sha256:)?[0-9a-fA-F]{64}", item) and not os.path.exists(item):
+                digests.append(item.lower().removeprefix("sha256:"))
+            else:
+                try:
+                    digests.append(sha256_file(item)[0])
+                except OSError as err:
+                    raise ToolError(f"files: {item}: {err.strerror or err}") from None
+            names.append(item)
+        doc = self.client.which(digests)
+        return {"files": [{"file": n, **e} for n, e in zip(names, doc.get("files") or [], strict=True)]}
 
     def queue(self, args: dict[str, Any]) -> dict[str, Any]:
         """``jobsup queue -o json``: ``{"waiting", "gpus", "queues"}``."""

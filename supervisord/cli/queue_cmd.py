@@ -263,7 +263,8 @@ def rerun(
     as a new run; print its id (then, with --with-dependents, the id of each
     dependent submitted again, one a line). Env values are not stored: each
     of the run's env names takes its value from --env, else from this
-    environment. `-- CMD...` runs another command; --rev another commit."""
+    environment; a local run started from its shell's environment starts
+    from this one. `-- CMD...` runs another command; --rev another commit."""
     given = parse_env_pairs(env_pairs)
     check_run_refs([run])
     client = connected_client()
@@ -272,7 +273,15 @@ def rerun(
     if unknown:
         warn(f"--env {', '.join(unknown)}: not an env name of run {run}; ignored")
     env = {k: given[k] if k in given else os.environ[k] for k in names if k in given or k in os.environ}
-    body: dict[str, Any] = {"env": env, "hold": hold, "force": force, "with_dependents": with_dependents}
+    from supervisord.shellenv import capture
+
+    body: dict[str, Any] = {
+        "env": env,
+        "shell_env": capture(),
+        "hold": hold,
+        "force": force,
+        "with_dependents": with_dependents,
+    }
     if rev is not None:
         body["rev"] = rev
     if command:

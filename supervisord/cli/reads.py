@@ -224,6 +224,10 @@ def show_document(doc: dict[str, Any]) -> dict[str, Any]:
             if "timeout_s" in (e["data"].get("new") or {}):
                 full["timeout_s"] = e["data"]["new"]["timeout_s"]
         full["updates"] = [{"seq": e["seq"], "at": e["at"], **e["data"]} for e in updates]
+    # A local run's world (supervisord.world): names and digests, never values.
+    full.update({k: sub[k] for k in ("env_from", "shell_env", "links") if sub.get(k)})
+    if sub.get("outputs_root"):
+        full["outputs_dir"] = f"{sub['outputs_root']}/{sub.get('project')}/{doc['run']['id']}"
     if doc.get("hooks"):
         full["hooks"] = [{"type": e["type"], "seq": e["seq"], "at": e["at"], **e["data"]} for e in doc["hooks"]]
     return full

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from supervisord.shellenv import capture
 from supervisord.task import Task, check_name, load_task, parse_duration
 
 __all__ = ["build_task", "current_umask", "submit_body", "task_wire"]
@@ -72,6 +73,7 @@ def task_wire(task: Task) -> dict[str, Any]:
         "path": str(task.path) if task.path else None,
         **task.scheduling,
         **_sweep_wire(task),
+        **({"links": dict(task.links)} if task.links else {}),
     }
 
 
@@ -104,11 +106,14 @@ def submit_body(
     force: bool,
     hold: bool,
     on_done: list[str] | None = None,
+    shell_env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The JSON body of ``POST /v1/runs`` for ``task`` submitted from
     ``cwd``: the config layers this client reads (user and project config,
     ``config_args`` overrides), a fresh ``request_id`` (to find the run
-    again if the daemon goes away mid-submit) and this process's umask.
+    again if the daemon goes away mid-submit), this process's umask, and
+    ``shell_env``: the environment a local run starts from (default this
+    process's, ``JOBSUP_*`` dropped: :func:`supervisord.shellenv.capture`).
     Raises ConfigError naming the layer at fault."""
     from supervisord import config as cfg
 
@@ -125,4 +130,5 @@ def submit_body(
         "hold": hold,
         "request_id": secrets.token_hex(8),
         "umask": f"{current_umask():04o}",
+        "shell_env": capture() if shell_env is None else dict(shell_env),
     }

@@ -4,7 +4,11 @@ The new run gets the recorded run's task (command, name, backend, timeout,
 manifest), source (commit and snapshot), effective config and scheduling
 options. Env values are never recorded: the client sends values for the
 names it could fill (from its environment or ``--env``); a name without a
-value is left out of the new run and reported back.
+value is left out of the new run and reported back. A local run that
+started from the submitting shell's environment (``local.env_from:
+submitter``) reruns from the environment of the shell that runs
+``rerun`` (``shell_env``), or from the daemon's when the caller sent none
+(the web page).
 
 ``rerun RUN --rev REV`` runs another commit of the same repository (a new
 snapshot), ``-- CMD…`` another command, and ``--with-dependents`` submits
@@ -24,12 +28,13 @@ from store import SUBMITTED, EventStore, RunStatus
 from supervisord.exceptions import SourceError, TaskError, UsageError
 from supervisord.scheduler.options import scheduling_of
 from supervisord.secret import env_digest
+from supervisord.shellenv import DEFAULT_ENV_FROM, check_shell_env, shell_env_digest
 from supervisord.supervisor import Supervisor
 
 if TYPE_CHECKING:
     from supervisord.scheduler.driver import Scheduler
 
-__all__ = ["check_dependencies_alive", "failed_dependents", "rerun_run", "rerun_submitted"]
+__all__ = ["check_dependencies_alive", "failed_dependents", "rerun_env_from", "rerun_run", "rerun_submitted"]
 
 _DEP_KEYS = ("after", "after_any", "after_failed")
 #: ``(repo, rev) -> a Submitted source`` (supervisord.submit.Planner.source_at).
@@ -46,6 +51,7 @@ def rerun_submitted(
     hold: bool = False,
     source: Mapping[str, Any] | None = None,
     command: str | None = None,
+    shell_env: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """The Submitted data of a rerun of ``old_id`` (whose Submitted data is
     ``old``) with ``env`` values, and the recorded env names that ``env``
@@ -71,6 +77,12 @@ def rerun_submitted(
     sched["hold"] = hold
     new["scheduling"] = sched
     new["env"] = env_digest(values, digest_key)
+    new.pop("shell_env", None)
+    if old.get("backend") == "local":
+        from_shell = rerun_env_from(old) == "submitter" and shell_env is not None
+        new["env_from"] = "submitter" if from_shell else "daemon"
+        if from_shell and shell_env is not None:
+            new["shell_env"] = shell_env_digest(shell_env, digest_key)
     new["rerun_of"] = old_id
     new["submitted_by_uid"] = os.getuid()
     if source is not None:
@@ -96,6 +108,13 @@ async def failed_dependents(store: EventStore, run_id: str) -> list[tuple[str, d
             found.add(e.run_id)
             out.append((e.run_id, dict(e.data)))
     return out
+
+
+def rerun_env_from(old: Mapping[str, Any]) -> str:
+    """``local.env_from`` of a recorded run's effective config (its default
+    for a run recorded before the key)."""
+    local = (old.get("config") or {}).get("local") or {}
+    return str(local.get("env_from") or DEFAULT_ENV_FROM) if isinstance(local, Mapping) else DEFAULT_ENV_FROM
 
 
 def check_dependencies_alive(old_id: str, after: list[str], statuses: Mapping[str, RunStatus]) -> None:
@@ -128,15 +147,18 @@ async def rerun_run(
     command: str | None = None,
     source_at: SourceAt | None = None,
     renamed: Mapping[str, str] | None = None,
+    shell_env: Any = None,
 ) -> tuple[RunStatus, list[str]]:
     """Submit a rerun of ``run_id`` (a full id) with the ``env`` values the
-    caller could fill: ``(the new run, the env names left without a
-    value)``. ``rev``: run that commit of the run's repository instead
-    (snapshotted with ``source_at``); ``command``: run this instead;
-    ``renamed``: old run id -> its rerun, for the dependencies (``rerun
-    --with-dependents``). Raises UsageError when a run it starts after
-    ended other than COMPLETED (:func:`check_dependencies_alive`), and
-    what :func:`rerun_submitted`, ``source_at``,
+    caller could fill and the caller's ``shell_env`` (a local run's
+    environment when it started from the submitting shell's; None: the
+    daemon's): ``(the new run, the env names left without a value)``.
+    ``rev``: run that commit of the run's repository instead (snapshotted
+    with ``source_at``); ``command``: run this instead; ``renamed``: old
+    run id -> its rerun, for the dependencies (``rerun --with-dependents``).
+    Raises UsageError when a run it starts after ended other than
+    COMPLETED (:func:`check_dependencies_alive`), and what
+    :func:`rerun_submitted`, ``source_at``,
     :meth:`~supervisord.scheduler.driver.Scheduler.prepare` and
     :meth:`~supervisord.supervisor.Supervisor.submit` raise (nothing is
     recorded then)."""
@@ -148,6 +170,7 @@ async def rerun_run(
         if source_at is None:
             raise TaskError("--rev: this daemon cannot snapshot another commit here")
         source = await source_at(Path(str((old.get("source") or {}).get("repo") or "")), rev)
+    shell = check_shell_env(shell_env) if shell_env is not None else None
     new, missing = rerun_submitted(
         run_id,
         old,
@@ -157,6 +180,7 @@ async def rerun_run(
         hold=hold,
         source=source,
         command=command,
+        shell_env=shell,
     )
     if renamed:
         sched = dict(new["scheduling"])
@@ -168,5 +192,7 @@ async def rerun_run(
     if scheduler is not None:
         new = await scheduler.prepare(new)
     values = {k: v for k, v in env.items() if k in (old.get("env") or {})}
+    if new.get("env_from") == "submitter" and shell is not None:
+        values = {**shell, **values}
     run = await supervisor.submit(new, env=values, config=None, force=force)
     return run, missing

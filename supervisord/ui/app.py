@@ -71,6 +71,7 @@ from store import (
 from supervisord.api.query import int_param
 from supervisord.api.streams import StreamCloser
 from supervisord.exceptions import JobsupError, RunNotFoundError, UsageError
+from supervisord.outputs.query import run_outputs
 from supervisord.progress import progress_text
 from supervisord.sweepread import sweep_document
 from supervisord.sweeptable import flat_rows, sort_rows, table_columns
@@ -353,6 +354,7 @@ def create_ui_app(
             timeline=await timeline(run_id, run), after_seq=run.last_seq,
             config_yaml=_pretty(facts["submitted"].get("config")),
             handle_json=_pretty(run.handle), env_names=sorted(facts["submitted"].get("env") or {}),
+            outputs=await run_outputs(store, run_id),
         )  # fmt: skip
 
     async def run_lines(request: Request, page: _Page) -> Response:

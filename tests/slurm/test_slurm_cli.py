@@ -27,7 +27,7 @@ def js(cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
     root = tmp_path_factory.mktemp("slurm-cli")
     with jobsup_env(root) as env:
         env.user_config(f"slurm:\n  remote_dir: {root / 'remote'}\n")
-        env.start_daemon(extra_env={"JOBSUP_SSH_CONFIG": str(cluster.ssh_config)})
+        env.start_daemon(extra_env={"JOBSUP_SSH_CONFIG": str(cluster.ssh_config), **env.host_slurm()})
         yield env
 
 

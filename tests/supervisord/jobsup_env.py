@@ -54,30 +54,34 @@ def jobsup_env(root: Path, *, daemon: bool = False) -> Iterator[JobsupEnv]:
 #: Prefixes of the host's environment variables a test environment drops:
 #: jobsup's own, the XDG dirs, systemd's, the kubeconfig and in-cluster
 #: variables, and the GPU selections (CUDA_VISIBLE_DEVICES...).
-HOST_VARIABLES = ("JOBSUP_", "XDG_", "NOTIFY_SOCKET", "KUBECONFIG", "KUBERNETES_", "CUDA_", "NVIDIA_")
+HOST_VARIABLES = ("JOBSUP_", "XDG_", "NOTIFY_SOCKET", "KUBECONFIG", "KUBERNETES_", "CUDA_", "NVIDIA_", "SLURM_")
+#: The host's tools a test daemon must not find unless its test gives them
+#: (:meth:`JobsupEnv.host_slurm`): its GPUs, and a Slurm cluster (the
+#: machine may have one: CI starts one for tests/slurm).
+HOST_TOOLS = ("nvidia-smi", "sbatch", "sinfo", "squeue", "sacct", "scontrol", "scancel", "srun", "salloc")
 
 #: PATH folder -> a copy of it (symbolic links) without some tools, made
 #: once per test process (see :func:`_path_without`).
-_SHADOWS: dict[tuple[str, str], str] = {}
+_SHADOWS: dict[tuple[str, tuple[str, ...]], str] = {}
 
 
-def _path_without(tool: str, path: str) -> list[str]:
-    """The folders of ``path``, each one that holds ``tool`` replaced by a
-    private folder of symbolic links to all its other entries: the tools of
-    the host stay, ``tool`` is not found (the suite's daemons must not see
-    the host's ``nvidia-smi``). The private folders live until the process
-    exits."""
+def _path_without(tools: tuple[str, ...], path: str) -> list[str]:
+    """The folders of ``path``, each one that holds one of ``tools`` replaced
+    by a private folder of symbolic links to all its other entries: the
+    tools of the host stay, ``tools`` are not found (the suite's daemons
+    must not see the host's ``nvidia-smi`` or Slurm). The private folders
+    live until the process exits."""
     out = []
     for folder in path.split(os.pathsep):
-        if not folder or not os.access(os.path.join(folder, tool), os.X_OK):
+        if not folder or not any(os.access(os.path.join(folder, tool), os.X_OK) for tool in tools):
             out.append(folder)
             continue
-        key = (folder, tool)
+        key = (folder, tools)
         if key not in _SHADOWS:
             shadow = tempfile.mkdtemp(prefix="js-path-")
             atexit.register(shutil.rmtree, shadow, True)
             for name in os.listdir(folder):
-                if name != tool:
+                if name not in tools:
                     os.symlink(os.path.join(folder, name), os.path.join(shadow, name))
             _SHADOWS[key] = shadow
         out.append(_SHADOWS[key])
@@ -117,7 +121,7 @@ class JobsupEnv:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(HOST_VARIABLES)}
         self.env.update(
             {
-                "PATH": os.pathsep.join([str(self.bin_dir), *_path_without("nvidia-smi", os.environ.get("PATH", ""))]),
+                "PATH": os.pathsep.join([str(self.bin_dir), *_path_without(HOST_TOOLS, os.environ.get("PATH", ""))]),
                 "HOME": str(root / "home"),
                 "XDG_CONFIG_HOME": str(root / "home" / ".config"),
                 "XDG_STATE_HOME": str(root / "home" / ".local" / "state"),
@@ -130,6 +134,14 @@ class JobsupEnv:
         (root / "home").mkdir(parents=True, exist_ok=True)
         self.daemon: subprocess.Popen[bytes] | None = None
         self.daemon_log = root / "daemon-test.log"
+
+    def host_slurm(self) -> dict[str, str]:
+        """The environment that gives a daemon the host's Slurm (its
+        commands on PATH, ``SLURM_CONF``): for ``start_daemon(extra_env=)``
+        in tests of the Slurm backend, which give it a cluster of their own
+        (tests/slurm)."""
+        path = os.pathsep.join([str(self.bin_dir), *_path_without(("nvidia-smi",), os.environ.get("PATH", ""))])
+        return {"PATH": path, **{k: v for k, v in os.environ.items() if k.startswith("SLURM_")}}
 
     def fake_nvidia_smi(self, output: str) -> Path:
         """Put an ``nvidia-smi`` printing ``output`` (its ``csv,noheader``

@@ -106,6 +106,8 @@ async def test_tools_listed_with_schemas(js: JobsupEnv, repo: Path) -> None:
         "resume",
         "update",
         "rerun",
+        "outputs",
+        "which",
     }
     import jsonschema
 
@@ -301,6 +303,34 @@ async def test_bad_input_is_a_tool_error_naming_the_field_and_records_nothing(js
         assert "missing.yaml" in msg
         assert (await call_error(s, "nosuchtool", {})).startswith("tool: ")
         assert _events_count(js) == before
+
+
+async def test_outputs_and_which_with_the_servers_environment(js: JobsupEnv, repo: Path) -> None:
+    # The MCP server's submit starts the run from the server's own environment.
+    params_env = {**js.env, "MCP_SIDE": "from-the-server"}
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "supervisord", "mcp"], env=params_env, cwd=str(repo)
+    )
+    with (js.root / "mcp-stderr.log").open("a") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as s:
+            await s.initialize()
+            script = 'echo "$MCP_SIDE" > "$JOBSUP_OUTPUT_DIR/side.txt"'
+            run = (await call(s, "submit", {"command": ["bash", "-c", script], "name": "mcp-outputs"}))["run"]
+            await call(s, "wait", {"runs": [run["id"]], "for": "terminal", "timeout_s": 60})
+            deadline = time.monotonic() + 60
+            out = await call(s, "outputs", {"run": run["id"]})
+            while out["state"] != "recorded" and time.monotonic() < deadline:
+                await anyio.sleep(0.1)
+                out = await call(s, "outputs", {"run": run["id"]})
+            schemas.validate("outputs", out)
+            assert [f["path"] for f in out["files"]] == ["side.txt"]
+            side = Path(out["dir"]) / "side.txt"
+            assert side.read_text() == "from-the-server\n"
+            found = await call(s, "which", {"files": [str(side), "0" * 64]})
+            schemas.validate("which", found)
+            assert [m["run"] for m in found["files"][0]["runs"]] == [run["id"]]
+            assert found["files"][1]["runs"] == []
+            assert (await call_error(s, "which", {"files": [str(js.root / "nope")]})).startswith("files: ")
 
 
 async def test_queue_and_render(js: JobsupEnv, repo: Path) -> None:

@@ -12,6 +12,7 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Mapping
@@ -31,7 +32,7 @@ from supervisord.crashpoints import crash_point
 from supervisord.exceptions import BackendError, PreflightError
 from supervisord.progress import PROGRESS_FILE, ProgressFile, interval_of
 
-__all__ = ["LocalBackend", "run_processes"]
+__all__ = ["LocalBackend", "make_outputs_dir", "run_processes"]
 
 log = structlog.get_logger("jobsup.local")
 
@@ -109,6 +110,8 @@ class LocalBackend:
         shell, grace = self._settings(spec)
         spec.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         status_path = _status_path(spec.run_dir)
+        if spec.outputs_dir is not None:
+            await anyio.to_thread.run_sync(make_outputs_dir, spec.outputs_dir, limiter=self._limiter)
         key = _run_key(spec.run_dir).hex()
         # The launch lock, taken before the runner exists and handed down to
         # it: held for as long as any process of this launch (the launcher,
@@ -122,7 +125,9 @@ class LocalBackend:
                 {
                     "run_id": spec.run_id,
                     "command": spec.command,
-                    "env": dict(spec.env),
+                    "env": {**spec.env, **spec.jobsup_env},
+                    "env_from": spec.env_from,
+                    "links": json.dumps(dict(spec.links)) if spec.links else "",
                     "timeout_s": spec.timeout_s,
                     "kill_grace_s": grace,
                     "shell": shell,
@@ -600,6 +605,24 @@ async def _record_progress(reporter: RunReporter, data: Mapping[str, Any] | None
     """Record a progress report (supervisord.progress) as a Progress event."""
     if data is not None:
         await reporter.record(PROGRESS, dict(data))
+
+
+def make_outputs_dir(path: Path) -> None:
+    """Create a run's outputs folder ``path`` (and its parents) mode 0700,
+    before the run starts; an existing one is kept as it is if it is a
+    folder of this user's. Raises BackendError naming it (the run ends
+    ERROR: it never starts without the folder its JOBSUP_OUTPUT_DIR names)."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+                raise BackendError(f"the outputs folder {path} exists and is not a folder of yours") from None
+        os.chmod(path, 0o700)
+    except OSError as err:
+        raise BackendError(f"cannot create the outputs folder {path}: {err.strerror or err}") from None
 
 
 def _file_size(path: Path) -> int:

@@ -7,12 +7,18 @@ stdin::
 
     {"run_id": str, "command": str, "env": {NAME: value}, "timeout_s": int,
      "kill_grace_s": int, "shell": "bash", "snapshot": "/path/source.tar",
-     "status_path": "/path/ID.status", "status_key": hex, "lock_fd": int}
+     "status_path": "/path/ID.status", "status_key": hex, "lock_fd": int,
+     "env_from": "submitter" | "daemon", "links": JSON text | ""}
 
 ``lock_fd``: a descriptor the daemon passes down with an exclusive
 ``flock`` on the run's launch lock, taken before it started the launcher;
 the runner keeps it open (close-on-exec: the job never gets it) so the lock
 is held exactly while a process of this launch lives.
+
+``env_from: submitter``: ``env`` is the job's whole environment (the
+submitting shell's); otherwise ``env`` goes on top of the runner's own
+(the daemon's, ``JOBSUP_*`` dropped). ``links`` are made as symlinks in
+``RUN_DIR/repo`` after the snapshot is extracted (:func:`make_links`).
 
 Three processes take part, so the runner that stays keeps little memory
 (each idle runner's ``Private_Dirty`` stays under 4 MB):
@@ -159,6 +165,7 @@ __all__ = [
     "decode_status",
     "encode_status",
     "extract_snapshot",
+    "make_links",
     "job_umask",
     "open_verified_snapshot",
     "group_alive",
@@ -215,6 +222,27 @@ def extract_snapshot(tar: tarfile.TarFile, dest: Path) -> None:
         if member.name.startswith("/") or not target.is_relative_to(root):
             raise tarfile.TarError(f"{member.name}: would be extracted outside the source folder")
         tar.extract(member, root, set_attrs=not member.issym())
+
+
+def make_links(dest: Path, links_json: str) -> None:
+    """Make the task's ``links`` (JSON text: relative path -> absolute
+    target, checked at submit by supervisord.links) as symlinks under the
+    extracted source ``dest``, creating missing folders on the way. Raises
+    OSError naming a link whose folder would leave ``dest`` (a symlink
+    there) or that cannot be made."""
+    import json
+
+    root = dest.resolve()
+    for rel, target in json.loads(links_json).items():
+        path = root / rel
+        parent = path.parent
+        parent.mkdir(parents=True, exist_ok=True)
+        if not parent.resolve().is_relative_to(root):
+            raise OSError(f"links.{rel}: its folder leaves the source folder")
+        try:
+            os.symlink(target, path)
+        except OSError as err:
+            raise OSError(f"links.{rel}: cannot make the link to {target}: {err.strerror}") from None
 
 
 def is_empty_archive(f: Any) -> bool:
@@ -744,6 +772,8 @@ class _Runner:
                     if not is_empty_archive(f):
                         with tarfile.open(fileobj=f, mode="r:") as tar:
                             extract_snapshot(tar, pathlib.Path(repo))
+                if self.spec.get("links"):
+                    make_links(pathlib.Path(repo), self.spec["links"])
             except BaseException as err:  # noqa: BLE001 -- a forked child: report anything, then _exit
                 _child_error(wfd, "cannot extract the source snapshot", err)
             os._exit(0)
@@ -763,7 +793,10 @@ class _Runner:
         if self.cancel_requested:
             self.final(exit_code=None, signal=None, reason="Canceled", message="canceled before start")
             return 0
-        env = {k: v for k, v in os.environ.items() if not k.startswith("JOBSUP_")}
+        if self.spec.get("env_from") == "submitter":
+            env = {}  # the submitting shell's environment is all in the spec's env
+        else:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("JOBSUP_")}
         env.update(self.spec["env"])
         env.setdefault("PYTHONUNBUFFERED", "1")
         env["JOBSUP_RUN_ID"] = self.spec["run_id"]
@@ -947,6 +980,8 @@ _SPEC_FIELDS = (
     "snapshot_sha256",
     "umask",
     "lock_fd",
+    "env_from",
+    "links",
 )
 
 
