@@ -35,9 +35,11 @@ from store.types import (
     PHASE_CHANGED,
     PHASE_RANK,
     PHASES,
+    PROGRESS,
     PROJECTED_TYPES,
     STAGING_STEP,
     SUBMITTED,
+    SWEEP_SUBMITTED,
     TERMINAL_PHASES,
     Append,
     Checkpoint,
@@ -89,6 +91,8 @@ __all__ = [
     "LogTextDeletedError",
     "LOGS_ARCHIVED",
     "LOGS_DELETED",
+    "PROGRESS",
+    "SWEEP_SUBMITTED",
 ]
 
 if TYPE_CHECKING:

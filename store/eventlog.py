@@ -106,6 +106,22 @@ class EventLog(StoreCore):
         ]
         return await self._writer.append_many(jobs)
 
+    async def append_together(self, appends: Sequence[Append]) -> list[list[RecordedEvent]]:
+        """Several appends to distinct streams, all or nothing: one
+        transaction, in this order, with consecutive seqs (a sweep and its
+        runs). Returns, per append, its recorded events. Raises
+        ConcurrencyError when any stream is not at its expected version
+        (nothing written), the storage errors of :meth:`append`, ValueError
+        for bad input (as :meth:`append`, or a stream named twice).
+        Checkpoints are not taken here."""
+        self._check_open()
+        if len({a.run_id for a in appends}) != len(appends):
+            raise ValueError("append_together: a stream is named twice")
+        if any(a.checkpoint is not None for a in appends):
+            raise ValueError("append_together: checkpoints are not taken here")
+        jobs = [(a.run_id, a.expected_version, _prepare(a.run_id, a.expected_version, a.events, None)) for a in appends]
+        return await self._writer.append_together(jobs)
+
     async def append_log(
         self,
         run_id: str,

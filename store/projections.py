@@ -45,6 +45,7 @@ from typing import Any, Final
 
 import aiosqlite
 
+from store.runmeta import RUN_META_COLUMNS, apply_run_meta, run_meta_from_cell
 from store.schema import PROJECTION_DDL, PROJECTION_TABLES
 from store.types import (
     ADMITTED,
@@ -76,7 +77,8 @@ _IN_CHUNK: Final = 500
 RUN_COLUMNS: Final = (
     "id, project, name, backend, phase, reason, message, exit_code, created_at,"
     " updated_at, last_seq, version, handle, log_lines, log_ingest,"
-    " (SELECT facts FROM run_facts WHERE run_facts.run_id = runs.id)"
+    " (SELECT facts FROM run_facts WHERE run_facts.run_id = runs.id), " + RUN_META_COLUMNS
+    # The run's labels, sweep, params and progress (store.runmeta): keep last.
 )
 _UPSERT_FACTS: Final = (
     "INSERT INTO run_facts (run_id, facts) VALUES (?, ?) ON CONFLICT (run_id) DO UPDATE SET facts = excluded.facts"
@@ -259,6 +261,7 @@ class Projector:
             await conn.executemany(_UPSERT_SOURCE, list(newest.values()))
         await self._apply_runs(conn, events, counts)
         await self._apply_facts(conn, events)
+        await apply_run_meta(conn, events)
 
     @staticmethod
     async def _apply_facts(conn: aiosqlite.Connection, events: Sequence[RecordedEvent]) -> None:
@@ -431,4 +434,5 @@ def run_status_from_row(row: Sequence[Any]) -> RunStatus:
         started_at=facts.get("started_at"), ended_at=facts.get("ended_at"), queue=facts.get("queue"),
         priority=facts.get("priority"), gpus=list(facts.get("gpus") or []), after=list(facts.get("after") or []),
         usage=facts.get("usage"),
+        **run_meta_from_cell(row[16] if len(row) > 16 else None),
     )  # fmt: skip

@@ -133,6 +133,56 @@ class RunQueries(StoreCore):
         cursor = int(rows[limit - 1][-1]) if len(rows) > limit else None
         return page, cursor
 
+    async def sweep_runs(self, sweep_id: str) -> list[RunStatus]:
+        """The runs of sweep ``sweep_id`` (exact id), in sweep index order."""
+        rows = await self._read(
+            f"SELECT {RUN_COLUMNS} FROM runs JOIN run_meta AS j ON j.run_id = runs.id"
+            " WHERE j.sweep_id = ? ORDER BY j.sweep_index, runs.created_seq",
+            (sweep_id,),
+        )
+        return [run_status_from_row(r) for r in rows]
+
+    async def sweep_table(self, sweep_id: str) -> list[dict[str, Any]]:
+        """The runs of sweep ``sweep_id`` as its results table needs them,
+        in sweep index order, in one query (no full run objects): ``{"id",
+        "name", "phase", "reason", "exit_code", "params", "progress",
+        "started_at", "ended_at"}`` (times: the ``at`` of the run's first
+        RUNNING and of its terminal PhaseChanged, None when none yet)."""
+        terminal = ", ".join(f"'{p}'" for p in sorted(TERMINAL_PHASES))
+        rows = await self._read(
+            "SELECT r.id, r.name, r.phase, r.reason, r.exit_code, m.params, m.progress,"
+            " (SELECT MIN(e.at) FROM events AS e WHERE e.run_id = r.id AND e.type = 'PhaseChanged'"
+            "  AND json_extract(e.data, '$.phase') = 'RUNNING'),"
+            f" CASE WHEN r.phase IN ({terminal}) THEN (SELECT MAX(e.at) FROM events AS e WHERE e.run_id = r.id"
+            f"  AND e.type = 'PhaseChanged' AND json_extract(e.data, '$.phase') IN ({terminal})) END"
+            " FROM run_meta AS m JOIN runs AS r ON r.id = m.run_id WHERE m.sweep_id = ?"
+            " ORDER BY m.sweep_index, r.created_seq",
+            (sweep_id,),
+        )
+        return [
+            {
+                "id": r[0],
+                "name": r[1],
+                "phase": r[2],
+                "reason": r[3],
+                "exit_code": r[4],
+                "params": json.loads(r[5]) if r[5] else {},
+                "progress": json.loads(r[6]) if r[6] else None,
+                "started_at": r[7],
+                "ended_at": r[8],
+            }
+            for r in rows
+        ]
+
+    async def match_sweep_ids(self, prefix: str, limit: int = 10) -> list[str]:
+        """Up to ``limit`` sweep ids starting with ``prefix`` (non-empty), sorted."""
+        upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        rows = await self._read(
+            "SELECT DISTINCT sweep_id FROM run_meta WHERE sweep_id >= ? AND sweep_id < ? ORDER BY sweep_id LIMIT ?",
+            (prefix, upper, limit),
+        )
+        return [str(r[0]) for r in rows]
+
     async def match_run_ids(self, prefix: str, limit: int = 10) -> list[str]:
         """Up to ``limit`` run ids starting with ``prefix``, sorted."""
         if not prefix:

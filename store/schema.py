@@ -34,6 +34,7 @@ from store.errors import (
     StoreOpenError,
 )
 from store.logblocks import migrate_v3
+from store.runmeta import RUN_META_DDL
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -156,7 +157,7 @@ _RUN_FACTS_DDL: Final = """CREATE TABLE run_facts (
 #: The projection tables at :data:`SCHEMA_VERSION`, dropped and recreated by
 #: ``rebuild()``. (``log_blocks``, the log text, is data beside the events,
 #: not a projection: see :mod:`store.logblocks`.)
-PROJECTION_TABLES: Final[tuple[str, ...]] = ("runs", "log_sources", "log_archives", "run_facts")
+PROJECTION_TABLES: Final[tuple[str, ...]] = ("runs", "log_sources", "log_archives", "run_facts", "run_meta")
 
 #: DDL of the projection tables at :data:`SCHEMA_VERSION`. A migration that
 #: changes a projection table changes this and sets ``rebuild_projections``.
@@ -168,6 +169,7 @@ PROJECTION_DDL: Final[tuple[str, ...]] = (
     _LOG_SOURCES_DDL,
     _LOG_ARCHIVES_DDL,
     _RUN_FACTS_DDL,
+    *RUN_META_DDL,
 )
 
 
@@ -252,6 +254,11 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         (_RUN_FACTS_DDL.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1),),
         rebuild_projections=True,
     ),
+    # Labels, sweeps, params and progress (store.runmeta): from the Submitted
+    # and Progress events. Self-contained and idempotent (IF NOT EXISTS), so
+    # its place can change when branches adding other steps are merged. No
+    # run recorded before has labels, a sweep or progress: it starts empty.
+    Migration("run labels, sweeps, params and progress: run_meta", RUN_META_DDL),
 )
 
 #: The schema version this jobsup writes.

@@ -110,6 +110,8 @@ __all__ = [
     "ADMITTED",
     "RESOURCE_USAGE",
     "FACT_TYPES",
+    "PROGRESS",
+    "SWEEP_SUBMITTED",
 ]
 
 # The run lifecycle's phases are defined here, once (the store validates and
@@ -142,6 +144,10 @@ LOGS_ARCHIVED: Final = "LogsArchived"
 LOGS_DELETED: Final = "LogsDeleted"
 ADMITTED: Final = "Admitted"
 RESOURCE_USAGE: Final = "ResourceUsage"
+#: A run's progress report (its data becomes the run's ``progress``: store.runmeta).
+PROGRESS: Final = "Progress"
+#: A sweep's grid, on the sweep's own stream (the sweep id), before its runs' Submitted.
+SWEEP_SUBMITTED: Final = "SweepSubmitted"
 
 #: Event types that change projected columns beyond the bookkeeping ones.
 PROJECTED_TYPES: Final[frozenset[str]] = frozenset(
@@ -256,6 +262,13 @@ class RunStatus:
     #: What it used (``ResourceUsage``): ``{"cpu_s": float, "max_rss_bytes":
     #: int, "gpu_memory_max_bytes": {index: int}}``; None before a sample.
     usage: dict[str, Any] | None = None
+    #: The sweep the run belongs to (``s`` + 11 hex), its ``labels`` and
+    #: sweep ``params`` (str -> str), and its last ``Progress`` event's data
+    #: with that event's ``at`` and ``seq`` (None before one): store.runmeta.
+    sweep_id: str | None = None
+    labels: dict[str, str] = dataclasses.field(default_factory=dict)
+    params: dict[str, str] = dataclasses.field(default_factory=dict)
+    progress: dict[str, Any] | None = None
 
     @property
     def terminal(self) -> bool:

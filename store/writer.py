@@ -144,6 +144,17 @@ class _AppendJob:
     done: anyio.Event = dataclasses.field(default_factory=anyio.Event)
     result: list[RecordedEvent] | None = None
     error: BaseException | None = None
+    # An all-or-nothing append to several streams (append_together): every
+    # (run_id, expected_version, events), the first being the job's own.
+    parts: Sequence[tuple[str, int | None, Sequence[PreparedEvent]]] | None = None
+
+
+def _parts(job: _AppendJob) -> Sequence[tuple[str, int | None, Sequence[PreparedEvent]]]:
+    return job.parts if job.parts is not None else ((job.run_id, job.expected_version, job.events),)
+
+
+def _stale(expected: int | None, version: int) -> bool:
+    return (expected is None and version == 0) or (expected is not None and expected != version)
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -273,6 +284,34 @@ class Writer:
                 assert job.result is not None
                 out.append(job.result)
         return out
+
+    async def append_together(
+        self, appends: Sequence[tuple[str, int | None, Sequence[PreparedEvent]]]
+    ) -> list[list[RecordedEvent]]:
+        """Append to several streams ``(run_id, expected_version, events)``
+        (each run at most once, each with events) all or nothing: in one
+        transaction, in this order, with consecutive seqs. Returns each
+        append's recorded events. Raises ConcurrencyError (any stale
+        version: nothing written) or a store error as :meth:`append`."""
+        if not appends:
+            return []
+        first = appends[0]
+        job = _AppendJob(
+            first[0],
+            first[1],
+            first[2],
+            max(1, sum(e.rows for _, _, events in appends for e in events)),
+            parts=list(appends),
+        )
+        self._enqueue(job)
+        await job.done.wait()
+        if job.error is not None:
+            raise job.error
+        assert job.result is not None
+        out: dict[str, list[RecordedEvent]] = {run_id: [] for run_id, _, _ in appends}
+        for event in job.result:
+            out[event.run_id].append(event)
+        return [out[run_id] for run_id, _, _ in appends]
 
     async def exclusive(self, fn: Callable[[aiosqlite.Connection], Awaitable[Any]]) -> Any:
         """Run ``fn(conn)`` on the write connection between batches, alone."""
@@ -444,7 +483,9 @@ class Writer:
                 await conn.execute("ROLLBACK")
             await conn.execute("BEGIN IMMEDIATE")
             try:
-                versions, seq = await self._stream_versions({job.run_id for job in batch if job.events})
+                versions, seq = await self._stream_versions(
+                    {run_id for job in batch if job.events for run_id, _, _ in _parts(job)}
+                )
                 at = utc_now()
                 inserts: list[tuple[int, str, int, str, str, str]] = []
                 resolver = BlockResolver(conn)
@@ -456,27 +497,27 @@ class Writer:
                         job.result = []
                         accepted.append(job)
                         continue
-                    version = versions.get(job.run_id, 0)
-                    if (
-                        job.expected_version is None
-                        and version == 0
-                        or (job.expected_version is not None and job.expected_version != version)
-                    ):
-                        job.error = ConcurrencyError(job.run_id, job.expected_version, version)
+                    stale = next(
+                        (p for p in _parts(job) if _stale(p[1], versions.get(p[0], 0))), None
+                    )  # a part of an all-or-nothing job fails them all
+                    if stale is not None:
+                        job.error = ConcurrencyError(stale[0], stale[1], versions.get(stale[0], 0))
                         if job.checkpoint is not None:
                             checkpoints.pop()
                         continue
                     result = []
-                    for event in job.events:
-                        seq += 1
-                        version += 1
-                        data, data_json = event.data, event.data_json
-                        if event.block is not None:
-                            data = await resolver.resolve(job.run_id, seq, event.block)
-                            data_json = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
-                        inserts.append((seq, job.run_id, version, event.type, at, data_json))
-                        result.append(RecordedEvent(seq, job.run_id, version, event.type, at, data))
-                    versions[job.run_id] = version
+                    for run_id, _, events in _parts(job):
+                        version = versions.get(run_id, 0)
+                        for event in events:
+                            seq += 1
+                            version += 1
+                            data, data_json = event.data, event.data_json
+                            if event.block is not None:
+                                data = await resolver.resolve(run_id, seq, event.block)
+                                data_json = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+                            inserts.append((seq, run_id, version, event.type, at, data_json))
+                            result.append(RecordedEvent(seq, run_id, version, event.type, at, data))
+                        versions[run_id] = version
                     job.result = result
                     accepted.append(job)
                     recorded.extend(result)

@@ -23,9 +23,11 @@ from store.types import (
     LOGS_ARCHIVED,
     LOGS_DELETED,
     PHASE_CHANGED,
+    PROGRESS,
     PROJECTED_TYPES,
     STAGING_STEP,
     SUBMITTED,
+    SWEEP_SUBMITTED,
 )
 
 __all__ = [
@@ -56,6 +58,8 @@ __all__ = [
     "LOGS_DELETED",
     "RUN_DIR_REMOVED",
     "STORAGE_TROUBLE",
+    "SWEEP_SUBMITTED",
+    "PROGRESS",
     "RUN_UPDATED",
     "QUEUE_CHANGED",
     "PAUSED",
@@ -121,6 +125,36 @@ define(
         "shell_env": "{NAME: 'hmac-sha256:<hex>'}: env_from submitter, the submitting shell's variables; never values",
         "outputs_root": "str: local runs, the outputs dir (the run's folder is <outputs_root>/<project>/<run id>)",
         "links": "{path: target}: task key links, targets resolved at submit (supervisord.links)",
+        "labels": "{str: str}: `--label K=V` / task `labels:`",
+        "sweep_id": "str: the sweep ('s' + 11 hex) this run belongs to (its SweepSubmitted precedes it)",
+        "sweep_index": "int: its place in the sweep's grid, 0-based (JOBSUP_SWEEP_INDEX)",
+        "params": "{KEY: str}: the sweep's values for this run (JOBSUP_PARAM_<KEY>)",
+        "sweep_max_parallel": "int: the sweep's max_parallel (at most that many of its runs admitted at once)",
+    },
+)
+define(
+    SWEEP_SUBMITTED,
+    writer="supervisor, at a sweep's submit, on the sweep's own stream, in one transaction with its runs' Submitted",
+    data={
+        "grid": "*required* {KEY: [str]}: the values of each key, in order",
+        "count": "*required* int: its runs (the grid's product, at most 10,000)",
+        "max_parallel": "int | None: at most this many of its runs admitted at once",
+        "project": "str",
+        "name": "str: the runs' base name (each is NAME[k=v,...])",
+        "command": "str: the command template with its {KEY} placeholders",
+        "labels": "{str: str}",
+        "request_id": "str: the client's id for this submit",
+    },
+)
+define(
+    PROGRESS,
+    writer="local backend (JOBSUP_PROGRESS_FILE) or supervisor (a `JOBSUP_PROGRESS {json}` log line): at most once "
+    "per local.progress_interval_s, once more at the run's end, only when it changed",
+    data={
+        "step": "number",
+        "total": "number",
+        "message": "str: at most 500 characters (a plain-text report is its first line)",
+        "metrics": "{name: number | str}: at most 64",
     },
 )
 define(

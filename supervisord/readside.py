@@ -15,7 +15,8 @@ A stream that has nothing to say for :data:`HEARTBEAT_S` sends
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import fnmatch
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final
 
 import anyio
@@ -26,6 +27,7 @@ from supervisord.events import RUN_UPDATED
 from supervisord.exceptions import AmbiguousRunError, RunNotFoundError, UsageError
 from supervisord.lifecycle import reached
 from supervisord.runref import check_run_ref
+from supervisord.sweepread import expand_refs, resolve_sweep_id
 
 __all__ = ["HEARTBEAT_S", "RECENT_RUNS", "WAIT_CONDITIONS", "ReadSide", "resolve_run_id"]
 
@@ -54,6 +56,11 @@ async def resolve_run_id(store: EventStore, ref: str) -> str:
     return ids[0]
 
 
+def all_labels(have: Mapping[str, str], want: Mapping[str, str]) -> bool:
+    """Whether every label of ``want`` is in ``have`` with the same value."""
+    return all(have.get(k) == v for k, v in want.items())
+
+
 class ReadSide:
     """Queries and streams over one open :class:`~store.EventStore`."""
 
@@ -74,14 +81,37 @@ class ReadSide:
         return run
 
     async def list_runs(
-        self, *, all: bool = False, project: str | None = None, phase: str | None = None
+        self,
+        *,
+        all: bool = False,
+        project: str | None = None,
+        phase: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        name: str | None = None,
+        sweep: str | None = None,
     ) -> list[RunStatus]:
         """Runs newest first: with ``phase``, those in it; else every run
         when ``all``, or the in-flight ones and the :data:`RECENT_RUNS`
-        newest. Raises UsageError for an unknown phase (any case)."""
+        newest. ``labels`` (each must match), ``name`` (a glob, ``*?[]``)
+        and ``sweep`` (a sweep id or prefix: all its runs, in sweep order)
+        filter first. Raises UsageError for an unknown phase (any case) or
+        a malformed sweep id, RunNotFoundError for no such sweep."""
         if phase and phase.upper() not in PHASES:
             raise UsageError(f"--phase {phase!r}: use one of {', '.join(PHASES)}")
-        runs = await self.store.list_runs(project=project or None, phases=[phase.upper()] if phase else None)
+        if sweep:
+            runs = await self.store.sweep_runs(await resolve_sweep_id(self.store, sweep))
+            all = True
+            if project:
+                runs = [r for r in runs if r.project == project]
+            if phase:
+                runs = [r for r in runs if r.phase == phase.upper()]
+        else:
+            runs = await self.store.list_runs(project=project or None, phases=[phase.upper()] if phase else None)
+        if labels:
+            want = dict(labels)
+            runs = [r for r in runs if all_labels(r.labels, want)]
+        if name:
+            runs = [r for r in runs if fnmatch.fnmatchcase(r.name, name)]
         if not all and not phase:
             recent = {r.id for r in runs[:RECENT_RUNS]}
             runs = [r for r in runs if not r.terminal or r.id in recent]
@@ -119,7 +149,7 @@ class ReadSide:
         ``{"result": {"met": False, "never": [id], ...}}``."""
         if not refs:
             raise UsageError("wait: name at least one run")
-        run_ids = [await self.resolve(r) for r in refs]
+        run_ids = await expand_refs(self.store, refs, self.resolve)
         cond = cond.strip()
         if cond not in WAIT_CONDITIONS and cond.upper() not in PHASES:
             raise UsageError(f"--for {cond!r}: use terminal, change, or a phase ({', '.join(PHASES)})")

@@ -43,9 +43,20 @@ from supervisord.source import (
     submodule_paths,
     untracked_files,
 )
+from supervisord.sweep import (
+    check_grid,
+    check_labels,
+    check_max_parallel,
+    check_placeholders,
+    expand,
+    new_sweep_id,
+    param_env,
+    run_name,
+    substitute,
+)
 from supervisord.task import BACKENDS, DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S
 
-__all__ = ["DaemonConfigCheck", "Plan", "Planner", "SubmitRequest"]
+__all__ = ["DaemonConfigCheck", "Plan", "Planner", "SubmitRequest", "SweepPlan"]
 
 SHAPE_FLAGS_GPUS_HINT = (
     "for Kubernetes the manifest (.jobsup/k8s.yaml or --manifest PATH, committed) is the run's shape: "
@@ -124,6 +135,18 @@ class Plan:
     warnings: list[str]
 
 
+@dataclasses.dataclass(frozen=True)
+class SweepPlan:
+    """A validated sweep: its id, the ``SweepSubmitted`` data, one
+    :class:`Plan` per run (in sweep index order; one snapshot for all), and
+    the warnings for the user."""
+
+    sweep_id: str
+    sweep: Mapping[str, Any]
+    runs: list[Plan]
+    warnings: list[str]
+
+
 class Planner:
     """Validates submits against the daemon's config layer and snapshots sources."""
 
@@ -149,6 +172,9 @@ class Planner:
         env = task.get("env") or {}
         if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise TaskError("env must map names to string values")
+        labels = check_labels(task.get("labels"), what="--label")
+        if task.get("max_parallel") is not None and task.get("sweep") is None:
+            raise TaskError("--max-parallel: only a sweep (--sweep KEY=V1,V2,... or task `sweep:`) has runs to limit")
         on_done = task.get("on_done")
         if on_done is not None and (
             not isinstance(on_done, list)
@@ -220,7 +246,7 @@ class Planner:
         if links:
             await anyio.to_thread.run_sync(check_against_snapshot, links, snapshot.path, limiter=self._git)
         project = str(data.get("project") or repo.name)
-        name = str(task.get("name") or _default_name(command))
+        name = str(task.get("name") or await self._default_name(repo, commit, command))
         submitted: dict[str, Any] = {
             "project": project,
             "name": name,
@@ -254,10 +280,69 @@ class Planner:
         if on_done is not None:
             # Run by the on-done hook when the run ends (supervisord.hooks).
             submitted["on_done"] = list(on_done)
+        if labels:
+            submitted["labels"] = labels
         if backend == "local":
             submitted.update(_world_fields(shell_env, outputs, links, self.digest_key))
         run_env = {**shell_env, **merged_env} if shell_env is not None else merged_env
         return Plan(submitted=submitted, env=run_env, config=data, force=req.force, warnings=warnings)
+
+    async def plan_sweep(self, req: SubmitRequest) -> SweepPlan:
+        """The plan of a sweep (the request's task has ``sweep``): the grid
+        and ``max_parallel`` checked first, then :meth:`plan` once (one
+        snapshot, one config) for the template, then one run per grid point
+        with ``{key}`` replaced in its command (and name), its params and
+        their variables. Raises TaskError naming the bad key, and what
+        :meth:`plan` raises; nothing is recorded."""
+        task = req.task
+        grid = check_grid(task.get("sweep"), what="--sweep")
+        max_parallel = check_max_parallel(task.get("max_parallel"))
+        command = task.get("run")
+        name = task.get("name")
+        warnings = check_placeholders(
+            command if isinstance(command, str) else "", name if isinstance(name, str) else None, grid
+        )
+        base = await self.plan(req)
+        sweep_id = new_sweep_id()
+        template = dict(base.submitted)
+        runs: list[Plan] = []
+        for index, params in enumerate(expand(grid)):
+            submitted = {
+                **template,
+                "command": substitute(str(template["command"]), params),
+                "name": run_name(str(template["name"]), params),
+                "sweep_id": sweep_id,
+                "sweep_index": index,
+                "params": params,
+            }
+            if max_parallel is not None:
+                submitted["sweep_max_parallel"] = max_parallel
+            env = {**base.env, **param_env(params, sweep_id, index)}
+            runs.append(Plan(submitted=submitted, env=env, config=base.config, force=True, warnings=[]))
+        sweep: dict[str, Any] = {
+            "project": template["project"],
+            "name": template["name"],
+            "command": template["command"],
+            "grid": grid,
+            "count": len(runs),
+            "max_parallel": max_parallel,
+        }
+        for key in ("labels", "request_id"):
+            if key in template:
+                sweep[key] = template[key]
+        return SweepPlan(sweep_id=sweep_id, sweep=sweep, runs=runs, warnings=[*base.warnings, *warnings])
+
+    async def _default_name(self, repo: Path, commit: str, command: str) -> str:
+        """The stem of the first word of ``command`` that is a file in the
+        snapshot (``python train.py`` -> ``train``, ``bash scripts/eval.sh``
+        -> ``eval``), else the first word's basename (``task`` for none)."""
+        candidates = _file_candidates(command)
+        if candidates:
+            found = await anyio.to_thread.run_sync(_files_in_commit, repo, commit, candidates, limiter=self._git)
+            for word in candidates:
+                if word in found:
+                    return Path(word).stem or Path(word).name
+        return _default_name(command)
 
     async def source_at(self, repo: Path, rev: str) -> dict[str, Any]:
         """A Submitted ``source`` for commit ``rev`` of ``repo`` (``rerun
@@ -393,6 +478,53 @@ def _world_fields(
 def _default_name(command: str) -> str:
     words = command.split()
     return Path(words[0]).name if words else "task"
+
+
+def _file_candidates(command: str) -> list[str]:
+    """The words of ``command`` (its first 32) that could name a file of
+    the snapshot: relative paths, ``./`` dropped; no option, variable
+    assignment, placeholder or path out of the repository."""
+    import shlex
+
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    out: list[str] = []
+    for word in words[:32]:
+        while word.startswith("./"):
+            word = word[2:]
+        if (
+            not word
+            or word.startswith(("-", "/", "~", "$"))
+            or "=" in word.split("/", 1)[0]
+            or any(c in word for c in "{}*?[]$`'\"\n")
+            or ".." in word.split("/")
+        ):
+            continue
+        if word not in out:
+            out.append(word)
+    return out
+
+
+def _files_in_commit(repo: Path, commit: str, paths: list[str]) -> set[str]:
+    """Which of ``paths`` are files (blobs) in ``commit``: one ``git
+    cat-file --batch-check``. Any git failure: none (the name falls back)."""
+    request = "".join(f"{commit}:{p}\n" for p in paths)
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(repo), "cat-file", "--batch-check=%(objecttype)"],
+            input=request.encode(),
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    if proc.returncode != 0:
+        return set()
+    kinds = proc.stdout.decode(errors="replace").splitlines()
+    return {p for p, kind in zip(paths, kinds, strict=False) if kind.strip() == "blob"}
 
 
 def _stat_key(path: Path) -> tuple[int, int, int, int] | None:

@@ -16,6 +16,9 @@ an error naming the key and the file)::
     priority: 0                 # -1000..1000; higher starts first
     after: [RUN]                # start once these runs are COMPLETED
     after_any: [RUN]            # start once these runs are terminal
+    sweep: {lr: [1e-4, 3e-4], seed: 1..3}   # one run per combination ({lr} in run: replaced)
+    max_parallel: 2             # a sweep's runs admitted at once
+    labels: {team: vision}      # shown and filtered on (`jobsup runs --label team=vision`)
     after_failed: [RUN]         # start only if these runs ended ERROR
     links: {data: ~/datasets/x} # local runs: symlinks in the snapshot (supervisord.links)
     memory: 16G                 # local runs: memory limit of the whole process tree
@@ -66,6 +69,9 @@ _TASK_KEYS = {
     "priority",
     "after",
     "after_any",
+    "sweep",
+    "max_parallel",
+    "labels",
     "after_failed",
     "links",
     "memory",
@@ -94,6 +100,10 @@ class Task:
     path: Path | None = None
     #: ``gpus``, ``queue``, ``priority``, ``after``, ``after_any`` as given (checked by the daemon).
     scheduling: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: A sweep's grid (KEY -> values, supervisord.sweep), its ``max_parallel``, and the run's labels.
+    sweep: dict[str, list[str]] | None = None
+    max_parallel: int | None = None
+    labels: dict[str, str] = dataclasses.field(default_factory=dict)
     #: ``links:`` as written: path in the snapshot -> target (resolved by the daemon at submit).
     links: dict[str, str] = dataclasses.field(default_factory=dict)
 
@@ -107,10 +117,14 @@ class Task:
         env: Mapping[str, str] | None = None,
         manifest: str | None = None,
         scheduling: Mapping[str, Any] | None = None,
+        sweep: Mapping[str, list[str]] | None = None,
+        max_parallel: int | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> Task:
         """Return a copy with every given (non-None) field replaced; ``env``
-        entries are added over the file's; ``scheduling`` keys whose value
-        is not None replace the file's."""
+        and ``labels`` entries are added over the file's; ``scheduling``
+        keys whose value is not None replace the file's; a ``sweep`` grid
+        replaces the file's."""
         merged_env = dict(self.env)
         merged_env.update(env or {})
         merged_sched = dict(self.scheduling)
@@ -124,6 +138,9 @@ class Task:
             env=merged_env,
             manifest=manifest if manifest is not None else self.manifest,
             scheduling=merged_sched,
+            sweep=dict(sweep) if sweep else self.sweep,
+            max_parallel=max_parallel if max_parallel is not None else self.max_parallel,
+            labels={**self.labels, **(labels or {})},
         )
 
     def default_name(self) -> str:
@@ -357,6 +374,11 @@ def _task_from_mapping(
     from supervisord.scheduler.options import parse_scheduling  # only when a file is read
 
     parse_scheduling(scheduling, names={key: f"{p}: `{key}`" for key in SCHEDULING_KEYS})
+    from supervisord.sweep import check_grid, check_labels, check_max_parallel
+
+    sweep = check_grid(doc["sweep"], what=f"{p}: `sweep`") if doc.get("sweep") is not None else None
+    max_parallel = check_max_parallel(doc.get("max_parallel"), what=f"{p}: `max_parallel`")
+    labels = check_labels(doc.get("labels"), what=f"{p}: `labels`")
     name = string("name")
     from supervisord.links import check_links_shape
 
@@ -371,5 +393,8 @@ def _task_from_mapping(
         manifest=manifest,
         path=p.resolve(),
         scheduling=scheduling,
+        sweep=sweep,
+        max_parallel=max_parallel,
+        labels=labels,
         links=links,
     )

@@ -234,13 +234,33 @@ class Client:
         """``POST /runs``: ``{"run": Run, "warnings": [...]}``."""
         return dict(self._call("POST", "/runs", json_body=dict(body), timeout=300.0))
 
-    def runs(self, *, all: bool = False, project: str | None = None, phase: str | None = None) -> list[dict[str, Any]]:
-        """``GET /runs``: the run objects, newest first."""
-        params = {k: v for k, v in {"all": "1" if all else None, "project": project, "phase": phase}.items() if v}
+    def runs(
+        self,
+        *,
+        all: bool = False,
+        project: str | None = None,
+        phase: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        name: str | None = None,
+        sweep: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """``GET /runs``: the run objects, newest first (filtered by
+        ``labels``, a ``name`` glob, a ``sweep``)."""
+        given = {"all": "1" if all else None, "project": project, "phase": phase, "name": name, "sweep": sweep}
+        params: list[tuple[str, Any]] = [(k, v) for k, v in given.items() if v]
+        params += [("label", f"{k}={v}") for k, v in (labels or {}).items()]
         doc = self._call("GET", "/runs", query=params)
         self.storage = doc.get("storage")
         self.output = doc.get("output")
         return list(doc["runs"])
+
+    def sweep(self, ref: str, *, runs: bool = False) -> dict[str, Any]:
+        """``GET /sweeps/{ref}``: the sweep document (supervisord.sweepread)."""
+        return dict(self._call("GET", f"/sweeps/{ref}", query={"runs": "1"} if runs else None))
+
+    def cancel_sweep(self, ref: str) -> list[dict[str, Any]]:
+        """``POST /sweeps/{ref}/cancel``: every run of the sweep after cancel."""
+        return list(self._call("POST", f"/sweeps/{ref}/cancel", timeout=600.0)["runs"])
 
     def show(self, ref: str) -> dict[str, Any]:
         """``GET /runs/{ref}``: ``{"run": Run, "submitted": {...}}``."""

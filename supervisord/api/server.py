@@ -25,6 +25,7 @@ from supervisord.api.logs_route import logs_response
 from supervisord.api.query import flag_param, float_param, int_param
 from supervisord.api.scheduler_routes import scheduler_routes
 from supervisord.api.streams import StreamCloser
+from supervisord.api.sweep_routes import is_sweep_request, label_params, submit_sweep, sweep_routes
 from supervisord.api.usage_routes import usage_routes
 from supervisord.api.uvicorn_server import PEER_SCOPE_KEY
 from supervisord.api.wire import API_PREFIX
@@ -138,6 +139,8 @@ def create_app(
         except ValueError:
             raise UsageError("submit: the request body is not JSON") from None
         req = SubmitRequest.from_json(body)
+        if is_sweep_request(body):
+            return await submit_sweep(req, _peer(request), planner=planner, supervisor=supervisor, scheduler=scheduler)
         plan = await planner.plan(req)
         peer = _peer(request)
         submitted = {**plan.submitted, **{f"submitted_by_{k}": v for k, v in peer.items()}}
@@ -151,6 +154,9 @@ def create_app(
             all=flag_param(request.query_params, "all"),
             project=request.query_params.get("project"),
             phase=request.query_params.get("phase"),
+            labels=label_params(request.query_params.getlist("label")),
+            name=request.query_params.get("name") or None,
+            sweep=request.query_params.get("sweep") or None,
         )
         return JSONResponse(
             {"runs": [r.to_json() for r in runs], "storage": storage_json(store), "output": await output_json()}
@@ -279,6 +285,7 @@ def create_app(
     ]
     if usage is not None:
         routes += usage_routes(usage)
+    routes += sweep_routes(supervisor=supervisor, store=store)
     if scheduler is not None:
         routes += scheduler_routes(
             supervisor=supervisor, scheduler=scheduler, digest_key=planner.digest_key, source_at=planner.source_at

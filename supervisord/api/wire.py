@@ -13,14 +13,17 @@ Endpoints::
 
     GET  /v1/health                       {"ok": true, "pid", "version", "uid", "state_dir", "socket"}
     POST /v1/runs                         SubmitRequest -> {"run": Run, "warnings": [str]}
-    GET  /v1/runs?all=&project=&phase=    {"runs": [Run]}
+                                          (task.sweep: {"sweep": Sweep, "run_ids": [id], "warnings"}; sweep_routes)
+    GET  /v1/runs?all=&project=&phase=&label=K=V&name=GLOB&sweep=S    {"runs": [Run]}
+    GET  /v1/sweeps/{ref}[?runs=1]        the sweep document (supervisord.sweepread; schema sweep)
+    POST /v1/sweeps/{ref}/cancel          {"runs": [Run]}: every run of the sweep canceled
     GET  /v1/runs/{ref}                   {"run": Run, "submitted": {...}, "hooks": [HookDelivered/HookFailed events]}
     POST /v1/runs/{ref}/cancel            {"run": Run}
     POST /v1/runs/{ref}/pause             {"run": Run}   (local runs: SIGSTOP, reason Paused)
     POST /v1/runs/{ref}/resume            {"run": Run}
     GET  /v1/runs/{ref}/logs?after_line=&tail=&limit=&follow=&format=text|ndjson|blocks
                                           plain text by default; see supervisord.api.logs_route
-    GET  /v1/wait?run=&for=&after=&timeout=               ndjson {"heartbeat": seq}..., then {"result": WaitResult}
+    GET  /v1/wait?run=&for=&after=&timeout=               (run= may be a sweep id: all its runs) ndjson {"heartbeat": seq}..., then {"result": WaitResult}
     GET  /v1/events?run=&after=&follow=&limit=            ndjson RecordedEvent...
     POST /v1/ui        {"port"?: int, "stop"?: bool}   {"url", "port"} | {}
     GET  /v1/doctor                       {"checks": [{"name", "ok", "detail"}]}

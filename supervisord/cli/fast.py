@@ -29,7 +29,19 @@ _OUTPUT = ("table", "json", "yaml")
 #: command -> (options taking a value, flags, (least, most) arguments,
 #: the ``-o`` choices, the first being the default).
 _GRAMMAR: dict[str, tuple[dict[str, str], dict[str, str], tuple[int, int | None], tuple[str, ...]]] = {
-    "runs": ({"-o": "output", "--output": "output", "--project": "project"}, {"--all": "all_"}, (0, 0), _OUTPUT),
+    "runs": (
+        {
+            "-o": "output",
+            "--output": "output",
+            "--project": "project",
+            "--sweep": "sweep",
+            "--sort": "sort_key",
+            "--name": "name",
+        },
+        {"--all": "all_", "--csv": "as_csv"},
+        (0, 0),
+        _OUTPUT,
+    ),
     "show": ({"-o": "output", "--output": "output"}, {}, (1, 1), _OUTPUT),
     "wait": (
         {"-o": "output", "--output": "output", "--for": "for_", "--timeout": "timeout", "--after": "after"},
@@ -102,11 +114,25 @@ def parse(argv: list[str]) -> tuple[str, dict[str, Any], list[str]] | None:
 def _runs(options: dict[str, Any], args: list[str]) -> int:
     from supervisord.cli.reads import connected_client, runs_command
 
-    return runs_command(
+    if options.get("sweep") is None:
+        return runs_command(
+            connected_client(),
+            all_=bool(options.get("all_")),
+            project=options.get("project"),
+            phase=None,
+            output=options["output"],
+            name=options.get("name"),
+        )
+    from supervisord.cli.sweep_table import sweep_command
+    from supervisord.sweep import check_sweep_ref
+
+    check_sweep_ref(options["sweep"])
+    return sweep_command(
         connected_client(),
-        all_=bool(options.get("all_")),
-        project=options.get("project"),
-        phase=None,
+        options["sweep"],
+        name=options.get("name"),
+        sort_key=options.get("sort_key"),
+        as_csv=bool(options.get("as_csv")),
         output=options["output"],
     )
 
@@ -121,9 +147,9 @@ def _show(options: dict[str, Any], args: list[str]) -> int:
 
 def _wait(options: dict[str, Any], args: list[str]) -> int:
     from supervisord.cli.reads import connected_client, wait_command, wait_timeout_s
-    from supervisord.runref import check_run_refs
+    from supervisord.sweep import check_handles
 
-    check_run_refs(args)
+    check_handles(args)
     timeout_s = wait_timeout_s(options.get("timeout"))
     return wait_command(
         connected_client(),
@@ -169,6 +195,8 @@ def main(argv: list[str]) -> int | None:
     if parsed is None:
         return None
     command, options, args = parsed
+    if command == "runs" and options.get("sweep") is None and ("sort_key" in options or "as_csv" in options):
+        return None  # --sort / --csv without --sweep: click's error
     import sys
 
     from supervisord.cli.output import echo, writing

@@ -46,6 +46,7 @@ from supervisord.exceptions import (
     JobsupError,
     RunNotFoundError,
     TaskError,
+    UsageError,
 )
 from supervisord.lifecycle import ACTIVE_PHASES
 from supervisord.runref import RUN_ID_PATTERN, RUN_REF_PATTERN, run_id_schema, run_ref_schema
@@ -79,6 +80,14 @@ class ToolError(Exception):
 _STR = {"type": "string", "minLength": 1}
 #: A run id or a unique prefix: :mod:`supervisord.runref`'s rule, as JSON Schema.
 _RUN_REF = run_ref_schema()
+#: A sweep id or a unique prefix of one (supervisord.sweep).
+_SWEEP_REF = {
+    "type": "string",
+    "pattern": "^s[0-9a-f]{4,11}$",
+    "description": "a sweep id (s and 11 lowercase hex characters) or a unique prefix of 5+ characters",
+}
+#: Where a tool acts on several runs: a run, or a sweep (all of its runs).
+_RUN_OR_SWEEP = {"anyOf": [_RUN_REF, _SWEEP_REF]}
 _TASK_PROPS: dict[str, Any] = {
     "task_file": {"type": "string", "description": "path of a task YAML file (relative to cwd)"},
     "command": {
@@ -246,8 +255,18 @@ def _tools() -> list[Tool]:
         ),
         Tool(
             "runs",
-            "List runs, newest first: in flight and the 20 newest (all=true: every run).",
-            _obj({"all": {"type": "boolean"}, "project": _STR, "phase": {"enum": list(PHASES)}}),
+            "List runs, newest first: in flight and the 20 newest (all=true: every run); filter by labels "
+            "(each must match), a name glob, a sweep.",
+            _obj(
+                {
+                    "all": {"type": "boolean"},
+                    "project": _STR,
+                    "phase": {"enum": list(PHASES)},
+                    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "name": {**_STR, "description": "a glob: train*, *[lr=1e-4*"},
+                    "sweep": _SWEEP_REF,
+                }
+            ),
             _wrap({"runs": "runs"}, ["runs"]),
         ),
         Tool(
@@ -299,7 +318,7 @@ def _tools() -> list[Tool]:
             "returns the outcome, the runs and the new cursor.",
             _obj(
                 {
-                    "runs": {"type": "array", "items": _RUN_REF, "minItems": 1},
+                    "runs": {"type": "array", "items": _RUN_OR_SWEEP, "minItems": 1},
                     "for": {
                         "enum": ["terminal", "change", *PHASES, *(p.lower() for p in PHASES)],
                         "default": "terminal",
@@ -313,9 +332,16 @@ def _tools() -> list[Tool]:
         ),
         Tool(
             "cancel",
-            "Cancel runs; returns each run once it is stopped.",
-            _obj({"runs": {"type": "array", "items": _RUN_REF, "minItems": 1}}, ["runs"]),
+            "Cancel runs (a sweep id: all of its runs); returns each run once it is stopped.",
+            _obj({"runs": {"type": "array", "items": _RUN_OR_SWEEP, "minItems": 1}}, ["runs"]),
             _wrap({"runs": "runs"}, ["runs"]),
+        ),
+        Tool(
+            "sweep",
+            "A sweep's results table: one row per run with its params, phase, elapsed time, last progress and "
+            "metrics (sort by a metric or param; a leading '-' sorts descending).",
+            _obj({"sweep": _SWEEP_REF, "sort": {**_STR, "description": "a metric or param, e.g. -acc"}}, ["sweep"]),
+            _top("sweep"),
         ),
         Tool(
             "hold",
@@ -672,8 +698,31 @@ class JobsupTools:
     def runs(self, args: dict[str, Any]) -> dict[str, Any]:
         """``jobsup runs -o json`` as ``{"runs": [...]}``."""
         return {
-            "runs": self.client.runs(all=bool(args.get("all")), project=args.get("project"), phase=args.get("phase"))
+            "runs": self.client.runs(
+                all=bool(args.get("all")),
+                project=args.get("project"),
+                phase=args.get("phase"),
+                labels=args.get("labels"),
+                name=args.get("name"),
+                sweep=args.get("sweep"),
+            )
         }
+
+    def sweep(self, args: dict[str, Any]) -> dict[str, Any]:
+        """``jobsup runs --sweep S -o json`` (sorted by ``sort`` when given)."""
+        from supervisord.sweeptable import flat_rows, sort_rows, table_columns
+
+        try:
+            doc = self.client.sweep(args["sweep"])
+        except (RunNotFoundError, AmbiguousRunError) as err:
+            raise _ref_error("sweep", err) from None
+        if args.get("sort"):
+            try:
+                order = {r["id"]: i for i, r in enumerate(sort_rows(flat_rows(doc), args["sort"], table_columns(doc)))}
+            except UsageError as err:
+                raise ToolError(f"sort: {err}") from None
+            doc["rows"] = sorted(doc["rows"], key=lambda r: order[r["id"]])
+        return doc
 
     def show(self, args: dict[str, Any]) -> dict[str, Any]:
         """``jobsup show RUN -o json``."""
@@ -764,10 +813,19 @@ class JobsupTools:
 
     def cancel(self, args: dict[str, Any]) -> dict[str, Any]:
         """Cancel each run (all refs resolved first, so a bad one cancels none)."""
-        ids = []
+        from supervisord.sweep import is_sweep_ref
+
+        ids, sweeps = [], []
         for i, ref in enumerate(args["runs"]):
-            ids.append(self._run(f"runs[{i}]", ref)["run"]["id"])
-        return {"runs": [self.client.cancel(rid) for rid in ids]}
+            if is_sweep_ref(ref):
+                try:
+                    sweeps.append(self.client.sweep(ref)["sweep"]["id"])
+                except (RunNotFoundError, AmbiguousRunError) as err:
+                    raise _ref_error(f"runs[{i}]", err) from None
+            else:
+                ids.append(self._run(f"runs[{i}]", ref)["run"]["id"])
+        done = [self.client.cancel(rid) for rid in ids]
+        return {"runs": done + [r for sid in sweeps for r in self.client.cancel_sweep(sid)]}
 
     def _ids(self, args: dict[str, Any]) -> list[str]:
         """Every ref of ``args["runs"]`` resolved first (a bad one does nothing)."""

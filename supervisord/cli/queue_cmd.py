@@ -18,7 +18,7 @@ from supervisord.api.client import Client
 from supervisord.cli.output import echo, emit, info, output_option, warn
 from supervisord.cli.params import WholeNumber
 from supervisord.cli.reads import connected_client, resolve_runs
-from supervisord.exceptions import DaemonUnreachableError, JobsupError
+from supervisord.exceptions import DaemonUnreachableError, JobsupError, UsageError
 from supervisord.runref import check_run_refs
 from supervisord.task import parse_env_pairs
 
@@ -167,9 +167,19 @@ def _hold_or_release(action: str, runs_: tuple[str, ...], output: str) -> None:
     """Hold or release ``runs_``: every ref is resolved, and each run checked
     to be QUEUED, before any is touched (UsageError, exit 2, naming each
     bad one; nothing done)."""
-    check_run_refs(runs_)
+    from supervisord.sweep import check_handles, is_sweep_ref
+
+    check_handles(runs_)
     client = connected_client()
-    run_ids = [r["id"] for r in resolve_runs(client, runs_, only_queued="held" if action == "hold" else "released")]
+    # A sweep id: its runs still queued (the others cannot be held or released).
+    queued = [
+        r["id"] for ref in runs_ if is_sweep_ref(ref) for r in client.sweep(ref)["rows"] if r["phase"] == "QUEUED"
+    ]
+    singles = [ref for ref in runs_ if not is_sweep_ref(ref)]
+    run_ids = [r["id"] for r in resolve_runs(client, singles, only_queued="held" if action == "hold" else "released")]
+    run_ids += [rid for rid in queued if rid not in run_ids]
+    if not run_ids:
+        raise UsageError(f"no queued run in {', '.join(runs_)}: only a queued run can be {action}ed")
     done: list[dict[str, Any]] = []
     for run_id in run_ids:
         try:

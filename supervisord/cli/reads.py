@@ -209,9 +209,20 @@ def resolve_runs(
     return list(found.values())
 
 
-def runs_command(client: Client, *, all_: bool, project: str | None, phase: str | None, output: str) -> int:
-    """``jobsup runs``: the runs, newest first (``phase`` already checked)."""
-    rows = client.runs(all=all_, project=project, phase=phase)
+def runs_command(
+    client: Client,
+    *,
+    all_: bool,
+    project: str | None,
+    phase: str | None,
+    output: str,
+    labels: dict[str, str] | None = None,
+    name: str | None = None,
+) -> int:
+    """``jobsup runs``: the runs, newest first (``phase`` already checked;
+    ``labels``, a ``name`` glob: filters). The table gets a PROGRESS column
+    when a run has reported progress."""
+    rows = client.runs(all=all_, project=project, phase=phase, labels=labels, name=name)
     if client.storage:
         echo(f"warning: {client.storage.get('summary') or client.storage}", err=True)
     if client.output:
@@ -220,7 +231,14 @@ def runs_command(client: Client, *, all_: bool, project: str | None, phase: str 
         if not rows:
             info("no runs")
             return 0
-        emit([run_row(r) for r in rows], output, columns=RUN_COLUMNS)
+        rows = [run_row(r) for r in rows]
+        if any(r.get("progress") for r in rows):
+            from supervisord.progress import progress_text
+
+            rows = [{**r, "progress": progress_text(r.get("progress"))} for r in rows]
+            emit(rows, output, columns=(*RUN_COLUMNS, "progress"))
+            return 0
+        emit(rows, output, columns=RUN_COLUMNS)
     else:
         emit(rows, output)
     return 0

@@ -35,8 +35,9 @@ from supervisord.cli.reads import (
     wait_timeout_s,
 )
 from supervisord.cli.shape import reject_shape_flags, shape_flag_options_without
-from supervisord.exceptions import DaemonUnreachableError, TaskError
+from supervisord.exceptions import DaemonUnreachableError, TaskError, UsageError
 from supervisord.runref import check_run_refs
+from supervisord.sweep import check_handles, is_sweep_ref
 from supervisord.task import BACKENDS, parse_env_pairs
 
 __all__ = ["submit", "runs", "show", "logs", "wait", "cancel", "events", "doctor", "EXIT_OTHER_PHASE", "RUN_COLUMNS"]
@@ -57,7 +58,7 @@ class _DashDashCommand(click.Command):
 @click.command("submit", cls=_DashDashCommand)
 @click.argument("task_file", required=False, type=click.Path(dir_okay=False))
 @click.option("--backend", type=click.Choice(list(BACKENDS)), help="Where to run (default: config, else local).")
-@click.option("--name", help="The run's name (default: first word of the command).")
+@click.option("--name", help="The run's name (default: the stem of the command's script, `python train.py` -> train).")
 @click.option("--timeout", help="Wall-clock limit: 90s, 30m, 4h or 1d (default 4h).")
 @click.option("--manifest", help="Kubernetes manifest path in the repository (default .jobsup/k8s.yaml).")
 @click.option("--rev", default="HEAD", show_default=True, help="The commit to snapshot and run.")
@@ -78,6 +79,15 @@ class _DashDashCommand(click.Command):
     help="Run CMD (split into words, no shell) when this run ends, like a command hook "
     "(JOBSUP_* variables, last log lines on stdin), from this folder.",
 )
+@click.option(
+    "--sweep",
+    "sweep_pairs",
+    multiple=True,
+    metavar="KEY=V1,V2|A..B",
+    help="Submit one run per combination of values (repeatable); {KEY} in the command is replaced.",
+)
+@click.option("--max-parallel", "max_parallel", type=int, help="A sweep: at most N of its runs admitted at once.")
+@click.option("--label", "label_pairs", multiple=True, metavar="K=V", help="A label for the run (repeatable).")
 @scheduling_options
 @shape_flag_options_without("gpus", "memory", "cpus")
 @click.pass_context
@@ -95,14 +105,22 @@ def submit(
     force: bool,
     follow: bool,
     on_done: str | None,
+    sweep_pairs: tuple[str, ...],
+    max_parallel: int | None,
+    label_pairs: tuple[str, ...],
     **shape: Any,
 ) -> None:
-    """Queue a run of TASK.yaml and/or `-- CMD...`; print its id on stdout."""
+    """Queue a run of TASK.yaml and/or `-- CMD...`; print its id on stdout
+    (a sweep: the sweep id)."""
     from supervisord.cli.submit_request import build_task, submit_body
     from supervisord.hooks.config import parse_on_done
+    from supervisord.sweep import check_max_parallel, check_placeholders, parse_labels, parse_sweep_pairs
 
     sched, hold = take_scheduling(shape)
     reject_shape_flags(shape)
+    grid = parse_sweep_pairs(sweep_pairs) if sweep_pairs else None
+    check_max_parallel(max_parallel)
+    labels = parse_labels(label_pairs)
     on_done_argv = parse_on_done(on_done) if on_done is not None else None
     task = build_task(
         task_file,
@@ -113,9 +131,20 @@ def submit(
         manifest=manifest,
         env=parse_env_pairs(env_pairs),
         scheduling=sched,
+        sweep=grid,
+        max_parallel=max_parallel,
+        labels=labels,
     )
     if not task.run:
         raise TaskError("no command: give `run:` in the task file or `-- CMD...` after the options")
+    if task.sweep:
+        check_placeholders(task.run, task.name, task.sweep)  # errors now; the daemon sends the warnings
+        if follow:
+            raise TaskError(
+                "--follow: a sweep has many runs; follow one with `jobsup logs RUN -f`, or `jobsup wait SWEEP`"
+            )
+    elif task.max_parallel is not None:
+        raise TaskError("--max-parallel: only a sweep (--sweep KEY=V1,V2,... or task `sweep:`) has runs to limit")
     body = submit_body(
         task, config_args=config_args, cwd=Path.cwd(), rev=rev, force=force, hold=hold, on_done=on_done_argv
     )
@@ -126,6 +155,10 @@ def submit(
         result = {"run": _find_submitted(client, str(body["request_id"]), err), "warnings": []}
     for line in result.get("warnings") or []:
         warn(line)
+    if task.sweep:
+        sweep = result.get("sweep") or {"id": result["run"].get("sweep_id")}
+        click.echo(sweep["id"])
+        return
     run_id = result["run"]["id"]
     if not follow:
         echo(run_id)
@@ -176,10 +209,48 @@ def _find_submitted(client: Client, request_id: str, err: DaemonUnreachableError
 @click.option("--all", "all_", is_flag=True, help="Include every finished run (default: in flight and the 20 newest).")
 @click.option("--project", help="Only runs of this project.")
 @click.option("--phase", type=click.Choice(list(PHASES), case_sensitive=False), help="Only runs in this phase.")
+@click.option("--label", "label_pairs", multiple=True, metavar="K=V", help="Only runs with this label (repeatable).")
+@click.option("--name", help="Only runs whose name matches this glob (train*, *[lr=1e-4*).")
+@click.option("--sweep", help="One sweep's results: a row per run with its params, phase, elapsed time, metrics.")
+@click.option(
+    "--sort", "sort_key", metavar="COLUMN", help="With --sweep: sort by a metric or param (-COLUMN: descending)."
+)
+@click.option("--csv", "as_csv", is_flag=True, help="With --sweep: print CSV.")
 @output_option()
-def runs(all_: bool, project: str | None, phase: str | None, output: str) -> None:
-    """List runs, newest first."""
-    runs_command(connected_client(), all_=all_, project=project, phase=phase, output=output)
+def runs(
+    all_: bool,
+    project: str | None,
+    phase: str | None,
+    label_pairs: tuple[str, ...],
+    name: str | None,
+    sweep: str | None,
+    sort_key: str | None,
+    as_csv: bool,
+    output: str,
+) -> None:
+    """List runs, newest first (--sweep S: that sweep's results table)."""
+    from supervisord.cli.sweep_table import sweep_command
+    from supervisord.sweep import check_sweep_ref, parse_labels
+
+    labels = parse_labels(label_pairs)
+    if sweep is None:
+        if sort_key or as_csv:
+            raise UsageError(f"{'--sort' if sort_key else '--csv'}: only with --sweep S")
+        runs_command(
+            connected_client(), all_=all_, project=project, phase=phase, output=output, labels=labels, name=name
+        )
+        return
+    check_sweep_ref(sweep)
+    sweep_command(
+        connected_client(),
+        sweep,
+        phase=phase,
+        labels=labels,
+        name=name,
+        sort_key=sort_key,
+        as_csv=as_csv,
+        output=output,
+    )
 
 
 @click.command("show")
@@ -215,9 +286,10 @@ def wait(
     """Block until the runs reach the condition.
 
     Exit codes: 0 COMPLETED (or the condition met), 1 ERROR, 3 CANCELED,
-    4 DELETED, 124 timeout, 69 daemon unreachable.
+    4 DELETED, 124 timeout, 69 daemon unreachable. A sweep id waits for
+    all of its runs.
     """
-    check_run_refs(runs_)
+    check_handles(runs_)
     timeout_s = wait_timeout_s(timeout)
     code = wait_command(connected_client(), list(runs_), for_=for_, timeout_s=timeout_s, after=after, output=output)
     ctx.exit(code)
@@ -227,13 +299,15 @@ def wait(
 @click.argument("runs_", metavar="RUN...", nargs=-1, required=True)
 @output_option()
 def cancel(runs_: tuple[str, ...], output: str) -> None:
-    """Cancel runs; returns once each is stopped.
+    """Cancel runs (a sweep id: all of its runs); returns once each is stopped.
 
     Every id is resolved first: one that names no run (or several) exits 2
     naming it, and nothing is cancelled."""
-    check_run_refs(runs_)
+    check_handles(runs_)
     client = connected_client()
-    run_ids = [r["id"] for r in resolve_runs(client, runs_)]
+    sweep_ids = [client.sweep(ref)["sweep"]["id"] for ref in runs_ if is_sweep_ref(ref)]
+    singles = [ref for ref in runs_ if not is_sweep_ref(ref)]
+    run_ids = [r["id"] for r in resolve_runs(client, singles)] if singles else []
     if len(run_ids) > 1:
         # Sent together (each request returns once its run is stopped): the
         # daemon stops them all at once, not one after the other.
@@ -243,6 +317,7 @@ def cancel(runs_: tuple[str, ...], output: str) -> None:
             done = list(pool.map(client.cancel, run_ids))
     else:
         done = [client.cancel(run_id) for run_id in run_ids]
+    done += [run for sweep_id in sweep_ids for run in client.cancel_sweep(sweep_id)]
     if output != "table":
         emit(done, output)
         return

@@ -29,6 +29,9 @@ def build_task(
     env: Mapping[str, str] | None = None,
     scheduling: Mapping[str, Any] | None = None,
     flag_prefix: str = "--",
+    sweep: Mapping[str, list[str]] | None = None,
+    max_parallel: int | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> Task:
     """The task from an optional task file and the overrides (they win).
     ``command``: the words of ``-- CMD...`` (one word is taken as a shell
@@ -52,6 +55,9 @@ def build_task(
         env=env,
         manifest=manifest,
         scheduling=scheduling,
+        sweep=sweep,
+        max_parallel=max_parallel,
+        labels=labels,
     )
 
 
@@ -66,8 +72,21 @@ def task_wire(task: Task) -> dict[str, Any]:
         "manifest": task.manifest,
         "path": str(task.path) if task.path else None,
         **task.scheduling,
+        **_sweep_wire(task),
         **({"links": dict(task.links)} if task.links else {}),
     }
+
+
+def _sweep_wire(task: Task) -> dict[str, Any]:
+    """The task's sweep, max_parallel and labels, when it has them."""
+    out: dict[str, Any] = {}
+    if task.sweep:
+        out["sweep"] = task.sweep
+    if task.max_parallel is not None:
+        out["max_parallel"] = task.max_parallel
+    if task.labels:
+        out["labels"] = task.labels
+    return out
 
 
 def current_umask() -> int:

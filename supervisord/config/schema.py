@@ -15,6 +15,7 @@ Keys::
             max_log_bytes: int > 0      stop recording a run's output past this many bytes (LogsTruncated)
             keep_log_files: bool        keep the run's output.log whole (default: its recorded
                                         ranges are freed, hole-punched, once committed)
+            progress_interval_s: number 0.1..86400   at most one Progress event per run this often (default 10)
             env_from: submitter | daemon   whose environment a run starts from (default submitter:
                                         the shell that ran submit; supervisord.shellenv)
             outputs_dir: str            where runs' output folders go (default
@@ -220,6 +221,8 @@ CONFIG_SCHEMA: dict[str, Any] = {
                 "shell": _STR,
                 "max_log_bytes": _POS_INT,
                 "keep_log_files": {"type": "boolean"},
+                # Seconds between two Progress events of a run (supervisord.progress).
+                "progress_interval_s": {"type": "number", "minimum": 0.1, "maximum": 86400},
                 "env_from": {"enum": ["submitter", "daemon"]},
                 "outputs_dir": _STR,
                 # daemon-only: how often running local runs are sampled (CPU, memory, GPU memory)

@@ -87,6 +87,7 @@ from supervisord.scheduler.policy import (
 )
 from supervisord.scheduler.update import RUN_UPDATED, changed_values
 from supervisord.supervisor import Supervisor
+from supervisord.sweepread import expand_refs
 from supervisord.usage.limits import ENFORCE_SAMPLER, machine_cpus, machine_memory, parse_cpus, parse_memory
 
 __all__ = [
@@ -191,6 +192,8 @@ class _Run:
     queue: str = DEFAULT_QUEUE
     admitted_at: str | None = None
     deadline: float = 0.0
+    sweep: str | None = None  # its sweep's id, when the sweep has max_parallel
+    sweep_cap: int | None = None
     cached: Waiting | None = None  # what decide() gets; rebuilt when ``held`` changes
 
     def current(self) -> dict[str, Any]:
@@ -228,11 +231,23 @@ class _Run:
                 after_any=tuple(s["after_any"]),
                 held=self.held,
                 timeout_s=self.timeout_s,
+                sweep=self.sweep,
+                sweep_cap=self.sweep_cap,
                 after_failed=tuple(s["after_failed"]),
                 memory_bytes=int(s.get("memory_bytes") or 0),
                 cpus=float(s.get("cpus") or 0.0),
             )
         return self.cached
+
+
+def _sweep_cap(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"sweep", "sweep_cap"}`` of a sweep run whose sweep has a
+    ``max_parallel`` (Submitted ``sweep_id``, ``sweep_max_parallel``), else {}."""
+    cap = data.get("sweep_max_parallel")
+    sweep = data.get("sweep_id")
+    if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 and isinstance(sweep, str):
+        return {"sweep": sweep, "sweep_cap": cap}
+    return {}
 
 
 def _epoch(at: str) -> float:
@@ -294,6 +309,7 @@ class Scheduler:
             sched=sched,
             held=bool(sched["hold"]),
             queue=str(sched["queue"]),
+            **_sweep_cap(data),
         )
 
     def _admitted(self, run: _Run, at: str, data: Mapping[str, Any]) -> None:
@@ -493,6 +509,7 @@ class Scheduler:
                 r.deadline,
                 int(r.sched.get("memory_bytes") or 0),
                 float(r.sched.get("cpus") or 0.0),
+                sweep=r.sweep,
             )
             for r in self._active.values()
         ]
@@ -694,11 +711,11 @@ class Scheduler:
             ids: list[str] = []
             for ref in sched[key]:
                 try:
-                    rid = await self.supervisor.resolve(ref)
+                    # A sweep id stands for all of its runs.
+                    rids = await expand_refs(self.store, [ref], self.supervisor.resolve)
                 except (RunNotFoundError, AmbiguousRunError, UsageError) as err:
                     raise TaskError(f"{flag} {ref}: {err}") from None
-                if rid not in ids:
-                    ids.append(rid)
+                ids.extend(rid for rid in rids if rid not in ids)
             sched[key] = ids
         sched["after_any"] = [r for r in sched["after_any"] if r not in sched["after"]]
         st = self.settings

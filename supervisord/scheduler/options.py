@@ -20,6 +20,7 @@ from typing import Any
 
 from supervisord.exceptions import TaskError
 from supervisord.runref import is_run_ref, normalize_run_ref
+from supervisord.sweep import is_sweep_ref
 from supervisord.usage.limits import parse_cpus, parse_memory
 
 __all__ = ["DEFAULT_QUEUE", "PRIORITY_MAX", "PRIORITY_MIN", "QUEUE_NAME", "parse_scheduling", "scheduling_of"]
@@ -50,8 +51,11 @@ def _refs(value: Any, flag: str) -> list[str]:
     out: list[str] = []
     for v in value:
         ref = normalize_run_ref(v)
-        if not is_run_ref(ref):
-            raise TaskError(f"{flag}: {v!r} is not a run id (12 hex characters, or a unique prefix of 4+)")
+        if not is_run_ref(ref) and not is_sweep_ref(ref):
+            raise TaskError(
+                f"{flag}: {v!r} is not a run id (12 hex characters, or a unique prefix of 4+) nor a sweep id"
+                " (s and 11 hex characters, or a unique prefix of 5+)"
+            )
         if ref not in out:
             out.append(ref)
     return out

@@ -126,6 +126,9 @@ class Waiting:
     after_any: tuple[str, ...] = ()
     held: bool = False
     timeout_s: int = 4 * 3600
+    #: Its sweep and that sweep's ``max_parallel`` (None: no sweep cap).
+    sweep: str | None = None
+    sweep_cap: int | None = None
     after_failed: tuple[str, ...] = ()
     memory_bytes: int = 0
     cpus: float = 0.0
@@ -143,6 +146,7 @@ class Active:
     deadline: float
     memory_bytes: int = 0
     cpus: float = 0.0
+    sweep: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -361,6 +365,7 @@ def decide(s: Situation) -> Decision:
     free = [g for g in sorted(s.gpus, key=lambda g: g.index) if g.uuid not in holder_of]
     total = len(s.gpus)
     running = Counter(a.queue for a in s.active)
+    in_sweep = Counter(a.sweep for a in s.active if a.sweep is not None)
     # (deadline, GPUs held) of every holder, this pass's admissions included.
     holders: list[tuple[float, int]] = [(a.deadline, len(a.gpus)) for a in s.active if a.gpus]
     held = frozenset(w.run_id for w in s.waiting if w.held)
@@ -379,6 +384,8 @@ def decide(s: Situation) -> Decision:
         if cpus_left is not None:
             cpus_left -= w.cpus
         running[w.queue] += 1
+        if w.sweep is not None:
+            in_sweep[w.sweep] += 1
         out.admit.append(Admission(w.run_id, w.queue, tuple(gpus), running[w.queue], s.caps.get(w.queue)))
         for g in gpus:
             holder_of[g.uuid] = w.run_id
@@ -401,6 +408,12 @@ def decide(s: Situation) -> Decision:
         if cap is not None and running[w.queue] >= cap:
             out.pending[w.run_id] = Pending(
                 WAITING_FOR_SLOT, f"queue {w.queue!r} already runs {_plural(cap, 'run')} (max_parallel {cap})"
+            )
+            continue
+        if w.sweep is not None and w.sweep_cap is not None and in_sweep[w.sweep] >= w.sweep_cap:
+            out.pending[w.run_id] = Pending(
+                WAITING_FOR_SLOT,
+                f"sweep {w.sweep} already runs {_plural(w.sweep_cap, 'run')} (max_parallel {w.sweep_cap})",
             )
             continue
         if w.memory_bytes and memory_left is not None and w.memory_bytes > memory_left:

@@ -14,6 +14,8 @@ Routes (every one needs the session cookie, see :mod:`supervisord.ui.auth`)::
     GET  /runs/{id}/stream          SSE: "run" (status) and "lines" events
     POST /runs/{id}/cancel          CSRF-checked; 303 to the run's page
     POST /runs/{id}/rerun           CSRF-checked; 303 to the new run's page
+    GET  /sweeps/{ref}              a sweep's results table (?sort=[-]COLUMN),
+                                    reloaded every few seconds until it ends
     POST /runs/{id}/pause, /resume  CSRF-checked; 303 to the run's page (a running local run)
     POST /runs/{id}/priority        CSRF-checked, form ``priority``; 303 to the run's page (a queued run)
     GET  /events                    the audit trail, ?run= &type= &after= paged
@@ -70,6 +72,9 @@ from supervisord.api.query import int_param
 from supervisord.api.streams import StreamCloser
 from supervisord.exceptions import JobsupError, RunNotFoundError, UsageError
 from supervisord.outputs.query import run_outputs
+from supervisord.progress import progress_text
+from supervisord.sweepread import sweep_document
+from supervisord.sweeptable import flat_rows, sort_rows, table_columns
 from supervisord.ui.auth import COOKIE_NAME, SESSION_TTL_S, UiAuth
 
 __all__ = ["HEARTBEAT_S", "PAGE_RUNS", "TAIL_LINES", "UiActions", "create_ui_app"]
@@ -200,6 +205,7 @@ def create_ui_app(
     env.filters["when"] = _when
     env.filters["duration"] = _duration
     env.filters["size"] = _size
+    env.filters["progress"] = progress_text
     env.globals["PHASES"] = PHASES
     env.globals["TERMINAL"] = TERMINAL_PHASES
 
@@ -455,6 +461,23 @@ def create_ui_app(
         data = await actions.queue()
         return render("queue.html", page, queue=data)
 
+    async def sweep_page(request: Request, page: _Page) -> Response:
+        doc = await sweep_document(store, request.path_params["ref"])
+        columns = table_columns(doc)
+        rows = flat_rows(doc)
+        sort = (request.query_params.get("sort") or "").strip()
+        if sort:
+            try:
+                rows = sort_rows(rows, sort, columns)
+            except UsageError as err:
+                raise _BadRequest(str(err)) from None
+        by_id = {r["id"]: r for r in doc["rows"]}
+        done = all(r["phase"] in TERMINAL_PHASES for r in doc["rows"])
+        return render(
+            "sweep.html", page, doc=doc, sweep=doc["sweep"], columns=columns, rows=rows, by_id=by_id,
+            sort=sort, done=done, params=doc["params"],
+        )  # fmt: skip
+
     routes = [
         Route("/", guard(runs_page), methods=["GET"]),
         Route("/stream", guard(runs_stream), methods=["GET"]),
@@ -464,6 +487,7 @@ def create_ui_app(
         Route("/runs/{ref}/stream", guard(run_stream), methods=["GET"]),
         Route("/runs/{ref}/cancel", guard(cancel, post=True), methods=["POST"]),
         Route("/runs/{ref}/rerun", guard(rerun, post=True), methods=["POST"]),
+        Route("/sweeps/{ref}", guard(sweep_page), methods=["GET"]),
         Route("/runs/{ref}/pause", guard(pause, post=True), methods=["POST"]),
         Route("/runs/{ref}/resume", guard(resume, post=True), methods=["POST"]),
         Route("/runs/{ref}/priority", guard(priority, post=True), methods=["POST"]),

@@ -100,6 +100,7 @@ async def test_tools_listed_with_schemas(js: JobsupEnv, repo: Path) -> None:
         "top",
         "doctor",
         "triage",
+        "sweep",
         "hold",
         "release",
         "pause",
@@ -469,6 +470,22 @@ async def test_cancelled_wait_stops_the_server_side_wait(js: JobsupEnv, repo: Pa
     finally:
         js.cli("cancel", run_id)
         client.close()
+
+
+async def test_sweep_tool_runs_filters_and_sweep_cancel(js: JobsupEnv, repo: Path) -> None:
+    sweep = js.cli("submit", "--label", "k=v", "--sweep", "n=1..3", "--", "sleep 1{n}00", cwd=repo).stdout.strip()
+    async with mcp(js, repo) as s:
+        doc = await call(s, "sweep", {"sweep": sweep[:6], "sort": "-n"})
+        assert doc["sweep"]["id"] == sweep and doc["params"] == ["n"]
+        assert [r["params"]["n"] for r in doc["rows"]] == ["3", "2", "1"]
+        assert "sort: --sort 'nope'" in await call_error(s, "sweep", {"sweep": sweep, "sort": "nope"})
+        listed = await call(s, "runs", {"labels": {"k": "v"}, "sweep": sweep})
+        assert len(listed["runs"]) == 3 and all(r["sweep_id"] == sweep for r in listed["runs"])
+        assert (await call(s, "runs", {"labels": {"k": "other"}}))["runs"] == []
+        done = await call(s, "cancel", {"runs": [sweep]})
+        assert sorted(r["phase"] for r in done["runs"]) == ["CANCELED"] * 3
+        waited = await call(s, "wait", {"runs": [sweep], "timeout_s": 30})
+        assert waited["outcome"] == "met" and waited["exit_code"] == 3 and len(waited["runs"]) == 3
 
 
 async def test_control_tools_hold_update_release_pause_resume_rerun(js: JobsupEnv, repo: Path) -> None:

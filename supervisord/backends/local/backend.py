@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 import structlog
 
-from store import LOG_INGEST_DONE, LOG_INGEST_PENDING, LogBlock
+from store import LOG_INGEST_DONE, LOG_INGEST_PENDING, PROGRESS, LogBlock
 from supervisord.backends.base import PAUSED, RunReporter, RunSpec, paused_message
 from supervisord.backends.local import runner as _runner_module
 from supervisord.backends.local.protocol import OUTPUT_DATA, decode_status
@@ -31,6 +31,7 @@ from supervisord.backends.local.tail import MAX_BLOCKS, FileTailer, RecordTailer
 from supervisord.backends.local.wakeups import SWEEP_S, Wakeups, open_pidfd
 from supervisord.crashpoints import crash_point
 from supervisord.exceptions import BackendError, PreflightError
+from supervisord.progress import PROGRESS_FILE, ProgressFile, interval_of
 
 __all__ = ["LocalBackend", "make_outputs_dir", "run_processes"]
 
@@ -263,6 +264,7 @@ class LocalBackend:
         watch = self._wakeups.watch(
             run_dir, _status_path(run_dir).parent, handle.get("runner_pid"), handle.get("runner_start")
         )
+        progress = ProgressFile(run_dir / PROGRESS_FILE, interval_of(spec.config))
         try:
             while True:
                 watch.begin()  # a change from here on cuts the next nap short
@@ -274,6 +276,7 @@ class LocalBackend:
                     state = status.get("state")
                     if state != "exited":
                         await self._drain(tailers, reporter, final=True)
+                        await _record_progress(reporter, progress.final())
                         await anyio.to_thread.run_sync(_kill_lost_run, spec.run_id, status, limiter=self._limiter)
                         await self._report_outcome(status, reporter)
                         return
@@ -286,9 +289,12 @@ class LocalBackend:
                 elif state == "running" or status.get("started_at"):
                     await reporter.phase("RUNNING")
                 if state == "exited":
+                    await _record_progress(reporter, progress.final())
                     await self._finish(tailers, status, reporter)
                     _launch_lock_path(run_dir).unlink(missing_ok=True)
                     return
+                if state == "running":
+                    await _record_progress(reporter, progress.poll(time.monotonic()))
                 got = unread = 0
                 if state == "running":
                     unread = tailers.unread()
@@ -299,6 +305,10 @@ class LocalBackend:
                     delay = _POLL_MIN_S
                 else:
                     delay = SWEEP_S if watch.event_driven else min(delay * 2, _POLL_MAX_S)
+                if state == "running" and progress.in_use:
+                    # Reports are looked at once per interval (see wakeups: only the first wakes).
+                    watch.progress_seen = True
+                    delay = min(delay, progress.limit.interval_s)
                 if spec.run_id in self._woken:
                     self._woken.discard(spec.run_id)
                     continue
@@ -622,6 +632,12 @@ async def _open_output(
         pos = await reporter.log_position(record_source(stream))
         positions[stream] = int(pos) if pos else None
     return _Output(run_dir, positions, count_recorded=count_recorded)
+
+
+async def _record_progress(reporter: RunReporter, data: Mapping[str, Any] | None) -> None:
+    """Record a progress report (supervisord.progress) as a Progress event."""
+    if data is not None:
+        await reporter.record(PROGRESS, dict(data))
 
 
 def make_outputs_dir(path: Path) -> None:

@@ -800,6 +800,8 @@ class _Runner:
         env.update(self.spec["env"])
         env.setdefault("PYTHONUNBUFFERED", "1")
         env["JOBSUP_RUN_ID"] = self.spec["run_id"]
+        # Where the job reports its progress (supervisord.progress reads it).
+        env["JOBSUP_PROGRESS_FILE"] = os.path.join(self.run_dir, "progress")
         shell = self.spec["shell"] or "bash"
         try:
             pid = self._spawn(shell, repo, env)

@@ -44,6 +44,7 @@ from inotify_simple import INotify, flags, parse_events
 
 from supervisord.backends.local.protocol import OUTPUT_DATA, OUTPUT_INDEX
 from supervisord.backends.local.runner import proc_start_time
+from supervisord.progress import PROGRESS_FILE
 
 __all__ = ["SWEEP_S", "RunWatch", "Wakeups", "open_pidfd"]
 
@@ -79,6 +80,10 @@ class RunWatch:
         self._output = False  # new output since begin()
         self._scope: anyio.CancelScope | None = None
         self._idle = False
+        #: Set by the loop once the run writes progress reports: changes of
+        #: its progress file no longer wake the loop (it bounds its naps by
+        #: the progress interval instead).
+        self.progress_seen = False
         #: Naps taken (for tests and benches: idle runs take almost none).
         self.naps = 0
 
@@ -255,6 +260,14 @@ class Wakeups:
                 named = entry.runs.get(name)
                 if named is not None:
                     named.wake()
+                continue
+            if name == PROGRESS_FILE:
+                # The job's first progress report wakes the loop; from then
+                # on the loop looks at the file once per interval itself
+                # (a file rewritten every 10 ms must not wake it each time).
+                for watch in entry.runs.values():
+                    if not watch.progress_seen:
+                        watch.wake(output=True)
                 continue
             output = _RUN_FILES.get(name)
             if output is not None:

@@ -214,6 +214,25 @@ def test_a_run_whose_archived_log_is_gone_says_why(js: JobsupEnv, repo: Path) ->
     assert 'id="logerror"' in page.text and "was deleted at" in page.text and "sha256:" in page.text
 
 
+def test_the_sweep_view_and_a_sweep_runs_facts(js: JobsupEnv, repo: Path) -> None:
+    progress = 'printf \'{"step": %s, "total": 4, "metrics": {"acc": 0.%s}}\' {n} {n} > $JOBSUP_PROGRESS_FILE'
+    sweep = js.cli("submit", "--label", "team=ui", "--sweep", "n=1..3", "--", progress, cwd=repo).stdout.strip()
+    js.cli("wait", sweep)
+    client = _login(page_url(js))
+    page = client.get(f"/sweeps/{sweep[:6]}?sort=-acc")
+    assert page.status_code == 200, page.text
+    assert 'http-equiv="refresh"' not in page.text  # every run has ended: no reload
+    order = re.findall(r'<tr id="run-([0-9a-f]{12})">', page.text)
+    doc = json.loads(js.cli("runs", "--sweep", sweep, "-o", "json").stdout)
+    by_n = {r["params"]["n"]: r["id"] for r in doc["rows"]}
+    assert order == [by_n["3"], by_n["2"], by_n["1"]]
+    assert '<progress max="4" value="3"></progress>' in page.text and "team=ui" in page.text
+    run = client.get(f"/runs/{by_n['2']}").text
+    assert f'href="/sweeps/{sweep}"' in run and "n=2" in run and "acc=0.2" in run
+    assert client.get(f"/sweeps/{sweep}?sort=nope").status_code == 400
+    assert client.get("/sweeps/sffffffffff").status_code == 404
+
+
 def test_page_buttons_pause_resume_and_priority(js: JobsupEnv, repo: Path) -> None:
     client = _login(page_url(js))
     origin = {"Origin": _base(str(client.base_url))}
