@@ -157,7 +157,7 @@ def submit(
         warn(line)
     if task.sweep:
         sweep = result.get("sweep") or {"id": result["run"].get("sweep_id")}
-        click.echo(sweep["id"])
+        echo(sweep["id"])
         return
     run_id = result["run"]["id"]
     if not follow:
