@@ -119,7 +119,7 @@ def test_daemon_killed_mid_run_log_once(js: JobsupEnv, repo: Path, cluster: Slur
         time.sleep(0.2)
     js.kill_daemon()
     time.sleep(3)  # the job runs on and writes more while no daemon watches
-    js.start_daemon(extra_env={"JOBSUP_SSH_CONFIG": str(cluster.ssh_config)})
+    js.start_daemon(extra_env={"JOBSUP_SSH_CONFIG": str(cluster.ssh_config), **js.host_slurm()})
     assert js.cli("wait", run_id, "--timeout", "2m").returncode == 0
     assert lines(js, run_id) == [f"n-{i}" for i in range(1, 31)]
 
@@ -133,7 +133,7 @@ def test_job_that_ended_while_the_daemon_was_down(js: JobsupEnv, repo: Path, clu
     while cluster.slurm("squeue", "-h", "-j", job, "-o", "%T").split() not in ([], ["FAILED"]):
         assert time.monotonic() < deadline
         time.sleep(0.5)
-    js.start_daemon(extra_env={"JOBSUP_SSH_CONFIG": str(cluster.ssh_config)})
+    js.start_daemon(extra_env={"JOBSUP_SSH_CONFIG": str(cluster.ssh_config), **js.host_slurm()})
     assert js.cli("wait", run_id, "--timeout", "2m", check=False).returncode == 1
     shown = js.show(run_id)
     assert shown["exit_code"] == 6 and shown["reason"] == "NonZeroExit", shown

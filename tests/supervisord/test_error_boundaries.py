@@ -317,7 +317,7 @@ def test_store_error_in_a_scheduler_route_is_a_storage_error() -> None:
     async def doctor() -> list[dict[str, Any]]:
         return []
 
-    planner = SimpleNamespace(digest_key=b"k" * 32)
+    planner = SimpleNamespace(digest_key=b"k" * 32, source_at=None)
     app = create_app(
         supervisor=None,  # type: ignore[arg-type]
         planner=planner,  # type: ignore[arg-type]
