@@ -28,6 +28,7 @@ import anyio
 import structlog
 
 from supervisord.hooks.attempt import OUTPUT_BYTES, Attempt
+from supervisord.procenv import pids_with_env
 
 __all__ = ["ATTEMPT_MARKER", "hook_env", "marked_processes", "run_command"]
 
@@ -81,22 +82,7 @@ ATTEMPT_MARKER = "JOBSUP_HOOK_ATTEMPT"
 def marked_processes(token: str) -> list[int]:
     """Pids of this user's processes (not this one) whose environment
     carries ``JOBSUP_HOOK_ATTEMPT=<token>`` (``/proc/PID/environ``)."""
-    marker = f"{ATTEMPT_MARKER}={token}".encode()
-    uid, me = os.getuid(), os.getpid()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            if os.stat(f"/proc/{entry}").st_uid != uid:
-                continue
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                env = f.read()
-        except OSError:
-            continue
-        if marker in env.split(b"\0"):
-            found.append(int(entry))
-    return found
+    return pids_with_env(ATTEMPT_MARKER, token)
 
 
 def _kill_marked(token: str) -> None:

@@ -31,6 +31,7 @@ from supervisord.backends.local.tail import MAX_BLOCKS, FileTailer, RecordTailer
 from supervisord.backends.local.wakeups import SWEEP_S, Wakeups, open_pidfd
 from supervisord.crashpoints import crash_point
 from supervisord.exceptions import BackendError, PreflightError
+from supervisord.procenv import pids_with_env
 from supervisord.progress import PROGRESS_FILE, ProgressFile, interval_of
 
 __all__ = ["LocalBackend", "make_outputs_dir", "run_processes"]
@@ -813,22 +814,7 @@ def run_processes(run_id: str) -> list[int]:
     process of the run's job, including those that left its process group
     (setsid, double fork) and were re-parented to init when the runner died.
     Never this process."""
-    marker = f"JOBSUP_RUN_ID={run_id}".encode()
-    uid, me = os.getuid(), os.getpid()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            if os.stat(f"/proc/{entry}").st_uid != uid:
-                continue
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                env = f.read()
-        except OSError:
-            continue
-        if marker in env.split(b"\0") and proc_start_time(int(entry)) is not None:
-            found.append(int(entry))
-    return found
+    return [pid for pid in pids_with_env("JOBSUP_RUN_ID", run_id) if proc_start_time(pid) is not None]
 
 
 def _kill_lost_run(run_id: str, status: Mapping[str, Any]) -> None:
