@@ -144,6 +144,24 @@ _SUBMIT_PROPS: dict[str, Any] = {
         "minItems": 1,
         "description": "argv run when the run ends (as `submit --on-done`), from cwd, with the run's last lines on stdin",
     },
+    "sweep": {
+        "type": "object",
+        "minProperties": 1,
+        "additionalProperties": {
+            "oneOf": [
+                {"type": "array", "minItems": 1, "items": {"type": ["string", "number", "boolean"]}},
+                {"type": "string", "description": "an inclusive integer range A..B"},
+            ]
+        },
+        "description": "a sweep: KEY -> values (or 'A..B'), one run per combination; {KEY} in the command and "
+        "name is replaced (as `submit --sweep`); returns the sweep instead of a run",
+    },
+    "max_parallel": {"type": "integer", "minimum": 1, "description": "a sweep: at most N of its runs at once"},
+    "labels": {
+        "type": "object",
+        "additionalProperties": {"type": "string"},
+        "description": "labels of the run (as `submit --label K=V`)",
+    },
     "memory": {
         "type": "string",
         "minLength": 1,
@@ -226,9 +244,18 @@ def _tools() -> list[Tool]:
             "submit",
             "Submit a run of a task (a task file and/or a command, from a git repository) and return the run. "
             "Scheduling options: queue, priority, gpus, after, after_any, after_failed, hold; limits: memory, "
-            "cpus; on_done: a command run when it ends.",
+            "cpus; on_done: a command run when it ends; labels. With `sweep` (and `max_parallel`): one run per "
+            "combination, and the sweep (its id, grid, count) and its run ids are returned instead of a run.",
             _obj(_SUBMIT_PROPS),
-            _wrap({"run": "run", "warnings": {"type": "array", "items": {"type": "string"}}}, ["run", "warnings"]),
+            _wrap(
+                {
+                    "run": "run",
+                    "sweep": {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}},
+                    "run_ids": {"type": "array", "items": {"type": "string"}},
+                    "warnings": {"type": "array", "items": {"type": "string"}},
+                },
+                ["warnings"],
+            ),
         ),
         Tool(
             "render",
@@ -643,6 +670,11 @@ class JobsupTools:
             raise ToolError(f"cwd: {cwd} is not a folder")
         task_file = args.get("task_file")
         sched = {k: args[k] for k in _SCHEDULING_FIELDS if k != "hold" and args.get(k) not in (None, [])}
+        from supervisord.sweep import check_grid, check_labels, check_max_parallel, check_placeholders
+
+        grid = check_grid(args["sweep"], what="sweep") if args.get("sweep") is not None else None
+        max_parallel = check_max_parallel(args.get("max_parallel"), what="max_parallel")
+        labels = check_labels(args["labels"]) if args.get("labels") is not None else None
         task = build_task(
             cwd / task_file if task_file else None,
             args.get("command"),
@@ -653,9 +685,16 @@ class JobsupTools:
             env=dict(args.get("env") or {}),
             scheduling=sched or None,
             flag_prefix="",
+            sweep=grid,
+            max_parallel=max_parallel,
+            labels=labels,
         )
         if not task.run:
             raise TaskError("command: no command: give `command` or a task file with `run:`")
+        if task.sweep:
+            check_placeholders(task.run, task.name, task.sweep, what="sweep")
+        elif task.max_parallel is not None:
+            raise TaskError("max_parallel: only a sweep (`sweep`, or task `sweep:`) has runs to limit")
         body = submit_body(
             task,
             config_args=list(args.get("config") or []),
@@ -666,6 +705,12 @@ class JobsupTools:
             on_done=list(args["on_done"]) if args.get("on_done") else None,
         )
         result = self.client.submit(body)
+        if task.sweep:
+            return {
+                "sweep": result["sweep"],
+                "run_ids": list(result.get("run_ids") or []),
+                "warnings": list(result.get("warnings") or []),
+            }
         return {"run": result["run"], "warnings": list(result.get("warnings") or [])}
 
     def render(self, args: dict[str, Any]) -> dict[str, Any]:

@@ -488,6 +488,29 @@ async def test_sweep_tool_runs_filters_and_sweep_cancel(js: JobsupEnv, repo: Pat
         assert waited["outcome"] == "met" and waited["exit_code"] == 3 and len(waited["runs"]) == 3
 
 
+async def test_submit_tool_takes_a_sweep_labels_and_max_parallel(js: JobsupEnv, repo: Path) -> None:
+    async with mcp(js, repo) as s:
+        got = await call(
+            s,
+            "submit",
+            {"command": "echo n={n} lr={lr}", "sweep": {"n": "1..2", "lr": [0.1, "1e-3"]}, "max_parallel": 1,
+             "labels": {"team": "a"}},
+        )  # fmt: skip
+        sweep = got["sweep"]["id"]
+        assert sweep.startswith("s") and len(got["run_ids"]) == 4 and "run" not in got
+        waited = await call(s, "wait", {"runs": [sweep], "timeout_s": 120})
+        assert waited["outcome"] == "met" and waited["exit_code"] == 0 and len(waited["runs"]) == 4
+        table = await call(s, "sweep", {"sweep": sweep})
+        assert sorted((r["params"]["n"], r["params"]["lr"]) for r in table["rows"]) == [
+            ("1", "0.1"), ("1", "1e-3"), ("2", "0.1"), ("2", "1e-3")
+        ]  # fmt: skip
+        listed = await call(s, "runs", {"labels": {"team": "a"}, "sweep": sweep})
+        assert len(listed["runs"]) == 4
+        assert "{x}" in await call_error(s, "submit", {"command": "echo {x}", "sweep": {"n": [1]}})
+        assert "max_parallel" in await call_error(s, "submit", {"command": "true", "max_parallel": 2})
+        assert (await call(s, "runs", {"all": True, "labels": {"team": "b"}}))["runs"] == []
+
+
 async def test_control_tools_hold_update_release_pause_resume_rerun(js: JobsupEnv, repo: Path) -> None:
     async with mcp(js, repo) as s:
         run = (await call(s, "submit", {"command": "sh sleep.sh", "name": "mcp-ctl", "hold": True}))["run"]
