@@ -24,8 +24,9 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from store.errors import StoreClosedError
 from supervisord.api.wire import error_record, to_wire
-from supervisord.exceptions import JobsupError, StorageError, map_store_errors
+from supervisord.exceptions import DaemonStoppingError, JobsupError, StorageError, map_store_errors
 
 __all__ = ["Handler", "api_errors"]
 
@@ -78,7 +79,14 @@ async def _ends_with_error_record(body: AsyncIterable[str | bytes | memoryview],
                 async for chunk in items:
                     yield chunk.encode() if isinstance(chunk, str) else bytes(chunk)
         except JobsupError as err:
-            log.warning("stream failed", path=path, error=str(err), error_type=type(err).__name__)
+            if isinstance(err.__cause__, StoreClosedError):
+                # The daemon is stopping (its store closed under this
+                # stream): the client reconnects to the next daemon, as
+                # when the stream is cut, instead of ending on the error.
+                log.info("stream ended: the daemon is stopping", path=path)
+                err = DaemonStoppingError(f"the daemon is stopping: {err}")
+            else:
+                log.warning("stream failed", path=path, error=str(err), error_type=type(err).__name__)
             record = error_record(err)
         except Exception as err:
             log.exception("stream failed", path=path)
