@@ -48,7 +48,7 @@ from supervisord.backends.local import LocalBackend
 from supervisord.backends.slurm import SlurmBackend
 from supervisord.config.sources import config_file_path
 from supervisord.config.unimplemented import not_implemented_warnings
-from supervisord.events import CONFIG_RELOADED
+from supervisord.events import CONFIG_RELOADED, ConfigReloadedData
 from supervisord.exceptions import ConfigError, DaemonError, JobsupError, UsageError
 from supervisord.health import disk_full_hint, output_space_check, storage_check
 from supervisord.hooks.config import HookSpec, load_hooks
@@ -335,9 +335,9 @@ class Daemon:
                         retention.settings = new_retention
                         retention_scope = await tg.start(_in_scope, retention.run, name="retention")
                     scheduler.settings = SchedulerSettings.from_config(new)
-                    await scheduler.record_daemon_event(CONFIG_RELOADED, report)
+                    await scheduler.record_daemon_event(CONFIG_RELOADED(report))
                     log.info("config reloaded", changed=report["changed"], hooks=report["hooks"])
-                    return report
+                    return dict(report)
 
                 async def control(action: str, body: dict[str, Any]) -> dict[str, Any]:
                     if action == "reload":
@@ -663,7 +663,7 @@ _RESTART_KEYS = ("daemon.synchronous", "daemon.log_level", "scheduler.gpus")
 
 def config_changes(
     old: Mapping[str, Any], new: Mapping[str, Any], old_hooks: list[HookSpec], new_hooks: list[HookSpec]
-) -> dict[str, Any]:
+) -> ConfigReloadedData:
     """The ConfigReloaded data for going from the effective daemon config
     ``old`` to ``new`` and hooks ``old_hooks`` to ``new_hooks``:
     ``{"changed": [dotted keys, two levels deep], "hooks": {"added",

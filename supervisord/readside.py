@@ -23,7 +23,7 @@ import anyio
 
 from store import PHASE_CHANGED, EventStore, RunStatus
 from store.types import PHASES, TERMINAL_PHASES
-from supervisord.events import RUN_UPDATED
+from supervisord.events import HOOK_DELIVERED, HOOK_FAILED, RUN_UPDATED
 from supervisord.exceptions import AmbiguousRunError, RunNotFoundError, UsageError
 from supervisord.lifecycle import reached
 from supervisord.runref import check_run_ref
@@ -32,7 +32,7 @@ from supervisord.sweepread import expand_refs, resolve_sweep_id
 __all__ = ["HEARTBEAT_S", "RECENT_RUNS", "WAIT_CONDITIONS", "ReadSide", "resolve_run_id"]
 
 #: The hook outcome events `show` lists (supervisord.hooks.delivery).
-_HOOK_OUTCOMES = ("HookDelivered", "HookFailed")
+_HOOK_OUTCOMES = (HOOK_DELIVERED, HOOK_FAILED)
 
 #: Seconds a stream may stay silent before it sends a heartbeat.
 HEARTBEAT_S: Final = 5.0

@@ -46,7 +46,7 @@ from typing import Any, Final
 import anyio
 import structlog
 
-from store import PHASE_CHANGED, TERMINAL_PHASES, EventStore, LogArchiveError, NewEvent, RunStatus
+from store import PHASE_CHANGED, TERMINAL_PHASES, EventStore, LogArchiveError, RunStatus
 from supervisord.crashpoints import crash_point
 from supervisord.events import RUN_DIR_REMOVED
 from supervisord.exceptions import UsageError
@@ -316,7 +316,7 @@ class Retention:
                 report["errors"].append(f"run {run.id}: removing {folder} failed: {exc}")
                 continue
             await self.store.append(
-                run.id, None, [NewEvent(RUN_DIR_REMOVED, {"path": str(folder), "bytes": size, "files": files})],
+                run.id, None, [RUN_DIR_REMOVED({"path": str(folder), "bytes": size, "files": files})],
                 wait_for_storage=True,
             )  # fmt: skip
             log.info("retention.run_dir_removed", run_id=run.id, bytes=size, files=files)

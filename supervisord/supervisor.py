@@ -18,13 +18,24 @@ import secrets
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import anyio
 import anyio.abc
 import structlog
 
 from store import (
+    TERMINAL_PHASES,
+    ConcurrencyError,
+    EventStore,
+    LogBlock,
+    RunStatus,
+)
+from supervisord.backends.base import PAUSED, Backend, Pausable, RunSpec, paused_message
+from supervisord.crashpoints import crash_point
+from supervisord.events import (
+    ADMITTED,
+    CANCEL_FAILED,
     CANCEL_REQUESTED,
     HANDLE_RECORDED,
     LOG_INGEST_DONE,
@@ -32,17 +43,22 @@ from store import (
     LOG_LINES,
     PHASE_CHANGED,
     PROGRESS,
+    RESUMED,
+    RUN_UPDATED,
+    STORAGE_TROUBLE,
     SUBMITTED,
-    TERMINAL_PHASES,
-    ConcurrencyError,
-    EventStore,
-    LogBlock,
-    NewEvent,
-    RunStatus,
+    SWEEP_SUBMITTED,
+    AdmittedData,
+    CancelRequestedData,
+    Event,
+    PausedData,
+    PhaseChangedData,
+    ProgressData,
+    RunUpdatedData,
+    StorageTroubleData,
+    SubmittedData,
+    SweepSubmittedData,
 )
-from supervisord.backends.base import PAUSED, Backend, Pausable, RunSpec, paused_message
-from supervisord.crashpoints import crash_point
-from supervisord.events import CANCEL_FAILED, RESUMED, STORAGE_TROUBLE
 from supervisord.events import PAUSED as PAUSED_EVENT
 from supervisord.exceptions import (
     BackendError,
@@ -56,7 +72,7 @@ from supervisord.progress import LOG_PREFIX as PROGRESS_LOG_PREFIX
 from supervisord.progress import RateLimit, parse_progress
 from supervisord.progress import interval_of as progress_interval
 from supervisord.readside import resolve_run_id
-from supervisord.scheduler.update import RUN_UPDATED, apply_updates
+from supervisord.scheduler.update import apply_updates
 from supervisord.source import SnapshotStore, disk_full, is_no_space
 from supervisord.sweep import param_env
 from supervisord.world import with_after_outputs, world_fields
@@ -173,6 +189,12 @@ class _RunState:
         return self
 
 
+def _requester(requested_by: Mapping[str, int] | None) -> PausedData:
+    """The ``requested_by_uid``/``requested_by_pid`` keys of a cancel, pause
+    or resume from ``requested_by`` (the API peer's ``{"uid", "pid"}``)."""
+    return cast(PausedData, {f"requested_by_{k}": v for k, v in (requested_by or {}).items()})
+
+
 class _Reporter:
     """The :class:`~supervisord.backends.base.RunReporter` for one run."""
 
@@ -180,7 +202,7 @@ class _Reporter:
         self._store = store
         self._state = state
 
-    async def _append_locked(self, events: Sequence[NewEvent], *, wait_for_storage: bool = True) -> None:
+    async def _append_locked(self, events: Sequence[Event], *, wait_for_storage: bool = True) -> None:
         """Append ``events`` to the run's stream (the caller holds the run's
         lock). By default storage trouble (a lock held by another process, a
         full disk) never fails it: the store retries until written, so a
@@ -210,10 +232,8 @@ class _Reporter:
         if count == incidents_before or last is None:
             return
         st = self._state
-        data: dict[str, Any] = {k: last[k] for k in ("kind", "message", "since", "resumed_at") if k in last}
-        recorded = await self._store.append(
-            st.spec.run_id, None, [NewEvent(STORAGE_TROUBLE, data)], wait_for_storage=True
-        )
+        data = cast(StorageTroubleData, {k: last[k] for k in ("kind", "message", "since", "resumed_at") if k in last})
+        recorded = await self._store.append(st.spec.run_id, None, [STORAGE_TROUBLE(data)], wait_for_storage=True)
         st.version = recorded[-1].version
 
     async def phase(
@@ -237,13 +257,13 @@ class _Reporter:
             now = RunPhase(st.phase, st.reason, st.message, st.cancel_requested)
             if not decide(now, phase, reason=reason, message=message, by_cancel=_cancel, final=final).record:
                 return False
-            data: dict[str, Any] = {"phase": phase, "reason": reason, "message": message}
+            data: PhaseChangedData = {"phase": phase, "reason": reason, "message": message}
             if exit_code is not None:
                 data["exit_code"] = exit_code
-            events = [NewEvent(PHASE_CHANGED, data)]
+            events = [PHASE_CHANGED(data)]
             last = st.progress.final() if st.progress is not None and phase in TERMINAL_PHASES else None
             if last is not None:  # the last report from its log lines, before the end
-                events.insert(0, NewEvent(PROGRESS, dict(last)))
+                events.insert(0, PROGRESS(cast(ProgressData, last)))
             await self._append_locked(events)
             st.phase, st.reason, st.message = phase, reason, message
             log.info("phase", run=st.spec.run_id, phase=phase, reason=reason)
@@ -255,14 +275,14 @@ class _Reporter:
 
     async def handle(self, handle: Mapping[str, Any]) -> None:
         async with self._state.lock:
-            await self._append_locked([NewEvent(HANDLE_RECORDED, {"handle": dict(handle)})])
+            await self._append_locked([HANDLE_RECORDED({"handle": dict(handle)})])
             self._state.handle = dict(handle)
 
-    async def record(self, type: str, data: Mapping[str, Any]) -> None:
+    async def record(self, event: Event) -> None:
         async with self._state.lock:
-            await self._append_locked([NewEvent(type, dict(data))])
-            if type in (LOG_INGEST_PENDING, LOG_INGEST_DONE):
-                self._state.ingest_pending = type == LOG_INGEST_PENDING
+            await self._append_locked([event])
+            if event.type in (LOG_INGEST_PENDING, LOG_INGEST_DONE):
+                self._state.ingest_pending = event.type == LOG_INGEST_PENDING
 
     async def log_lines(self, stream: str, source: str, lines: Sequence[tuple[str, str]]) -> None:
         """Record ``lines`` as LogLines events of at most
@@ -272,12 +292,12 @@ class _Reporter:
         if not lines:
             return
         events = [
-            NewEvent(LOG_LINES, {"stream": stream, "source": source, "lines": list(lines[i : i + MAX_LINES_PER_EVENT])})
+            LOG_LINES({"stream": stream, "source": source, "lines": list(lines[i : i + MAX_LINES_PER_EVENT])})
             for i in range(0, len(lines), MAX_LINES_PER_EVENT)
         ]
         report = self._progress_from(lines)
         if report is not None:
-            events.append(NewEvent(PROGRESS, report))
+            events.append(PROGRESS(cast(ProgressData, report)))
         async with self._state.lock:
             await self._append_locked(events)
 
@@ -424,7 +444,7 @@ class Supervisor:
             async with state.lock:
                 self._runs[run_id] = state
                 try:
-                    recorded = await self.store.append(run_id, 0, [NewEvent(SUBMITTED, dict(submitted))])
+                    recorded = await self.store.append(run_id, 0, [SUBMITTED(cast(SubmittedData, submitted))])
                 except BaseException:
                     self._runs.pop(run_id, None)
                     self._remove_pending(run_id)
@@ -453,7 +473,7 @@ class Supervisor:
         differ only in command and params). Returns the runs' ids in
         order and the preflight's warnings; raises UsageError (unknown backend), PreflightError, store
         errors."""
-        from store import SWEEP_SUBMITTED, Append
+        from store import Append
 
         if not runs:
             raise UsageError("a sweep needs at least one run")
@@ -486,8 +506,10 @@ class Supervisor:
                     # and the API learn of it from the store.
                     state.version = 1
                     self._runs[state.spec.run_id] = state
-                appends = [Append(sweep_id, 0, [NewEvent(SWEEP_SUBMITTED, dict(sweep))])]
-                appends += [Append(st.spec.run_id, 0, [NewEvent(SUBMITTED, dict(st.spec.submitted))]) for st in states]
+                appends = [Append(sweep_id, 0, [SWEEP_SUBMITTED(cast(SweepSubmittedData, sweep))])]
+                appends += [
+                    Append(st.spec.run_id, 0, [SUBMITTED(cast(SubmittedData, st.spec.submitted))]) for st in states
+                ]
                 await self.store.append_together(appends)
             except BaseException:
                 for state in states:
@@ -537,7 +559,7 @@ class Supervisor:
                         spec = state.spec = dataclasses.replace(spec, env={})
                     await backend.supervise(spec, handle, reporter)
                     if state.ingest_pending:  # resumed after a restart, and the backlog is now recorded
-                        await reporter.record(LOG_INGEST_DONE, {})
+                        await reporter.record(LOG_INGEST_DONE({}))
                 except BackendError as err:
                     log.warning("backend error", run=spec.run_id, error=str(err))
                     await reporter.phase("ERROR", reason=err.run_reason, message=str(err))
@@ -582,11 +604,11 @@ class Supervisor:
             first = not state.cancel_requested
             state.cancel_requested = True
             if first:
-                who = {f"requested_by_{k}": v for k, v in (requested_by or {}).items()}
+                who: CancelRequestedData = _requester(requested_by)
                 try:
                     # A cancel that cannot be recorded is refused (nothing done)
                     # rather than left hanging on a locked or full store.
-                    await reporter._append_locked([NewEvent(CANCEL_REQUESTED, who)], wait_for_storage=False)
+                    await reporter._append_locked([CANCEL_REQUESTED(who)], wait_for_storage=False)
                 except BaseException:
                     state.cancel_requested = False
                     raise
@@ -608,7 +630,7 @@ class Supervisor:
             # once the backend is reachable.
             async with state.lock:
                 state.cancel_requested = False
-                await reporter._append_locked([NewEvent(CANCEL_FAILED, {"message": str(err)})])
+                await reporter._append_locked([CANCEL_FAILED({"message": str(err)})])
             if state.done.is_set():
                 # Supervision ended meanwhile and its outcome was held for the
                 # cancel: the run must still end in one terminal phase.
@@ -665,13 +687,13 @@ class Supervisor:
         if (state.reason == PAUSED) == pause:
             return status
         result = await (backend.pause if pause else backend.resume)(state.spec, state.handle)
-        who = {f"requested_by_{k}": v for k, v in (requested_by or {}).items()}
+        who = _requester(requested_by)
         reporter = _Reporter(self.store, state)
         if pause:
-            await reporter.record(PAUSED_EVENT, who)
+            await reporter.record(PAUSED_EVENT(who))
             await reporter.phase("RUNNING", reason=PAUSED, message=paused_message(run_id))
         else:
-            await reporter.record(RESUMED, {"paused_s": float(result.get("last_pause_s") or 0.0), **who})
+            await reporter.record(RESUMED({"paused_s": float(result.get("last_pause_s") or 0.0), **who}))
             await reporter.phase("RUNNING")
         log.info(verb, run=run_id)
         return await self.get(run_id)
@@ -893,7 +915,7 @@ class Supervisor:
         state = self._runs.get(run_id)
         return None if state is None else (state.phase, state.admitted)
 
-    async def admit(self, run_id: str, data: Mapping[str, Any], extra_env: Mapping[str, str], message: str) -> bool:
+    async def admit(self, run_id: str, data: AdmittedData, extra_env: Mapping[str, str], message: str) -> bool:
         """Let a queued run start: record ``Admitted`` (``data``: queue,
         GPUs...) and PhaseChanged SCHEDULING (``message``) in one append,
         then release its supervision task with ``extra_env`` added to its
@@ -907,8 +929,8 @@ class Supervisor:
                 return False
             await _Reporter(self.store, state)._append_locked(
                 [
-                    NewEvent("Admitted", dict(data)),
-                    NewEvent(PHASE_CHANGED, {"phase": "SCHEDULING", "reason": None, "message": message}),
+                    ADMITTED(data),
+                    PHASE_CHANGED({"phase": "SCHEDULING", "reason": None, "message": message}),
                 ]
             )
             state.phase, state.reason, state.message = "SCHEDULING", None, message
@@ -918,7 +940,7 @@ class Supervisor:
             state.unqueued.set()
         return True
 
-    async def update_queued(self, run_id: str, data: Mapping[str, Any]) -> bool:
+    async def update_queued(self, run_id: str, data: RunUpdatedData) -> bool:
         """Record ``RunUpdated`` (``data``: ``{"old", "new"}``, see
         :mod:`supervisord.scheduler.update`) on a run that still waits for
         admission, and start it with the new values (its timeout). Returns
@@ -929,9 +951,7 @@ class Supervisor:
         async with state.lock:
             if state.admitted or state.cancel_requested or state.phase != "QUEUED":
                 return False
-            await _Reporter(self.store, state)._append_locked(
-                [NewEvent(RUN_UPDATED, dict(data))], wait_for_storage=False
-            )
+            await _Reporter(self.store, state)._append_locked([RUN_UPDATED(data)], wait_for_storage=False)
             submitted = apply_updates(state.spec.submitted, [data])
             state.spec = dataclasses.replace(
                 state.spec, submitted=submitted, timeout_s=int(submitted.get("timeout_s") or 0)
@@ -969,8 +989,8 @@ class Supervisor:
         return True
 
     async def _end_queued_locked(self, state: _RunState, reason: str, message: str, *, cancel_event: bool) -> None:
-        events = [NewEvent(CANCEL_REQUESTED, {})] if cancel_event else []
-        events.append(NewEvent(PHASE_CHANGED, {"phase": "CANCELED", "reason": reason, "message": message}))
+        events = [CANCEL_REQUESTED({})] if cancel_event else []
+        events.append(PHASE_CHANGED({"phase": "CANCELED", "reason": reason, "message": message}))
         await _Reporter(self.store, state)._append_locked(events)
         state.phase, state.reason, state.message = "CANCELED", reason, message
         state.cancel_requested = state.cancel_requested or cancel_event
@@ -978,19 +998,19 @@ class Supervisor:
         self._remove_pending(state.spec.run_id)
         log.info("phase", run=state.spec.run_id, phase="CANCELED", reason=reason)
 
-    async def append_event(self, run_id: str, type: str, data: Mapping[str, Any]) -> None:
+    async def append_event(self, run_id: str, event: Event) -> None:
         """Append one event to a run's stream (Held, HoldReleased,
         ResourcesFreed...), under the run's lock when this daemon supervises
         it. Raises RunNotFoundError for an unknown run."""
         state = self._runs.get(run_id)
         if state is not None:
-            await _Reporter(self.store, state).record(type, data)
+            await _Reporter(self.store, state).record(event)
             return
         status = await self.get(run_id)
         try:
-            await self.store.append(run_id, status.version, [NewEvent(type, dict(data))])
+            await self.store.append(run_id, status.version, [event])
         except ConcurrencyError:  # see _AT_THE_END
-            await self.store.append(run_id, _AT_THE_END, [NewEvent(type, dict(data))])
+            await self.store.append(run_id, _AT_THE_END, [event])
 
     def sampled_local_runs(self) -> list[LocalRunView]:
         """The local runs this daemon supervises that are RUNNING with a

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from store import LogBlock
+from supervisord.events import Event
 
 __all__ = ["PAUSED", "Backend", "Pausable", "RunReporter", "RunSpec", "paused_message"]
 
@@ -126,8 +127,10 @@ class RunReporter(Protocol):
         """Record how to find the run again (HandleRecorded)."""
         ...
 
-    async def record(self, type: str, data: Mapping[str, Any]) -> None:
-        """Record any other event (StagingStep, ObjectCreated, ...)."""
+    async def record(self, event: Event) -> None:
+        """Record any other event, made through the catalog
+        (``reporter.record(STAGING_STEP({"step": "staged"}))``: see
+        :mod:`supervisord.events`)."""
         ...
 
     async def log_lines(self, stream: str, source: str, lines: Sequence[tuple[str, str]]) -> None:

@@ -213,13 +213,15 @@ def _cut_off(client: Client, action: str, run_ids: list[str], done: int, err: Da
         parts.append(f"{past} before it went away: {', '.join(run_ids[:done])}")
     cut, rest = run_ids[done], run_ids[done + 1 :]
     info(f"the daemon went away during the {action} of run {cut}; checking whether it was {past}")
+    from supervisord.events import HELD, HOLD_RELEASED  # only here: it imports the store's types
+
     deadline = time.monotonic() + _LOST_WAIT_S
     took: bool | None = None
     while took is None:
         try:
             client.connect()
-            types = [e["type"] for e in client.events(run=cut) if e["type"] in ("Held", "HoldReleased")]
-            took = bool(types) and types[-1] == ("Held" if action == "hold" else "HoldReleased")
+            types = [e["type"] for e in client.events(run=cut) if e["type"] in (HELD, HOLD_RELEASED)]
+            took = bool(types) and types[-1] == (HELD if action == "hold" else HOLD_RELEASED)
         except DaemonUnreachableError:
             if time.monotonic() > deadline:
                 break

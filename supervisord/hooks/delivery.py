@@ -74,7 +74,7 @@ import json
 import os
 import time
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import anyio
 import anyio.abc
@@ -90,12 +90,12 @@ from store import (
     EventStore,
     LogArchiveError,
     LogTextDeletedError,
-    NewEvent,
     RecordedEvent,
     RunStatus,
     StoreClosedError,
     StoreError,
 )
+from supervisord.events import HOOK_DELIVERED, HOOK_FAILED, Event, HookDeliveredData, HookFailedData
 from supervisord.hooks.attempt import Attempt
 from supervisord.hooks.command import hook_env, run_command
 from supervisord.hooks.config import ON_DONE_HOOK, HookSpec, on_done_spec
@@ -117,8 +117,6 @@ __all__ = [
 
 log = structlog.get_logger("jobsup.hooks")
 
-HOOK_DELIVERED: Final = "HookDelivered"
-HOOK_FAILED: Final = "HookFailed"
 #: Seconds without a wanted event before a hook's checkpoint catches up
 #: with the events it passed over.
 FLUSH_S: Final = 2.0
@@ -148,8 +146,7 @@ _RUNS_FRESH_S: Final = 1.0
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Outcome:
     event: RecordedEvent
-    type: str
-    data: dict[str, Any]
+    new: Event
     final: bool
 
 
@@ -597,7 +594,10 @@ class HookRunner:
                 data["final"] = final
                 if not final:
                     data["retry_in_s"] = round(delay, 3)
-            await self._record(event, HOOK_DELIVERED if result.ok else HOOK_FAILED, data, final=final)
+            outcome = (
+                HOOK_DELIVERED(cast(HookDeliveredData, data)) if result.ok else HOOK_FAILED(cast(HookFailedData, data))
+            )
+            await self._record(event, outcome, final=final)
             log.info(
                 "hook.delivered" if result.ok else "hook.failed_attempt",
                 hook=spec.name, run=event.run_id, event_seq=event.seq, attempt=attempt_no, error=error,
@@ -615,14 +615,14 @@ class HookRunner:
                     self._calm.set()
             attempt_no += 1
 
-    async def _record(self, event: RecordedEvent, etype: str, data: dict[str, Any], *, final: bool) -> None:
+    async def _record(self, event: RecordedEvent, new: Event, *, final: bool) -> None:
         """Hand the outcome to the recorder (waits while :data:`_OUTBOX`
         outcomes are pending)."""
         assert self._outbox is not None
         self._pending += 1
         self._drained = anyio.Event() if self._drained.is_set() else self._drained
-        self.last_outcome = {"type": etype, **data}
-        outcome = _Outcome(event, etype, data, final)
+        self.last_outcome = {"type": new.type, **new.data}
+        outcome = _Outcome(event, new, final)
         try:
             self._outbox.send_nowait(outcome)  # no pass through the event loop while there is room
         except anyio.WouldBlock:
@@ -680,7 +680,7 @@ class HookRunner:
         pause = 1.0
         while True:
             results = await self.store.append_many(
-                [Append(o.event.run_id, None, [NewEvent(o.type, o.data)], checkpoint=c) for o, c in todo]
+                [Append(o.event.run_id, None, [o.new], checkpoint=c) for o, c in todo]
             )
             failed = []
             for (outcome, checkpoint), result in zip(todo, results, strict=True):

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import anyio
 import structlog
@@ -28,12 +28,11 @@ from store import (
     TERMINAL_PHASES,
     Checkpoint,
     EventStore,
-    NewEvent,
     RecordedEvent,
     StoreClosedError,
     StoreError,
 )
-from supervisord.events import OUTPUTS_RECORDED
+from supervisord.events import OUTPUTS_RECORDED, OutputsRecordedData
 from supervisord.outputs import run_outputs_dir
 from supervisord.outputs.manifest import scan
 
@@ -111,7 +110,7 @@ class OutputsRecorder:
             await self.store.append(
                 event.run_id,
                 None,
-                [NewEvent(OUTPUTS_RECORDED, data)],
+                [OUTPUTS_RECORDED(cast(OutputsRecordedData, data))],
                 checkpoint=Checkpoint(CHECKPOINT, event.seq),
                 wait_for_storage=True,
             )

@@ -52,17 +52,28 @@ import anyio
 import structlog
 
 from store import (
-    PHASE_CHANGED,
-    SUBMITTED,
     TERMINAL_PHASES,
     ConcurrencyError,
     EventStore,
-    NewEvent,
     RecordedEvent,
     StoreError,
 )
 from supervisord.crashpoints import crash_point
-from supervisord.events import CONFIG_RELOADED, QUEUE_CHANGED, RESUMED
+from supervisord.events import (
+    ADMITTED,
+    CONFIG_RELOADED,
+    HOLD_RELEASED,
+    PHASE_CHANGED,
+    QUEUE_CHANGED,
+    RESOURCES_FREED,
+    RESUMED,
+    SUBMITTED,
+    AdmittedData,
+    Event,
+    QueueChangedData,
+    RunUpdatedData,
+)
+from supervisord.events import HELD as HELD_EVENT
 from supervisord.exceptions import (
     AmbiguousRunError,
     ConfigError,
@@ -103,10 +114,6 @@ __all__ = [
 
 log = structlog.get_logger("jobsup.scheduler")
 
-ADMITTED = "Admitted"
-HELD_EVENT = "Held"
-HOLD_RELEASED = "HoldReleased"
-RESOURCES_FREED = "ResourcesFreed"
 _TYPES = (
     SUBMITTED,
     PHASE_CHANGED,
@@ -561,20 +568,20 @@ class Scheduler:
             raise TaskError(f"--max-parallel: {max_parallel!r} is not a whole number 1..100000 (or none)")
         async with self._lock:
             new = queue not in self._queue_names()
-            data: dict[str, Any] = {
+            data: QueueChangedData = {
                 "queue": queue,
                 "max_parallel": self.settings.caps.get(queue) if from_config else max_parallel,
                 "source": "config" if from_config else "runtime",
                 "old": self.caps().get(queue),
                 "source_before": self.cap_source(queue),
             }
-            await self._append_daemon_event(QUEUE_CHANGED, data)
+            await self._append_daemon_event(QUEUE_CHANGED(data))
             if self._fold_queue_changed(data):
                 self._dirty = True
         return {"queue": self._queue_row(queue), "new": new}
 
-    async def _append_daemon_event(self, etype: str, data: Mapping[str, Any]) -> None:
-        event = [NewEvent(etype, dict(data))]
+    async def _append_daemon_event(self, new: Event) -> None:
+        event = [new]
         try:
             recorded = await self.store.append(DAEMON_STREAM, self._daemon_version, event)
         except ConcurrencyError:
@@ -582,12 +589,12 @@ class Scheduler:
             recorded = await self.store.append(DAEMON_STREAM, self._daemon_version, event)
         self._daemon_version = recorded[-1].version
 
-    async def record_daemon_event(self, etype: str, data: Mapping[str, Any]) -> None:
+    async def record_daemon_event(self, event: Event) -> None:
         """Record an event of the daemon's own (ConfigReloaded) on
         :data:`DAEMON_STREAM` and decide again (the caller changed
         :attr:`settings` first)."""
         async with self._lock:
-            await self._append_daemon_event(etype, data)
+            await self._append_daemon_event(event)
             self._dirty = True
 
     def _queue_row(self, queue: str) -> dict[str, Any]:
@@ -661,7 +668,7 @@ class Scheduler:
         self._last = decision
 
     async def _free(self, run: _Run) -> None:
-        await self.supervisor.append_event(run.run_id, RESOURCES_FREED, {"queue": run.queue, "gpus": list(run.gpus)})
+        await self.supervisor.append_event(run.run_id, RESOURCES_FREED({"queue": run.queue, "gpus": list(run.gpus)}))
         crash_point("resources.freed")
 
     async def _fail(self, run_id: str, message: str) -> None:
@@ -672,7 +679,7 @@ class Scheduler:
 
     async def _admit(self, run: _Run, queue: str, gpus: tuple[Gpu, ...], in_queue: int, cap: int | None) -> None:
         waited = max(0.0, time.time() - _epoch(run.created_at))
-        data = {
+        data: AdmittedData = {
             "queue": queue,
             "in_queue": in_queue,
             "max_parallel": cap,
@@ -751,7 +758,7 @@ class Scheduler:
                 status = await self.supervisor.get(run_id)
                 raise UsageError(f"run {run_id} is {status.phase}: only a queued run can be held")
             if not run.held:
-                await self.supervisor.append_event(run_id, HELD_EVENT, {})
+                await self.supervisor.append_event(run_id, HELD_EVENT({}))
                 crash_point("hold.recorded")
                 run.held = True
                 await self._pass_now()
@@ -765,7 +772,7 @@ class Scheduler:
                 status = await self.supervisor.get(run_id)
                 raise UsageError(f"run {run_id} is {status.phase}: only a queued run can be released")
             if run.held:
-                await self.supervisor.append_event(run_id, HOLD_RELEASED, {})
+                await self.supervisor.append_event(run_id, HOLD_RELEASED({}))
                 crash_point("release.recorded")
                 run.held = False
                 await self._pass_now()
@@ -781,7 +788,7 @@ class Scheduler:
             self._dirty = True  # the loop tries again
             raise
 
-    async def update(self, run_ids: list[str], changes: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    async def update(self, run_ids: list[str], changes: Mapping[str, Any]) -> dict[str, RunUpdatedData]:
         """Change queued runs (``changes``: what
         :func:`~supervisord.scheduler.update.parse_changes` returns) and
         return the RunUpdated data (``{"old", "new"}``) of each run that
@@ -805,7 +812,7 @@ class Scheduler:
                     bad.append(f"run {rid} is {status.phase}: only a queued run can be updated")
             if bad:
                 raise UsageError("; ".join(bad) + ("; nothing was changed" if len(run_ids) > 1 else ""))
-            changed: dict[str, dict[str, Any]] = {}
+            changed: dict[str, RunUpdatedData] = {}
             for rid in run_ids:
                 run = self._waiting[rid]
                 data = changed_values(run.current(), changes)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from supervisord.events import RUN_UPDATED
+from supervisord.events import RUN_UPDATED, RunUpdatedData
 from supervisord.exceptions import TaskError, UsageError
 from supervisord.scheduler.options import PRIORITY_MAX, PRIORITY_MIN, QUEUE_NAME
 from supervisord.task import MAX_TIMEOUT_S, parse_duration
@@ -77,7 +77,7 @@ def parse_changes(body: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def changed_values(current: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, dict[str, Any]] | None:
+def changed_values(current: Mapping[str, Any], changes: Mapping[str, Any]) -> RunUpdatedData | None:
     """The RunUpdated data for ``changes`` to a run whose values are
     ``current`` (keys of :data:`UPDATABLE`): ``{"old": {...}, "new": {...}}``
     with only the keys whose value differs; None when none does."""

@@ -41,6 +41,7 @@ import anyio.abc
 import structlog
 
 from store import EventStore, RunStatus
+from supervisord.events import RESOURCE_USAGE, ResourceUsageData
 from supervisord.scheduler.gpus import Inventory
 from supervisord.supervisor import Supervisor
 from supervisord.usage import nvidia
@@ -51,7 +52,6 @@ __all__ = ["DEFAULT_INTERVAL_S", "RECORD_EVERY_S", "RESOURCE_USAGE", "UsageSampl
 
 log = structlog.get_logger("jobsup.usage")
 
-RESOURCE_USAGE: Final = "ResourceUsage"
 DEFAULT_INTERVAL_S: Final = 5.0
 #: A running run's ResourceUsage events are at least this far apart.
 RECORD_EVERY_S: Final = 60.0
@@ -77,8 +77,8 @@ class _Track:
     recorded_at: float | None = None  # time.monotonic() of the last ResourceUsage
     stopping: bool = False
 
-    def event_data(self, *, final: bool) -> dict[str, Any]:
-        data: dict[str, Any] = {
+    def event_data(self, *, final: bool) -> ResourceUsageData:
+        data: ResourceUsageData = {
             "cpu_s": round(self.cpu_s, 3),
             "rss_bytes": self.rss,
             "max_rss_bytes": self.max_rss,
@@ -182,7 +182,7 @@ class UsageSampler:
                 fired.add(rid)
         if self.gpus and views:
             await self._sample_gpus(trees)
-        due: list[tuple[str, dict[str, Any]]] = []
+        due: list[tuple[str, ResourceUsageData]] = []
         for rid, track in list(self._tracks.items()):
             if rid not in views:
                 del self._tracks[rid]
@@ -196,9 +196,9 @@ class UsageSampler:
                 for rid, data in due:
                     tg.start_soon(self._record, rid, data)
 
-    async def _record(self, run_id: str, data: dict[str, Any]) -> None:
+    async def _record(self, run_id: str, data: ResourceUsageData) -> None:
         try:
-            await self.supervisor.append_event(run_id, RESOURCE_USAGE, data)
+            await self.supervisor.append_event(run_id, RESOURCE_USAGE(data))
         except Exception as err:  # a run pruned meanwhile, storage trouble: the next record says it again
             log.warning("usage not recorded", run=run_id, error=str(err))
 

@@ -20,6 +20,7 @@ import structlog
 from supervisord.backends.base import RunReporter
 from supervisord.backends.kubernetes.client.access import Cluster
 from supervisord.backends.kubernetes.client.resources import ObjectRef, ResourceResolver
+from supervisord.events import CLEANUP_FAILED, OBJECT_DELETED, ObjectCreatedData
 from supervisord.exceptions import BackendError, KubernetesApiError
 
 __all__ = ["Cleanup"]
@@ -54,7 +55,7 @@ class Cleanup:
                 if await resolver.delete(ref, ns):
                     deleted.append(str(ref))
                     if reporter is not None:
-                        await reporter.record("ObjectDeleted", ref.to_json())
+                        await reporter.record(OBJECT_DELETED(object_data(ref)))
             except KubernetesApiError as err:
                 errors.append(str(err))
         if errors:
@@ -82,7 +83,7 @@ class Cleanup:
                 f"(kubectl -n {ns} delete them once the cluster answers)"
             )
             if reporter is not None:
-                await reporter.record("CleanupFailed", {"message": message})
+                await reporter.record(CLEANUP_FAILED({"message": message}))
             return f"; {message}"
         except BackendError as err:
             return f"; rolling back failed too: {err}"
@@ -157,3 +158,9 @@ class Cleanup:
             message="the daemon stopped while this run's objects were being created; "
             + (f"jobsup deleted them ({', '.join(deleted)})" if deleted else "nothing of it was left on the cluster"),
         )
+
+
+def object_data(ref: ObjectRef) -> ObjectCreatedData:
+    """The data of an ObjectCreated/ObjectDeleted event naming ``ref``
+    (the keys of :meth:`ObjectRef.to_json`, in its order)."""
+    return {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name, "uid": ref.uid}

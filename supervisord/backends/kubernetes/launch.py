@@ -26,7 +26,7 @@ import anyio
 import structlog
 
 from supervisord.backends.base import RunReporter, RunSpec
-from supervisord.backends.kubernetes.cleanup import Cleanup
+from supervisord.backends.kubernetes.cleanup import Cleanup, object_data
 from supervisord.backends.kubernetes.client.access import Cluster
 from supervisord.backends.kubernetes.client.errors import KubernetesApiError
 from supervisord.backends.kubernetes.client.resources import ObjectRef, ResourceResolver, env_secret, owner_reference
@@ -56,6 +56,7 @@ from supervisord.backends.kubernetes.runstate import (
 )
 from supervisord.backends.kubernetes.staging import StagingError, stage_source, upload_timeout_s
 from supervisord.crashpoints import crash_point
+from supervisord.events import OBJECT_CREATED, STAGING_STEP
 from supervisord.exceptions import BackendError
 
 __all__ = ["START_API_BUDGET_S", "Launcher", "StartProgress"]
@@ -192,7 +193,9 @@ class Launcher:
             progress.attempted.append(ObjectRef.of(secret))
             stored_secret = await self._create(resolver, state, secret, ns, spec.run_id)
             created.append((ObjectRef.of(stored_secret), stored_secret))
-            await reporter.record("ObjectCreated", {**ObjectRef.of(stored_secret).to_json(), "env": env_digests(spec)})
+            await reporter.record(
+                OBJECT_CREATED({**object_data(ObjectRef.of(stored_secret)), "env": env_digests(spec)})
+            )
             job_obj: dict[str, Any] | None = None
             for obj in rendered.objects:
                 progress.step = f"create {ObjectRef.of(obj)}"
@@ -200,7 +203,7 @@ class Launcher:
                 stored = await self._create(resolver, state, obj, ns, spec.run_id)
                 ref = ObjectRef.of(stored)
                 created.append((ref, stored))
-                await reporter.record("ObjectCreated", ref.to_json())
+                await reporter.record(OBJECT_CREATED(object_data(ref)))
                 if obj is rendered.primary_job:
                     job_obj = stored
                     job_deadline = time.monotonic() + settings.pod_ready_timeout_s
@@ -323,9 +326,7 @@ class Launcher:
                                 ),
                                 exec_session=True,
                             )
-                            await reporter.record(
-                                "StagingStep", {"step": "staged", "pod": name, "container": container}
-                            )
+                            await reporter.record(STAGING_STEP({"step": "staged", "pod": name, "container": container}))
                             return name
                         except StagingError as err:
                             last_error = str(err)

@@ -54,6 +54,7 @@ from supervisord.backends.kubernetes.runstate import (
     reason_of,
     wall_to_monotonic,
 )
+from supervisord.events import CLEANUP_FAILED, LEADER_POD_CHANGED
 from supervisord.exceptions import BackendError
 
 __all__ = ["LogSettings", "RunReconciler", "supervise_run"]
@@ -289,7 +290,7 @@ class RunReconciler:
             return
         previous, self.leader = self.leader, name
         if previous is not None:
-            await self.reporter.record("LeaderPodChanged", {"from": previous, "to": name})
+            await self.reporter.record(LEADER_POD_CHANGED({"from": previous, "to": name}))
         if name in self.followers:
             return
         follower = LogFollower(
@@ -402,4 +403,4 @@ class RunReconciler:
             await self.cleanup.delete_refs(self.resolver, self.ns, list(reversed(aux)), self.reporter)
         except BackendError as err:
             log.warning("cleanup of auxiliary objects failed", run=self.spec.run_id, error=str(err))
-            await self.reporter.record("CleanupFailed", {"message": str(err)})
+            await self.reporter.record(CLEANUP_FAILED({"message": str(err)}))

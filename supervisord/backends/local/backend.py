@@ -17,12 +17,12 @@ import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import structlog
 
-from store import LOG_INGEST_DONE, LOG_INGEST_PENDING, PROGRESS, LogBlock
+from store import LogBlock
 from supervisord.backends.base import PAUSED, RunReporter, RunSpec, paused_message
 from supervisord.backends.local import runner as _runner_module
 from supervisord.backends.local.protocol import OUTPUT_DATA, decode_status
@@ -30,6 +30,14 @@ from supervisord.backends.local.runner import group_alive, proc_start_time
 from supervisord.backends.local.tail import MAX_BLOCKS, FileTailer, RecordTailer, record_source
 from supervisord.backends.local.wakeups import SWEEP_S, Wakeups, open_pidfd
 from supervisord.crashpoints import crash_point
+from supervisord.events import (
+    LOG_INGEST_DONE,
+    LOG_INGEST_PENDING,
+    LOGS_TRUNCATED,
+    PROGRESS,
+    LogsTruncatedData,
+    ProgressData,
+)
 from supervisord.exceptions import BackendError, PreflightError
 from supervisord.procenv import pids_with_env
 from supervisord.progress import PROGRESS_FILE, ProgressFile, interval_of
@@ -376,7 +384,7 @@ class LocalBackend:
             tailers.release(force=True)  # what earlier drains left for a bigger range
         if cap.truncated and not cap.reported:
             cap.reported = True
-            await reporter.record(LOGS_TRUNCATED, cap.event_data(tailers))
+            await reporter.record(LOGS_TRUNCATED(cap.event_data(tailers)))
         return total
 
     async def _finish(self, tailers: _Output, status: Mapping[str, Any], reporter: RunReporter) -> None:
@@ -399,17 +407,17 @@ class LocalBackend:
             await self._report_outcome(status, reporter)
             return
         backlog = tailers.backlog()
-        await reporter.record(LOG_INGEST_PENDING, {"bytes": backlog})
+        await reporter.record(LOG_INGEST_PENDING({"bytes": backlog}))
         await self._report_outcome(status, reporter)
         await self._drain(tailers, reporter, final=True)
         await self._report_truncation(tailers, reporter)
-        await reporter.record(LOG_INGEST_DONE, {})
+        await reporter.record(LOG_INGEST_DONE({}))
 
     @staticmethod
     async def _report_truncation(tailers: _Output, reporter: RunReporter) -> None:
         """At the end of a truncated run: a last ``LogsTruncated`` with the totals (``"final": true``)."""
         if tailers.cap.truncated:
-            await reporter.record(LOGS_TRUNCATED, {**tailers.cap.event_data(tailers), "final": True})
+            await reporter.record(LOGS_TRUNCATED({**tailers.cap.event_data(tailers), "final": True}))
 
     @staticmethod
     async def _report_outcome(status: Mapping[str, Any], reporter: RunReporter) -> None:
@@ -529,9 +537,6 @@ async def _runner_gone(handle: Mapping[str, Any]) -> None:
         await anyio.sleep(0.05)
 
 
-LOGS_TRUNCATED = "LogsTruncated"
-
-
 @dataclasses.dataclass
 class _LogCap:
     """A run's ``local.max_log_bytes`` (None: no cap) and ``keep_log_files``.
@@ -553,7 +558,7 @@ class _LogCap:
     reported: bool = False
     dropped: int = 0
 
-    def event_data(self, tailers: _Output) -> dict[str, Any]:
+    def event_data(self, tailers: _Output) -> LogsTruncatedData:
         return {"max_log_bytes": self.max_bytes, "recorded_bytes": tailers.recorded, "dropped_bytes": self.dropped}
 
 
@@ -638,7 +643,7 @@ async def _open_output(
 async def _record_progress(reporter: RunReporter, data: Mapping[str, Any] | None) -> None:
     """Record a progress report (supervisord.progress) as a Progress event."""
     if data is not None:
-        await reporter.record(PROGRESS, dict(data))
+        await reporter.record(PROGRESS(cast(ProgressData, data)))
 
 
 def make_outputs_dir(path: Path) -> None:

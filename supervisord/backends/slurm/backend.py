@@ -44,6 +44,7 @@ from supervisord.backends.slurm.script import (
 )
 from supervisord.backends.slurm.status import ACTIVE_STATES, JobRecord, observe
 from supervisord.backends.slurm.transport import LocalTransport, SshTransport, Transport, TransportError
+from supervisord.events import STAGING_STEP
 from supervisord.exceptions import BackendError, ConfigError, PreflightConfigError, PreflightError
 
 __all__ = ["SlurmBackend", "run_gpus"]
@@ -259,7 +260,7 @@ class SlurmBackend:
         state = self._state(spec.run_id)
         await reporter.phase("SCHEDULING", message=f"staging the source on {settings.where}")
         root, staged = await self._stage(spec, settings, t)
-        await reporter.record("StagingStep", {"step": "reused" if staged else "uploaded"})
+        await reporter.record(STAGING_STEP({"step": "reused" if staged else "uploaded"}))
         run_dir = f"{root}/runs/{spec.run_id}"
         argv = sbatch_argv(
             run_id=spec.run_id, run_dir=run_dir, timeout_s=spec.timeout_s, settings=settings, gpus=run_gpus(spec)

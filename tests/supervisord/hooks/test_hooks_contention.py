@@ -20,6 +20,7 @@ import pytest
 
 from store import EventStore, LogBlock, NewEvent
 from supervisord.backends.base import RunSpec
+from supervisord.events import HELD
 from supervisord.hooks.delivery import HOOK_DELIVERED
 from supervisord.supervisor import _Reporter, _RunState
 
@@ -55,7 +56,7 @@ async def test_supervisor_appends_survive_racing_hook_outcomes(store: EventStore
         await reporter.phase("RUNNING")
         for r in range(rounds):
             await reporter.log_lines("stdout", "stdout", [(str(r), f"line {r}")])
-            await reporter.record("Held", {})
+            await reporter.record(HELD({}))
             await reporter.log_block(LogBlock.from_pairs("stderr", "stderr", [(str(r + 1), f"err {r}")]))
         await reporter.phase("COMPLETED", exit_code=0)
 
