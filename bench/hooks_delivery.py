@@ -23,6 +23,9 @@
    webhooks) and nothing happening, against the same daemon with no hooks,
    each measured over ``--idle-s`` seconds after start-up settled (aim:
    nothing measurable over idle: hooks wake on commits, they do not poll).
+3. Peer for 1.: the same deliveries with httpx as the webhook client (the
+   client the daemon uses where an environment proxy applies), in the same
+   rounds, alternating with the lean h11 client (``--no-httpx`` skips it).
 
     python bench/hooks_delivery.py                 # 100 runs, 30 s idle
     python bench/hooks_delivery.py --runs 20 --idle-s 5
@@ -57,8 +60,11 @@ from bench._harness import (
     report,
 )
 from store import EventStore, NewEvent
+from supervisord.hooks import delivery
 from supervisord.hooks.config import HookSpec, WebhookTarget
 from supervisord.hooks.delivery import HookService
+
+_PROXIED = delivery.proxied
 
 
 class Receiver:
@@ -143,11 +149,16 @@ class ProcessReceiver:
         self.proc.wait()
 
 
-async def latency(runs: int, in_process: bool = False, in_flight: int = 1) -> tuple[list[float], list[float]]:
+async def latency(
+    runs: int, in_process: bool = False, in_flight: int = 1, client: str = "h11"
+) -> tuple[list[float], list[float]]:
     """(hook arrival latencies, bare-subscriber latencies), ms. The webhook
     server runs in a child process unless ``in_process`` (then in threads of
     this process, sharing its interpreter lock); the hook has
-    ``webhook.in_flight`` = ``in_flight`` (1: the default)."""
+    ``webhook.in_flight`` = ``in_flight`` (1: the default). ``client``:
+    ``h11`` (the daemon's lean client, supervisord.hooks.http1) or ``httpx``
+    (what the daemon uses where a proxy applies: every URL is treated so)."""
+    delivery.proxied = (lambda url: True) if client == "httpx" else _PROXIED
     receiver: Receiver | ProcessReceiver = Receiver() if in_process else ProcessReceiver()
     folder = Path(tempfile.mkdtemp(prefix="jobsup-bench-hooks-"))
     try:
@@ -234,6 +245,9 @@ def main() -> None:
     parser.add_argument(
         "--in-flight", type=int, default=8, help="also measure a hook with this webhook.in_flight (default 8)"
     )
+    parser.add_argument(
+        "--no-httpx", action="store_true", help="skip the peer: the same deliveries with httpx as the client"
+    )
     parser.add_argument("--serve-receiver", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_receiver:
@@ -250,9 +264,21 @@ def main() -> None:
     # first, over runs - 1): p99 is about the first plus 99 of those.
     firsts: list[float] = []
     each: list[float] = []
+    # Peer: the same deliveries with httpx as the webhook client.
+    httpx_ms: list[float] = []
+    httpx_window_ms: list[float] = []
+    httpx_round_p99s: list[float] = []
     for _ in range(args.rounds):  # alternating, so that a burst of load hits both alike
         hooks, bare = anyio.run(latency, args.runs, args.receiver == "thread", backend="asyncio")
         window, _ = anyio.run(latency, args.runs, args.receiver == "thread", args.in_flight, backend="asyncio")
+        if not args.no_httpx:
+            peer, _ = anyio.run(latency, args.runs, args.receiver == "thread", 1, "httpx", backend="asyncio")
+            peer_window, _ = anyio.run(
+                latency, args.runs, args.receiver == "thread", args.in_flight, "httpx", backend="asyncio"
+            )
+            httpx_ms += peer
+            httpx_window_ms += peer_window
+            httpx_round_p99s.append(round(percentile(peer, 99), 1))
         hooks_ms += hooks
         bare_ms += bare
         window_ms += window
@@ -267,6 +293,15 @@ def main() -> None:
         receiver.close()
     p50, p99 = statistics.median(hooks_ms), percentile(hooks_ms, 99)
     bare50, bare99 = statistics.median(bare_ms), percentile(bare_ms, 99)
+    peer_figures = []
+    if httpx_ms:
+        peer_figures = [
+            Figure("httpx_webhook_p50_ms", statistics.median(httpx_ms), "ms"),
+            Figure("httpx_webhook_p99_ms", percentile(httpx_ms, 99), "ms", "< 100 ms", percentile(httpx_ms, 99) < 100),
+            Figure(f"httpx_webhook_in_flight_{args.in_flight}_p50_ms", statistics.median(httpx_window_ms), "ms"),
+            Figure(f"httpx_webhook_in_flight_{args.in_flight}_p99_ms", percentile(httpx_window_ms, 99), "ms"),
+            Figure("p99_ratio_httpx_vs_h11", percentile(httpx_ms, 99) / p99 if p99 else float("inf"), "x"),
+        ]
     report(
         "hooks_delivery",
         [
@@ -283,11 +318,13 @@ def main() -> None:
             Figure("idle_cpu_10_hooks_s", idle_hooks, "s"),
             Figure("idle_cpu_no_hooks_s", idle_none, "s"),
             Figure("idle_cpu_extra_pct", (idle_hooks - idle_none) / args.idle_s * 100, "% of a core", "~0", None),
+            *peer_figures,
         ],
         {
             "runs": args.runs,
             "rounds": args.rounds,
             "webhook_p99_per_round_ms": round_p99s,
+            "httpx_webhook_p99_per_round_ms": httpx_round_p99s,
             "idle_s": args.idle_s,
             "receiver": args.receiver,
             "loadavg_before": load_before,
