@@ -473,102 +473,147 @@ class Writer:
 
     async def _commit(self, batch: list[_AppendJob]) -> None:
         """Write ``batch`` in one transaction; resolve every job in it."""
-        conn = self._conn
         recorded: list[RecordedEvent] = []
         accepted: list[_AppendJob] = []
         committed = False
         interrupted: BaseException | None = None
         try:
-            if conn.in_transaction:  # a ROLLBACK that failed in the last attempt (full disk)
-                await conn.execute("ROLLBACK")
-            await conn.execute("BEGIN IMMEDIATE")
-            try:
-                versions, seq = await self._stream_versions(
-                    {run_id for job in batch if job.events for run_id, _, _ in _parts(job)}
-                )
-                at = utc_now()
-                inserts: list[tuple[int, str, int, str, str, str]] = []
-                resolver = BlockResolver(conn)
-                checkpoints: list[tuple[str, int, str]] = []
-                for job in batch:
-                    if job.checkpoint is not None:
-                        checkpoints.append((job.checkpoint.name, job.checkpoint.seq, at))
-                    if not job.events:  # checkpoint only
-                        job.result = []
-                        accepted.append(job)
-                        continue
-                    stale = next(
-                        (p for p in _parts(job) if _stale(p[1], versions.get(p[0], 0))), None
-                    )  # a part of an all-or-nothing job fails them all
-                    if stale is not None:
-                        job.error = ConcurrencyError(stale[0], stale[1], versions.get(stale[0], 0))
-                        if job.checkpoint is not None:
-                            checkpoints.pop()
-                        continue
-                    result = []
-                    for run_id, _, events in _parts(job):
-                        version = versions.get(run_id, 0)
-                        for event in events:
-                            seq += 1
-                            version += 1
-                            data, data_json = event.data, event.data_json
-                            if event.block is not None:
-                                data = await resolver.resolve(run_id, seq, event.block)
-                                data_json = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
-                            inserts.append((seq, run_id, version, event.type, at, data_json))
-                            result.append(RecordedEvent(seq, run_id, version, event.type, at, data))
-                        versions[run_id] = version
-                    job.result = result
-                    accepted.append(job)
-                    recorded.extend(result)
-                if inserts:
-                    await conn.executemany(_INSERT_EVENT, inserts)
-                    await resolver.flush()
-                    await self._projector.apply(conn, recorded, [row[5] for row in inserts])
-                for job in accepted:
-                    if job.effect is not None:
-                        await job.effect(conn)
-                if checkpoints:
-                    await conn.executemany(_UPSERT_CHECKPOINT, checkpoints)
-                await conn.execute("COMMIT")
-                committed = True
-            except BaseException:
-                if conn.in_transaction:
-                    await conn.execute("ROLLBACK")
-                raise
+            await self._transaction(batch, accepted, recorded)
+            committed = True
         except sqlite3.Error as exc:
-            err = translate_error(exc, self._path, self._busy_timeout_s)
-            err.__cause__ = exc
-            kind = _problem_kind(exc, err, self._path)
-            if kind is not None:
-                self._storage_failed(kind, err, batch)
-            else:
-                log.warning("store.append_failed", path=str(self._path), error=str(exc), appends=len(batch))
-                for job in batch:
-                    if job.error is None:
-                        job.error = err
+            self._append_failed(exc, batch)
         except BaseException as exc:  # a bug or a cancellation: the writer stops (see run)
             interrupted = exc
             raise
         finally:
-            try:
-                if committed:
-                    self._storage_ok()
-                if committed and recorded:
-                    self.transactions += 1
-                    self.commit_times.append((recorded[-1].seq, time.monotonic_ns()))
-                    self._subs.publish(recorded)
-            finally:
-                held = {id(j) for j in self._retry}
-                for job in batch:
-                    if id(job) in held:
-                        continue  # held for the next attempt
-                    if not committed and job in accepted:
-                        job.result = None
-                    if job.result is None and job.error is None:  # never leave one hanging
-                        job.error = StoreClosedError(f"{self._path}: the append was interrupted: {interrupted!r}")
-                        job.error.__cause__ = interrupted
-                    job.done.set()
+            self._settle(batch, accepted, recorded, committed=committed, interrupted=interrupted)
+
+    async def _transaction(
+        self, batch: list[_AppendJob], accepted: list[_AppendJob], recorded: list[RecordedEvent]
+    ) -> None:
+        """BEGIN IMMEDIATE, ``batch``'s rows (:meth:`_stage`), projections,
+        effects and checkpoints, COMMIT; on any error ROLLBACK and re-raise."""
+        conn = self._conn
+        if conn.in_transaction:  # a ROLLBACK that failed in the last attempt (full disk)
+            await conn.execute("ROLLBACK")
+        await conn.execute("BEGIN IMMEDIATE")
+        try:
+            versions, seq = await self._stream_versions(
+                {run_id for job in batch if job.events for run_id, _, _ in _parts(job)}
+            )
+            at = utc_now()
+            resolver = BlockResolver(conn)
+            inserts, checkpoints = await self._stage(batch, versions, seq, at, resolver, accepted, recorded)
+            if inserts:
+                await conn.executemany(_INSERT_EVENT, inserts)
+                await resolver.flush()
+                await self._projector.apply(conn, recorded, [row[5] for row in inserts])
+            for job in accepted:
+                if job.effect is not None:
+                    await job.effect(conn)
+            if checkpoints:
+                await conn.executemany(_UPSERT_CHECKPOINT, checkpoints)
+            await conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                await conn.execute("ROLLBACK")
+            raise
+
+    @staticmethod
+    async def _stage(
+        batch: list[_AppendJob],
+        versions: dict[str, int],
+        seq: int,
+        at: str,
+        resolver: BlockResolver,
+        accepted: list[_AppendJob],
+        recorded: list[RecordedEvent],
+    ) -> tuple[list[tuple[int, str, int, str, str, str]], list[tuple[str, int, str]]]:
+        """(event rows, checkpoint rows) of ``batch``: events numbered after
+        ``seq`` and after each stream's version in ``versions`` (updated),
+        at ``at``. A job whose expected version is stale gets its
+        ConcurrencyError and adds nothing; the others get their result, go
+        to ``accepted`` and their events to ``recorded``."""
+        inserts: list[tuple[int, str, int, str, str, str]] = []
+        checkpoints: list[tuple[str, int, str]] = []
+        for job in batch:
+            if job.checkpoint is not None:
+                checkpoints.append((job.checkpoint.name, job.checkpoint.seq, at))
+            if not job.events:  # checkpoint only
+                job.result = []
+                accepted.append(job)
+                continue
+            stale = next(
+                (p for p in _parts(job) if _stale(p[1], versions.get(p[0], 0))), None
+            )  # a part of an all-or-nothing job fails them all
+            if stale is not None:
+                job.error = ConcurrencyError(stale[0], stale[1], versions.get(stale[0], 0))
+                if job.checkpoint is not None:
+                    checkpoints.pop()
+                continue
+            result = []
+            for run_id, _, events in _parts(job):
+                version = versions.get(run_id, 0)
+                for event in events:
+                    seq += 1
+                    version += 1
+                    data, data_json = event.data, event.data_json
+                    if event.block is not None:
+                        data = await resolver.resolve(run_id, seq, event.block)
+                        data_json = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+                    inserts.append((seq, run_id, version, event.type, at, data_json))
+                    result.append(RecordedEvent(seq, run_id, version, event.type, at, data))
+                versions[run_id] = version
+            job.result = result
+            accepted.append(job)
+            recorded.extend(result)
+        return inserts, checkpoints
+
+    def _append_failed(self, exc: sqlite3.Error, batch: list[_AppendJob]) -> None:
+        """A transaction that SQLite refused: storage trouble (disk full, a
+        held lock: the batch waits, see :meth:`_storage_failed`), else every
+        job not yet failed gets the translated error."""
+        err = translate_error(exc, self._path, self._busy_timeout_s)
+        err.__cause__ = exc
+        kind = _problem_kind(exc, err, self._path)
+        if kind is not None:
+            self._storage_failed(kind, err, batch)
+        else:
+            log.warning("store.append_failed", path=str(self._path), error=str(exc), appends=len(batch))
+            for job in batch:
+                if job.error is None:
+                    job.error = err
+
+    def _settle(
+        self,
+        batch: list[_AppendJob],
+        accepted: list[_AppendJob],
+        recorded: list[RecordedEvent],
+        *,
+        committed: bool,
+        interrupted: BaseException | None,
+    ) -> None:
+        """After the transaction: publish what was committed, then resolve
+        every job of ``batch`` not held for the next attempt (an
+        interrupted one gets StoreClosedError: none is left hanging)."""
+        try:
+            if committed:
+                self._storage_ok()
+            if committed and recorded:
+                self.transactions += 1
+                self.commit_times.append((recorded[-1].seq, time.monotonic_ns()))
+                self._subs.publish(recorded)
+        finally:
+            held = {id(j) for j in self._retry}
+            for job in batch:
+                if id(job) in held:
+                    continue  # held for the next attempt
+                if not committed and job in accepted:
+                    job.result = None
+                if job.result is None and job.error is None:  # never leave one hanging
+                    job.error = StoreClosedError(f"{self._path}: the append was interrupted: {interrupted!r}")
+                    job.error.__cause__ = interrupted
+                job.done.set()
 
     async def _stream_versions(self, run_ids: set[str]) -> tuple[dict[str, int], int]:
         """The current version of each of ``run_ids`` that has events (one

@@ -331,17 +331,11 @@ def _dependency_state(
     return None, waits
 
 
-def decide(s: Situation) -> Decision:
-    """One scheduling pass over ``s`` (see the module docstring for the rules).
-
-    Every waiting run ends up in exactly one of ``admit``, ``fail`` or
-    ``pending``. Never admits a run onto a GPU that an active run or another
-    admission of the same pass holds.
-    """
-    out = Decision()
+def _failed_dependencies(s: Situation) -> tuple[dict[str, str], dict[str, str]]:
+    """(run id -> failure message, the phases with those runs CANCELED):
+    dependency failures, transitively: a run canceled in this pass fails
+    its own dependents in the same pass."""
     phases = dict(s.phases)
-    # Dependency failures, transitively: a run canceled in this pass fails its
-    # own dependents in the same pass.
     failed: dict[str, str] = {}
     with_deps = [w for w in s.waiting if w.after or w.after_any or w.after_failed]
     changed = bool(with_deps)
@@ -355,147 +349,185 @@ def decide(s: Situation) -> Decision:
                 failed[w.run_id] = message
                 phases[w.run_id] = "CANCELED"
                 changed = True
-    out.fail = [Failure(w.run_id, failed[w.run_id]) for w in s.waiting if w.run_id in failed]
+    return failed, phases
 
-    by_index = {g.uuid: g for g in s.gpus}
-    holder_of: dict[str, str] = {}
-    for a in s.active:
-        for uuid in a.gpus:
-            holder_of[uuid] = a.run_id
-    free = [g for g in sorted(s.gpus, key=lambda g: g.index) if g.uuid not in holder_of]
-    total = len(s.gpus)
-    running = Counter(a.queue for a in s.active)
-    in_sweep = Counter(a.sweep for a in s.active if a.sweep is not None)
-    # (deadline, GPUs held) of every holder, this pass's admissions included.
-    holders: list[tuple[float, int]] = [(a.deadline, len(a.gpus)) for a in s.active if a.gpus]
-    held = frozenset(w.run_id for w in s.waiting if w.held)
-    deadline_of = {a.run_id: a.deadline for a in s.active}
-    memory_left = None if s.memory is None else s.memory - sum(a.memory_bytes for a in s.active)
-    cpus_left = None if s.cpus is None else s.cpus - sum(a.cpus for a in s.active)
-    head: Waiting | None = None
-    behind: dict[tuple[int, bool], Pending] = {}  # the stable messages of runs behind the head
-    shadow = 0.0
-    extra = 0
 
-    def admit(w: Waiting, gpus: list[Gpu]) -> None:
-        nonlocal memory_left, cpus_left
-        if memory_left is not None:
-            memory_left -= w.memory_bytes
-        if cpus_left is not None:
-            cpus_left -= w.cpus
-        running[w.queue] += 1
+class _Pass:
+    """What one :func:`decide` pass has left to give as it goes down the
+    start order (GPUs, queue and sweep slots, memory, CPUs), and the head's
+    reservation once there is one."""
+
+    def __init__(self, s: Situation, phases: Mapping[str, str], out: Decision) -> None:
+        self.s, self.phases, self.out = s, phases, out
+        self.by_index = {g.uuid: g for g in s.gpus}
+        self.holder_of: dict[str, str] = {}
+        for a in s.active:
+            for uuid in a.gpus:
+                self.holder_of[uuid] = a.run_id
+        self.free = [g for g in sorted(s.gpus, key=lambda g: g.index) if g.uuid not in self.holder_of]
+        self.total = len(s.gpus)
+        self.running = Counter(a.queue for a in s.active)
+        self.in_sweep = Counter(a.sweep for a in s.active if a.sweep is not None)
+        # (deadline, GPUs held) of every holder, this pass's admissions included.
+        self.holders: list[tuple[float, int]] = [(a.deadline, len(a.gpus)) for a in s.active if a.gpus]
+        self.held = frozenset(w.run_id for w in s.waiting if w.held)
+        self.deadline_of = {a.run_id: a.deadline for a in s.active}
+        self.memory_left = None if s.memory is None else s.memory - sum(a.memory_bytes for a in s.active)
+        self.cpus_left = None if s.cpus is None else s.cpus - sum(a.cpus for a in s.active)
+        self.head: Waiting | None = None
+        self.behind: dict[tuple[int, bool], Pending] = {}  # the stable messages of runs behind the head
+        self.shadow = 0.0
+        self.extra = 0
+
+    def admit(self, w: Waiting, gpus: list[Gpu]) -> None:
+        """Admit ``w`` on ``gpus``: count what it takes."""
+        if self.memory_left is not None:
+            self.memory_left -= w.memory_bytes
+        if self.cpus_left is not None:
+            self.cpus_left -= w.cpus
+        self.running[w.queue] += 1
         if w.sweep is not None:
-            in_sweep[w.sweep] += 1
-        out.admit.append(Admission(w.run_id, w.queue, tuple(gpus), running[w.queue], s.caps.get(w.queue)))
+            self.in_sweep[w.sweep] += 1
+        self.out.admit.append(
+            Admission(w.run_id, w.queue, tuple(gpus), self.running[w.queue], self.s.caps.get(w.queue))
+        )
         for g in gpus:
-            holder_of[g.uuid] = w.run_id
+            self.holder_of[g.uuid] = w.run_id
         if gpus:
-            holders.append((s.now + w.timeout_s + DEADLINE_SLACK_S, len(gpus)))
-            deadline_of[w.run_id] = s.now + w.timeout_s + DEADLINE_SLACK_S
+            deadline = self.s.now + w.timeout_s + DEADLINE_SLACK_S
+            self.holders.append((deadline, len(gpus)))
+            self.deadline_of[w.run_id] = deadline
 
-    for w in start_order([w for w in s.waiting if w.run_id not in failed]):
-        out.order.append(w.run_id)
+    def _admit_on_free(self, w: Waiting) -> None:
+        self.admit(w, self.free[: w.gpus])
+        del self.free[: w.gpus]
+
+    def blocker(self, w: Waiting) -> Pending | None:
+        """Why ``w`` waits whatever the GPUs (the first reason that applies,
+        in the module docstring's order), or None."""
+        s = self.s
         if w.held:
-            out.pending[w.run_id] = Pending(HELD, f"held: `jobsup release {w.run_id}` lets it start")
-            continue
-        waits = _dependency_state(w, phases, held)[1] if (w.after or w.after_any or w.after_failed) else None
+            return Pending(HELD, f"held: `jobsup release {w.run_id}` lets it start")
+        waits = _dependency_state(w, self.phases, self.held)[1] if (w.after or w.after_any or w.after_failed) else None
         if waits:
-            out.pending[w.run_id] = Pending(
-                WAITING_FOR_DEPENDENCY, f"waits for run{'s' if len(waits) > 1 else ''} {', '.join(waits)}"
-            )
-            continue
+            return Pending(WAITING_FOR_DEPENDENCY, f"waits for run{'s' if len(waits) > 1 else ''} {', '.join(waits)}")
         cap = s.caps.get(w.queue)
-        if cap is not None and running[w.queue] >= cap:
-            out.pending[w.run_id] = Pending(
+        if cap is not None and self.running[w.queue] >= cap:
+            return Pending(
                 WAITING_FOR_SLOT, f"queue {w.queue!r} already runs {_plural(cap, 'run')} (max_parallel {cap})"
             )
-            continue
-        if w.sweep is not None and w.sweep_cap is not None and in_sweep[w.sweep] >= w.sweep_cap:
-            out.pending[w.run_id] = Pending(
+        if w.sweep is not None and w.sweep_cap is not None and self.in_sweep[w.sweep] >= w.sweep_cap:
+            return Pending(
                 WAITING_FOR_SLOT,
                 f"sweep {w.sweep} already runs {_plural(w.sweep_cap, 'run')} (max_parallel {w.sweep_cap})",
             )
-            continue
-        if w.memory_bytes and memory_left is not None and w.memory_bytes > memory_left:
-            out.pending[w.run_id] = Pending(
+        if w.memory_bytes and self.memory_left is not None and w.memory_bytes > self.memory_left:
+            return Pending(
                 WAITING_FOR_MEMORY,
-                f"needs {format_bytes(w.memory_bytes)} of memory, {format_bytes(max(0, memory_left))} of "
+                f"needs {format_bytes(w.memory_bytes)} of memory, {format_bytes(max(0, self.memory_left))} of "
                 f"{format_bytes(s.memory or 0)} unclaimed (scheduler.memory)",
             )
-            continue
-        if w.cpus and cpus_left is not None and w.cpus > cpus_left + 1e-9:
-            out.pending[w.run_id] = Pending(
+        if w.cpus and self.cpus_left is not None and w.cpus > self.cpus_left + 1e-9:
+            return Pending(
                 WAITING_FOR_CPUS,
-                f"needs {w.cpus:g} CPUs, {max(0.0, cpus_left):g} of {s.cpus or 0:g} unclaimed (scheduler.cpus)",
+                f"needs {w.cpus:g} CPUs, {max(0.0, self.cpus_left):g} of {s.cpus or 0:g} unclaimed (scheduler.cpus)",
             )
-            continue
+        if w.gpus > self.total:  # (never true of a run that asks for no GPU)
+            return Pending(WAITING_FOR_GPUS, f"needs {_plural(w.gpus, 'GPU')}, this machine has {self.total}")
+        return None
+
+    def place(self, w: Waiting) -> bool:
+        """Admit ``w`` if its GPUs allow (True); else record why it waits:
+        the first such run becomes the head and reserves GPUs."""
         if w.gpus == 0:
-            admit(w, [])
-            out.order.pop()
-            continue
-        if w.gpus > total:
-            out.pending[w.run_id] = Pending(
-                WAITING_FOR_GPUS, f"needs {_plural(w.gpus, 'GPU')}, this machine has {total}"
-            )
-            continue
-        if head is None:
-            if w.gpus <= len(free):
-                admit(w, free[: w.gpus])
-                del free[: w.gpus]
-                out.order.pop()
-                continue
-            head = w
-            # The shadow time: when enough GPUs are free for the head if
-            # every holder runs to its deadline.
-            avail = len(free)
-            shadow = s.now
-            reserved = [g.index for g in free]
-            for deadline, n in sorted(holders):
-                if avail >= w.gpus:
-                    break
-                avail += n
-                shadow = max(shadow, deadline)
-            # The GPUs the head is to get: the free ones and those of the
-            # holders that end by the shadow time.
-            reserved += [
-                by_index[u].index
-                for u, rid in holder_of.items()
-                if u in by_index and deadline_of.get(rid, float("inf")) <= shadow
-            ]
-            extra = avail - w.gpus
-            out.reservation = Reservation(
-                w.run_id,
-                w.gpus,
-                tuple(sorted(set(reserved))),
-                shadow,
-                max(0.0, shadow - s.now - DEADLINE_SLACK_S),
-                len(free),
-            )
-            busy = sorted((by_index[u] for u in holder_of if u in by_index), key=lambda g: g.index)
-            held_by = ", ".join(f"GPU {g.index} held by run {holder_of[g.uuid]}" for g in busy)
-            out.pending[w.run_id] = Pending(
-                WAITING_FOR_GPUS, f"needs {_plural(w.gpus, 'GPU')}, {len(free)} free: {held_by}"
-            )
-            continue
-        # Behind the head: backfill only without delaying it.
-        if w.gpus <= len(free):
-            ends_before = s.now + w.timeout_s + DEADLINE_SLACK_S <= shadow
-            if ends_before or w.gpus <= extra:
+            self.admit(w, [])
+            return True
+        if self.head is None:
+            if w.gpus <= len(self.free):
+                self._admit_on_free(w)
+                return True
+            self._reserve_for(w)
+            return False
+        return self._backfill(w)
+
+    def _reserve_for(self, w: Waiting) -> None:
+        """Make ``w`` the head: its shadow time, the GPUs it is to get, the
+        extra GPUs backfill may use, and its pending message."""
+        s = self.s
+        self.head = w
+        # The shadow time: when enough GPUs are free for the head if
+        # every holder runs to its deadline.
+        avail = len(self.free)
+        shadow = s.now
+        reserved = [g.index for g in self.free]
+        for deadline, n in sorted(self.holders):
+            if avail >= w.gpus:
+                break
+            avail += n
+            shadow = max(shadow, deadline)
+        # The GPUs the head is to get: the free ones and those of the
+        # holders that end by the shadow time.
+        reserved += [
+            self.by_index[u].index
+            for u, rid in self.holder_of.items()
+            if u in self.by_index and self.deadline_of.get(rid, float("inf")) <= shadow
+        ]
+        self.shadow = shadow
+        self.extra = avail - w.gpus
+        self.out.reservation = Reservation(
+            w.run_id,
+            w.gpus,
+            tuple(sorted(set(reserved))),
+            shadow,
+            max(0.0, shadow - s.now - DEADLINE_SLACK_S),
+            len(self.free),
+        )
+        busy = sorted((self.by_index[u] for u in self.holder_of if u in self.by_index), key=lambda g: g.index)
+        held_by = ", ".join(f"GPU {g.index} held by run {self.holder_of[g.uuid]}" for g in busy)
+        self.out.pending[w.run_id] = Pending(
+            WAITING_FOR_GPUS, f"needs {_plural(w.gpus, 'GPU')}, {len(self.free)} free: {held_by}"
+        )
+
+    def _backfill(self, w: Waiting) -> bool:
+        """Behind the head: admit ``w`` only without delaying the head
+        (True); else give it the stable message of its kind."""
+        if w.gpus <= len(self.free):
+            ends_before = self.s.now + w.timeout_s + DEADLINE_SLACK_S <= self.shadow
+            if ends_before or w.gpus <= self.extra:
                 if not ends_before:
-                    extra -= w.gpus
-                admit(w, free[: w.gpus])
-                del free[: w.gpus]
-                out.order.pop()
-                continue
-        denied = w.gpus <= len(free)  # it would fit now, but not without delaying the head
-        deep = behind.get((w.gpus, denied))
+                    self.extra -= w.gpus
+                self._admit_on_free(w)
+                return True
+        denied = w.gpus <= len(self.free)  # it would fit now, but not without delaying the head
+        deep = self.behind.get((w.gpus, denied))
         if deep is None:
-            deep = behind[(w.gpus, denied)] = Pending(
+            deep = self.behind[(w.gpus, denied)] = Pending(
                 WAITING_FOR_GPUS,
                 f"needs {_plural(w.gpus, 'GPU')}; the free GPUs are reserved for a run before it in start order"
                 " (`jobsup queue` says which and until when; a shorter --timeout could let it start now)"
                 if denied
                 else f"needs {_plural(w.gpus, 'GPU')}; runs before it in start order get GPUs first",
             )
-        out.pending[w.run_id] = deep
+        self.out.pending[w.run_id] = deep
+        return False
+
+
+def decide(s: Situation) -> Decision:
+    """One scheduling pass over ``s`` (see the module docstring for the rules).
+
+    Every waiting run ends up in exactly one of ``admit``, ``fail`` or
+    ``pending``. Never admits a run onto a GPU that an active run or another
+    admission of the same pass holds.
+    """
+    out = Decision()
+    failed, phases = _failed_dependencies(s)
+    out.fail = [Failure(w.run_id, failed[w.run_id]) for w in s.waiting if w.run_id in failed]
+    left = _Pass(s, phases, out)
+    for w in start_order([w for w in s.waiting if w.run_id not in failed]):
+        pending = left.blocker(w)
+        if pending is not None:
+            out.order.append(w.run_id)
+            out.pending[w.run_id] = pending
+        elif not left.place(w):
+            out.order.append(w.run_id)
     return out
