@@ -362,7 +362,7 @@ async def _ensure_incremental_vacuum(conn: aiosqlite.Connection, path: Path) -> 
     INCREMENTAL``, once: SQLite applies the change only by rewriting the
     file (``VACUUM``: about as long as copying it, and it needs that much
     free space). If that fails (no space, another process reading), the
-    database works as before -- freed pages are reused but the file does
+    database works unchanged -- freed pages are reused but the file does
     not shrink -- and the next start tries again."""
     rows = list(await conn.execute_fetchall("PRAGMA auto_vacuum"))
     if int(rows[0][0]) == 2:

@@ -104,9 +104,9 @@ MAX_LINES_PER_EVENT = 4000
 #: its lock, so a stale cached version means that someone else appended an
 #: event that does not bear on the supervisor's state (a hook outcome, which
 #: is appended at any version; an append whose cancelled caller still
-#: committed). Adopting the reported version and retrying once, as before,
-#: lost the append whenever another such event (several hooks answering one
-#: phase change) landed in the same commit batch as the retry.
+#: committed). Adopting the reported version and retrying once would lose
+#: the append whenever another such event (several hooks answering one
+#: phase change) lands in the same commit batch as the retry.
 _AT_THE_END: Final = None
 
 

@@ -27,8 +27,8 @@ While everything is in place (:attr:`RunWatch.event_driven`) an idle run
 naps up to :data:`SWEEP_S` (a safety net, not the way changes are seen).
 When something is missing -- inotify cannot be had (the per-user limit of
 instances or watches), the serving task is not running, or the runner's
-pidfd could not be opened -- the loop polls as before (naps capped by the
-caller, 1 s).
+pidfd could not be opened -- the loop polls (naps capped by the caller,
+1 s).
 """
 
 from __future__ import annotations
