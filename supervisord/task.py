@@ -293,6 +293,49 @@ def _task_from_mapping(
     env_as_written: Mapping[str, str] | None = None,
     as_written: Mapping[str, str] | None = None,
 ) -> Task:
+    _check_task_keys(doc, p)
+    backend = _string(doc, p, "backend")
+    if backend is not None and backend not in BACKENDS:
+        raise TaskError(f"{p}: `backend` must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    timeout_s = None
+    if doc.get("timeout") is not None:
+        timeout_s = parse_duration(str(doc["timeout"]), what=f"{p}: `timeout`")
+    env = _task_env(doc, p, env_as_written)
+    config = doc.get("config")
+    if config is None:
+        config = {}
+    if not isinstance(config, dict):
+        raise TaskError(f"{p}: `config` must be a mapping")
+    manifest = _task_manifest(doc, p)
+    scheduling = _task_scheduling(doc, p, as_written)
+    from supervisord.sweep import check_grid, check_labels, check_max_parallel
+
+    sweep = check_grid(doc["sweep"], what=f"{p}: `sweep`") if doc.get("sweep") is not None else None
+    max_parallel = check_max_parallel(doc.get("max_parallel"), what=f"{p}: `max_parallel`")
+    labels = check_labels(doc.get("labels"), what=f"{p}: `labels`")
+    name = _string(doc, p, "name")
+    from supervisord.links import check_links_shape
+
+    links = check_links_shape(doc.get("links"), where=f"{p}: `links`")
+    return Task(
+        name=check_name(name, what=f"{p}: `name`") if name is not None else None,
+        run=_string(doc, p, "run"),
+        backend=backend,
+        timeout_s=timeout_s,
+        env=env,
+        config=dict(config),
+        manifest=manifest,
+        path=p.resolve(),
+        scheduling=scheduling,
+        sweep=sweep,
+        max_parallel=max_parallel,
+        labels=labels,
+        links=links,
+    )
+
+
+def _check_task_keys(doc: Mapping[Any, Any], p: Path) -> None:
+    """Raise TaskError for hooks (never from a task file) or an unknown key."""
     if "hooks" in doc or "on_done" in doc:
         key = "hooks" if "hooks" in doc else "on_done"
         raise TaskError(
@@ -303,20 +346,20 @@ def _task_from_mapping(
     if unknown:
         raise TaskError(f"{p}: unknown task key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_TASK_KEYS))}")
 
-    def string(key: str) -> str | None:
-        value = doc.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, str) or not value.strip():
-            raise TaskError(f"{p}: `{key}` must be a non-empty string")
-        return value
 
-    backend = string("backend")
-    if backend is not None and backend not in BACKENDS:
-        raise TaskError(f"{p}: `backend` must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    timeout_s = None
-    if doc.get("timeout") is not None:
-        timeout_s = parse_duration(str(doc["timeout"]), what=f"{p}: `timeout`")
+def _string(doc: Mapping[Any, Any], p: Path, key: str) -> str | None:
+    """``doc[key]``: None when absent, else a non-empty string (TaskError)."""
+    value = doc.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise TaskError(f"{p}: `{key}` must be a non-empty string")
+    return value
+
+
+def _task_env(doc: Mapping[Any, Any], p: Path, env_as_written: Mapping[str, str] | None) -> dict[str, str]:
+    """The task's ``env``: NAME -> text (a value YAML read as another
+    scalar only as written in the file, from ``env_as_written``)."""
     env_doc = doc.get("env") or {}
     if not isinstance(env_doc, dict):
         raise TaskError(f"{p}: `env` must be a mapping of NAME: value")
@@ -331,17 +374,23 @@ def _task_from_mapping(
             env[str(name)] = env_as_written[str(name)]
         else:
             raise TaskError(f"{p}: `env.{name}` is not text (YAML read a {type(value).__name__}); quote it")
-    config = doc.get("config")
-    if config is None:
-        config = {}
-    if not isinstance(config, dict):
-        raise TaskError(f"{p}: `config` must be a mapping")
+    return env
+
+
+def _task_manifest(doc: Mapping[Any, Any], p: Path) -> str | None:
+    """``kubernetes.manifest``: a repository-relative path, or None."""
     k8s = doc.get("kubernetes") or {}
     if not isinstance(k8s, dict) or set(k8s) - {"manifest"}:
         raise TaskError(f"{p}: `kubernetes` may only hold `manifest: PATH`")
     manifest = k8s.get("manifest")
     if manifest is not None and (not isinstance(manifest, str) or not manifest):
         raise TaskError(f"{p}: `kubernetes.manifest` must be a repository-relative path")
+    return manifest
+
+
+def _task_scheduling(doc: Mapping[Any, Any], p: Path, as_written: Mapping[str, str] | None) -> dict[str, Any]:
+    """The task's scheduling keys (gpus, priority, queue, memory, cpus,
+    after, after_any, after_failed), each checked naming the file and key."""
     scheduling: dict[str, Any] = {}
     for key in ("gpus", "priority"):
         value = doc.get(key)
@@ -352,7 +401,7 @@ def _task_from_mapping(
             raise TaskError(f"{p}: `{key}`: must be a whole number in plain digits, got {written!r}")
         if value is not None:
             scheduling[key] = value
-    queue = string("queue")
+    queue = _string(doc, p, "queue")
     if queue is not None:
         scheduling["queue"] = queue
     for key in ("memory", "cpus"):  # checked by the daemon (supervisord.usage.limits)
@@ -374,27 +423,4 @@ def _task_from_mapping(
     from supervisord.scheduler.options import parse_scheduling  # only when a file is read
 
     parse_scheduling(scheduling, names={key: f"{p}: `{key}`" for key in SCHEDULING_KEYS})
-    from supervisord.sweep import check_grid, check_labels, check_max_parallel
-
-    sweep = check_grid(doc["sweep"], what=f"{p}: `sweep`") if doc.get("sweep") is not None else None
-    max_parallel = check_max_parallel(doc.get("max_parallel"), what=f"{p}: `max_parallel`")
-    labels = check_labels(doc.get("labels"), what=f"{p}: `labels`")
-    name = string("name")
-    from supervisord.links import check_links_shape
-
-    links = check_links_shape(doc.get("links"), where=f"{p}: `links`")
-    return Task(
-        name=check_name(name, what=f"{p}: `name`") if name is not None else None,
-        run=string("run"),
-        backend=backend,
-        timeout_s=timeout_s,
-        env=env,
-        config=dict(config),
-        manifest=manifest,
-        path=p.resolve(),
-        scheduling=scheduling,
-        sweep=sweep,
-        max_parallel=max_parallel,
-        labels=labels,
-        links=links,
-    )
+    return scheduling

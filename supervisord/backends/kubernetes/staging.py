@@ -133,6 +133,40 @@ def exec_command(
     import websocket
 
     deadline = time.monotonic() + timeout_s
+    url, options, sslopt = _exec_session(cluster, namespace, pod, container, command, stdin, timeout_s)
+    ws: Any = websocket.WebSocket(sslopt=sslopt, skip_utf8_validation=True)
+    try:
+        try:
+            ws.connect(url, **options)
+        except websocket.WebSocketBadStatusException as exc:
+            body = getattr(exc, "resp_body", b"") or b""
+            detail = _status_message(body) or str(exc)
+            raise StagingError(f"exec into pod {pod}: {detail}") from None
+        except (websocket.WebSocketException, OSError) as exc:
+            raise StagingError(f"exec into pod {pod}: cannot connect ({type(exc).__name__}: {exc})") from None
+        if stdin is not None:
+            _send_stdin(ws, stdin, deadline, ws.getsubprotocol() or "v4.channel.k8s.io")
+        out, err, status = _receive_channels(ws, pod, deadline, timeout_s)
+    finally:
+        try:
+            ws.close(timeout=1)
+        except Exception:  # the session is over either way; the close handshake is a courtesy
+            ws.shutdown()
+    return ExecResult(_parse_status(status), out, err, status)
+
+
+def _exec_session(
+    cluster: Cluster,
+    namespace: str,
+    pod: str,
+    container: str,
+    command: Sequence[str],
+    stdin: Path | None,
+    timeout_s: float,
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """(the ``ws(s)://`` URL of the exec, the connect options: auth and
+    subprotocol headers, timeout, proxy; the TLS options) for
+    :func:`exec_command`."""
     path = f"/api/v1/namespaces/{namespace}/pods/{pod}/exec"
     query: list[tuple[str, Any]] = [("command", c) for c in command]
     query += [("container", container), ("stdin", "true" if stdin else "false"), ("stdout", "true"), ("stderr", "true")]
@@ -156,61 +190,58 @@ def exec_command(
 
         proxy = urlparse(cluster.configuration.proxy)
         options.update(http_proxy_host=proxy.hostname, http_proxy_port=proxy.port, proxy_type="http")
-    ws: Any = websocket.WebSocket(sslopt=sslopt, skip_utf8_validation=True)
-    try:
-        try:
-            ws.connect(url, **options)
-        except websocket.WebSocketBadStatusException as exc:
-            body = getattr(exc, "resp_body", b"") or b""
-            detail = _status_message(body) or str(exc)
-            raise StagingError(f"exec into pod {pod}: {detail}") from None
-        except (websocket.WebSocketException, OSError) as exc:
-            raise StagingError(f"exec into pod {pod}: cannot connect ({type(exc).__name__}: {exc})") from None
-        protocol = ws.getsubprotocol() or "v4.channel.k8s.io"
-        if stdin is not None:
-            with stdin.open("rb") as fh:
-                while True:
-                    chunk = fh.read(_CHUNK)
-                    if not chunk:
-                        break
-                    ws.settimeout(max(0.1, deadline - time.monotonic()))
-                    ws.send_binary(b"\x00" + chunk)
-            if protocol == "v5.channel.k8s.io":
-                ws.send_binary(bytes([255, 0]))  # close stdin
-        out, err, status = bytearray(), bytearray(), bytearray()
+    return url, options, sslopt
+
+
+def _send_stdin(ws: Any, stdin: Path, deadline: float, protocol: str) -> None:
+    """Send the file ``stdin`` on channel 0, each chunk by ``deadline``
+    (time.monotonic()); with the v5 protocol, then close stdin."""
+    with stdin.open("rb") as fh:
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise StagingError(f"exec into pod {pod}: no result within {timeout_s:g}s")
-            ws.settimeout(left)
-            try:
-                opcode, frame = ws.recv_data_frame(True)
-            except websocket.WebSocketTimeoutException:
-                raise StagingError(f"exec into pod {pod}: no result within {timeout_s:g}s") from None
-            except websocket.WebSocketConnectionClosedException:
+            chunk = fh.read(_CHUNK)
+            if not chunk:
                 break
-            except (websocket.WebSocketException, OSError) as exc:
-                raise StagingError(f"exec into pod {pod}: the session broke ({type(exc).__name__}: {exc})") from None
-            if opcode == websocket.ABNF.OPCODE_CLOSE:
-                break
-            if opcode not in (websocket.ABNF.OPCODE_BINARY, websocket.ABNF.OPCODE_TEXT):
-                continue
-            data = frame.data if isinstance(frame.data, bytes) else str(frame.data).encode()
-            if not data:
-                continue
-            channel, payload = data[0], data[1:]
-            if channel == 1 and len(out) < _KEEP_OUTPUT:
-                out += payload
-            elif channel == 2 and len(err) < _KEEP_OUTPUT:
-                err += payload
-            elif channel == 3:
-                status += payload
-    finally:
+            ws.settimeout(max(0.1, deadline - time.monotonic()))
+            ws.send_binary(b"\x00" + chunk)
+    if protocol == "v5.channel.k8s.io":
+        ws.send_binary(bytes([255, 0]))  # close stdin
+
+
+def _receive_channels(ws: Any, pod: str, deadline: float, timeout_s: float) -> tuple[bytes, bytes, bytes]:
+    """(stdout, stderr, status channel) of the session until it closes, the
+    first two cut at :data:`_KEEP_OUTPUT`. Raises StagingError at
+    ``deadline`` or when the session breaks."""
+    import websocket
+
+    out, err, status = bytearray(), bytearray(), bytearray()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise StagingError(f"exec into pod {pod}: no result within {timeout_s:g}s")
+        ws.settimeout(left)
         try:
-            ws.close(timeout=1)
-        except Exception:  # the session is over either way; the close handshake is a courtesy
-            ws.shutdown()
-    return ExecResult(_parse_status(bytes(status)), bytes(out), bytes(err), bytes(status))
+            opcode, frame = ws.recv_data_frame(True)
+        except websocket.WebSocketTimeoutException:
+            raise StagingError(f"exec into pod {pod}: no result within {timeout_s:g}s") from None
+        except websocket.WebSocketConnectionClosedException:
+            break
+        except (websocket.WebSocketException, OSError) as exc:
+            raise StagingError(f"exec into pod {pod}: the session broke ({type(exc).__name__}: {exc})") from None
+        if opcode == websocket.ABNF.OPCODE_CLOSE:
+            break
+        if opcode not in (websocket.ABNF.OPCODE_BINARY, websocket.ABNF.OPCODE_TEXT):
+            continue
+        data = frame.data if isinstance(frame.data, bytes) else str(frame.data).encode()
+        if not data:
+            continue
+        channel, payload = data[0], data[1:]
+        if channel == 1 and len(out) < _KEEP_OUTPUT:
+            out += payload
+        elif channel == 2 and len(err) < _KEEP_OUTPUT:
+            err += payload
+        elif channel == 3:
+            status += payload
+    return bytes(out), bytes(err), bytes(status)
 
 
 def _parse_status(raw: bytes) -> Mapping[str, Any] | None:
