@@ -285,12 +285,45 @@ def _pick_primary(objects: Sequence[Mapping[str, Any]], jobs: list[int], errors:
 
 
 def _lint_primary(job: Mapping[str, Any], index: int) -> tuple[list[str], str]:
+    """(errors, the name of the container that runs the script, or "") of
+    the primary Job ``job`` (the ``index``-th document)."""
     who = describe(job, index)
-    errors: list[str] = []
     spec = job.get("spec")
     if not isinstance(spec, dict):
         return [f"{who}: spec is missing; a Job needs spec.template.spec.containers"], ""
+    errors = _lint_one_pod(spec, who)
+    template = spec.get("template")
+    pod = template.get("spec") if isinstance(template, dict) else None
+    if not isinstance(pod, dict):
+        errors.append(f"{who}: spec.template.spec is missing; the Job needs a pod template with containers")
+        return errors, ""
+    if pod.get("restartPolicy") != "Never":
+        current = pod.get("restartPolicy")
+        now = f"is {current!r}" if current is not None else "is not set"
+        errors.append(
+            f"{who}: spec.template.spec.restartPolicy {now}; set it to Never "
+            "(a restarted container would not have the staged source)"
+        )
+    containers = pod.get("containers")
+    if not isinstance(containers, list) or not containers:
+        errors.append(f"{who}: spec.template.spec.containers is empty; the Job needs a container that runs the script")
+        return errors, ""
+    referencing: list[str] = []
+    for ci, container in enumerate(containers):
+        if not isinstance(container, dict):
+            errors.append(f"{who}: spec.template.spec.containers[{ci}] is not a mapping")
+            continue
+        if _lint_container(container, f"{who} containers[{ci}]", who, errors):
+            cname = container.get("name")
+            referencing.append(cname if isinstance(cname, str) else "")
+    errors += _lint_script_owner(referencing, who)
+    script = referencing[0] if len(referencing) == 1 else ""
+    return errors, script
 
+
+def _lint_one_pod(spec: Mapping[str, Any], who: str) -> list[str]:
+    """The errors of a primary Job spec that would run more than one pod."""
+    errors = []
     single_pod = "jobsup stages the source snapshot into exactly one pod"
     for field in ("completions", "parallelism"):
         value = spec.get(field)
@@ -304,69 +337,54 @@ def _lint_primary(job: Mapping[str, Any], index: int) -> tuple[list[str], str]:
             f"{who}: spec.completionMode Indexed is not supported; the primary Job must run one pod "
             f"({single_pod}): remove completionMode"
         )
+    return errors
 
-    template = spec.get("template")
-    pod = template.get("spec") if isinstance(template, dict) else None
-    if not isinstance(pod, dict):
-        errors.append(f"{who}: spec.template.spec is missing; the Job needs a pod template with containers")
-        return errors, ""
-    if pod.get("restartPolicy") != "Never":
-        current = pod.get("restartPolicy")
-        now = f"is {current!r}" if current is not None else "is not set"
-        errors.append(
-            f"{who}: spec.template.spec.restartPolicy {now}; set it to Never "
-            "(a restarted container would not have the staged source)"
-        )
 
-    containers = pod.get("containers")
-    if not isinstance(containers, list) or not containers:
-        errors.append(f"{who}: spec.template.spec.containers is empty; the Job needs a container that runs the script")
-        return errors, ""
-
-    referencing: list[str] = []
-    for ci, container in enumerate(containers):
-        if not isinstance(container, dict):
-            errors.append(f"{who}: spec.template.spec.containers[{ci}] is not a mapping")
+def _lint_container(container: Mapping[str, Any], unnamed: str, who: str, errors: list[str]) -> bool:
+    """Whether ``container`` references the script in its command or args;
+    its errors (a bare ``$VAR`` argument, no name on the script's
+    container) appended to ``errors``. ``unnamed``: how to call it when it
+    has no name."""
+    cname = container.get("name")
+    cwho = f"{who} container {cname!r}" if isinstance(cname, str) and cname else unnamed
+    mentions = False
+    for field in ("command", "args"):
+        words = container.get(field)
+        if words is None:
             continue
-        cname = container.get("name")
-        cwho = f"{who} container {cname!r}" if isinstance(cname, str) and cname else f"{who} containers[{ci}]"
-        mentions = False
-        for field in ("command", "args"):
-            words = container.get(field)
-            if words is None:
+        if not isinstance(words, list):
+            errors.append(f"{cwho}: {field} must be a list of strings")
+            continue
+        for word in words:
+            if not isinstance(word, str):
                 continue
-            if not isinstance(words, list):
-                errors.append(f"{cwho}: {field} must be a list of strings")
-                continue
-            for word in words:
-                if not isinstance(word, str):
-                    continue
-                if SCRIPT_ENV in word:
-                    mentions = True
-                if _is_bare_reference(word):
-                    errors.append(
-                        f"{cwho}: {field} passes {word.strip()!r} as a bare argument; Kubernetes does not "
-                        "expand $VAR in command/args and bash would only word-split the script, never run "
-                        f"it: use {EVAL_FORM}"
-                    )
-        if mentions:
-            if not isinstance(cname, str) or not cname:
-                errors.append(f"{cwho}: name is missing; the container that runs the script needs a name")
-            referencing.append(cname if isinstance(cname, str) else "")
+            if SCRIPT_ENV in word:
+                mentions = True
+            if _is_bare_reference(word):
+                errors.append(
+                    f"{cwho}: {field} passes {word.strip()!r} as a bare argument; Kubernetes does not "
+                    "expand $VAR in command/args and bash would only word-split the script, never run "
+                    f"it: use {EVAL_FORM}"
+                )
+    if mentions and (not isinstance(cname, str) or not cname):
+        errors.append(f"{cwho}: name is missing; the container that runs the script needs a name")
+    return mentions
 
+
+def _lint_script_owner(referencing: list[str], who: str) -> list[str]:
+    """The error when not exactly one container (``referencing``) runs the script."""
     if not referencing:
-        errors.append(
+        return [
             f"{who}: spec.template.spec.containers: no container references {SCRIPT_ENV} in command or args; the container that runs the task must, "
             f"e.g. {EVAL_FORM} (the script waits for the source snapshot, extracts it and runs the command)"
-        )
-    elif len(referencing) > 1:
+        ]
+    if len(referencing) > 1:
         names = ", ".join(repr(n) for n in referencing)
-        errors.append(
+        return [
             f"{who}: spec.template.spec.containers: {len(referencing)} containers reference {SCRIPT_ENV} ({names}); exactly one "
             "container runs the task — remove the reference from the others"
-        )
-    script = referencing[0] if len(referencing) == 1 else ""
-    return errors, script
+        ]
+    return []
 
 
 def _is_bare_reference(word: str) -> bool:
