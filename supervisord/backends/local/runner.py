@@ -907,27 +907,7 @@ class _Runner:
             if kill_at is not None and now >= kill_at:
                 _signal_tree(pgid, signal.SIGKILL)
             wake = [t for t in (deadline if outcome is None and paused_at is None else None, kill_at) if t is not None]
-            # SIGCHLD and SIGTERM wake the select through the wakeup fd; the
-            # cap bounds how long a missed wake-up, or a status file changed
-            # by something else (restored below), could go unnoticed.
-            retry = output.timeout(now)
-            timeout = min([max(0.0, t - now) for t in wake] + [2.0] + ([] if retry is None else [retry]))
-            # The job's output: one read of each pipe that has data, in the
-            # order select lists them, appended to the record as it comes.
-            try:
-                ready, _, _ = select.select([self.wake_r, *output.readable()], [], [], timeout)
-            except InterruptedError:
-                ready = []
-            output.pump([fd for fd in ready if fd != self.wake_r])
-            if self.wake_r in ready or not ready or now - restored_at >= 1.0:
-                try:
-                    while os.read(self.wake_r, 512):
-                        pass
-                except BlockingIOError:
-                    pass
-                code = _reap(child)
-                self.status_file.restore()
-                restored_at = now
+            code, restored_at = self._wait_and_reap(child, wake, now, restored_at)
         if paused_at is not None:  # the shell was killed from outside while paused
             _signal_tree(pgid, signal.SIGCONT)
             self.base["paused"] = False
@@ -940,19 +920,54 @@ class _Runner:
         output.close()
         exit_code = code if code >= 0 else None
         sig = -code if code < 0 else None
-        if outcome == "Canceled":
-            reason, message = "Canceled", "canceled"
-        elif outcome == "DeadlineExceeded":
-            reason = "DeadlineExceeded"
-            message = f"the run exceeded its timeout of {int(self.spec['timeout_s'])}s"
-        elif code == 0:
-            reason, message = "Completed", "exit code 0"
-        elif sig is not None:
-            reason, message = "Signaled", f"killed by signal {_signal_name(sig)}"
-        else:
-            reason, message = "NonZeroExit", f"exit code {code}"
+        reason, message = _ending(outcome, code, int(self.spec["timeout_s"]))
         self.final(exit_code=exit_code, signal=sig, reason=reason, message=message)
         return 0
+
+    def _wait_and_reap(self, child: int, wake: list[float], now: float, restored_at: float) -> tuple[int | None, float]:
+        """Wait until a wake-up, output, or the first of ``wake``
+        (time.monotonic() instants); pump the output that came; after a
+        wake-up (or a second since ``restored_at``) reap ``child`` and
+        restore the status file. Returns (the shell's wait code, None while
+        it runs; when the status file was last restored)."""
+        output = self.output
+        # SIGCHLD and SIGTERM wake the select through the wakeup fd; the
+        # cap bounds how long a missed wake-up, or a status file changed
+        # by something else (restored below), could go unnoticed.
+        retry = output.timeout(now)
+        timeout = min([max(0.0, t - now) for t in wake] + [2.0] + ([] if retry is None else [retry]))
+        # The job's output: one read of each pipe that has data, in the
+        # order select lists them, appended to the record as it comes.
+        try:
+            ready, _, _ = select.select([self.wake_r, *output.readable()], [], [], timeout)
+        except InterruptedError:
+            ready = []
+        output.pump([fd for fd in ready if fd != self.wake_r])
+        if not (self.wake_r in ready or not ready or now - restored_at >= 1.0):
+            return None, restored_at
+        try:
+            while os.read(self.wake_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+        code = _reap(child)
+        self.status_file.restore()
+        return code, now
+
+
+def _ending(outcome: str | None, code: int, timeout_s: int) -> tuple[str, str]:
+    """(reason, message) of a run whose shell ended with wait code ``code``
+    (negative: killed by that signal), after ``outcome`` (Canceled,
+    DeadlineExceeded or None)."""
+    if outcome == "Canceled":
+        return "Canceled", "canceled"
+    if outcome == "DeadlineExceeded":
+        return "DeadlineExceeded", f"the run exceeded its timeout of {timeout_s}s"
+    if code == 0:
+        return "Completed", "exit code 0"
+    if code < 0:
+        return "Signaled", f"killed by signal {_signal_name(-code)}"
+    return "NonZeroExit", f"exit code {code}"
 
 
 # -- start-up ------------------------------------------------------------------------
