@@ -179,9 +179,10 @@ class ReadSide:
         found = [await self.store.get_run(rid) for rid in run_ids]
         return [r for r in found if r is not None]
 
-    async def timeline(self, run_id: str, limit: int = 100) -> list[RecordedEvent]:
-        """The run's PhaseChanged events, oldest first (at most ``limit``)."""
-        return await self.store.read_all(0, limit=limit, run_id=run_id, types=[PHASE_CHANGED])
+    async def timeline(self, run_id: str, *, after: int = 0, limit: int = 100) -> list[RecordedEvent]:
+        """The run's PhaseChanged events with seq > ``after``, oldest first
+        (at most ``limit``: page on with the last one's seq)."""
+        return await self.store.read_all(after, limit=limit, run_id=run_id, types=[PHASE_CHANGED])
 
     async def has_logs(self, run_id: str) -> bool:
         """Whether the run recorded any log line."""
