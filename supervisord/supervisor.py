@@ -34,7 +34,6 @@ from store import (
 from supervisord.backends.base import PAUSED, Backend, Pausable, RunSpec, paused_message
 from supervisord.crashpoints import crash_point
 from supervisord.events import (
-    ADMITTED,
     CANCEL_FAILED,
     CANCEL_REQUESTED,
     HANDLE_RECORDED,
@@ -48,7 +47,6 @@ from supervisord.events import (
     STORAGE_TROUBLE,
     SUBMITTED,
     SWEEP_SUBMITTED,
-    AdmittedData,
     CancelRequestedData,
     Event,
     PausedData,
@@ -915,12 +913,13 @@ class Supervisor:
         state = self._runs.get(run_id)
         return None if state is None else (state.phase, state.admitted)
 
-    async def admit(self, run_id: str, data: AdmittedData, extra_env: Mapping[str, str], message: str) -> bool:
-        """Let a queued run start: record ``Admitted`` (``data``: queue,
-        GPUs...) and PhaseChanged SCHEDULING (``message``) in one append,
-        then release its supervision task with ``extra_env`` added to its
-        environment. Returns False (recording nothing) when the run is not
-        waiting any more (ended, being canceled, already admitted)."""
+    async def admit(self, run_id: str, admitted: Event, extra_env: Mapping[str, str], message: str) -> bool:
+        """Let a queued run start: record ``admitted`` (the scheduler's
+        ``Admitted`` event: the scheduler owns admission) and PhaseChanged
+        SCHEDULING (``message``) in one append, then release its supervision
+        task with ``extra_env`` added to its environment. Returns False
+        (recording nothing) when the run is not waiting any more (ended,
+        being canceled, already admitted)."""
         state = self._runs.get(run_id)
         if state is None:
             return False
@@ -929,7 +928,7 @@ class Supervisor:
                 return False
             await _Reporter(self.store, state)._append_locked(
                 [
-                    ADMITTED(data),
+                    admitted,
                     PHASE_CHANGED({"phase": "SCHEDULING", "reason": None, "message": message}),
                 ]
             )
