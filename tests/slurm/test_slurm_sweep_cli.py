@@ -1,0 +1,134 @@
+"""Slurm sweeps as array jobs, and --memory/--cpus, through the real daemon
+and CLI on the real one-node Slurm (tests/slurm/cluster.sh)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.slurm.slurm_env import SSH_HOST, SlurmCluster, cluster_or_skip
+from tests.supervisord.jobsup_env import JobsupEnv, jobsup_env, make_repo
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> SlurmCluster:
+    return cluster_or_skip()
+
+
+@pytest.fixture(scope="module")
+def js(cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobsupEnv]:
+    root = tmp_path_factory.mktemp("slurm-sweep")
+    with jobsup_env(root) as env:
+        env.user_config(f"slurm:\n  remote_dir: {root / 'remote'}\n")
+        env.start_daemon(extra_env={"JOBSUP_SSH_CONFIG": str(cluster.ssh_config), **env.host_slurm()})
+        yield env
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_repo(tmp_path_factory.mktemp("proj") / "proj", {"say.sh": 'echo "i=$1 p=$JOBSUP_PARAM_I"\n'})
+
+
+def lines(js: JobsupEnv, run_id: str) -> list[str]:
+    out = js.cli("logs", run_id, "-o", "json").stdout
+    return [json.loads(l)["text"] for l in out.splitlines() if l.strip()]
+
+
+def run_ids(js: JobsupEnv, sweep_id: str) -> list[str]:
+    rows = json.loads(js.cli("runs", "--sweep", sweep_id, "-o", "json").stdout)["rows"]
+    return [str(r["id"]) for r in sorted(rows, key=lambda r: int(r["index"]))]
+
+
+def sweep_runs(js: JobsupEnv, sweep_id: str) -> list[dict[str, Any]]:
+    return [js.show(r) for r in run_ids(js, sweep_id)]
+
+
+def wait_handles(js: JobsupEnv, sweep_id: str, count: int) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 90
+    while True:
+        shown = sweep_runs(js, sweep_id)
+        if len(shown) == count and all(r.get("handle") for r in shown):
+            return shown
+        assert time.monotonic() < deadline, shown
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("where", ["local", "ssh"])
+def test_sweep_is_one_array_job_with_its_max_parallel(
+    js: JobsupEnv, repo: Path, cluster: SlurmCluster, where: str
+) -> None:
+    extra = ["--config", f"slurm.host={SSH_HOST}", "--config", "slurm.remote_dir=~/jobsup-sweep-test"]
+    sweep_id = js.cli(
+        "submit",
+        "--backend",
+        "slurm",
+        "--sweep",
+        "i=0..2",
+        "--max-parallel",
+        "1",
+        *(extra if where == "ssh" else []),
+        "--",
+        "bash say.sh {i}; exit $(( {i} == 1 ? 4 : 0 ))",
+        cwd=repo,
+    ).stdout.strip()
+    assert js.cli("wait", sweep_id, "--timeout", "3m", check=False).returncode == 1  # one run failed
+    runs = sweep_runs(js, sweep_id)
+    array_ids = {r["handle"]["array_job_id"] for r in runs}
+    assert len(array_ids) == 1, runs  # one sbatch for the sweep
+    (array_id,) = array_ids
+    assert [r["handle"]["job_id"] for r in runs] == [f"{array_id}_{i}" for i in range(3)]
+    assert [(r["phase"], r["exit_code"]) for r in runs] == [("COMPLETED", 0), ("ERROR", 4), ("COMPLETED", 0)]
+    # Each task's log, exactly once, in its own run (with its own env file).
+    assert [lines(js, r["id"]) for r in runs] == [[f"i={i} p={i}"] for i in range(3)]
+    shown = cluster.slurm("scontrol", "show", "job", array_id)
+    assert "ArrayTaskThrottle=1" in shown, shown
+    assert len(re.findall(r"^JobId=", shown, re.M)) == 3, shown
+
+
+def test_cancel_one_run_then_the_sweep(js: JobsupEnv, repo: Path, cluster: SlurmCluster) -> None:
+    sweep_id = js.cli(
+        "submit",
+        "--backend",
+        "slurm",
+        "--sweep",
+        "i=0..3",
+        "--max-parallel",
+        "2",
+        "--",
+        "echo up-{i}; sleep 300",
+        cwd=repo,
+    ).stdout.strip()
+    runs = wait_handles(js, sweep_id, 4)
+    array_id = runs[0]["handle"]["array_job_id"]
+    for r in runs[:2]:
+        js.cli("wait", r["id"], "--for", "RUNNING", "--timeout", "2m")
+    assert js.show(runs[3]["id"])["reason"] == "WaitingForSlurm"  # %2: Slurm holds it
+    # One run: its task only.
+    js.cli("cancel", runs[0]["id"])
+    assert js.show(runs[0]["id"])["phase"] == "CANCELED"
+    assert js.show(runs[1]["id"])["phase"] == "RUNNING"
+    # The sweep: the array, in one scancel.
+    js.cli("cancel", sweep_id)
+    assert [js.show(r["id"])["phase"] for r in runs] == ["CANCELED"] * 4
+    kills = re.findall(rf"REQUEST_KILL_JOB JobId=({array_id}\S*) ", (cluster.dir / "log" / "slurmctld.log").read_text())
+    assert kills == [f"{array_id}_0", array_id], kills
+    states = cluster.slurm("squeue", "-h", "-t", "all", "-r", "-j", array_id, "-o", "%T").split()
+    assert set(states) <= {"CANCELLED"}, states
+
+
+def test_memory_and_cpus_reach_sbatch(js: JobsupEnv, repo: Path, cluster: SlurmCluster) -> None:
+    run_id = js.submit(
+        repo, "--backend", "slurm", "--memory", "300M", "--cpus", "2", "--", 'echo "cpus=$SLURM_CPUS_PER_TASK"'
+    )
+    assert js.cli("wait", run_id, "--timeout", "2m").returncode == 0
+    assert lines(js, run_id) == ["cpus=2"]
+    shown = cluster.slurm("scontrol", "show", "job", str(js.show(run_id)["handle"]["job_id"]))
+    assert "MinMemoryNode=300M" in shown and "NumCPUs=2" in shown, shown
