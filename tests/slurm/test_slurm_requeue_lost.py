@@ -15,7 +15,7 @@ import pytest
 
 from supervisord.backends.base import RunReporter, RunSpec
 from supervisord.backends.slurm import SlurmBackend
-from tests.slurm.slurm_env import SlurmCluster, supervised, texts
+from tests.slurm.slurm_env import SSH_HOST, SlurmCluster, supervised, texts
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240), pytest.mark.slow]
 
@@ -74,3 +74,32 @@ async def test_job_in_no_record_is_lost_only_after_the_grace(slurm: SlurmCluster
         ended = events[-1].at
         waited = (dt.datetime.fromisoformat(ended) - dt.datetime.fromisoformat(handled)).total_seconds()
         assert waited >= grace, (handled, ended)
+
+
+async def test_logs_over_ssh_one_command_per_cycle_for_all_runs(slurm: SlurmCluster, tmp_path: Path) -> None:
+    """Three runs over ssh print for seconds: each cycle's one command
+    reads every grown log; a run reads its log itself only at its end."""
+    reads: list[str] = []
+
+    def make() -> SlurmBackend:
+        backend = slurm.backend()
+        t = backend.transport(SSH_HOST)
+        read_from = t.read_from
+
+        async def counted(path: str, offset: int, max_bytes: int, *, timeout_s: float = 60.0) -> bytes:
+            reads.append(path)
+            return await read_from(path, offset, max_bytes, timeout_s=timeout_s)
+
+        t.read_from = counted  # type: ignore[method-assign]
+        return backend
+
+    async with supervised(tmp_path, make, slurm.config("ssh", tmp_path)) as h:
+        cmd = "for i in $(seq 1 16); do echo {n}-$i; sleep 0.25; done"
+        ids = [await h.submit(cmd.format(n=n), name=f"r{n}") for n in range(3)]
+        for n, run_id in enumerate(ids):
+            run = await h.terminal(run_id)
+            assert run.phase == "COMPLETED", run
+            assert texts(await h.lines(run_id)) == [f"{n}-{i}" for i in range(1, 17)]
+    # Lines arrived over many cycles, yet each run read its log itself only
+    # for its last lines (and the failure tail it does not need here).
+    assert len(reads) <= 2 * len(ids), reads
