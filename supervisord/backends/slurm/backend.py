@@ -670,15 +670,16 @@ class SlurmBackend:
             await self._cancel_task(t, str(array_id), str(job_id))
         else:
             await self._scancel(t, str(job_id))
-        await self._wait_gone(t, str(job_id))
+            await self._wait_gone(t, str(job_id))
         if handle.get("run_dir"):
             await self._cleanup(t, str(handle["run_dir"]))
 
     async def _cancel_task(self, t: Transport, array_id: str, job_id: str) -> None:
-        """scancel an array task; the cancels of one array that arrive
-        within ``_CANCEL_GATHER_S`` go in one ``scancel``: of the whole
-        array when they are every task of it this backend follows (a
-        canceled sweep), else of those tasks."""
+        """scancel an array task and wait until it left the queue; the
+        cancels of one array that arrive within ``_CANCEL_GATHER_S`` go in
+        one ``scancel`` (of the whole array when they are every task of it
+        this backend follows: a canceled sweep; else of those tasks) and one
+        wait (one ``squeue`` per check for all of them)."""
         key = (t.name, array_id)
         batch = self._cancels.get(key)
         if batch is not None and not batch.closed:
@@ -696,6 +697,7 @@ class SlurmBackend:
                 await self._scancel(t, array_id)
             else:
                 await self._scancel(t, *sorted(batch.tasks))
+            await self._wait_gone(t, array_id, tasks=batch.tasks)
         except BackendError as err:
             batch.error = err
             raise
@@ -711,11 +713,16 @@ class SlurmBackend:
             raise BackendError(f"scancel {' '.join(job_ids)} failed ({t.name}): {done.err}")
         self.scancels += 1
 
-    async def _wait_gone(self, t: Transport, job_id: str) -> None:
+    async def _wait_gone(self, t: Transport, job_id: str, *, tasks: set[str] | None = None) -> None:
+        """Return once ``job_id`` (with ``tasks``: those tasks of the array
+        ``job_id``) left the queue. Raises BackendError after ``cancel_timeout_s``."""
         deadline = time.monotonic() + self.cancel_timeout_s
         while True:
-            done = await t.run(f"squeue -h -t all -j {shlex.quote(job_id)} -o %T", timeout_s=self.command_timeout_s)
-            states = {s.strip().split()[0] for s in done.out.splitlines() if s.strip()}
+            done = await t.run(
+                f"squeue -h -t all -r -j {shlex.quote(job_id)} -o '%i %T'", timeout_s=self.command_timeout_s
+            )
+            rows = [line.split() for line in done.out.splitlines() if len(line.split()) >= 2]
+            states = {state for jid, state, *_ in rows if tasks is None or jid in tasks}
             if done.code == 0 and not (states & ACTIVE_STATES):
                 return
             if done.code != 0 and "Invalid job id" in done.err:
