@@ -136,3 +136,29 @@ def test_memory_and_cpus_reach_sbatch(js: JobsupEnv, repo: Path, cluster: SlurmC
     assert lines(js, run_id) == ["cpus=2"]
     shown = cluster.slurm("scontrol", "show", "job", str(js.show(run_id)["handle"]["job_id"]))
     assert "MinMemoryNode=300M" in shown and "NumCPUs=2" in shown, shown
+
+
+def test_daemon_killed_mid_sweep_reattaches_each_task(js: JobsupEnv, repo: Path, cluster: SlurmCluster) -> None:
+    sweep_id = js.cli(
+        "submit",
+        "--backend",
+        "slurm",
+        "--sweep",
+        "i=0..1",
+        "--max-parallel",
+        "1",
+        "--",
+        "for j in $(seq 1 12); do echo {i}-$j; sleep 0.25; done",
+        cwd=repo,
+    ).stdout.strip()
+    rows = wait_submitted(js, sweep_id, 2)
+    deadline = time.monotonic() + 60
+    while len(lines(js, rows[0]["id"])) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    js.kill_daemon()
+    time.sleep(2)  # task 0 writes on, task 1 may start, while no daemon watches
+    js.start_daemon(extra_env={"JOBSUP_SSH_CONFIG": str(cluster.ssh_config), **js.host_slurm()})
+    assert js.cli("wait", sweep_id, "--timeout", "2m").returncode == 0
+    for i, row in enumerate(rows):
+        assert lines(js, row["id"]) == [f"{i}-{j}" for j in range(1, 13)]
