@@ -37,8 +37,10 @@ async def test_requeued_job_reads_its_env_file_again(slurm: SlurmCluster, tmp_pa
             while slurm.slurm("squeue", "-h", "-j", job, "-o", "%T").strip() != "PENDING":
                 await anyio.sleep(0.2)
         assert os.stat(f"{run_dir}/env.sh").st_mode & 0o777 == 0o600
-        # A requeued job is eligible again only after ~2 minutes: now.
-        slurm.slurm("scontrol", "update", f"JobId={job}", "StartTime=now")
+        # A requeued job is eligible again only after ~2 minutes: in 5 s
+        # (not at once: slurmd refuses a launch in the second of the
+        # revoked credential of the killed one, "Job credential revoked").
+        slurm.slurm("scontrol", "update", f"JobId={job}", "StartTime=now+5")
         run = await h.terminal(run_id)
         assert run.phase == "COMPLETED", run
         lines = texts(await h.lines(run_id))

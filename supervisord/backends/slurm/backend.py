@@ -555,9 +555,12 @@ class SlurmBackend:
                         return
                 absent_since = None
                 if record is not None and exit_file is None and record.state not in ACTIVE_STATES:
-                    # Ended, but squeue gives no exit code: ask sacct/scontrol once.
+                    # Ended, but squeue gives no exit code: ask sacct/scontrol once
+                    # (an older record, e.g. a requeue's, never undoes the end).
                     with contextlib.suppress(TransportError):
-                        record = await lookup_ended(t, job_id, timeout_s=self.command_timeout_s) or record
+                        looked = await lookup_ended(t, job_id, timeout_s=self.command_timeout_s)
+                        if looked is not None and looked.state not in ACTIVE_STATES:
+                            record = looked
                 if exit_file and record is not None and record.state in ACTIVE_STATES:
                     # A failed command's job is still ending: Slurm may yet say
                     # why (scancel, a memory kill's message after the exit code).

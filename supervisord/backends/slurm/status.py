@@ -124,17 +124,20 @@ def _exit_pair(text: str) -> tuple[int | None, int | None]:
 
 def parse_accounting(text: str, job_id: str) -> JobRecord | None:
     """``sacct -n -P -o JobID,State,ExitCode`` (or ``sacct -c``) output ->
-    the record of ``job_id`` itself (not its steps), or None. An array
-    task ``A_I``: ``sacct -c`` names it by its own job id, so when asked for
-    that task alone, its one record line is it."""
+    the record of ``job_id`` itself (not its steps), or None. The job
+    completion file (``sacct -c``) has a line per end, and a requeued job
+    ended more than once (``PENDING`` at the requeue): the last line is the
+    latest. An array task ``A_I``: ``sacct -c`` names it by its own job id,
+    so when asked for that task alone, its lines (one id) are it."""
     rows = [parts for line in text.splitlines() if len(parts := line.strip().split("|")) >= 3 and parts[0]]
     mine = [parts for parts in rows if parts[0] == job_id]
-    if not mine and "_" in job_id and len(rows) == 1:
+    if not mine and "_" in job_id and len({parts[0] for parts in rows}) == 1:
         mine = rows
-    for parts in mine:
-        code, sig = _exit_pair(parts[2])
-        return JobRecord(job_id, _base_state(parts[1]), exit_code=code, signal=sig)
-    return None
+    if not mine:
+        return None
+    parts = mine[-1]
+    code, sig = _exit_pair(parts[2])
+    return JobRecord(job_id, _base_state(parts[1]), exit_code=code, signal=sig)
 
 
 def parse_scontrol(text: str, job_id: str) -> JobRecord | None:

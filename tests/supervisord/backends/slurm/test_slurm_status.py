@@ -208,3 +208,13 @@ def test_poll_reads_each_grown_log_in_the_same_command(tmp_path: Path) -> None:
         str(b): LogChunk(0, b"x|y\n@@jobsup@@\npartial"),
     }
     assert cycle.sizes[str(c)] == 4 and str(c) not in cycle.logs
+
+
+def test_a_requeued_jobs_latest_completion_record_counts() -> None:
+    # The jobcomp file logs the requeue (PENDING), then the real end: the
+    # run followed the first line for ever before (it never ended).
+    text = "148|PENDING|0:0\n148|FAILED|1:0\n"
+    rec = parse_accounting(text, "148")
+    assert rec is not None and rec.state == "FAILED" and rec.exit_code == 1
+    rec = parse_accounting("9|PENDING|0:0\n9|COMPLETED|0:0\n", "4_2")
+    assert rec is not None and rec.state == "COMPLETED"
