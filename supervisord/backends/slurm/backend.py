@@ -388,7 +388,7 @@ class SlurmBackend:
         first = members[0][0]
         t = self.transport(settings.host)
         root, staged = await self._stage(first, settings, t)
-        await reporter.record("StagingStep", {"step": "reused" if staged else "uploaded"})
+        await reporter.record(STAGING_STEP({"step": "reused" if staged else "uploaded"}))
         script, tar, sweep_dir, _ = array_upload(
             root=root,
             sweep_id=ref.sweep_id,
