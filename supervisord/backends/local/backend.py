@@ -248,16 +248,8 @@ class LocalBackend:
         runner writes its final status (or is found gone: ERROR ``Lost``)."""
         run_dir = Path(str(handle.get("run_dir") or spec.run_dir))
         if "runner_pid" not in handle:
-            # The daemon died between starting the runner and recording its
-            # handle: the runner writes its identity into its status file.
-            found = await self._find_runner(run_dir, reporter)
+            found = await self._adopt_runner(spec, run_dir, reporter)
             if found is None:
-                await anyio.to_thread.run_sync(_kill_lost_run, spec.run_id, {}, limiter=self._limiter)
-                await reporter.phase(
-                    "ERROR",
-                    reason="Lost",
-                    message="the run's local runner ended before it wrote a status (its start was interrupted)",
-                )
                 return
             handle = found
         signed = "status" in handle  # runners from before signed statuses wrote RUN_DIR/status.json
@@ -291,12 +283,7 @@ class LocalBackend:
                         return
                 # Phases first, then the output they explain: the audit trail
                 # never shows a line before the RUNNING that produced it.
-                if state in ("staging", "running") or status.get("started_at"):
-                    await reporter.phase("STAGING")
-                if state == "running" and status.get("paused"):
-                    await reporter.phase("RUNNING", reason=PAUSED, message=paused_message(spec.run_id))
-                elif state == "running" or status.get("started_at"):
-                    await reporter.phase("RUNNING")
+                await _report_phase(spec.run_id, state, status, reporter)
                 if state == "exited":
                     await _record_progress(reporter, progress.final())
                     await self._finish(tailers, status, reporter)
@@ -329,6 +316,21 @@ class LocalBackend:
             self._woken.discard(spec.run_id)
             watch.close()
             tailers.close()
+
+    async def _adopt_runner(self, spec: RunSpec, run_dir: Path, reporter: RunReporter) -> Mapping[str, Any] | None:
+        """The handle of a run whose handle was never recorded (the daemon
+        died between starting the runner and recording it: the runner
+        writes its identity into its status file), or None after reporting
+        it ERROR ``Lost`` (what is left of it killed)."""
+        found = await self._find_runner(run_dir, reporter)
+        if found is None:
+            await anyio.to_thread.run_sync(_kill_lost_run, spec.run_id, {}, limiter=self._limiter)
+            await reporter.phase(
+                "ERROR",
+                reason="Lost",
+                message="the run's local runner ended before it wrote a status (its start was interrupted)",
+            )
+        return found
 
     @staticmethod
     async def _drain(tailers: _Output, reporter: RunReporter, *, final: bool) -> int:
@@ -638,6 +640,17 @@ async def _open_output(
         pos = await reporter.log_position(record_source(stream))
         positions[stream] = int(pos) if pos else None
     return _Output(run_dir, positions, count_recorded=count_recorded)
+
+
+async def _report_phase(run_id: str, state: Any, status: Mapping[str, Any], reporter: RunReporter) -> None:
+    """Report the phase the runner's ``status`` (its ``state``) shows:
+    STAGING, then RUNNING (with reason Paused while it is paused)."""
+    if state in ("staging", "running") or status.get("started_at"):
+        await reporter.phase("STAGING")
+    if state == "running" and status.get("paused"):
+        await reporter.phase("RUNNING", reason=PAUSED, message=paused_message(run_id))
+    elif state == "running" or status.get("started_at"):
+        await reporter.phase("RUNNING")
 
 
 async def _record_progress(reporter: RunReporter, data: Mapping[str, Any] | None) -> None:
