@@ -99,7 +99,7 @@ def sweep_routes(*, supervisor: Supervisor, store: EventStore) -> list[Route]:
             async with limiter:
                 try:
                     done[run.id] = await supervisor.cancel(run.id, requested_by=peer)
-                except Exception as err:  # the others are still canceled; the first error is the answer
+                except Exception as err:  # noqa: BLE001 - the others are still canceled; the first error is the answer
                     errors.append(err)
 
         async with anyio.create_task_group() as tg:

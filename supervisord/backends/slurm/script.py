@@ -34,8 +34,8 @@ from supervisord.exceptions import ConfigError
 
 __all__ = [
     "DEFAULT_REMOTE_DIR",
-    "EXIT_CODE_FILE",
     "ENV_FILE",
+    "EXIT_CODE_FILE",
     "JOB_SCRIPT",
     "OUTPUT_LOG",
     "SNAPSHOT_MARK",
