@@ -59,6 +59,7 @@ from bench._harness import (
     percentile,
     report,
 )
+
 from store import EventStore, NewEvent
 from supervisord.hooks import delivery
 from supervisord.hooks.config import HookSpec, WebhookTarget

@@ -324,7 +324,7 @@ class Commands:
             async with limiter if run.backend != "slurm" else contextlib.nullcontext():
                 try:
                     done[run.id] = await self.supervisor.cancel(run.id, requested_by=peer)
-                except Exception as err:  # the others are still canceled; the first error is the answer
+                except Exception as err:  # noqa: BLE001 - the others are still canceled; the first error is the answer
                     errors.append(err)
 
         async with anyio.create_task_group() as tg:

@@ -37,13 +37,10 @@ from typing import Any, Final, Generic, NotRequired, Required, TypedDict, TypeVa
 from store.types import PROJECTED_TYPES, NewEvent
 
 __all__ = [
-    "CATALOG",
-    "Event",
-    "EventType",
-    "define",
     "ADMITTED",
     "CANCEL_FAILED",
     "CANCEL_REQUESTED",
+    "CATALOG",
     "CLEANUP_FAILED",
     "CONFIG_RELOADED",
     "HANDLE_RECORDED",
@@ -79,6 +76,8 @@ __all__ = [
     "CancelRequestedData",
     "CleanupFailedData",
     "ConfigReloadedData",
+    "Event",
+    "EventType",
     "HandleRecordedData",
     "HeldData",
     "HoldReleasedData",
@@ -108,6 +107,7 @@ __all__ = [
     "StorageTroubleData",
     "SubmittedData",
     "SweepSubmittedData",
+    "define",
 ]
 
 #: The data shape of one event type (a TypedDict).
@@ -121,7 +121,7 @@ class Event(NewEvent):
     ``data`` was checked against that type's TypedDict."""
 
 
-class EventType(str, Generic[D]):
+class EventType(str, Generic[D]):  # noqa: SLOT000 - its attributes need a __dict__ (a str subclass has no non-empty __slots__)
     """One event type: the name itself (the ``type`` column; it compares and
     hashes as that ``str``), its ``data_type`` (a TypedDict), who ``writer``
     appends it, other data shapes the store writes under the same name

@@ -353,7 +353,7 @@ class Planner:
         """A Submitted ``source`` for commit ``rev`` of ``repo`` (``rerun
         --rev``): the commit resolved and snapshotted as a submit does.
         Raises SourceError naming ``--rev``."""
-        if not repo.is_dir():
+        if not repo.is_dir():  # noqa: ASYNC240 - one stat per rerun --rev
             raise SourceError(f"--rev {rev!r}: the run's repository {repo} is not there any more")
         commit = await anyio.to_thread.run_sync(resolve_commit, repo, rev, limiter=self._git)
         snapshot = await self._snapshot(repo, commit)

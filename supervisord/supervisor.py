@@ -75,7 +75,7 @@ from supervisord.source import SnapshotStore, disk_full, is_no_space
 from supervisord.sweep import param_env
 from supervisord.world import with_after_outputs, world_fields
 
-__all__ = ["Supervisor", "SubmitResult", "PHASE_RANK", "MAX_LINES_PER_EVENT", "OOM_KILLED", "LocalRunView"]
+__all__ = ["MAX_LINES_PER_EVENT", "OOM_KILLED", "PHASE_RANK", "LocalRunView", "SubmitResult", "Supervisor"]
 
 log = structlog.get_logger("jobsup.supervisor")
 

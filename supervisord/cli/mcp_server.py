@@ -271,7 +271,7 @@ def _tools() -> list[Tool]:
             "The Kubernetes objects a submit with --backend kubernetes would create, or (backend: slurm) the exact "
             "sbatch command and wrapper script of --backend slurm (a preview: nothing is created).",
             _obj(
-                {k: v for k, v in _TASK_PROPS.items()}
+                dict(_TASK_PROPS.items())
                 | {
                     "backend": {"enum": ["kubernetes", "slurm"], "description": "what to render (default kubernetes)"},
                     "gpus": {"type": "integer", "minimum": 0, "description": "slurm: --gpus"},
@@ -1142,10 +1142,7 @@ class Handlers:
             met = bool(result.get("met"))
             if met or time.monotonic() >= deadline:
                 seen = max([int(r.get("last_seq") or 0) for r in runs] + [after or 0])
-                if met:
-                    code = 0 if cond == "change" else _wait_exit_code(cond, runs)
-                else:
-                    code = EXIT_WAIT_TIMEOUT
+                code = (0 if cond == "change" else _wait_exit_code(cond, runs)) if met else EXIT_WAIT_TIMEOUT
                 return {
                     "outcome": "met" if met else "timeout",
                     "for": cond,

@@ -127,7 +127,7 @@ def test_delete_archives_and_run_dirs(js: JobsupEnv, tmp_path: Path) -> None:
     # (the usage sampler's last ResourceUsage may land after the prune on a loaded machine)
     types = [e["type"] for e in _events(js, run_id) if e["type"] != "ResourceUsage"]
     assert types[-3:] == ["LogsArchived", "LogsDeleted", "RunDirRemoved"]
-    deleted = [e for e in _events(js, run_id) if e["type"] == "LogsDeleted"][0]
+    deleted = next(e for e in _events(js, run_id) if e["type"] == "LogsDeleted")
     out = js.cli("logs", run_id, check=False)
     assert out.returncode == 1 and out.stdout == ""
     # A deliberate deletion, said as such: not an event-store failure.

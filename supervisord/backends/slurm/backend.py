@@ -200,7 +200,11 @@ class SlurmBackend:
         except ConfigError as err:
             raise PreflightConfigError(str(err)) from None
         argv = sbatch_argv(
-            run_id=spec.run_id, run_dir="/tmp", timeout_s=spec.timeout_s, settings=settings, **run_asks(spec)
+            run_id=spec.run_id,
+            run_dir="/tmp",  # noqa: S108 - a placeholder run dir for a dry sbatch --test-only
+            timeout_s=spec.timeout_s,
+            settings=settings,
+            **run_asks(spec),
         )
         test = [a for a in argv[:-1] if not a.startswith(("--output=", "--chdir=", "--parsable"))]
         script = quote_argv([*test, "--test-only", "--output=/dev/null", "--wrap", "true"])
@@ -224,7 +228,7 @@ class SlurmBackend:
         """Checks: reach and Slurm version, partition, accounting, remote_dir."""
         try:
             settings = SlurmSettings.of({"slurm": dict(self.doctor_config())})
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - doctor reports any config trouble as a failed check
             return [{"name": "slurm.config", "ok": False, "detail": str(err)}]
         t = self.transport(settings.host)
         r = remote_dir_expr(settings.remote_dir)
@@ -238,7 +242,7 @@ class SlurmBackend:
             done = await t.run(script, timeout_s=self.command_timeout_s)
         except (TransportError, OSError) as err:
             return [{"name": "slurm.reach", "ok": False, "detail": f"{settings.where}: {err}"}]
-        parts = (done.out.split("@@") + ["", "", "", ""])[:4]
+        parts = ([*done.out.split("@@"), "", "", "", ""])[:4]
         version_text = parts[0].strip()
         m = re.search(r"(\d+)\.(\d+)", version_text)
         checks: list[dict[str, Any]] = []

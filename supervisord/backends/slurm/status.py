@@ -92,7 +92,7 @@ class Observation:
 
 
 def _base_state(word: str) -> str:
-    return word.split()[0].rstrip("+").upper() if word.strip() else ""
+    return word.split(maxsplit=1)[0].rstrip("+").upper() if word.strip() else ""
 
 
 def elapsed_seconds(text: str) -> int | None:
@@ -182,7 +182,7 @@ def observe(
     if state == "FAILED":
         if record.signal == 9 and OOM_MARK in output_tail:
             return _oom(None)
-        code = record.exit_code if record.exit_code else None
+        code = record.exit_code or None
         if code is None and record.signal:
             code = 128 + record.signal
         detail = f"exited with code {code}" if code is not None else "failed"

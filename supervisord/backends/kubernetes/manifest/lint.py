@@ -374,16 +374,18 @@ def _lint_container(container: Mapping[str, Any], unnamed: str, who: str, errors
 def _lint_script_owner(referencing: list[str], who: str) -> list[str]:
     """The error when not exactly one container (``referencing``) runs the script."""
     if not referencing:
-        return [
+        none = (
             f"{who}: spec.template.spec.containers: no container references {SCRIPT_ENV} in command or args; the container that runs the task must, "
             f"e.g. {EVAL_FORM} (the script waits for the source snapshot, extracts it and runs the command)"
-        ]
+        )
+        return [none]
     if len(referencing) > 1:
         names = ", ".join(repr(n) for n in referencing)
-        return [
+        several = (
             f"{who}: spec.template.spec.containers: {len(referencing)} containers reference {SCRIPT_ENV} ({names}); exactly one "
             "container runs the task — remove the reference from the others"
-        ]
+        )
+        return [several]
     return []
 
 
