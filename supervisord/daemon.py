@@ -391,7 +391,7 @@ class Daemon:
                     ui=ui,
                     scheduler=scheduler,
                     hooks=hooks_status,
-                    config_changed=self.config_files.changed,
+                    config_changed=lambda: self.config_files.changed(),  # noqa: PLW0108 - reload replaces self.config_files: look it up late
                     daemon_control=control,
                     retention=retention,
                     streams=streams,
