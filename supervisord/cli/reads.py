@@ -33,6 +33,7 @@ __all__ = [
     "RUN_COLUMNS",
     "check_output_open",
     "connected_client",
+    "elapsed_text",
     "emit_json_line",
     "follow_logs",
     "logs_command",
@@ -64,7 +65,7 @@ RUN_COLUMNS = (
 )
 
 
-def _elapsed(seconds: Any) -> str | None:
+def elapsed_text(seconds: Any) -> str | None:
     """``42s``, ``12m05s``, ``3h07m``, ``2d04h`` (None: not started)."""
     if not isinstance(seconds, (int, float)):
         return None
@@ -88,7 +89,7 @@ def run_row(run: dict[str, Any]) -> dict[str, Any]:
     return {
         **run,
         "started": run.get("started_at"),
-        "elapsed": _elapsed(run.get("elapsed_s")),
+        "elapsed": elapsed_text(run.get("elapsed_s")),
         "gpus": ",".join(str(g) for g in gpus) if gpus else None,
     }
 
