@@ -54,6 +54,7 @@ from bench._harness import (  # noqa: E402
     report,
     rss_bytes,
 )
+
 from tests.k8s_sim import SimCluster  # noqa: E402
 
 MANIFEST = """\

@@ -32,7 +32,7 @@ from typing import Any, Final
 
 from store.types import LOG_LINES, RecordedEvent
 
-__all__ = ["Subscriptions", "Waiter", "RECENT_EVENTS", "RECENT_LOG_LINES"]
+__all__ = ["RECENT_EVENTS", "RECENT_LOG_LINES", "Subscriptions", "Waiter"]
 
 #: How many recently published events are kept to answer re-checks...
 RECENT_EVENTS: Final = 2048
@@ -52,17 +52,17 @@ class Waiter:
     took it out of the registry."""
 
     __slots__ = (
+        "_pending",
         "after_seq",
+        "closed",
+        "due",
+        "limit",
+        "registered",
+        "reread",
+        "result",
         "run_ids",
         "types",
-        "limit",
         "woken",
-        "result",
-        "reread",
-        "closed",
-        "registered",
-        "due",
-        "_pending",
     )
 
     def __init__(
