@@ -476,6 +476,7 @@ class Supervisor:
                     # One file for the whole sweep (its runs differ only in
                     # their params' variables, made again from Submitted).
                     self._write_sweep_pending(sweep_id, states)
+                    crash_point("sweep.pending_written")
                 for state in states:
                     if not self.gated:
                         state.admitted = True
@@ -489,6 +490,7 @@ class Supervisor:
                 appends = [Append(sweep_id, 0, [NewEvent(SWEEP_SUBMITTED, dict(sweep))])]
                 appends += [Append(st.spec.run_id, 0, [NewEvent(SUBMITTED, dict(st.spec.submitted))]) for st in states]
                 await self.store.append_together(appends)
+                crash_point("sweep.recorded")
             except BaseException:
                 for state in states:
                     if self._runs.get(state.spec.run_id) is state:
