@@ -32,6 +32,7 @@ from store.types import (
     LOG_LINES,
     LOGS_ARCHIVED,
     LOGS_DELETED,
+    OUTPUTS_RECORDED,
     PHASE_CHANGED,
     PHASE_RANK,
     PHASES,
@@ -93,6 +94,7 @@ __all__ = [
     "LOGS_DELETED",
     "PROGRESS",
     "SWEEP_SUBMITTED",
+    "OUTPUTS_RECORDED",
 ]
 
 if TYPE_CHECKING:

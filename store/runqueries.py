@@ -16,6 +16,7 @@ from store._core import (
     _frozen,
     _placeholders,
 )
+from store.outputindex import outputs_by_sha256_sql
 from store.projections import RUN_COLUMNS, run_status_from_row
 from store.types import (
     TERMINAL_PHASES,
@@ -173,6 +174,21 @@ class RunQueries(StoreCore):
             }
             for r in rows
         ]
+
+    async def outputs_by_sha256(self, digests: Collection[str]) -> dict[str, list[dict[str, Any]]]:
+        """The recorded output files whose sha256 is one of ``digests``
+        (lower-case hex), from the ``output_files`` index (one range read
+        per digest): digest -> ``[{"run", "path", "bytes", "mtime",
+        "recorded_at"}]``, oldest first (digests with none are absent)."""
+        if not digests:
+            return {}
+        sql, params = outputs_by_sha256_sql(list(digests))
+        out: dict[str, list[dict[str, Any]]] = {}
+        for sha, run_id, path, size, mtime, at in await self._read(sql, params):
+            out.setdefault(str(sha), []).append(
+                {"run": run_id, "path": path, "bytes": size, "mtime": mtime, "recorded_at": at}
+            )
+        return out
 
     async def match_sweep_ids(self, prefix: str, limit: int = 10) -> list[str]:
         """Up to ``limit`` sweep ids starting with ``prefix`` (non-empty), sorted."""

@@ -112,6 +112,7 @@ __all__ = [
     "FACT_TYPES",
     "PROGRESS",
     "SWEEP_SUBMITTED",
+    "OUTPUTS_RECORDED",
 ]
 
 # The run lifecycle's phases are defined here, once (the store validates and
@@ -148,6 +149,9 @@ RESOURCE_USAGE: Final = "ResourceUsage"
 PROGRESS: Final = "Progress"
 #: A sweep's grid, on the sweep's own stream (the sweep id), before its runs' Submitted.
 SWEEP_SUBMITTED: Final = "SweepSubmitted"
+#: A run's outputs folder listed with each file's sha256 (store.outputindex
+#: indexes its files by digest for ``jobsup which``).
+OUTPUTS_RECORDED: Final = "OutputsRecorded"
 
 #: Event types that change projected columns beyond the bookkeeping ones.
 PROJECTED_TYPES: Final[frozenset[str]] = frozenset(
