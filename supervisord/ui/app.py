@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlencode, urlsplit
 
+import anyio
 import jinja2
 import structlog
 from markupsafe import escape
@@ -93,6 +94,10 @@ TAIL_LINES = 1000
 PAGE_RUNS = 50
 #: Events per page of the audit trail.
 PAGE_EVENTS = 100
+#: Seconds between two updates of a sweep's live table at most (each
+#: reads the whole table: a sweep of 1,000 runs reporting progress must not
+#: make an open page cost the daemon a core).
+SWEEP_UPDATE_S = 1.0
 
 _HERE = Path(__file__).parent
 
@@ -505,8 +510,9 @@ def create_ui_app(
         """SSE of a sweep's results table: a ``rows`` event (``{"columns",
         "rows": {run id: the row's HTML}, "counts": HTML, "done"}``) each
         time runs of the sweep change phase or report progress, or one of
-        it is submitted (a rerun). The page replaces those rows; when the
-        columns changed (a first metric) it reloads."""
+        it is submitted (a rerun), at most every :data:`SWEEP_UPDATE_S`. The
+        page replaces those rows; when the columns changed (a first metric)
+        it reloads."""
         sweep_id = await resolve_sweep_id(store, request.path_params["ref"])
         after = _resume_seq(request)
         macros = env.get_template("_sweep_row.html").module
@@ -546,6 +552,8 @@ def create_ui_app(
                     "done": all(r["phase"] in TERMINAL_PHASES for r in doc["rows"]),
                 }
                 yield _sse("rows", body, id=cursor)
+                # What changes meanwhile waits in the log for the next read.
+                await anyio.sleep(SWEEP_UPDATE_S)
 
         return _sse_response(stream(), streams)
 
