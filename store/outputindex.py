@@ -102,8 +102,8 @@ def outputs_by_sha256_sql(digests: Sequence[str]) -> tuple[str, tuple[Any, ...]]
     """The query (and its parameters) of the files whose sha256 is one of
     ``digests`` (lower-case hex): rows ``(sha256, run_id, path, bytes,
     mtime, at)``, each digest's oldest first."""
-    return (
+    sql = (
         "SELECT sha256, run_id, path, bytes, mtime, at FROM output_files"
-        " WHERE sha256 IN (SELECT value FROM json_each(?)) ORDER BY sha256, seq, idx",
-        (json.dumps(sorted(set(digests))),),
+        " WHERE sha256 IN (SELECT value FROM json_each(?)) ORDER BY sha256, seq, idx"
     )
+    return sql, (json.dumps(sorted(set(digests))),)
