@@ -162,6 +162,21 @@ def connected_client() -> Client:
     return client
 
 
+def read_command(command: Callable[[Client], int]) -> int:
+    """Run a read-only ``command`` (its calls are GETs: running them again
+    is harmless) with a client that has not asked the daemon's health
+    first; when its first call finds no daemon, connect as
+    :func:`connected_client` does (waiting for a starting or stopping
+    daemon, autostart) and run it again. One round trip less than
+    :func:`connected_client` for every ``runs`` and ``show``: on a loaded
+    machine each round trip waits for the daemon to be scheduled
+    (bench/sweep_submit.py)."""
+    try:
+        return command(Client())
+    except DaemonUnreachableError:
+        return command(connected_client())
+
+
 def reconnecting(client: Client, open_stream: Callable[[], Iterator[dict[str, Any]]]) -> Iterator[dict[str, Any]]:
     """Items of ``open_stream()``; when the daemon goes away mid-stream (a
     restart, ``kill -9``), reconnect — autostarting one when allowed — and
