@@ -259,6 +259,16 @@ CONFIG_SCHEMA: dict[str, Any] = {
                 "remote_dir": _STR,
             },
         },
+        # A run's retry policy when neither --retry nor the task's `retry:` gives one (supervisord.retry).
+        "retry": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "attempts": {"type": "integer", "minimum": 1, "maximum": 100},
+                "on": {"type": "array", "items": _STR, "minItems": 1},
+                "backoff": {"anyOf": [{"type": "number", "minimum": 0}, _STR]},
+            },
+        },
         "allowed_backends": {
             "type": "array",
             "items": {"enum": ["local", "kubernetes", "slurm"]},

@@ -362,10 +362,11 @@ class Scheduler:
             if admitted is not None:
                 self._admitted(run, admitted.at, admitted.data)
                 state = self.supervisor.run_state(run.run_id)
+                env = self._env_for(run, [self._gpus[u] for u in run.gpus if u in self._gpus])
                 if state is not None and not state[1]:
-                    self.supervisor.resume_admitted(
-                        run.run_id, self._env_for(run, [self._gpus[u] for u in run.gpus if u in self._gpus])
-                    )
+                    self.supervisor.resume_admitted(run.run_id, env)
+                elif state is not None:  # started: a retried run's next attempts get them again
+                    self.supervisor.restore_admission_env(run.run_id, env)
             else:
                 await self._watch_deps(run)
         await self._load_lingering()
