@@ -209,6 +209,15 @@ class Planner:
                     f"{flag}: only local runs take limits from jobsup; for Kubernetes set them in the manifest"
                 )
         conf_retry = data.get("retry")
+        if backend == "slurm":
+            # Attempts of a Slurm run would share its remote run folder and
+            # exit-code file: not retried yet (a config policy does not apply).
+            if scheduling.get("retry") is not None:
+                raise TaskError(
+                    "--retry: Slurm runs are not retried by jobsup yet; "
+                    "Slurm's own `--requeue` can go in slurm.sbatch_args"
+                )
+            conf_retry = None
         if isinstance(conf_retry, dict):
             # The config's retry policy (user, project or task config layer):
             # the policy when the task gives none, the reasons and backoff of

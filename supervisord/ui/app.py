@@ -70,9 +70,11 @@ from store import (
 )
 from supervisord.api.query import int_param
 from supervisord.api.streams import StreamCloser
+from supervisord.events import ATTEMPT_ENDED, ATTEMPT_STARTED
 from supervisord.exceptions import JobsupError, RunNotFoundError, UsageError
 from supervisord.outputs.query import run_outputs
 from supervisord.progress import progress_text
+from supervisord.retry import attempts_of
 from supervisord.sweepread import sweep_document
 from supervisord.sweeptable import flat_rows, sort_rows, table_columns
 from supervisord.ui.auth import COOKIE_NAME, SESSION_TTL_S, UiAuth
@@ -356,6 +358,8 @@ def create_ui_app(
             lines, log_error = [], str(err)
         last_line = lines[-1].line_no if lines else after
         events = await store.read_all(0, limit=1, run_id=run_id, types=[LOG_LINES])  # any log at all?
+        tried = await store.read_all(0, limit=1000, run_id=run_id, types=[ATTEMPT_ENDED, ATTEMPT_STARTED])
+        attempts = attempts_of(tried, run.to_json())  # a retried run's (supervisord.retry)
         return render(
             "run.html", page, run=run, submitted=facts["submitted"], lines=lines, total_lines=total,
             first_line=after + 1, last_line=last_line, live=before_line is None, has_logs=bool(events),
@@ -363,7 +367,8 @@ def create_ui_app(
             timeline=await timeline(run_id, run), after_seq=run.last_seq,
             config_yaml=_pretty(facts["submitted"].get("config")),
             handle_json=_pretty(run.handle), env_names=sorted(facts["submitted"].get("env") or {}),
-            outputs=await run_outputs(store, run_id),
+            outputs=await run_outputs(store, run_id), attempts=attempts,
+            attempt_starts={a["first_line"]: a["attempt"] for a in attempts if a["attempt"] > 1},
         )  # fmt: skip
 
     async def run_lines(request: Request, page: _Page) -> Response:

@@ -157,6 +157,7 @@ def test_a_restart_during_the_backoff_goes_on_with_the_next_attempt(js: JobsupEn
     [
         (["--retry", "0"], None, "--retry"),
         (["--retry", "101"], None, "--retry"),
+        (["--retry", "1", "--backend", "slurm"], None, "Slurm runs are not retried"),
         ([], "retry: {attempts: 0}", "retry`.attempts"),
         ([], "retry: {attempts: 2, on: [Bogus]}", "'Bogus' is not a failure reason"),
         ([], "retry: {attempts: 2, backoff: -5s}", "retry`.backoff"),
