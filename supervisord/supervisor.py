@@ -807,6 +807,8 @@ class Supervisor:
             raise UsageError(f"run {run_id} is {status.phase}: only a RUNNING run can be {verb}")
         if state.cancel_requested:
             raise UsageError(f"run {run_id} is being canceled")
+        if state.reason == RETRYING or state.backoff_left is not None or state.starting:
+            raise UsageError(f"run {run_id} is between two attempts (Retrying): nothing runs to be {verb}")
         if (state.reason == PAUSED) == pause:
             return status
         result = await (backend.pause if pause else backend.resume)(state.spec, state.handle)

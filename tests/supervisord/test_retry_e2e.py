@@ -120,6 +120,10 @@ def test_exit_codes_retry_until_the_attempts_run_out(js: JobsupEnv, repo: Path) 
         (3, 75, 3, 3),
     ]
     assert js.cli("logs", run_id).stdout.splitlines() == ["try", "try", "try"]
+    # rerun keeps the policy.
+    again = js.cli("rerun", run_id, cwd=repo).stdout.split()[0]
+    assert js.show(again)["retry"] == {"attempts": 2, "on": ["exit:75"], "backoff_s": 0.0}
+    js.cli("wait", again, "--timeout", "60s", check=False)
 
 
 def test_a_cancel_during_the_backoff_ends_the_run_at_once(js: JobsupEnv, repo: Path, tmp_path: Path) -> None:
@@ -128,6 +132,8 @@ def test_a_cancel_during_the_backoff_ends_the_run_at_once(js: JobsupEnv, repo: P
     _wait_for("the backoff", lambda: js.show(run_id)["reason"] == "Retrying")
     run = js.show(run_id)
     assert run["phase"] == "RUNNING" and "attempt 2 starts in 3600s" in run["message"]
+    paused = js.cli("pause", run_id, check=False)
+    assert paused.returncode == 2 and "between two attempts" in paused.stderr, paused.stderr
     started = time.monotonic()
     js.cli("cancel", run_id)
     assert time.monotonic() - started < 30
