@@ -135,3 +135,26 @@ def test_attempts_from_events_and_the_run() -> None:
     running = attempts_of(events[:2], {"attempt": 2, "phase": "RUNNING", "log_lines": 5})
     assert running[-1]["ended_at"] is None and running[-1]["last_line"] is None
     assert attempt_of_line(running, 5) == 2
+
+
+def test_hooks_see_retrying_only_when_they_name_it() -> None:
+    from store import RecordedEvent
+    from supervisord.config import Layer
+    from supervisord.hooks.config import load_hooks
+    from supervisord.hooks.match import matches
+
+    def pc(phase: str, reason: str | None) -> RecordedEvent:
+        return RecordedEvent(7, "r1", 3, "PhaseChanged", "2026-01-01T00:00:00Z", {"phase": phase, "reason": reason})
+
+    [running, retrying, ended] = load_hooks([Layer("user", None, {"hooks": [
+        {"name": "a", "command": ["x"], "when": ["RUNNING"]},
+        {"name": "b", "command": ["x"], "when": ["retrying", "ERROR"]},
+        {"name": "c", "command": ["x"]},
+    ]})])  # fmt: skip
+    run = {"project": "p", "name": "n", "backend": "local"}
+    assert retrying.when == {"Retrying", "ERROR"} and retrying.describe()["when"] == ["ERROR", "Retrying"]
+    assert [h.name for h in (running, retrying, ended) if matches(h, pc("RUNNING", "Retrying"), run)] == ["b"]
+    assert [h.name for h in (running, retrying, ended) if matches(h, pc("RUNNING", None), run)] == ["a"]
+    assert [h.name for h in (running, retrying, ended) if matches(h, pc("ERROR", "Lost"), run)] == ["b", "c"]
+    with pytest.raises(ConfigError, match=r"when: must be a list of phases .*got 'Retry'.*or Retrying"):
+        load_hooks([Layer("user", None, {"hooks": [{"name": "d", "command": ["x"], "when": ["Retry"]}]})])
