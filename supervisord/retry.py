@@ -29,6 +29,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from supervisord.events import ATTEMPT_ENDED, ATTEMPT_STARTED
 from supervisord.exceptions import TaskError
 
 __all__ = [
@@ -207,12 +208,12 @@ def attempts_of(events: Iterable[Any], run: Mapping[str, Any]) -> list[dict[str,
     out: list[dict[str, Any]] = []
     for e in events:
         data = e.data
-        if e.type not in ("AttemptEnded", "AttemptStarted"):
+        if e.type not in (ATTEMPT_ENDED, ATTEMPT_STARTED):
             continue
         n = int(data.get("attempt") or len(out) + 1)
         while len(out) < n:
             out.append(_attempt(len(out) + 1, out))
-        if e.type == "AttemptEnded":
+        if e.type == ATTEMPT_ENDED:
             out[n - 1].update(
                 ended_at=e.at,
                 reason=data.get("reason"),
