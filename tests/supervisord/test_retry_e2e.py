@@ -18,7 +18,7 @@ import pytest
 
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
-pytestmark = [pytest.mark.timeout(180), pytest.mark.daemon]
+pytestmark = [pytest.mark.timeout(180), pytest.mark.daemon, pytest.mark.slow]
 
 
 @pytest.fixture
