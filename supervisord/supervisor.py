@@ -1081,12 +1081,13 @@ class Supervisor:
         state = self._runs.get(run_id)
         return None if state is None else (state.phase, state.admitted)
 
-    async def admit(self, run_id: str, data: Mapping[str, Any], extra_env: Mapping[str, str], message: str) -> bool:
-        """Let a queued run start: record ``Admitted`` (``data``: queue,
-        GPUs...) and PhaseChanged SCHEDULING (``message``) in one append,
-        then release its supervision task with ``extra_env`` added to its
-        environment. Returns False (recording nothing) when the run is not
-        waiting any more (ended, being canceled, already admitted)."""
+    async def admit(self, run_id: str, admitted: NewEvent, extra_env: Mapping[str, str], message: str) -> bool:
+        """Let a queued run start: record ``admitted`` (the scheduler's
+        ``Admitted`` event: the scheduler owns admission) and PhaseChanged
+        SCHEDULING (``message``) in one append, then release its supervision
+        task with ``extra_env`` added to its environment. Returns False
+        (recording nothing) when the run is not waiting any more (ended,
+        being canceled, already admitted)."""
         state = self._runs.get(run_id)
         if state is None:
             return False
@@ -1095,7 +1096,7 @@ class Supervisor:
                 return False
             await _Reporter(self.store, state)._append_locked(
                 [
-                    NewEvent("Admitted", dict(data)),
+                    admitted,
                     NewEvent(PHASE_CHANGED, {"phase": "SCHEDULING", "reason": None, "message": message}),
                 ]
             )

@@ -472,6 +472,7 @@ def _tools() -> list[Tool]:
                             "properties": {"run": {"$ref": "#/$defs/run"}, "rerun_of": {"type": "string"}},
                         },
                     },
+                    "warnings": {"type": "array", "items": {"type": "string"}},
                 },
                 ["run", "rerun_of", "missing_env"],
             ),
