@@ -27,6 +27,7 @@ names the event; a command never admits.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -318,10 +319,12 @@ class Commands:
         errors: list[Exception] = []
 
         async def one(run: RunStatus) -> None:
-            async with limiter:
+            # A Slurm sweep's cancels all at once: its backend makes them one
+            # scancel of the array job (and one wait).
+            async with limiter if run.backend != "slurm" else contextlib.nullcontext():
                 try:
                     done[run.id] = await self.supervisor.cancel(run.id, requested_by=peer)
-                except Exception as err:  # the others are still canceled; the first error is the answer
+                except Exception as err:  # noqa: BLE001 - the others are still canceled; the first error is the answer
                     errors.append(err)
 
         async with anyio.create_task_group() as tg:

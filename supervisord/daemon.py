@@ -391,7 +391,7 @@ class Daemon:
                     ui=ui,
                     scheduler=scheduler,
                     hooks=hooks_status,
-                    config_changed=lambda: self.config_files.changed(),
+                    config_changed=self.config_files.changed,
                     daemon_control=control,
                     retention=retention,
                     streams=streams,
@@ -575,10 +575,8 @@ def run_daemon() -> None:
         # log may be on the full disk: the CLI that autostarted us names it too.
         text = "; ".join(dict.fromkeys(str(e) for e in _leaves(group))) + disk_full_hint(paths.state_dir)
         log.error("cannot start", error=text)
-        try:
+        with contextlib.suppress(OSError):
             click.echo(f"error: jobsup daemon: {text}", err=True)
-        except OSError:
-            pass
         sys.exit(1)
     if daemon.exit_code:
         sys.exit(daemon.exit_code)

@@ -230,7 +230,7 @@ class Retention:
                         try:
                             event = await store.archive_logs(run.id)
                             crash_point("retention.archived")
-                        except Exception as exc:  # one run's trouble does not stop the pass
+                        except Exception as exc:  # noqa: BLE001 - one run's trouble does not stop the pass
                             log.warning("retention.archive_failed", run_id=run.id, error=str(exc))
                             report["errors"].append(f"run {run.id}: archiving its log failed: {exc}")
                             continue

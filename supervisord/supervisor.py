@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
+import datetime as dt
 import json
 import os
 import secrets
@@ -63,7 +63,7 @@ from supervisord.source import SnapshotStore, disk_full, is_no_space
 from supervisord.sweep import param_env
 from supervisord.world import with_after_outputs, world_fields
 
-__all__ = ["Supervisor", "SubmitResult", "PHASE_RANK", "MAX_LINES_PER_EVENT", "OOM_KILLED", "LocalRunView"]
+__all__ = ["MAX_LINES_PER_EVENT", "OOM_KILLED", "PHASE_RANK", "LocalRunView", "SubmitResult", "Supervisor"]
 
 log = structlog.get_logger("jobsup.supervisor")
 
@@ -98,7 +98,7 @@ _AT_THE_END: Final = None
 
 def _epoch(at: str) -> float:
     """Epoch seconds of an event's ``at`` (RFC 3339 UTC)."""
-    return datetime.datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+    return dt.datetime.fromisoformat(at).timestamp()
 
 
 def _env_digests(submitted: Mapping[str, Any]) -> dict[str, str | None]:
@@ -626,7 +626,8 @@ class Supervisor:
         """After an attempt the policy retries: record ``AttemptEnded`` and
         PhaseChanged RUNNING ``Retrying`` in one append, and set the backoff
         (unless a cancel came meanwhile: it then owns the outcome)."""
-        assert state.retry_outcome is not None and state.policy is not None
+        assert state.retry_outcome is not None
+        assert state.policy is not None
         reason, message, exit_code = state.retry_outcome
         state.retry_outcome = None
         n, total = state.attempt, state.policy.attempts + 1

@@ -560,7 +560,8 @@ class HookRunner:
                 timeout_s=spec.timeout_s,
                 cwd=cwd,
             )
-        assert spec.webhook is not None and self.http is not None
+        assert spec.webhook is not None
+        assert self.http is not None
         secret_env = spec.webhook.secret_env
         secret = self.env.get(secret_env, "").encode() if secret_env else None
         return await post_event(self.http, spec.webhook, body, event.seq, secret or None, self.user_agent)

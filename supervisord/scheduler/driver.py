@@ -356,7 +356,8 @@ class Scheduler:
             sched=sched,
             held=bool(sched["hold"]),
             queue=str(sched["queue"]),
-            **_sweep_cap(data),
+            # A Slurm sweep is one array job: Slurm keeps its max_parallel (%N).
+            **(_sweep_cap(data) if data.get("backend") != "slurm" else {}),
         )
 
     def _admitted(self, run: _Run, at: str, data: Mapping[str, Any]) -> None:
