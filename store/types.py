@@ -97,6 +97,7 @@ __all__ = [
     "LOG_INGEST_DONE",
     "LOG_INGEST_PENDING",
     "LOG_LINES",
+    "OUTPUTS_RECORDED",
     "PHASES",
     "PHASE_CHANGED",
     "PHASE_RANK",
@@ -154,6 +155,9 @@ SWEEP_SUBMITTED: Final = "SweepSubmitted"
 #: due), the next one started (``attempt``: 2, 3, ...; a run's facts keep it).
 ATTEMPT_ENDED: Final = "AttemptEnded"
 ATTEMPT_STARTED: Final = "AttemptStarted"
+#: A run's outputs folder listed with each file's sha256 (store.outputindex
+#: indexes its files by digest for ``jobsup which``).
+OUTPUTS_RECORDED: Final = "OutputsRecorded"
 
 #: Event types that change projected columns beyond the bookkeeping ones.
 PROJECTED_TYPES: Final[frozenset[str]] = frozenset(
