@@ -173,6 +173,30 @@ class _RunState:
         return self
 
 
+class _Barrier:
+    """Waits until each of ``count`` runs has arrived (each counted once)."""
+
+    def __init__(self, count: int) -> None:
+        self._left = count
+        self._arrived: set[str] = set()
+        self._all = anyio.Event()
+        if count <= 0:
+            self._all.set()
+
+    def arrive(self, run_id: str) -> None:
+        """``run_id`` has arrived (again: no effect)."""
+        if run_id in self._arrived:
+            return
+        self._arrived.add(run_id)
+        self._left -= 1
+        if self._left <= 0:
+            self._all.set()
+
+    async def wait(self) -> None:
+        """Return once every run has arrived."""
+        await self._all.wait()
+
+
 class _Reporter:
     """The :class:`~supervisord.backends.base.RunReporter` for one run."""
 
@@ -571,14 +595,70 @@ class Supervisor:
         state = self._runs.get(run_id)
         if state is None:
             raise RunNotFoundError(f"run {run_id} is not being supervised by this daemon")
+        await self._cancel_state(state, requested_by)
+        return await self.get(run_id)
+
+    async def cancel_many(
+        self, run_ids: Sequence[str], *, requested_by: Mapping[str, int] | None = None
+    ) -> list[RunStatus]:
+        """Cancel many runs together (:meth:`cancel` for each, all at once):
+        the runs are read in one query; every cancel is requested before
+        any run is stopped (queued ones end first, so none starts
+        meanwhile), their CancelRequested events share the store's
+        transactions, the backends get their signals at once and the
+        confirmations are awaited together. Returns the runs' statuses in
+        the order of ``run_ids`` (duplicates once), terminal ones unchanged.
+
+        Every run is checked before any is touched: RunNotFoundError names
+        those that do not exist or that this daemon does not supervise.
+        A cancel that fails (BackendError...) does not stop the others;
+        the first error is raised once all are done."""
+        ids = list(dict.fromkeys(run_ids))
+        statuses = await self.store.get_runs(ids)
+        bad = [f"no run {i}" for i in ids if i not in statuses]
+        bad += [
+            f"run {i} is not being supervised by this daemon"
+            for i in ids
+            if i in statuses and not statuses[i].terminal and i not in self._runs
+        ]
+        if bad:
+            raise RunNotFoundError("; ".join(bad))
+        states = [self._runs[i] for i in ids if not statuses[i].terminal and i in self._runs]
+        errors: list[Exception] = []
+        barrier = _Barrier(len(states))
+
+        async def one(state: _RunState) -> None:
+            try:
+                await self._cancel_state(state, requested_by, barrier=barrier)
+            except Exception as err:  # the others are still canceled; the first error is the answer
+                errors.append(err)
+            finally:
+                barrier.arrive(state.spec.run_id)
+
+        async with anyio.create_task_group() as tg:
+            # Queued ones first: nothing to stop, and they must not start meanwhile.
+            for state in sorted(states, key=lambda st: st.admitted):
+                tg.start_soon(one, state)
+        if errors:
+            raise errors[0]
+        final = await self.store.get_runs(ids)
+        return [final[i] for i in ids]
+
+    async def _cancel_state(
+        self, state: _RunState, requested_by: Mapping[str, int] | None, *, barrier: _Barrier | None = None
+    ) -> None:
+        """Cancel the run of ``state`` (see :meth:`cancel`). With ``barrier``
+        (:meth:`cancel_many`) the backend stops it only once every run of
+        the barrier has its cancel recorded (or has failed or ended)."""
+        run_id = state.spec.run_id
         reporter = _Reporter(self.store, state)
         async with state.lock:
             if state.phase in TERMINAL_PHASES:
-                return await self.get(run_id)
+                return
             if not state.admitted:
                 # Still queued: nothing was started, so nothing to stop.
                 await self._end_queued_locked(state, "Canceled", "canceled while queued", cancel_event=True)
-                return await self.get(run_id)
+                return
             first = not state.cancel_requested
             state.cancel_requested = True
             if first:
@@ -590,6 +670,9 @@ class Supervisor:
                 except BaseException:
                     state.cancel_requested = False
                     raise
+        if barrier is not None:
+            barrier.arrive(run_id)
+            await barrier.wait()
         backend = self.backends[state.spec.backend]
         crash_point("cancel.requested")
         try:
@@ -632,7 +715,6 @@ class Supervisor:
         if not state.done.is_set() and not state.outcome_seen.is_set() and state.scope is not None:
             state.scope.cancel()
         await reporter.phase("CANCELED", reason="Canceled", message="canceled by request", _cancel=True)
-        return await self.get(run_id)
 
     # -- pause / resume ----------------------------------------------------------
 

@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from store import EventStore
 from supervisord.api.boundary import api_errors
+from supervisord.api.cancel_routes import cancel_routes
 from supervisord.api.logs_route import logs_response
 from supervisord.api.query import flag_param, float_param, int_param
 from supervisord.api.scheduler_routes import scheduler_routes
@@ -286,6 +287,7 @@ def create_app(
     if usage is not None:
         routes += usage_routes(usage)
     routes += sweep_routes(supervisor=supervisor, store=store)
+    routes += cancel_routes(supervisor=supervisor, store=store)
     if scheduler is not None:
         routes += scheduler_routes(
             supervisor=supervisor, scheduler=scheduler, digest_key=planner.digest_key, source_at=planner.source_at

@@ -15,12 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from store import EventStore, RunStatus
+from store import EventStore
 from supervisord.api.boundary import api_errors
 from supervisord.api.query import flag_param
 from supervisord.api.wire import API_PREFIX
@@ -31,9 +30,6 @@ from supervisord.supervisor import Supervisor
 from supervisord.sweepread import resolve_sweep_id, sweep_document
 
 __all__ = ["is_sweep_request", "label_params", "submit_sweep", "sweep_routes"]
-
-#: Runs of one sweep canceled at the same time.
-_CANCEL_CONCURRENCY = 16
 
 
 def label_params(values: list[str]) -> dict[str, str]:
@@ -88,28 +84,8 @@ def sweep_routes(*, supervisor: Supervisor, store: EventStore) -> list[Route]:
         sweep_id = await resolve_sweep_id(store, request.path_params["ref"])
         runs = await store.sweep_runs(sweep_id)
         peer = dict(request.scope.get("jobsup.peer") or {})
-        done: dict[str, RunStatus] = {}
-        limiter = anyio.Semaphore(_CANCEL_CONCURRENCY)
-        # Queued ones first (nothing to stop; they must not start meanwhile).
-        order = sorted(runs, key=lambda r: r.phase != "QUEUED")
-
-        errors: list[Exception] = []
-
-        async def one(run: RunStatus) -> None:
-            async with limiter:
-                try:
-                    done[run.id] = await supervisor.cancel(run.id, requested_by=peer)
-                except Exception as err:  # the others are still canceled; the first error is the answer
-                    errors.append(err)
-
-        async with anyio.create_task_group() as tg:
-            for run in order:
-                if run.terminal:
-                    done[run.id] = run
-                else:
-                    tg.start_soon(one, run)
-        if errors:
-            raise errors[0]
+        # All together (queued ones first: they must not start meanwhile).
+        done = {r.id: r for r in await supervisor.cancel_many([r.id for r in runs], requested_by=peer)}
         return JSONResponse({"runs": [done[r.id].to_json() for r in runs]})
 
     p = API_PREFIX

@@ -28,7 +28,6 @@ from supervisord.cli.reads import (
     logs_command,
     output_closed,
     reconnecting,
-    resolve_runs,
     runs_command,
     show_command,
     wait_command,
@@ -37,7 +36,7 @@ from supervisord.cli.reads import (
 from supervisord.cli.shape import reject_shape_flags, shape_flag_options_without
 from supervisord.exceptions import DaemonUnreachableError, TaskError, UsageError
 from supervisord.runref import check_run_refs
-from supervisord.sweep import check_handles, is_sweep_ref
+from supervisord.sweep import check_handles
 from supervisord.task import BACKENDS, parse_env_pairs
 
 __all__ = ["submit", "runs", "show", "logs", "wait", "cancel", "events", "doctor", "EXIT_OTHER_PHASE", "RUN_COLUMNS"]
@@ -304,20 +303,9 @@ def cancel(runs_: tuple[str, ...], output: str) -> None:
     Every id is resolved first: one that names no run (or several) exits 2
     naming it, and nothing is cancelled."""
     check_handles(runs_)
-    client = connected_client()
-    sweep_ids = [client.sweep(ref)["sweep"]["id"] for ref in runs_ if is_sweep_ref(ref)]
-    singles = [ref for ref in runs_ if not is_sweep_ref(ref)]
-    run_ids = [r["id"] for r in resolve_runs(client, singles)] if singles else []
-    if len(run_ids) > 1:
-        # Sent together (each request returns once its run is stopped): the
-        # daemon stops them all at once, not one after the other.
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(min(32, len(run_ids))) as pool:
-            done = list(pool.map(client.cancel, run_ids))
-    else:
-        done = [client.cancel(run_id) for run_id in run_ids]
-    done += [run for sweep_id in sweep_ids for run in client.cancel_sweep(sweep_id)]
+    # One request: the daemon resolves every ref first (all or nothing) and
+    # stops the runs together, not one after the other.
+    done = connected_client().cancel_many(list(runs_))
     if output != "table":
         emit(done, output)
         return
