@@ -150,6 +150,10 @@ class _RunState:
         # cancel then stops the run again once its handle is known.
         self.starting = False
         self.start_done = anyio.Event()
+        # Where its output was last recorded, read for every run at once at
+        # reattach: source -> pos, each answered once (_Reporter.log_position).
+        self.resume_positions: dict[str, str] | None = None
+        self.resume_asked: set[str] = set()
 
     @classmethod
     def queued(cls, spec: RunSpec) -> _RunState:
@@ -170,6 +174,8 @@ class _RunState:
         self.progress = None
         self.starting = False
         self.start_done = anyio.Event()
+        self.resume_positions = None
+        self.resume_asked = set()
         return self
 
 
@@ -336,7 +342,12 @@ class _Reporter:
             await self._note_storage_trouble(incidents)
 
     async def log_position(self, source: str) -> str | None:
-        return await self._store.last_log_position(self._state.spec.run_id, source)
+        st = self._state
+        if st.resume_positions is not None and source not in st.resume_asked:
+            # Read with every other run's at reattach; nothing was recorded since.
+            st.resume_asked.add(source)
+            return st.resume_positions.get(source)
+        return await self._store.last_log_position(st.spec.run_id, source)
 
 
 class Supervisor:
@@ -768,11 +779,15 @@ class Supervisor:
         runs += [r for r in await self.store.list_runs(log_ingest="pending") if r.terminal]
         # One query for every run's Submitted event (not one per run: 500
         # runs then reattach in one pass; bench/local_reattach.py).
-        firsts = await self.store.first_events([status.id for status in runs])
+        ids = [status.id for status in runs]
+        firsts = await self.store.first_events(ids)
+        # Likewise the updates and where each run's output was last read.
+        updated = await self.store.run_events(ids, [RUN_UPDATED])
+        positions = await self.store.last_log_positions(ids)
         for status in runs:
             first = firsts.get(status.id)
             submitted = first.data if first is not None else {}
-            updates = await self.store.read_all(0, limit=10_000, run_id=status.id, types=[RUN_UPDATED])
+            updates = updated.get(status.id)
             if updates:  # `jobsup update` while it was queued
                 submitted = apply_updates(submitted, [e.data for e in updates])
             pending = self._read_pending(status.id) or self._read_sweep_pending(status.id, submitted) or {}
@@ -789,6 +804,8 @@ class Supervisor:
                 )
                 continue
             fresh = await self._never_started(status, spec)
+            if not fresh:
+                state.resume_positions = dict(positions.get(status.id) or {})
             if not fresh and not status.handle:
                 # Started, its handle not recorded (a runner spawned just
                 # before a crash): its env values were for the start only.
