@@ -159,8 +159,8 @@ def parse(argv: list[str]) -> tuple[str, dict[str, Any], list[str]] | None:
     """``(command, options, arguments)`` for an argument list this module
     runs, with the click commands' defaults filled in; None for any other."""
     if argv[:1] == ["submit"]:
-        options = parse_submit(argv[1:])
-        return None if options is None else ("submit", options, [])
+        submit = parse_submit(argv[1:])
+        return None if submit is None else ("submit", submit, [])
     if not argv or argv[0] not in _GRAMMAR:
         return None
     takes_value, flags, (least, most), outputs = _GRAMMAR[argv[0]]
