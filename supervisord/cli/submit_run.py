@@ -47,14 +47,20 @@ def submit_command(
     (exit 2) naming the flag, key or file at fault, with nothing recorded;
     DaemonUnreachableError."""
     from supervisord.cli.submit_request import build_task, submit_body
-    from supervisord.hooks.config import parse_on_done
-    from supervisord.sweep import check_max_parallel, check_placeholders, parse_labels, parse_sweep_pairs
     from supervisord.task import parse_env_pairs
 
-    grid = parse_sweep_pairs(tuple(sweep_pairs)) if sweep_pairs else None
-    check_max_parallel(max_parallel)
-    labels = parse_labels(tuple(label_pairs))
-    on_done_argv = parse_on_done(on_done) if on_done is not None else None
+    # Imported only when used: the hooks' module loads the store's types.
+    grid = labels = on_done_argv = None
+    if sweep_pairs or max_parallel is not None or label_pairs:
+        from supervisord.sweep import check_max_parallel, parse_labels, parse_sweep_pairs
+
+        grid = parse_sweep_pairs(tuple(sweep_pairs)) if sweep_pairs else None
+        check_max_parallel(max_parallel)
+        labels = parse_labels(tuple(label_pairs))
+    if on_done is not None:
+        from supervisord.hooks.config import parse_on_done
+
+        on_done_argv = parse_on_done(on_done)
     task = build_task(
         task_file,
         command,
@@ -71,6 +77,8 @@ def submit_command(
     if not task.run:
         raise TaskError("no command: give `run:` in the task file or `-- CMD...` after the options")
     if task.sweep:
+        from supervisord.sweep import check_placeholders
+
         check_placeholders(task.run, task.name, task.sweep)  # errors now; the daemon sends the warnings
         if follow:
             raise TaskError(
