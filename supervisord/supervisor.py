@@ -626,6 +626,9 @@ class Supervisor:
         the first error is raised once all are done."""
         ids = list(dict.fromkeys(run_ids))
         statuses = await self.store.get_runs(ids)
+        gone = [i for i in ids if i in statuses and not statuses[i].terminal and i not in self._runs]
+        if gone:  # ended between the read and now (its state is dropped once terminal)?
+            statuses.update(await self.store.get_runs(gone))
         bad = [f"no run {i}" for i in ids if i not in statuses]
         bad += [
             f"run {i} is not being supervised by this daemon"
