@@ -40,6 +40,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench._harness import BenchEnv, Figure, PeakRss, cpu_seconds, make_repo, parse_at, percentile, report, rss_bytes  # noqa: E402
+
 from tests.k8s_sim import SimCluster  # noqa: E402
 
 MANIFEST = """\

@@ -51,7 +51,6 @@ from pathlib import Path
 from typing import Any
 
 from _harness import BenchEnv, Figure, load_average, make_repo, parse_at, percentile, report
-
 from supervisord.api.client import Client
 
 

@@ -67,7 +67,7 @@ from store.types import (
     RunStatus,
 )
 
-__all__ = ["Projector", "validate_event", "run_status_from_row", "fold_facts", "RUN_COLUMNS"]
+__all__ = ["RUN_COLUMNS", "Projector", "fold_facts", "run_status_from_row", "validate_event"]
 
 _STREAMS: Final = frozenset({"stdout", "stderr"})
 _PHASES: Final = frozenset(PHASES)

@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from store.types import LOG_LINES, RecordedEvent
 
-__all__ = ["Subscriptions", "Waiter", "RECENT_EVENTS", "RECENT_LOG_LINES"]
+__all__ = ["RECENT_EVENTS", "RECENT_LOG_LINES", "Subscriptions", "Waiter"]
 
 #: How many recently published events are kept to answer re-checks...
 RECENT_EVENTS: Final = 2048

@@ -61,7 +61,7 @@ from supervisord.source import SnapshotStore, disk_full, is_no_space
 from supervisord.sweep import param_env
 from supervisord.world import with_after_outputs, world_fields
 
-__all__ = ["Supervisor", "SubmitResult", "PHASE_RANK", "MAX_LINES_PER_EVENT", "OOM_KILLED", "LocalRunView"]
+__all__ = ["MAX_LINES_PER_EVENT", "OOM_KILLED", "PHASE_RANK", "LocalRunView", "SubmitResult", "Supervisor"]
 
 log = structlog.get_logger("jobsup.supervisor")
 
@@ -644,7 +644,7 @@ class Supervisor:
         async def one(state: _RunState) -> None:
             try:
                 await self._cancel_state(state, requested_by, barrier=barrier)
-            except Exception as err:  # the others are still canceled; the first error is the answer
+            except Exception as err:  # noqa: BLE001 - the others are still canceled; the first error is the answer
                 errors.append(err)
             finally:
                 barrier.arrive(state.spec.run_id)
@@ -995,12 +995,13 @@ class Supervisor:
         state = self._runs.get(run_id)
         return None if state is None else (state.phase, state.admitted)
 
-    async def admit(self, run_id: str, data: Mapping[str, Any], extra_env: Mapping[str, str], message: str) -> bool:
-        """Let a queued run start: record ``Admitted`` (``data``: queue,
-        GPUs...) and PhaseChanged SCHEDULING (``message``) in one append,
-        then release its supervision task with ``extra_env`` added to its
-        environment. Returns False (recording nothing) when the run is not
-        waiting any more (ended, being canceled, already admitted)."""
+    async def admit(self, run_id: str, admitted: NewEvent, extra_env: Mapping[str, str], message: str) -> bool:
+        """Let a queued run start: record ``admitted`` (the scheduler's
+        ``Admitted`` event: the scheduler owns admission) and PhaseChanged
+        SCHEDULING (``message``) in one append, then release its supervision
+        task with ``extra_env`` added to its environment. Returns False
+        (recording nothing) when the run is not waiting any more (ended,
+        being canceled, already admitted)."""
         state = self._runs.get(run_id)
         if state is None:
             return False
@@ -1009,7 +1010,7 @@ class Supervisor:
                 return False
             await _Reporter(self.store, state)._append_locked(
                 [
-                    NewEvent("Admitted", dict(data)),
+                    admitted,
                     NewEvent(PHASE_CHANGED, {"phase": "SCHEDULING", "reason": None, "message": message}),
                 ]
             )

@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from supervisord.api.transport import Response, UnixConnection, quote_path, urlencode
 from supervisord.api.wire import API_PREFIX, from_wire, raise_error_record
@@ -60,7 +60,7 @@ class Client:
     def close(self) -> None:
         """Nothing to release between calls (kept for ``with`` and callers)."""
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

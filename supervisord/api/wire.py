@@ -58,15 +58,15 @@ from supervisord import exceptions as exc
 
 __all__ = [
     "API_PREFIX",
-    "WAIT_EXIT_CODES",
-    "EXIT_WAIT_TIMEOUT",
-    "EXIT_UNREACHABLE",
-    "to_wire",
-    "from_wire",
     "ERROR_RECORD_KEY",
+    "EXIT_UNREACHABLE",
+    "EXIT_WAIT_TIMEOUT",
+    "WAIT_EXIT_CODES",
     "error_record",
-    "raise_error_record",
     "exit_code_for_phase",
+    "from_wire",
+    "raise_error_record",
+    "to_wire",
 ]
 
 API_PREFIX: Final = "/v1"

@@ -302,6 +302,8 @@ def rerun(
     if command:
         body["command"] = command[0] if len(command) == 1 else shlex.join(command)
     result = client.rerun(run, body)
+    for line in result.get("warnings") or []:
+        warn(line)
     if result.get("missing_env"):
         warn(
             f"no value for {', '.join(result['missing_env'])} (not in --env or this environment): "

@@ -30,8 +30,8 @@ from supervisord.exceptions import AmbiguousRunError, DaemonUnreachableError, Ru
 __all__ = [
     "EXIT_OTHER_PHASE",
     "EXIT_OUTPUT_CLOSED",
-    "check_output_open",
     "RUN_COLUMNS",
+    "check_output_open",
     "connected_client",
     "emit_json_line",
     "follow_logs",
@@ -44,9 +44,9 @@ __all__ = [
     "show_document",
     "tail_start",
     "wait_command",
-    "write_stdout_bytes",
     "wait_exit_code",
     "wait_timeout_s",
+    "write_stdout_bytes",
 ]
 
 RUN_COLUMNS = (

@@ -35,7 +35,7 @@ from supervisord.runref import check_run_refs
 from supervisord.sweep import check_handles
 from supervisord.task import BACKENDS
 
-__all__ = ["submit", "runs", "show", "logs", "wait", "cancel", "events", "doctor", "EXIT_OTHER_PHASE", "RUN_COLUMNS"]
+__all__ = ["EXIT_OTHER_PHASE", "RUN_COLUMNS", "cancel", "doctor", "events", "logs", "runs", "show", "submit", "wait"]
 
 
 class _DashDashCommand(click.Command):

@@ -78,11 +78,11 @@ from supervisord.secret import looks_secret
 __all__ = [
     "CONFIG_SCHEMA",
     "HOOK_SCHEMA",
+    "is_secret_path",
     "schema_at",
     "schema_errors",
     "schema_violations",
     "validate_document",
-    "is_secret_path",
 ]
 
 _STR: dict[str, Any] = {"type": "string", "minLength": 1}
@@ -174,7 +174,7 @@ HOOK_SCHEMA: dict[str, Any] = {
         "match": {
             "type": "object",
             "additionalProperties": False,
-            "properties": {key: _GLOBS for key in ("project", "name", "backend", "reason")},
+            "properties": dict.fromkeys(("project", "name", "backend", "reason"), _GLOBS),
         },
         "command": {
             "type": "array",
@@ -458,16 +458,16 @@ def _describe(error: jsonschema.ValidationError, path: KeyPath) -> Iterable[tupl
     if "propertyNames" in error.schema_path:
         key = str(value)
         if path[-1:] == ("env",):
-            yield path + (key,), "is not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)"
+            yield (*path, key), "is not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)"
         else:
-            yield path + (key,), "must not be empty"
+            yield (*path, key), "must not be empty"
         return
     if kind == "additionalProperties" and isinstance(value, Mapping) and isinstance(schema, Mapping):
         allowed = sorted(schema.get("properties", {}))
         for key in value:
             if key not in schema.get("properties", {}):
                 hint = f"; allowed: {', '.join(allowed)}" if allowed else ""
-                yield path + (str(key),), f"unknown key{hint}"
+                yield (*path, str(key)), f"unknown key{hint}"
         return
     if kind == "type":
         types = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
@@ -500,7 +500,7 @@ def _describe(error: jsonschema.ValidationError, path: KeyPath) -> Iterable[tupl
         return
     if kind == "required":
         missing = error.message.split("'")[1] if "'" in error.message else str(error.validator_value)
-        yield path + (missing,), "is required"
+        yield (*path, missing), "is required"
         return
     if kind == "uniqueItems":
         yield path, "has duplicate items"

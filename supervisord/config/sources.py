@@ -33,19 +33,19 @@ from supervisord.exceptions import ConfigError
 
 __all__ = [
     "ENV_DAEMON_CONFIG",
-    "ENV_USER_CONFIG",
     "ENV_PROJECT_CONFIG",
+    "ENV_USER_CONFIG",
     "config_file_path",
-    "read_config_file",
-    "load_daemon_layer",
-    "load_client_layers",
-    "read_client_layers",
-    "layers_to_wire",
-    "layers_from_wire",
     "current_kube_context",
-    "kubeconfig_files",
     "json_compatible_errors",
+    "kubeconfig_files",
+    "layers_from_wire",
+    "layers_to_wire",
+    "load_client_layers",
+    "load_daemon_layer",
     "load_user_layer",
+    "read_client_layers",
+    "read_config_file",
 ]
 
 ENV_DAEMON_CONFIG = "JOBSUP_DAEMON_CONFIG"
@@ -231,10 +231,10 @@ def json_compatible_errors(value: Any, path: KeyPath) -> list[str]:
             if not isinstance(key, str):
                 errors.append(f"{format_path(path)}: the key {key!r} is not a string; quote it")
                 continue
-            errors.extend(json_compatible_errors(sub, path + (key,)))
+            errors.extend(json_compatible_errors(sub, (*path, key)))
     elif isinstance(value, list):
         for i, sub in enumerate(value):
-            errors.extend(json_compatible_errors(sub, path + (i,)))
+            errors.extend(json_compatible_errors(sub, (*path, i)))
     elif value is not None and not isinstance(value, (str, int, float, bool)):
         errors.append(f"{format_path(path)}: a {type(value).__name__} is not config data; quote it to make a string")
     return errors

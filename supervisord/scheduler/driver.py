@@ -33,6 +33,13 @@ Events it reads (and what it records, on the run's own stream):
 ``PhaseChanged`` CANCELED, reason ``DependencyFailed``
     an ``after`` dependency ended other than COMPLETED.
 
+Admission has one owner, this driver: it decides which run starts, builds
+the ``Admitted`` event and hands it to the supervisor's gate
+(:class:`RunGate`), which appends it under the run's lock and lets the run
+go on. The supervisor never decides an admission, names the event or calls
+the scheduler; requests reach the scheduler only through
+:class:`supervisord.commands.Commands`.
+
 Wake-ups: :meth:`EventStore.wait_for_events` on those types (no polling;
 idle, the driver waits on a future). After ``kill -9`` the state is rebuilt
 from the log (:meth:`Scheduler.load`): a non-terminal run with an
@@ -46,7 +53,7 @@ import dataclasses
 import datetime as dt
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import structlog
@@ -59,6 +66,7 @@ from store import (
     EventStore,
     NewEvent,
     RecordedEvent,
+    RunStatus,
     StoreError,
 )
 from supervisord.crashpoints import crash_point
@@ -86,7 +94,6 @@ from supervisord.scheduler.policy import (
     format_bytes,
 )
 from supervisord.scheduler.update import RUN_UPDATED, changed_values
-from supervisord.supervisor import Supervisor
 from supervisord.sweepread import expand_refs
 from supervisord.usage.limits import ENFORCE_SAMPLER, machine_cpus, machine_memory, parse_cpus, parse_memory
 
@@ -258,6 +265,42 @@ def _now_rfc3339() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+class RunGate(Protocol):
+    """What the scheduler needs of the supervisor: the gate in front of each
+    queued run's supervision. The scheduler owns admission (it decides, and
+    builds the ``Admitted`` event); the gate appends what it is given under
+    the run's lock and lets the run go on. Nothing else of the supervisor is
+    the scheduler's business, and the supervisor never calls the scheduler."""
+
+    async def resolve(self, ref: str) -> str:
+        """The full run id for ``ref``; raises RunNotFoundError, AmbiguousRunError, UsageError."""
+
+    async def get(self, run_id: str) -> RunStatus:
+        """The run's status; raises RunNotFoundError."""
+
+    def run_state(self, run_id: str) -> tuple[str, bool] | None:
+        """``(phase, admitted)`` of a run the daemon supervises, else None."""
+
+    async def admit(self, run_id: str, admitted: NewEvent, extra_env: Mapping[str, str], message: str) -> bool:
+        """Record ``admitted`` and PhaseChanged SCHEDULING (``message``) and
+        let the run start with ``extra_env``; False when it no longer waits."""
+
+    def resume_admitted(self, run_id: str, extra_env: Mapping[str, str]) -> None:
+        """After a restart: let a run whose admission is recorded start."""
+
+    async def set_pending(self, run_id: str, reason: str, message: str) -> bool:
+        """Record why a queued run waits; whether an event was recorded."""
+
+    async def end_queued(self, run_id: str, reason: str, message: str) -> bool:
+        """End a queued run CANCELED with ``reason``; False when it no longer waits."""
+
+    async def update_queued(self, run_id: str, data: Mapping[str, Any]) -> bool:
+        """Record RunUpdated on a waiting run; False when it no longer waits."""
+
+    async def append_event(self, run_id: str, type: str, data: Mapping[str, Any]) -> None:
+        """Append one event to a run's stream."""
+
+
 class Scheduler:
     """Decides when each queued run starts and on which GPUs.
 
@@ -267,7 +310,7 @@ class Scheduler:
     """
 
     def __init__(
-        self, store: EventStore, supervisor: Supervisor, inventory: Inventory, settings: SchedulerSettings
+        self, store: EventStore, supervisor: RunGate, inventory: Inventory, settings: SchedulerSettings
     ) -> None:
         self.store = store
         self.supervisor = supervisor
@@ -309,7 +352,8 @@ class Scheduler:
             sched=sched,
             held=bool(sched["hold"]),
             queue=str(sched["queue"]),
-            **_sweep_cap(data),
+            # A Slurm sweep is one array job: Slurm keeps its max_parallel (%N).
+            **(_sweep_cap(data) if data.get("backend") != "slurm" else {}),
         )
 
     def _admitted(self, run: _Run, at: str, data: Mapping[str, Any]) -> None:
@@ -684,7 +728,8 @@ class Scheduler:
             data["limits"] = {"memory_bytes": memory, "cpus": cpus, "enforcement": self.settings.enforcement}
         where = f"GPU {', '.join(str(g.index) for g in gpus)}" if gpus else "no GPU"
         message = f"admitted in queue {queue!r} ({in_queue}{'/' + str(cap) if cap else ''} started) on {where}"
-        if not await self.supervisor.admit(run.run_id, data, self._env_for(run, list(gpus)), message):
+        admitted = NewEvent(ADMITTED, data)
+        if not await self.supervisor.admit(run.run_id, admitted, self._env_for(run, list(gpus)), message):
             # Ended or canceled meanwhile: nothing was started on these GPUs,
             # which another run may get at once.
             self._active.pop(run.run_id, None)

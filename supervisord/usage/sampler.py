@@ -199,7 +199,7 @@ class UsageSampler:
     async def _record(self, run_id: str, data: dict[str, Any]) -> None:
         try:
             await self.supervisor.append_event(run_id, RESOURCE_USAGE, data)
-        except Exception as err:  # a run pruned meanwhile, storage trouble: the next record says it again
+        except Exception as err:  # noqa: BLE001 - a run pruned meanwhile, storage trouble: the next record says it again
             log.warning("usage not recorded", run=run_id, error=str(err))
 
     @staticmethod

@@ -971,10 +971,7 @@ class Kubelet:
             return c, c.log_file(c.restart_count - 1)
         if c is None or not c.ever_started or c.log_path is None:
             reason = c.waiting_reason if c is not None else "ContainerCreating"
-            if reason in ("ErrImagePull", "ImagePullBackOff"):
-                detail = "trying and failing to pull image"
-            else:
-                detail = reason
+            detail = "trying and failing to pull image" if reason in ("ErrImagePull", "ImagePullBackOff") else reason
             raise err_bad_request(f'container "{cname}" in pod "{pod_name}" is waiting to start: {detail}')
         return c, c.log_path
 
@@ -1321,10 +1318,7 @@ def _rewrite_mounts(text: str, mounts: list[tuple[str, str, bool]]) -> str:
     """Without mount namespaces: mountPath prefixes become the host folders
     (read-only is then not enforced)."""
     for host, target, _ro in mounts:
-        if text == target:
-            text = host
-        else:
-            text = text.replace(target.rstrip("/") + "/", host + "/")
+        text = host if text == target else text.replace(target.rstrip("/") + "/", host + "/")
     return text
 
 

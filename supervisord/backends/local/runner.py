@@ -109,6 +109,7 @@ the job's shell exits.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import select
@@ -165,11 +166,11 @@ __all__ = [
     "decode_status",
     "encode_status",
     "extract_snapshot",
-    "make_links",
-    "job_umask",
-    "open_verified_snapshot",
     "group_alive",
+    "job_umask",
     "main",
+    "make_links",
+    "open_verified_snapshot",
     "proc_start_time",
     "status_mac",
 ]
@@ -379,10 +380,8 @@ class _StatusWriter:
 
 def _note(text: str) -> None:
     """A line in runner.log (our stderr); a failed write (full disk) is dropped."""
-    try:
+    with contextlib.suppress(OSError):
         os.write(2, f"{_now()} {text}\n".encode(errors="replace"))
-    except OSError:
-        pass
 
 
 # -- process helpers -------------------------------------------------------------
@@ -401,10 +400,8 @@ def group_alive(pgid: int) -> bool:
 
 
 def _signal_group(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _descendants() -> set[int]:
@@ -498,10 +495,8 @@ def _signal_tree(pgid: int, sig: int) -> None:
     """Send ``sig`` to the job's process group and to every descendant."""
     _signal_group(pgid, sig)
     for pid in _descendants():
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 def _pause(seconds: float, output: _Output | None) -> None:
@@ -748,10 +743,8 @@ class _Output:
         self.pipes = {}
         self.close_child_ends()
         for fd in (self.data, self.index):
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
 
 
 # -- the runner ------------------------------------------------------------------

@@ -87,7 +87,7 @@ class RetryPolicy:
     def delay(self, attempt: int, retry_after_s: float | None = None) -> float:
         """Seconds to wait after failed try number ``attempt`` (1-based)."""
         wait = min(self.cap_s, self.base_s * (2.0 ** (attempt - 1)))
-        wait *= random.uniform(0.8, 1.2)
+        wait *= random.uniform(0.8, 1.2)  # noqa: S311 - jitter, not a secret
         if retry_after_s is not None:
             wait = max(wait, min(retry_after_s, self.cap_s))
         return wait
@@ -475,9 +475,9 @@ class ClusterAccess:
         current context, read again on every call), loaded on first use.
         Raises KubeconfigError naming the
         kubeconfig when it cannot be loaded."""
-        name: str = (
-            context if context else await anyio.to_thread.run_sync(self.current_context, limiter=self._load_limiter)
-        )
+        name = context
+        if not name:
+            name = await anyio.to_thread.run_sync(self.current_context, limiter=self._load_limiter)
         async with self._lock:
             found = self._clusters.get(name)
             if found is not None:
@@ -496,6 +496,6 @@ class ClusterAccess:
             seen.add(id(cluster))
             try:
                 await cluster.aclose()
-            except Exception as exc:  # closing sockets at shutdown: report, go on with the others
+            except Exception as exc:  # noqa: BLE001 - closing sockets at shutdown: report, go on with the others
                 log.warning("closing the cluster client failed", context=cluster.context, error=repr(exc))
         self._clusters.clear()

@@ -235,7 +235,7 @@ class NamespaceWatch:
                         line = await lines.__anext__()
                     except StopAsyncIteration:
                         return rv
-                    except Exception as exc:  # the connection broke mid-stream
+                    except Exception as exc:  # noqa: BLE001 - the connection broke mid-stream
                         raise UnreachableError(
                             f"watch {resource}: the stream broke ({type(exc).__name__}: {exc})",
                             status=0,
@@ -243,7 +243,7 @@ class NamespaceWatch:
                         ) from None
                 if line is None:
                     log.warning("watch silent for too long; relisting", namespace=self.namespace, resource=resource)
-                    raise _Expired()
+                    raise _Expired
                 if not line.strip():
                     continue
                 event = json.loads(line)
@@ -252,7 +252,7 @@ class NamespaceWatch:
                 if kind == "ERROR":
                     code = obj.get("code")
                     if code == 410:
-                        raise _Expired()
+                        raise _Expired
                     raise api_error(
                         f"watch {resource}: {obj.get('message') or obj}",
                         status=int(code or 500),
