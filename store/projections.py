@@ -45,6 +45,7 @@ from typing import Any, Final
 
 import aiosqlite
 
+from store.outputindex import apply_output_files
 from store.runmeta import RUN_META_COLUMNS, apply_run_meta, run_meta_from_cell
 from store.schema import PROJECTION_DDL, PROJECTION_TABLES
 from store.types import (
@@ -262,6 +263,7 @@ class Projector:
         await self._apply_runs(conn, events, counts)
         await self._apply_facts(conn, events)
         await apply_run_meta(conn, events)
+        await apply_output_files(conn, events)
 
     @staticmethod
     async def _apply_facts(conn: aiosqlite.Connection, events: Sequence[RecordedEvent]) -> None:

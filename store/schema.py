@@ -34,6 +34,7 @@ from store.errors import (
     StoreOpenError,
 )
 from store.logblocks import migrate_v3
+from store.outputindex import OUTPUT_FILES_DDL, OUTPUT_FILES_FILL
 from store.runmeta import RUN_META_DDL
 
 __all__ = [
@@ -157,7 +158,14 @@ _RUN_FACTS_DDL: Final = """CREATE TABLE run_facts (
 #: The projection tables at :data:`SCHEMA_VERSION`, dropped and recreated by
 #: ``rebuild()``. (``log_blocks``, the log text, is data beside the events,
 #: not a projection: see :mod:`store.logblocks`.)
-PROJECTION_TABLES: Final[tuple[str, ...]] = ("runs", "log_sources", "log_archives", "run_facts", "run_meta")
+PROJECTION_TABLES: Final[tuple[str, ...]] = (
+    "runs",
+    "log_sources",
+    "log_archives",
+    "run_facts",
+    "run_meta",
+    "output_files",
+)
 
 #: DDL of the projection tables at :data:`SCHEMA_VERSION`. A migration that
 #: changes a projection table changes this and sets ``rebuild_projections``.
@@ -170,6 +178,7 @@ PROJECTION_DDL: Final[tuple[str, ...]] = (
     _LOG_ARCHIVES_DDL,
     _RUN_FACTS_DDL,
     *RUN_META_DDL,
+    *OUTPUT_FILES_DDL,
 )
 
 
@@ -259,6 +268,11 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     # its place can change when branches adding other steps are merged. No
     # run recorded before has labels, a sweep or progress: it starts empty.
     Migration("run labels, sweeps, params and progress: run_meta", RUN_META_DDL),
+    # Output files by sha256 (store.outputindex), filled from the
+    # OutputsRecorded events already recorded. Self-contained and
+    # idempotent (IF NOT EXISTS, INSERT OR IGNORE): its place can change
+    # when branches adding other steps are merged.
+    Migration("output files by sha256 (jobsup which): output_files", (*OUTPUT_FILES_DDL, OUTPUT_FILES_FILL)),
 )
 
 #: The schema version this jobsup writes.

@@ -95,6 +95,7 @@ __all__ = [
     "LOG_INGEST_DONE",
     "LOG_INGEST_PENDING",
     "LOG_LINES",
+    "OUTPUTS_RECORDED",
     "PHASES",
     "PHASE_CHANGED",
     "PHASE_RANK",
@@ -148,6 +149,9 @@ RESOURCE_USAGE: Final = "ResourceUsage"
 PROGRESS: Final = "Progress"
 #: A sweep's grid, on the sweep's own stream (the sweep id), before its runs' Submitted.
 SWEEP_SUBMITTED: Final = "SweepSubmitted"
+#: A run's outputs folder listed with each file's sha256 (store.outputindex
+#: indexes its files by digest for ``jobsup which``).
+OUTPUTS_RECORDED: Final = "OutputsRecorded"
 
 #: Event types that change projected columns beyond the bookkeeping ones.
 PROJECTED_TYPES: Final[frozenset[str]] = frozenset(

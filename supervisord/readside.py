@@ -221,6 +221,10 @@ class ReadSide:
         """Which runs wrote files with these SHA-256 digests (:func:`supervisord.outputs.query.which`)."""
         return await which(self.store, list(digests))
 
+    async def resolve_sweep(self, ref: str) -> str:
+        """The full sweep id for an id or unique prefix (:func:`supervisord.sweepread.resolve_sweep_id`)."""
+        return await resolve_sweep_id(self.store, ref)
+
     async def sweep(self, ref: str, *, with_runs: bool = False) -> dict[str, Any]:
         """A sweep's document (:func:`supervisord.sweepread.sweep_document`)."""
         return await sweep_document(self.store, ref, with_runs=with_runs)

@@ -34,6 +34,7 @@ from store import (
     PROGRESS,
     SUBMITTED,
     TERMINAL_PHASES,
+    Append,
     ConcurrencyError,
     EventStore,
     LogBlock,
@@ -511,6 +512,7 @@ class Supervisor:
                     # One file for the whole sweep (its runs differ only in
                     # their params' variables, made again from Submitted).
                     self._write_sweep_pending(sweep_id, states)
+                    crash_point("sweep.pending_written")
                 for state in states:
                     if not self.gated:
                         state.admitted = True
@@ -524,6 +526,7 @@ class Supervisor:
                 appends = [Append(sweep_id, 0, [NewEvent(SWEEP_SUBMITTED, dict(sweep))])]
                 appends += [Append(st.spec.run_id, 0, [NewEvent(SUBMITTED, dict(st.spec.submitted))]) for st in states]
                 await self.store.append_together(appends)
+                crash_point("sweep.recorded")
             except BaseException:
                 for state in states:
                     if self._runs.get(state.spec.run_id) is state:
@@ -1058,6 +1061,55 @@ class Supervisor:
         if state is None or state.admitted:
             return False
         return await _Reporter(self.store, state).phase("QUEUED", reason=reason, message=message)
+
+    async def set_pending_many(self, pending: Sequence[tuple[str, str, str]]) -> int:
+        """:meth:`set_pending` for many runs (``(run id, reason, message)``)
+        in one append of all their PhaseChanged QUEUED events: a scheduler
+        pass over a 1,000-run sweep made 1,000 tasks and appends
+        (bench/sweep_submit.py). A run whose lock is taken, or whose append
+        fails (another event got in first, storage trouble), gets
+        :meth:`set_pending` on its own, which waits. Never waits for a lock
+        while it holds one. Returns how many events were recorded."""
+        taken: list[tuple[_RunState, str, str]] = []
+        alone: list[tuple[str, str, str]] = []
+        try:
+            for run_id, reason, message in pending:
+                st = self._runs.get(run_id)
+                if st is None or st.admitted:
+                    continue
+                try:
+                    st.lock.acquire_nowait()
+                except anyio.WouldBlock:
+                    alone.append((run_id, reason, message))
+                    continue
+                now = RunPhase(st.phase, st.reason, st.message, st.cancel_requested)
+                if decide(now, "QUEUED", reason=reason, message=message).record:
+                    taken.append((st, reason, message))
+                else:
+                    st.lock.release()
+            appends = [
+                Append(
+                    st.spec.run_id,
+                    st.version,
+                    [NewEvent(PHASE_CHANGED, {"phase": "QUEUED", "reason": reason, "message": message})],
+                )
+                for st, reason, message in taken
+            ]
+            results = await self.store.append_many(appends) if appends else []
+            recorded = 0
+            for (st, reason, message), got in zip(taken, results, strict=True):
+                if isinstance(got, BaseException):
+                    alone.append((st.spec.run_id, reason, message))
+                    continue
+                st.version = got[-1].version
+                st.phase, st.reason, st.message = "QUEUED", reason, message
+                recorded += 1
+        finally:
+            for st, _, _ in taken:
+                st.lock.release()
+        for run_id, reason, message in alone:
+            recorded += await self.set_pending(run_id, reason, message)
+        return recorded
 
     async def end_queued(self, run_id: str, reason: str, message: str) -> bool:
         """End a queued run CANCELED with ``reason`` without starting it

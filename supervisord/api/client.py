@@ -3,7 +3,8 @@
 Every call has a timeout. Streams (logs, events, wait) use a read timeout of
 three server heartbeats, so a daemon that dies mid-stream is noticed.
 When no daemon answers, :meth:`Client.connect` starts one in the background
-(unless ``JOBSUP_NO_AUTOSTART=1``), logging to ``<state dir>/daemon.log``.
+(unless ``JOBSUP_NO_AUTOSTART=1``), logging to ``<state dir>/daemon.log``,
+with a clean environment (:mod:`supervisord.daemonenv`).
 
 Why not httpx (nor :mod:`http.client`): every CLI command is a new
 process, and what it imports is paid on every call by the scripts and
@@ -143,9 +144,13 @@ class Client:
         logf = os.fdopen(fd, "ab")
         import subprocess  # here: only a command that starts a daemon pays for it
 
+        from supervisord.daemonenv import daemon_env
+
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "supervisord", "daemon"],
+                # A clean environment: never the first shell's variables.
+                env=daemon_env(os.environ),
                 stdin=subprocess.DEVNULL,
                 stdout=logf,
                 stderr=logf,

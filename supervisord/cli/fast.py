@@ -208,37 +208,41 @@ def parse(argv: list[str]) -> tuple[str, dict[str, Any], list[str]] | None:
 
 
 def _runs(options: dict[str, Any], args: list[str]) -> int:
-    from supervisord.cli.reads import connected_client, runs_command
+    from supervisord.cli.reads import read_command, runs_command
 
     if options.get("sweep") is None:
-        return runs_command(
-            connected_client(),
-            all_=bool(options.get("all_")),
-            project=options.get("project"),
-            phase=None,
-            output=options["output"],
-            name=options.get("name"),
+        return read_command(
+            lambda client: runs_command(
+                client,
+                all_=bool(options.get("all_")),
+                project=options.get("project"),
+                phase=None,
+                output=options["output"],
+                name=options.get("name"),
+            )
         )
     from supervisord.cli.sweep_table import sweep_command
     from supervisord.sweep import check_sweep_ref
 
     check_sweep_ref(options["sweep"])
-    return sweep_command(
-        connected_client(),
-        options["sweep"],
-        name=options.get("name"),
-        sort_key=options.get("sort_key"),
-        as_csv=bool(options.get("as_csv")),
-        output=options["output"],
+    return read_command(
+        lambda client: sweep_command(
+            client,
+            options["sweep"],
+            name=options.get("name"),
+            sort_key=options.get("sort_key"),
+            as_csv=bool(options.get("as_csv")),
+            output=options["output"],
+        )
     )
 
 
 def _show(options: dict[str, Any], args: list[str]) -> int:
-    from supervisord.cli.reads import connected_client, show_command
+    from supervisord.cli.reads import read_command, show_command
     from supervisord.runref import check_run_refs
 
     check_run_refs(args)
-    return show_command(connected_client(), args[0], options["output"])
+    return read_command(lambda client: show_command(client, args[0], options["output"]))
 
 
 def _wait(options: dict[str, Any], args: list[str]) -> int:

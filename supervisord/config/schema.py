@@ -64,16 +64,17 @@ Keys::
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
-from typing import Any
-
-import jsonschema
-import jsonschema.validators
+from typing import TYPE_CHECKING, Any
 
 from store.types import PHASES
 from supervisord.config.keypath import KeyPath, format_path
 from supervisord.config.sandbox import check_kubernetes_options
 from supervisord.secret import looks_secret
+
+if TYPE_CHECKING:
+    import jsonschema
 
 __all__ = [
     "CONFIG_SCHEMA",
@@ -333,11 +334,18 @@ def _is_strict_int(checker: Any, instance: Any) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 
-_Validator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
-    jsonschema.Draft202012Validator,
-    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_strict_int),
-)
-_VALIDATOR = _Validator(CONFIG_SCHEMA)
+@functools.cache
+def _validator() -> Any:
+    """The config schema's validator, made at its first use: importing
+    jsonschema costs about 0.1 s of CPU, which every ``jobsup submit``
+    paid at import (bench/sweep_submit.py) though the CLI rarely validates."""
+    import jsonschema.validators
+
+    extended = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+        jsonschema.Draft202012Validator,
+        type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_strict_int),
+    )
+    return extended(CONFIG_SCHEMA)
 
 
 def is_secret_path(path: KeyPath) -> bool:
@@ -384,7 +392,7 @@ def schema_errors(document: Mapping[str, Any]) -> list[tuple[KeyPath, str]]:
     """Every schema violation in ``document`` as ``(key path, reason)``,
     sorted by path. Reasons never show values under secret paths."""
     out: list[tuple[KeyPath, str]] = []
-    for error in _VALIDATOR.iter_errors(document):
+    for error in _validator().iter_errors(document):
         path: KeyPath = tuple(error.absolute_path)
         out.extend(_describe(error, path))
     out.sort(key=lambda item: format_path(item[0]))
@@ -395,7 +403,7 @@ def schema_violations(document: Mapping[str, Any]) -> list[tuple[KeyPath, str]]:
     """Every schema violation in ``document`` as ``(key path, the JSON
     Schema keyword it breaks)``, sorted: no value shown, for callers that
     word their own messages (hooks, whose webhook URLs are secrets)."""
-    found = {(tuple(e.absolute_path), str(e.validator)) for e in _VALIDATOR.iter_errors(document)}
+    found = {(tuple(e.absolute_path), str(e.validator)) for e in _validator().iter_errors(document)}
     return sorted(found, key=lambda item: (format_path(item[0]), item[1]))
 
 

@@ -52,7 +52,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import anyio
@@ -290,6 +290,9 @@ class RunGate(Protocol):
 
     async def set_pending(self, run_id: str, reason: str, message: str) -> bool:
         """Record why a queued run waits; whether an event was recorded."""
+
+    async def set_pending_many(self, pending: Sequence[tuple[str, str, str]]) -> int:
+        """``set_pending`` for many ``(run id, reason, message)`` in one append; how many were recorded."""
 
     async def end_queued(self, run_id: str, reason: str, message: str) -> bool:
         """End a queued run CANCELED with ``reason``; False when it no longer waits."""
@@ -696,12 +699,14 @@ class Scheduler:
                 # the append is still committing.
                 self._admitted(run, _now_rfc3339(), {"queue": a.queue, "gpus": [g.to_json() for g in a.gpus]})
                 tg.start_soon(self._admit, run, a.queue, a.gpus, a.in_queue, a.max_parallel)
-        async with anyio.create_task_group() as tg:
-            for rid, p in decision.pending.items():
-                w = self._waiting.get(rid)
-                if w is not None and (w.reason, w.message) != (p.reason, p.message):
-                    w.reason, w.message = p.reason, p.message
-                    tg.start_soon(self.supervisor.set_pending, rid, p.reason, p.message)
+        changed: list[tuple[str, str, str]] = []
+        for rid, p in decision.pending.items():
+            w = self._waiting.get(rid)
+            if w is not None and (w.reason, w.message) != (p.reason, p.message):
+                w.reason, w.message = p.reason, p.message
+                changed.append((rid, p.reason, p.message))
+        if changed:  # one append for all (a sweep: 1,000 runs at once)
+            await self.supervisor.set_pending_many(changed)
         self._last = decision
 
     async def _free(self, run: _Run) -> None:

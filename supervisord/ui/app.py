@@ -5,7 +5,8 @@ Routes (every one needs the session cookie, see :mod:`supervisord.ui.auth`)::
 
     GET  /?token=T                  exchange a one-time token for the cookie
     GET  /                          runs, newest first, paged (?before=CURSOR),
-                                    filters ?phase= &project= &name= &backend=
+                                    filters ?phase= &project= &backend= &name=GLOB
+                                    &sweep=S &label=K=V (repeatable), as `jobsup runs`
     GET  /runs/{id}                 one run: facts, timeline, config, last lines
                                     (?before_line=N shows the lines before N)
     GET  /runs/{id}/lines           JSON {"lines": [[n, stream, text]...]}
@@ -15,7 +16,8 @@ Routes (every one needs the session cookie, see :mod:`supervisord.ui.auth`)::
     POST /runs/{id}/cancel          CSRF-checked; 303 to the run's page
     POST /runs/{id}/rerun           CSRF-checked; 303 to the new run's page
     GET  /sweeps/{ref}              a sweep's results table (?sort=[-]COLUMN),
-                                    reloaded every few seconds until it ends
+                                    live from its stream until it ends
+    GET  /sweeps/{ref}/stream       SSE: "rows" (the changed rows' HTML, counts)
     POST /runs/{id}/pause, /resume  CSRF-checked; 303 to the run's page (a running local run)
     POST /runs/{id}/priority        CSRF-checked, form ``priority``; 303 to the run's page (a queued run)
     GET  /events                    the audit trail, ?run= &type= &after= paged
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlencode, urlsplit
 
+import anyio
 import jinja2
 import structlog
 from markupsafe import escape
@@ -60,6 +63,7 @@ from store import (
     LOG_LINES,
     PHASE_CHANGED,
     PHASES,
+    PROGRESS,
     SUBMITTED,
     TERMINAL_PHASES,
     EventStore,
@@ -73,6 +77,7 @@ from supervisord.api.streams import StreamCloser
 from supervisord.exceptions import JobsupError, UsageError
 from supervisord.progress import progress_text
 from supervisord.readside import ReadSide
+from supervisord.sweep import parse_labels
 from supervisord.sweeptable import flat_rows, sort_rows, table_columns
 from supervisord.ui.auth import COOKIE_NAME, SESSION_TTL_S, UiAuth
 
@@ -88,6 +93,10 @@ TAIL_LINES = 1000
 PAGE_RUNS = 50
 #: Events per page of the audit trail.
 PAGE_EVENTS = 100
+#: Seconds between two updates of a sweep's live table at most (each
+#: reads the whole table: a sweep of 1,000 runs reporting progress must not
+#: make an open page cost the daemon a core).
+SWEEP_UPDATE_S = 1.0
 
 _HERE = Path(__file__).parent
 
@@ -286,9 +295,13 @@ async def _refuse_cross_site(request: Request, st: _UiState, nonce: str, host: s
 # -- runs ---------------------------------------------------------------
 
 
-def _run_filters(request: Request) -> dict[str, str]:
+async def _run_filters(request: Request) -> tuple[dict[str, str], dict[str, str]]:
+    """The runs list's filters (``jobsup runs``'s): ``phase``, ``project``,
+    ``backend`` (exact), ``name`` (a glob), ``sweep`` (an id or prefix,
+    resolved to the full id) and each ``label=K=V``. Returns ``(filters,
+    labels)``; raises _BadRequest, JobsupError (a bad label, no such sweep)."""
     out = {}
-    for key in ("phase", "project", "name", "backend"):
+    for key in ("phase", "project", "name", "backend", "sweep"):
         value = (request.query_params.get(key) or "").strip()
         if value:
             out[key] = value
@@ -296,26 +309,36 @@ def _run_filters(request: Request) -> dict[str, str]:
         out["phase"] = out["phase"].upper()
         if out["phase"] not in PHASES:
             raise _BadRequest(f"query parameter phase={out['phase']!r}: use one of {', '.join(PHASES)}")
-    return out
+    if "sweep" in out:
+        out["sweep"] = await _state(request).reads.resolve_sweep(out["sweep"])
+    pairs = [v.strip() for v in request.query_params.getlist("label") if v.strip()]
+    return out, parse_labels(pairs, what="query parameter label")
+
+
+def _filter_query(filters: Mapping[str, str], labels: Mapping[str, str], **extra: Any) -> str:
+    items = [*filters.items(), *(("label", f"{k}={v}") for k, v in labels.items()), *extra.items()]
+    return urlencode(items)
 
 
 async def runs_page(request: Request, page: _Page) -> Response:
     """``GET /``: runs, newest first, paged and filtered."""
     reads = _state(request).reads
-    filters = _run_filters(request)
+    filters, labels = await _run_filters(request)
     before = _int_param(request, "before", None, lo=1)
     runs, cursor = await reads.page_runs(
         limit=PAGE_RUNS,
         before=before,
         project=filters.get("project"),
-        name=filters.get("name"),
+        name_glob=filters.get("name"),
         backend=filters.get("backend"),
         phases=[filters["phase"]] if "phase" in filters else None,
+        labels=labels,
+        sweep_id=filters.get("sweep"),
     )
-    older = f"/?{urlencode({**filters, 'before': cursor})}" if cursor is not None else None
+    older = f"/?{_filter_query(filters, labels, before=cursor)}" if cursor is not None else None
     return _render(
-        request, "runs.html", page, runs=runs, filters=filters, older=older, first_page=before is None,
-        after_seq=await reads.last_seq(),
+        request, "runs.html", page, runs=runs, filters=filters, labels=labels, query=_filter_query(filters, labels),
+        older=older, first_page=before is None, after_seq=await reads.last_seq(),
     )  # fmt: skip
 
 
@@ -519,23 +542,82 @@ async def queue_page(request: Request, page: _Page) -> Response:
     return _render(request, "queue.html", page, queue=await _state(request).actions.queue())
 
 
-async def sweep_page(request: Request, page: _Page) -> Response:
-    """``GET /sweeps/{ref}``: a sweep's results table."""
-    doc = await _state(request).reads.sweep(request.path_params["ref"])
+def _sweep_table(doc: Mapping[str, Any], sort: str) -> tuple[list[str], list[dict[str, Any]]]:
+    """The results table of a sweep document: its columns and rows, sorted by ``sort``."""
     columns = table_columns(doc)
     rows = flat_rows(doc)
-    sort = (request.query_params.get("sort") or "").strip()
     if sort:
         try:
             rows = sort_rows(rows, sort, columns)
         except UsageError as err:
             raise _BadRequest(str(err)) from None
+    return columns, rows
+
+
+async def sweep_page(request: Request, page: _Page) -> Response:
+    """``GET /sweeps/{ref}``: a sweep's results table, live (:func:`sweep_stream`)."""
+    reads = _state(request).reads
+    after_seq = await reads.last_seq()  # before the read: the stream misses nothing after it
+    doc = await reads.sweep(request.path_params["ref"])
+    sort = (request.query_params.get("sort") or "").strip()
+    columns, rows = _sweep_table(doc, sort)
     by_id = {r["id"]: r for r in doc["rows"]}
     done = all(r["phase"] in TERMINAL_PHASES for r in doc["rows"])
     return _render(
         request, "sweep.html", page, doc=doc, sweep=doc["sweep"], columns=columns, rows=rows, by_id=by_id,
-        sort=sort, done=done, params=doc["params"],
+        sort=sort, done=done, params=doc["params"], after_seq=after_seq,
     )  # fmt: skip
+
+
+async def sweep_stream(request: Request, page: _Page) -> Response:
+    """``GET /sweeps/{ref}/stream``: SSE of a sweep's results table: a
+    ``rows`` event (``{"columns", "rows": {run id: the row's HTML},
+    "counts": HTML, "done"}``) each time runs of the sweep change phase or
+    report progress, or one of it is submitted (a rerun), at most every
+    :data:`SWEEP_UPDATE_S`. The page replaces those rows; when the columns
+    changed (a first metric) it reloads."""
+    st = _state(request)
+    reads = st.reads
+    sweep_id = await reads.resolve_sweep(request.path_params["ref"])
+    after = _resume_seq(request)
+    macros: Any = st.templates.get_template("_sweep_row.html").module
+
+    async def stream() -> AsyncIterator[bytes]:
+        cursor = after if after is not None else await reads.last_seq()
+        members = {r["id"] for r in (await reads.sweep(sweep_id))["rows"]}
+        yield f"retry: 2000\nid: {cursor}\n\n".encode()
+        while True:
+            got = await reads.wait_for_events(
+                cursor, types=[SUBMITTED, PHASE_CHANGED, PROGRESS], limit=1000, timeout_s=HEARTBEAT_S
+            )
+            if not got:
+                yield b": heartbeat\n\n"
+                continue
+            cursor = got[-1].seq
+            changed = {
+                e.run_id
+                for e in got
+                if e.run_id in members or (e.type == SUBMITTED and e.data.get("sweep_id") == sweep_id)
+            }
+            if not changed:
+                continue
+            doc = await reads.sweep(sweep_id)
+            members = {r["id"] for r in doc["rows"]}
+            columns, rows = _sweep_table(doc, "")
+            by_id = {r["id"]: r for r in doc["rows"]}
+            body = {
+                "columns": columns,
+                "rows": {
+                    r["id"]: str(macros.sweep_row(r, by_id[r["id"]], columns)) for r in rows if r["id"] in changed
+                },
+                "counts": str(macros.sweep_counts(doc)),
+                "done": all(r["phase"] in TERMINAL_PHASES for r in doc["rows"]),
+            }
+            yield _sse("rows", body, id=cursor)
+            # What changes meanwhile waits in the log for the next read.
+            await anyio.sleep(SWEEP_UPDATE_S)
+
+    return _sse_response(stream(), st.streams)
 
 
 def create_ui_app(
@@ -682,6 +764,7 @@ ROUTES = [
     Route("/runs/{ref}/cancel", _guard(cancel, post=True), methods=["POST"]),
     Route("/runs/{ref}/rerun", _guard(rerun, post=True), methods=["POST"]),
     Route("/sweeps/{ref}", _guard(sweep_page), methods=["GET"]),
+    Route("/sweeps/{ref}/stream", _guard(sweep_stream), methods=["GET"]),
     Route("/runs/{ref}/pause", _guard(pause, post=True), methods=["POST"]),
     Route("/runs/{ref}/resume", _guard(resume, post=True), methods=["POST"]),
     Route("/runs/{ref}/priority", _guard(priority, post=True), methods=["POST"]),

@@ -319,7 +319,7 @@ class LogFollower:
         self.connects += 1
         self._count("log_follows")
         async with self.cluster.stream(
-            self._path, self._query(True), what=f"follow the log of {self.source}"
+            self._path, self._query(True), what=f"follow the log of {self.source}", pool_key=self.source
         ) as response:
             # A reader task feeds a queue, so that a wait that times out never
             # cancels the body iterator (a cancelled async generator is done).
@@ -412,7 +412,7 @@ class LogFollower:
             try:
                 with anyio.fail_after(self.final_read_s):
                     async with self.cluster.stream(
-                        self._path, self._query(False), what=f"read the log of {self.source}"
+                        self._path, self._query(False), what=f"read the log of {self.source}", pool_key=self.source
                     ) as response:
                         async for chunk in response.aiter_raw():
                             lines = decoder.feed(chunk)
