@@ -488,6 +488,15 @@ class Writer:
                 at = utc_now()
                 inserts: list[tuple[int, str, int, str, str, str]] = []
                 resolver = BlockResolver(conn)
+                await resolver.prefetch(
+                    {
+                        (run_id, event.block.source)
+                        for job in batch
+                        for run_id, _, events in _parts(job)
+                        for event in events
+                        if event.block is not None
+                    }
+                )
                 checkpoints: list[tuple[str, int, str]] = []
                 for job in batch:
                     if job.checkpoint is not None:

@@ -158,6 +158,10 @@ class _RunState:
         # cancel then stops the run again once its handle is known.
         self.starting = False
         self.start_done = anyio.Event()
+        # Where its output was last recorded, read for every run at once at
+        # reattach: source -> pos, each answered once (_Reporter.log_position).
+        self.resume_positions: dict[str, str] | None = None
+        self.resume_asked: set[str] = set()
         self._init_retry(status.attempt)
 
     def _init_retry(self, attempt: int) -> None:
@@ -195,8 +199,34 @@ class _RunState:
         self.progress = None
         self.starting = False
         self.start_done = anyio.Event()
+        self.resume_positions = None
+        self.resume_asked = set()
         self._init_retry(1)
         return self
+
+
+class _Barrier:
+    """Waits until each of ``count`` runs has arrived (each counted once)."""
+
+    def __init__(self, count: int) -> None:
+        self._left = count
+        self._arrived: set[str] = set()
+        self._all = anyio.Event()
+        if count <= 0:
+            self._all.set()
+
+    def arrive(self, run_id: str) -> None:
+        """``run_id`` has arrived (again: no effect)."""
+        if run_id in self._arrived:
+            return
+        self._arrived.add(run_id)
+        self._left -= 1
+        if self._left <= 0:
+            self._all.set()
+
+    async def wait(self) -> None:
+        """Return once every run has arrived."""
+        await self._all.wait()
 
 
 class _Reporter:
@@ -351,7 +381,12 @@ class _Reporter:
             await self._note_storage_trouble(incidents)
 
     async def log_position(self, source: str) -> str | None:
-        return await self._store.last_log_position(self._state.spec.run_id, source)
+        st = self._state
+        if st.resume_positions is not None and source not in st.resume_asked:
+            # Read with every other run's at reattach; nothing was recorded since.
+            st.resume_asked.add(source)
+            return st.resume_positions.get(source)
+        return await self._store.last_log_position(st.spec.run_id, source)
 
 
 class Supervisor:
@@ -708,14 +743,73 @@ class Supervisor:
         state = self._runs.get(run_id)
         if state is None:
             raise RunNotFoundError(f"run {run_id} is not being supervised by this daemon")
+        await self._cancel_state(state, requested_by)
+        return await self.get(run_id)
+
+    async def cancel_many(
+        self, run_ids: Sequence[str], *, requested_by: Mapping[str, int] | None = None
+    ) -> list[RunStatus]:
+        """Cancel many runs together (:meth:`cancel` for each, all at once):
+        the runs are read in one query; every cancel is requested before
+        any run is stopped (queued ones end first, so none starts
+        meanwhile), their CancelRequested events share the store's
+        transactions, the backends get their signals at once and the
+        confirmations are awaited together. Returns the runs' statuses in
+        the order of ``run_ids`` (duplicates once), terminal ones unchanged.
+
+        Every run is checked before any is touched: RunNotFoundError names
+        those that do not exist or that this daemon does not supervise.
+        A cancel that fails (BackendError...) does not stop the others;
+        the first error is raised once all are done."""
+        ids = list(dict.fromkeys(run_ids))
+        statuses = await self.store.get_runs(ids)
+        gone = [i for i in ids if i in statuses and not statuses[i].terminal and i not in self._runs]
+        if gone:  # ended between the read and now (its state is dropped once terminal)?
+            statuses.update(await self.store.get_runs(gone))
+        bad = [f"no run {i}" for i in ids if i not in statuses]
+        bad += [
+            f"run {i} is not being supervised by this daemon"
+            for i in ids
+            if i in statuses and not statuses[i].terminal and i not in self._runs
+        ]
+        if bad:
+            raise RunNotFoundError("; ".join(bad))
+        states = [self._runs[i] for i in ids if not statuses[i].terminal and i in self._runs]
+        errors: list[Exception] = []
+        barrier = _Barrier(len(states))
+
+        async def one(state: _RunState) -> None:
+            try:
+                await self._cancel_state(state, requested_by, barrier=barrier)
+            except Exception as err:  # noqa: BLE001 - the others are still canceled; the first error is the answer
+                errors.append(err)
+            finally:
+                barrier.arrive(state.spec.run_id)
+
+        async with anyio.create_task_group() as tg:
+            # Queued ones first: nothing to stop, and they must not start meanwhile.
+            for state in sorted(states, key=lambda st: st.admitted):
+                tg.start_soon(one, state)
+        if errors:
+            raise errors[0]
+        final = await self.store.get_runs(ids)
+        return [final[i] for i in ids]
+
+    async def _cancel_state(
+        self, state: _RunState, requested_by: Mapping[str, int] | None, *, barrier: _Barrier | None = None
+    ) -> None:
+        """Cancel the run of ``state`` (see :meth:`cancel`). With ``barrier``
+        (:meth:`cancel_many`) the backend stops it only once every run of
+        the barrier has its cancel recorded (or has failed or ended)."""
+        run_id = state.spec.run_id
         reporter = _Reporter(self.store, state)
         async with state.lock:
             if state.phase in TERMINAL_PHASES:
-                return await self.get(run_id)
+                return
             if not state.admitted:
                 # Still queued: nothing was started, so nothing to stop.
                 await self._end_queued_locked(state, "Canceled", "canceled while queued", cancel_event=True)
-                return await self.get(run_id)
+                return
             first = not state.cancel_requested
             state.cancel_requested = True
             if first:
@@ -727,6 +821,9 @@ class Supervisor:
                 except BaseException:
                     state.cancel_requested = False
                     raise
+        if barrier is not None:
+            barrier.arrive(run_id)
+            await barrier.wait()
         backend = self.backends[state.spec.backend]
         crash_point("cancel.requested")
         if state.backoff_scope is not None:
@@ -740,7 +837,7 @@ class Supervisor:
                 self._remove_pending(run_id)
                 if self._runs.get(run_id) is state:
                     del self._runs[run_id]
-            return await self.get(run_id)
+            return
         try:
             stopped = dict(state.handle)
             await backend.cancel(state.spec, stopped)
@@ -781,7 +878,6 @@ class Supervisor:
         if not state.done.is_set() and not state.outcome_seen.is_set() and state.scope is not None:
             state.scope.cancel()
         await reporter.phase("CANCELED", reason="Canceled", message="canceled by request", _cancel=True)
-        return await self.get(run_id)
 
     # -- pause / resume ----------------------------------------------------------
 
@@ -837,11 +933,15 @@ class Supervisor:
         runs += [r for r in await self.store.list_runs(log_ingest="pending") if r.terminal]
         # One query for every run's Submitted event (not one per run: 500
         # runs then reattach in one pass; bench/local_reattach.py).
-        firsts = await self.store.first_events([status.id for status in runs])
+        ids = [status.id for status in runs]
+        firsts = await self.store.first_events(ids)
+        # Likewise the updates and where each run's output was last read.
+        updated = await self.store.run_events(ids, [RUN_UPDATED])
+        positions = await self.store.last_log_positions(ids)
         for status in runs:
             first = firsts.get(status.id)
             submitted = first.data if first is not None else {}
-            updates = await self.store.read_all(0, limit=10_000, run_id=status.id, types=[RUN_UPDATED])
+            updates = updated.get(status.id)
             if updates:  # `jobsup update` while it was queued
                 submitted = apply_updates(submitted, [e.data for e in updates])
             pending = self._read_pending(status.id) or self._read_sweep_pending(status.id, submitted) or {}
@@ -860,6 +960,8 @@ class Supervisor:
                 )
                 continue
             fresh = retry_fresh if retry_fresh is not None else await self._never_started(status, spec)
+            if not fresh:
+                state.resume_positions = dict(positions.get(status.id) or {})
             if not fresh and not status.handle and state.policy is None:
                 # Started, its handle not recorded (a runner spawned just
                 # before a crash): its env values were for the start only.

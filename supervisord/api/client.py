@@ -267,6 +267,12 @@ class Client:
         """``POST /sweeps/{ref}/cancel``: every run of the sweep after cancel."""
         return list(self._call("POST", f"/sweeps/{ref}/cancel", timeout=600.0)["runs"])
 
+    def cancel_many(self, refs: list[str]) -> list[dict[str, Any]]:
+        """``POST /cancel``: the runs of ``refs`` (run ids, prefixes, sweep
+        ids) after cancel, each once, canceled together. Raises UsageError
+        naming every ref that names no run (nothing canceled)."""
+        return list(self._call("POST", "/cancel", json_body={"runs": list(refs)}, timeout=600.0)["runs"])
+
     def show(self, ref: str) -> dict[str, Any]:
         """``GET /runs/{ref}``: ``{"run": Run, "submitted": {...}}``."""
         return dict(self._call("GET", f"/runs/{ref}"))

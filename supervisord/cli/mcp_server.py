@@ -953,8 +953,8 @@ class JobsupTools:
                     raise _ref_error(f"runs[{i}]", err) from None
             else:
                 ids.append(self._run(f"runs[{i}]", ref)["run"]["id"])
-        done = [self.client.cancel(rid) for rid in ids]
-        return {"runs": done + [r for sid in sweeps for r in self.client.cancel_sweep(sid)]}
+        # One request: the daemon stops them all together.
+        return {"runs": self.client.cancel_many([*ids, *sweeps])}
 
     def _ids(self, args: dict[str, Any]) -> list[str]:
         """Every ref of ``args["runs"]`` resolved first (a bad one does nothing)."""

@@ -388,13 +388,13 @@ class Scheduler:
             self._daemon_version = e.version
             if e.type == QUEUE_CHANGED:
                 self._fold_queue_changed(e.data)
-        for status in reversed(await self.store.list_runs(non_terminal_only=True)):
-            events = await self.store.read_all(
-                0,
-                limit=1_000_000,
-                run_id=status.id,
-                types=[SUBMITTED, ADMITTED, HELD_EVENT, HOLD_RELEASED, RUN_UPDATED],
-            )
+        live = list(reversed(await self.store.list_runs(non_terminal_only=True)))
+        # Every live run's events in one query (not one per run: a restart with 500 runs).
+        of_run = await self.store.run_events(
+            [status.id for status in live], [SUBMITTED, ADMITTED, HELD_EVENT, HOLD_RELEASED, RUN_UPDATED]
+        )
+        for status in live:
+            events = of_run.get(status.id) or []
             if not events or events[0].type != SUBMITTED:
                 continue
             run = self._new_run(events[0])
