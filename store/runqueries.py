@@ -65,6 +65,40 @@ class RunQueries(StoreCore):
         )
         return {event.run_id: event for event in map(_event_from_row, rows)}
 
+    async def run_events(self, run_ids: Collection[str], types: Collection[str]) -> dict[str, list[RecordedEvent]]:
+        """The events of ``types`` of each of ``run_ids``, in one query (not
+        one per run: a restart reads those of every live run at once): run
+        id -> its events in version order (runs with none are left out)."""
+        ids, kinds = sorted(set(run_ids)), sorted(set(types))
+        if not ids or not kinds:
+            return {}
+        rows = await self._read(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE run_id IN (SELECT value FROM json_each(?))"
+            " AND type IN (SELECT value FROM json_each(?)) ORDER BY run_id, version",
+            (json.dumps(ids), json.dumps(kinds)),
+        )
+        out: dict[str, list[RecordedEvent]] = {}
+        for event in map(_event_from_row, rows):
+            out.setdefault(event.run_id, []).append(event)
+        return out
+
+    async def last_log_positions(self, run_ids: Collection[str]) -> dict[str, dict[str, str]]:
+        """:meth:`last_log_position` of every source of each of ``run_ids``,
+        in one query: run id -> source -> ``pos`` (runs with no recorded
+        line are left out)."""
+        ids = sorted(set(run_ids))
+        if not ids:
+            return {}
+        rows = await self._read(
+            "SELECT run_id, source, pos FROM log_sources WHERE run_id IN (SELECT value FROM json_each(?))",
+            (json.dumps(ids),),
+        )
+        out: dict[str, dict[str, str]] = {}
+        for run_id, source, pos in rows:
+            if pos is not None:
+                out.setdefault(str(run_id), {})[str(source)] = str(pos)
+        return out
+
     async def list_runs(
         self,
         *,

@@ -502,6 +502,15 @@ class Writer:
             )
             at = utc_now()
             resolver = BlockResolver(conn)
+            await resolver.prefetch(
+                {
+                    (run_id, event.block.source)
+                    for job in batch
+                    for run_id, _, events in _parts(job)
+                    for event in events
+                    if event.block is not None
+                }
+            )
             inserts, checkpoints = await self._stage(batch, versions, seq, at, resolver, accepted, recorded)
             if inserts:
                 await conn.executemany(_INSERT_EVENT, inserts)

@@ -27,13 +27,10 @@ names the event; a command never admits.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-import anyio
 
 from store import RunStatus
 from supervisord.exceptions import UsageError
@@ -49,6 +46,7 @@ from supervisord.shellenv import check_shell_env
 from supervisord.submit import Planner, SubmitRequest
 from supervisord.supervisor import Supervisor
 from supervisord.sweepread import resolve_sweep_id
+from supervisord.sweeprefs import resolve_refs
 
 __all__ = [
     "Commands",
@@ -61,8 +59,6 @@ __all__ = [
 ]
 
 #: Runs of one sweep canceled at the same time.
-_CANCEL_CONCURRENCY = 16
-
 Peer = Mapping[str, int]
 
 
@@ -308,34 +304,24 @@ class Commands:
         return RunResult(await self.supervisor.cancel(run_id, requested_by=peer))
 
     async def cancel_sweep(self, ref: str, peer: Peer | None = None) -> RunsResult:
-        """Cancel every run of a sweep (an id or prefix), the queued ones
-        first; the runs in sweep order. The others are still canceled when
-        one fails; the first error is raised then."""
+        """Cancel every run of a sweep (an id or prefix) together, the queued
+        ones first (:meth:`Supervisor.cancel_many`; a Slurm sweep's cancels
+        then reach its backend at once: one scancel of the array job); the
+        runs in sweep order. The others are still canceled when one fails;
+        the first error is raised then."""
         store = self.supervisor.store
         runs = await store.sweep_runs(await resolve_sweep_id(store, ref))
-        done: dict[str, RunStatus] = {}
-        limiter = anyio.Semaphore(_CANCEL_CONCURRENCY)
-        order = sorted(runs, key=lambda r: r.phase != "QUEUED")  # nothing to stop; must not start meanwhile
-        errors: list[Exception] = []
-
-        async def one(run: RunStatus) -> None:
-            # A Slurm sweep's cancels all at once: its backend makes them one
-            # scancel of the array job (and one wait).
-            async with limiter if run.backend != "slurm" else contextlib.nullcontext():
-                try:
-                    done[run.id] = await self.supervisor.cancel(run.id, requested_by=peer)
-                except Exception as err:  # noqa: BLE001 - the others are still canceled; the first error is the answer
-                    errors.append(err)
-
-        async with anyio.create_task_group() as tg:
-            for run in order:
-                if run.terminal:
-                    done[run.id] = run
-                else:
-                    tg.start_soon(one, run)
-        if errors:
-            raise errors[0]
+        done = {r.id: r for r in await self.supervisor.cancel_many([r.id for r in runs], requested_by=peer)}
         return RunsResult([done[r.id] for r in runs])
+
+    async def cancel_many(self, refs: Sequence[str], peer: Peer | None = None) -> RunsResult:
+        """Cancel the runs of ``refs`` (run ids, unique prefixes, sweep ids:
+        all of their runs) together (:meth:`Supervisor.cancel_many`); each
+        run once, in the order named. Every ref is resolved first, full ids
+        in one query: UsageError names each one that names no run (or
+        several), and nothing is canceled."""
+        run_ids = await resolve_refs(self.supervisor.store, list(refs))
+        return RunsResult(await self.supervisor.cancel_many(run_ids, requested_by=peer))
 
     async def pause(self, run_id: str, peer: Peer | None = None) -> RunResult:
         """Pause a running local run. Raises as :meth:`Supervisor.pause`."""

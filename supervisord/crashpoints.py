@@ -52,6 +52,9 @@ POINTS: Final[tuple[str, ...]] = (
     "final.lines_recorded",  # the last lines are recorded; the terminal phase is not
     "terminal.recorded",  # the terminal PhaseChanged committed; the GPUs not freed
     "resources.freed",  # ResourcesFreed committed
+    # retries (supervisord.retry): attempt ended -> backoff -> attempt started -> start
+    "retry.attempt_ended",  # AttemptEnded + PhaseChanged RUNNING Retrying committed; the backoff begins
+    "retry.attempt_started",  # AttemptStarted committed; the attempt's backend start not begun
     # cancel
     "cancel.requested",  # CancelRequested committed; the backend not asked to stop
     "cancel.stopped",  # the backend stopped the run; the outcome not recorded

@@ -38,6 +38,8 @@ from store.types import PROJECTED_TYPES, NewEvent
 
 __all__ = [
     "ADMITTED",
+    "ATTEMPT_ENDED",
+    "ATTEMPT_STARTED",
     "CANCEL_FAILED",
     "CANCEL_REQUESTED",
     "CATALOG",
@@ -72,6 +74,8 @@ __all__ = [
     "SUBMITTED",
     "SWEEP_SUBMITTED",
     "AdmittedData",
+    "AttemptEndedData",
+    "AttemptStartedData",
     "CancelFailedData",
     "CancelRequestedData",
     "CleanupFailedData",
@@ -804,6 +808,47 @@ RESUMED: Final = define(
     "Resumed",
     ResumedData,
     writer="supervisor, on `jobsup resume` (the run's process group got SIGCONT)",
+)
+
+
+class AttemptEndedData(TypedDict, total=False):
+    """An attempt of a run with a retry policy ended with a failure the policy retries, and retries are left: the run stays RUNNING (reason Retrying) until AttemptStarted."""
+
+    #: the attempt that ended: 1, 2, ...
+    attempt: Required[int]
+    #: why it ended (a run reason: Lost, Evicted, OOMKilled, NonZeroExit...)
+    reason: Required[str | None]
+    #: the attempt's outcome as the backend reported it
+    message: str | None
+    #: the command's exit code, when it has one
+    exit_code: int | None
+    #: seconds until the next attempt starts (the backoff)
+    retry_in_s: Required[float]
+    #: the run's last log line written by this attempt (0: none; `logs --attempt N`)
+    last_line: int
+
+
+ATTEMPT_ENDED: Final = define(
+    "AttemptEnded",
+    AttemptEndedData,
+    writer="supervisor, when an attempt of a run with a retry policy failed in a way the policy retries and "
+    "retries are left (with PhaseChanged RUNNING reason Retrying; supervisord.retry)",
+)
+
+
+class AttemptStartedData(TypedDict, total=False):
+    """The next attempt of a retried run is being started (its backend's objects or runner are created after this event)."""
+
+    #: the attempt starting: 2, 3, ...
+    attempt: Required[int]
+    #: the most attempts the policy allows (retries + 1)
+    of: int
+
+
+ATTEMPT_STARTED: Final = define(
+    "AttemptStarted",
+    AttemptStartedData,
+    writer="supervisor, when the backoff after an AttemptEnded is over, before the backend starts the attempt",
 )
 
 

@@ -26,6 +26,7 @@ from starlette.routing import Route
 
 from store import EventStore
 from supervisord.api.boundary import Handler, api_errors
+from supervisord.api.cancel_routes import CANCEL_ROUTES
 from supervisord.api.logs_route import logs_response
 from supervisord.api.query import flag_param, float_param, int_param
 from supervisord.api.scheduler_routes import SCHEDULER_ROUTES
@@ -288,6 +289,7 @@ ROUTES = [
     Route(f"{_P}/hooks", api_errors(hooks), methods=["GET"]),
     Route(f"{_P}/daemon/{{action}}", api_errors(daemon), methods=["POST"]),
     *SWEEP_ROUTES,
+    *CANCEL_ROUTES,
 ]
 
 

@@ -19,6 +19,8 @@ Endpoints::
     POST /v1/sweeps/{ref}/cancel          {"runs": [Run]}: every run of the sweep canceled
     GET  /v1/runs/{ref}                   {"run": Run, "submitted": {...}, "hooks": [HookDelivered/HookFailed events]}
     POST /v1/runs/{ref}/cancel            {"run": Run}
+    POST /v1/cancel                       {"runs": [ref]} -> {"runs": [Run]}: many runs (sweep ids: all
+                                          their runs) canceled together (cancel_routes)
     POST /v1/runs/{ref}/pause             {"run": Run}   (local runs: SIGSTOP, reason Paused)
     POST /v1/runs/{ref}/resume            {"run": Run}
     GET  /v1/runs/{ref}/logs?after_line=&tail=&limit=&follow=&format=text|ndjson|blocks

@@ -312,7 +312,7 @@ def test_the_scan_finds_what_it_forbids() -> None:
         "await reporter.record(NewEvent('StagingStep', {}))\n"
         "if ev.type == 'Held':\n    pass\n"
         "ok = e['type'] in ('HoldReleased', 'Whatever')\n"
-        "await reporter.record('AttemptStarted', {})\n"
+        "await reporter.record('WidgetPolished', {})\n"
         "HELD = 'Held'  # a phase reason\n"
         "reporter.phase('RUNNING', reason='Paused')\n"
         "x = PHASE_CHANGED({'phase': 'RUNNING'})\n"
@@ -323,6 +323,6 @@ def test_the_scan_finds_what_it_forbids() -> None:
     assert "_scan_sample.py:1: 'StagingStep' spelled as a string: use supervisord.events.STAGING_STEP" in text
     assert "_scan_sample.py:2: 'Held' spelled as a string: use supervisord.events.HELD" in text
     assert "_scan_sample.py:4: 'HoldReleased' spelled" in text
-    assert "_scan_sample.py:5: event type 'AttemptStarted' is not in the catalog" in text
-    assert "class AttemptStartedData(TypedDict, total=False)" in text
+    assert "_scan_sample.py:5: event type 'WidgetPolished' is not in the catalog" in text
+    assert "class WidgetPolishedData(TypedDict, total=False)" in text
     assert len(found) == 5, text

@@ -405,7 +405,54 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 
 def _descendants() -> set[int]:
-    """Every live process below this one (by parent pid, from /proc)."""
+    """Every live (not zombie) process below this one. Walks down from this
+    process through ``/proc/PID/task/TID/children`` (proc(5)): a cost in
+    the runner's own descendants, not in every process on the machine (a
+    cancel of 500 runs had each runner read all of /proc, twice: minutes of
+    CPU on 2 cores). Falls back to reading every ``/proc/PID/stat`` where
+    the kernel has no ``children`` files."""
+    me = os.getpid()
+    if not os.path.exists(f"/proc/{me}/task/{me}/children"):
+        return _descendants_by_scan()
+    found: set[int] = set()
+    todo = [me]
+    while todo:
+        pid = todo.pop()
+        for child in _children(pid):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return {pid for pid in found if not _zombie(pid)}
+
+
+def _children(pid: int) -> list[int]:
+    """The children of every thread of ``pid`` (none once it is gone)."""
+    out: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                out.extend(int(word) for word in f.read().split())
+        except OSError:
+            continue
+    return out
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie, or gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return True
+    return raw[raw.rindex(b")") + 2 :].split()[0] == b"Z"
+
+
+def _descendants_by_scan() -> set[int]:
+    """:func:`_descendants` from the parent pid of every process in /proc."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
