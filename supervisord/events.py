@@ -371,7 +371,7 @@ RUN_UPDATED: Final = define(
     writer="scheduler, on `jobsup update` of a QUEUED run (supervisord.scheduler.update)",
     data={
         "old": "*required* {key: value}: the values before, of the keys that changed",
-        "new": "*required* {key: value}: the values after; keys among priority, gpus, queue, timeout_s",
+        "new": "*required* {key: value}: the values after; keys among priority, gpus, queue, timeout_s, memory_bytes, cpus",
     },
 )
 QUEUE_CHANGED: Final = define(

@@ -397,7 +397,7 @@ def _tools() -> list[Tool]:
         ),
         Tool(
             "update",
-            "Change queued runs' priority, GPUs, queue or timeout (all or nothing; refused for a run past QUEUED). "
+            "Change queued runs' priority, GPUs, queue, timeout, memory or CPUs (all or nothing; refused for a run past QUEUED). "
             "Returns each run and the old and new values of what changed.",
             _obj(
                 {
@@ -406,6 +406,8 @@ def _tools() -> list[Tool]:
                     "gpus": _SUBMIT_PROPS["gpus"],
                     "queue": _SUBMIT_PROPS["queue"],
                     "timeout": _TASK_PROPS["timeout"],
+                    "memory": _SUBMIT_PROPS["memory"],
+                    "cpus": _SUBMIT_PROPS["cpus"],
                 },
                 ["runs"],
             ),
@@ -902,9 +904,10 @@ class JobsupTools:
 
     def update(self, args: dict[str, Any]) -> dict[str, Any]:
         """``jobsup update -o json``: the daemon checks every run first."""
-        changes = {k: args[k] for k in ("priority", "gpus", "queue", "timeout") if args.get(k) is not None}
+        keys = ("priority", "gpus", "queue", "timeout", "memory", "cpus")
+        changes = {k: args[k] for k in keys if args.get(k) is not None}
         if not changes:
-            raise ToolError("priority: give at least one of priority, gpus, queue, timeout")
+            raise ToolError("priority: give at least one of priority, gpus, queue, timeout, memory, cpus")
         return self.client.update(self._ids(args), changes)
 
     def rerun(self, args: dict[str, Any]) -> dict[str, Any]:

@@ -205,3 +205,41 @@ def test_memory_and_cpus_are_admitted_from_the_configured_capacity(js: JobsupEnv
     js.cli("cancel", first)
     js.cli("wait", second, third, "--timeout", "60s")
     assert js.show(second)["phase"] == js.show(third)["phase"] == "COMPLETED"
+
+
+@pytest.mark.slow
+def test_update_memory_and_cpus_of_queued_runs_reevaluates_admission(js: JobsupEnv, repo: Path) -> None:
+    js.daemon_config("scheduler:\n  memory: 100M\n  cpus: 2\n")
+    js.start_daemon()
+    first = js.submit(repo, "--name", "a", "--memory", "80M", "--cpus", "1", "--", "sleep 60")
+    second = js.submit(repo, "--name", "b", "--memory", "80M", "--", "true")
+    third = js.submit(repo, "--name", "c", "--cpus", "1.5", "--", "true")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if {js.show(r)["reason"] for r in (second, third)} == {"WaitingForMemory", "WaitingForCPUs"}:
+            break
+        time.sleep(0.3)
+    # More than the machine has: refused for every run, nothing recorded.
+    r = js.cli("update", second, third, "--memory", "101M", check=False)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "--memory: asks for 101M, this machine has 100M for jobsup" in r.stderr
+    bad = js.cli("update", second, "--cpus", "none", check=False)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --cpus:"), bad.stderr
+    assert _events(js, second, "RunUpdated") == [] and _events(js, third, "RunUpdated") == []
+    # All or nothing: a run past QUEUED refuses the command for both.
+    past = js.cli("update", second, first, "--memory", "10M", check=False)
+    assert past.returncode == 2 and f"run {first} is RUNNING" in past.stderr, past.stderr
+    assert _events(js, second, "RunUpdated") == []
+    # Less than is unclaimed: admitted at once.
+    out = js.cli("update", second, "--memory", "10M")
+    assert out.stdout.strip() == f"run {second}: memory 80M -> 10M", out.stdout
+    js.cli("update", third, "--cpus", "1")
+    js.cli("wait", second, third, "--timeout", "60s")
+    (ev,) = _events(js, second, "RunUpdated")
+    assert ev["data"] == {"old": {"memory_bytes": 80 << 20}, "new": {"memory_bytes": 10 << 20}}
+    schemas.validate("event", ev)
+    (adm,) = _events(js, second, "Admitted")
+    assert adm["data"]["limits"]["memory_bytes"] == 10 << 20  # the limit it ran under
+    (ev3,) = _events(js, third, "RunUpdated")
+    assert ev3["data"] == {"old": {"cpus": 1.5}, "new": {"cpus": 1.0}}
+    js.cli("cancel", first)
