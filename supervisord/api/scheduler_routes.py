@@ -56,13 +56,19 @@ def scheduler_routes(
 
     async def hold(request: Request) -> Response:
         run_id = await supervisor.resolve(request.path_params["ref"])
-        await scheduler.hold(run_id)
-        return JSONResponse({"run": (await supervisor.get(run_id)).to_json()})
+        changed = await scheduler.hold(run_id)
+        doc: dict[str, Any] = {"run": (await supervisor.get(run_id)).to_json()}
+        if not changed:
+            doc["note"] = f"run {run_id} was already held"
+        return JSONResponse(doc)
 
     async def release(request: Request) -> Response:
         run_id = await supervisor.resolve(request.path_params["ref"])
-        await scheduler.release(run_id)
-        return JSONResponse({"run": (await supervisor.get(run_id)).to_json()})
+        changed = await scheduler.release(run_id)
+        doc: dict[str, Any] = {"run": (await supervisor.get(run_id)).to_json()}
+        if not changed:
+            doc["note"] = f"run {run_id} was not held: nothing to release"
+        return JSONResponse(doc)
 
     async def update(request: Request) -> Response:
         body = await _json_object(request, "update")

@@ -752,10 +752,10 @@ class Scheduler:
         if cpus and st.cpus is not None and cpus > st.cpus:
             raise TaskError(f"--cpus: asks for {cpus:g}, this machine has {st.cpus:g} for jobsup (scheduler.cpus)")
 
-    async def hold(self, run_id: str) -> None:
+    async def hold(self, run_id: str) -> bool:
         """Hold a queued run (record ``Held``) and decide at once; a no-op
-        for a held one. Raises UsageError when the run is not waiting to
-        start."""
+        for a held one. Returns whether it was not held before. Raises
+        UsageError when the run is not waiting to start."""
         async with self._lock:
             run = self._waiting.get(run_id)
             if run is None:
@@ -766,10 +766,13 @@ class Scheduler:
                 crash_point("hold.recorded")
                 run.held = True
                 await self._pass_now()
+                return True
+            return False
 
-    async def release(self, run_id: str) -> None:
+    async def release(self, run_id: str) -> bool:
         """Release a held run (record ``HoldReleased``); a no-op for a queued
-        run that is not held. Raises UsageError when the run is not queued."""
+        run that is not held. Returns whether it was held. Raises UsageError
+        when the run is not queued."""
         async with self._lock:
             run = self._waiting.get(run_id)
             if run is None:
@@ -780,6 +783,8 @@ class Scheduler:
                 crash_point("release.recorded")
                 run.held = False
                 await self._pass_now()
+                return True
+            return False
 
     async def _pass_now(self) -> None:
         """Decide at once (the caller holds the lock), so that what a
