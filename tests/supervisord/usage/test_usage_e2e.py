@@ -176,13 +176,20 @@ def test_a_reservation_is_explained_where_the_user_looks(js: JobsupEnv, repo: Pa
     assert res["run_id"] == big and res["needs"] == 4 and res["gpus"] == [0, 1, 2, 3]
     assert res["message"].startswith(f"GPUs 0-3 reserved for run {big} (needs 4) from about ")
     assert re.search(r"; a run with --timeout under (1h5\dm|2h) could start now$", res["message"]), res
-    assert js.show(long)["message"].startswith("needs 1 GPU; the free GPUs are reserved for a run before it")
+    # The QUEUED message names the reservation (the part that stays while the same runs hold the GPUs).
+    assert js.show(long)["message"].startswith(f"needs 1 GPU; GPUs 0-3 reserved for run {big} (needs 4) from about ")
+    assert "; GPUs 0-3 reserved for it from about " in js.show(big)["message"], js.show(big)
     table = js.cli("queue").stdout
     assert f"free, reserved for {big}" in table and res["message"] in table
     # a run short enough starts now on the free GPU
     short = js.submit(repo, "--name", "short", "--gpus", "1", "--timeout", "10m", "--", "true")
     js.cli("wait", short, "--timeout", "60s")
     assert js.show(short)["phase"] == "COMPLETED" and js.show(big)["phase"] == "QUEUED"
+    # The passes for short's submit, start and end recorded nothing more for
+    # the waiting runs: their messages did not change.
+    for rid in (big, long):
+        queued = [e for e in _events(js, rid, "PhaseChanged") if e["data"]["reason"] == "WaitingForGPUs"]
+        assert len(queued) == 1, queued
     js.cli("cancel", *holders, big, long)
 
 
