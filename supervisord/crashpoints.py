@@ -49,6 +49,8 @@ POINTS: Final[tuple[str, ...]] = (
     "final.lines_recorded",  # the last lines are recorded; the terminal phase is not
     "terminal.recorded",  # the terminal PhaseChanged committed; the GPUs not freed
     "resources.freed",  # ResourcesFreed committed
+    # the memory watchdog (usage sampler)
+    "usage.over_limit_stopping",  # ResourceUsage with over_limit committed, the run signalled; its end not recorded
     # cancel
     "cancel.requested",  # CancelRequested committed; the backend not asked to stop
     "cancel.stopped",  # the backend stopped the run; the outcome not recorded

@@ -42,7 +42,7 @@ from store import (
 )
 from supervisord.backends.base import PAUSED, Backend, Pausable, RunSpec, paused_message
 from supervisord.crashpoints import crash_point
-from supervisord.events import CANCEL_FAILED, RESUMED, STORAGE_TROUBLE
+from supervisord.events import CANCEL_FAILED, RESOURCE_USAGE, RESUMED, STORAGE_TROUBLE
 from supervisord.events import PAUSED as PAUSED_EVENT
 from supervisord.exceptions import (
     BackendError,
@@ -698,6 +698,9 @@ class Supervisor:
             config = pending.get("config") if isinstance(pending.get("config"), dict) else None
             spec = self._spec(status.id, submitted, env=env or {}, config=config)
             state = _RunState(spec, status)
+            if spec.backend == "local" and status.phase == "RUNNING":
+                # Stopped by the memory watchdog before the restart: it still ends OOMKilled.
+                state.over_limit = await self._over_limit_of(status.id)
             self._runs[status.id] = state
             if spec.backend not in self.backends:
                 await _Reporter(self.store, state).phase(
@@ -720,6 +723,20 @@ class Supervisor:
         if runs:
             log.info("reattached", runs=len(runs))
         return len(runs)
+
+    async def _over_limit_of(self, run_id: str) -> str | None:
+        """The message of the last ``ResourceUsage`` of ``run_id`` that marks
+        it stopped for its memory (``over_limit``), else None."""
+        marked = None
+        after = 0
+        while True:
+            page = await self.store.read_all(after, limit=1000, run_id=run_id, types=[RESOURCE_USAGE])
+            for e in page:
+                if isinstance(e.data.get("over_limit"), str):
+                    marked = str(e.data["over_limit"])
+            if len(page) < 1000:
+                return marked
+            after = page[-1].seq
 
     async def _never_started(self, status: RunStatus, spec: RunSpec) -> bool:
         """Whether a non-terminal run found at restart was never handed to
@@ -1004,15 +1021,23 @@ class Supervisor:
             out.append(LocalRunView(rid, dict(st.handle), st.spec.submitted, int(grace or 10)))
         return out
 
-    def mark_over_limit(self, run_id: str, message: str) -> bool:
-        """The usage sampler is stopping ``run_id`` for passing its memory
-        limit: its terminal outcome will be ERROR ``OOMKilled`` with
-        ``message``. Returns False when the run is not supervised here, or a
-        cancel already owns its outcome."""
+    async def mark_over_limit(self, run_id: str, message: str, usage: Mapping[str, Any]) -> bool:
+        """The usage sampler is about to stop ``run_id`` for passing its
+        memory limit: record it first (a ``ResourceUsage`` event, ``usage``
+        with ``over_limit: message``), so that its terminal outcome is ERROR
+        ``OOMKilled`` with ``message`` even when the daemon restarts between
+        the kill and the end (:meth:`reattach_all` reads it back). Returns
+        False, recording nothing, when the run is not supervised here, has
+        ended, or a cancel already owns its outcome. Raises what the append
+        raises (the caller then stops nothing this time)."""
         st = self._runs.get(run_id)
         if st is None or st.cancel_requested or st.phase in TERMINAL_PHASES:
             return False
-        st.over_limit = message
+        async with st.lock:
+            if st.cancel_requested or st.phase in TERMINAL_PHASES:
+                return False
+            await _Reporter(self.store, st)._append_locked([NewEvent(RESOURCE_USAGE, {**usage, "over_limit": message})])
+            st.over_limit = message
         return True
 
     def supervised(self) -> int:

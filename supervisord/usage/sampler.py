@@ -41,6 +41,7 @@ import anyio.abc
 import structlog
 
 from store import EventStore, RunStatus
+from supervisord.crashpoints import crash_point
 from supervisord.scheduler.gpus import Inventory
 from supervisord.supervisor import Supervisor
 from supervisord.usage import nvidia
@@ -176,10 +177,9 @@ class UsageSampler:
                 mem, cpus = _limits(view.submitted)
                 track = self._tracks[rid] = _Track(rid, mem, cpus, view.kill_grace_s)
             self._update(track, trees[rid], now)
-        fired: set[str] = set()
         for rid, track in list(self._tracks.items()):
-            if rid in views and self._enforce(track, trees[rid]):
-                fired.add(rid)
+            if rid in views:
+                await self._enforce(track, trees[rid])
         if self.gpus and views:
             await self._sample_gpus(trees)
         due: list[tuple[str, dict[str, Any]]] = []
@@ -188,7 +188,7 @@ class UsageSampler:
                 del self._tracks[rid]
                 if track.samples:
                     due.append((rid, track.event_data(final=True)))
-            elif rid in fired or track.recorded_at is None or now - track.recorded_at >= self.record_every_s:
+            elif track.recorded_at is None or now - track.recorded_at >= self.record_every_s:
                 track.recorded_at = now
                 due.append((rid, track.event_data(final=False)))
         if due:
@@ -216,23 +216,39 @@ class UsageSampler:
 
     # -- the memory watchdog ---------------------------------------------------------
 
-    def _enforce(self, track: _Track, tree: RunTree) -> bool:
-        """Stop the run when its tree passed its memory limit; returns
-        whether it did now (its usage is then recorded at once: the peak
-        that ended it)."""
+    async def _enforce(self, track: _Track, tree: RunTree) -> None:
+        """Stop the run when its tree passed its memory limit. The mark
+        comes first: a ResourceUsage with the peak that ended it and
+        ``over_limit`` (the message) is committed before any signal, so a
+        daemon restarted before the run's end is recorded still ends it
+        OOMKilled; when that append fails nothing is stopped this pass (the
+        next one tries again)."""
         limit = track.memory_limit
         if limit is None or track.stopping or self.enforcement != ENFORCE_SAMPLER or tree.rss_bytes <= limit:
-            return False
+            return
         message = (
             f"the run's processes used {format_bytes(track.max_rss)} of memory ({track.max_rss} bytes), "
             f"over its --memory limit of {format_bytes(limit)} ({limit} bytes): stopped by jobsup"
         )
-        if not self.supervisor.mark_over_limit(track.run_id, message):
-            return False
+        try:
+            marked = await self.supervisor.mark_over_limit(track.run_id, message, track.event_data(final=False))
+        except Exception as err:  # storage trouble: stop nothing unrecorded; the next pass tries again
+            log.warning(
+                "memory limit passed; not stopped yet (the mark is not recorded)", run=track.run_id, error=str(err)
+            )
+            return
+        if not marked:
+            return
         track.stopping = True
+        track.recorded_at = time.monotonic()
         log.warning("memory limit passed; stopping the run", run=track.run_id, rss=tree.rss_bytes, limit=limit)
-        if tree.runner is not None and signal_process(tree.runner, signal.SIGTERM):
-            return True  # the runner stops the group (SIGTERM, SIGKILL after the grace) and what left it
+        # The runner stops the group (SIGTERM, SIGKILL after the grace) and what left it.
+        if tree.runner is None or not signal_process(tree.runner, signal.SIGTERM):
+            self._stop_tree(track, tree)
+        crash_point("usage.over_limit_stopping")
+
+    def _stop_tree(self, track: _Track, tree: RunTree) -> None:
+        """No runner to ask: SIGTERM the tree's processes, SIGKILL after the grace."""
         for proc in tree.procs:
             signal_process(proc, signal.SIGTERM)
         procs = list(tree.procs)
@@ -245,7 +261,6 @@ class UsageSampler:
 
         if self._tg is not None:
             self._tg.start_soon(kill_later, name=f"oom-kill-{track.run_id}")
-        return True
 
     # -- GPUs --------------------------------------------------------------------------
 
