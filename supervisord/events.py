@@ -351,6 +351,8 @@ RESOURCE_USAGE: Final = define(
         "samples": "int: samples taken so far",
         "final": "bool: the record after the run ended (the last sample's figures)",
         "memory_limit_bytes": "int: its --memory, when it has one",
+        "source": "runner | absent (sampler): runner -- what the local runner reaped used, at the end of a run"
+        " the sampler never saw",
         "over_limit": "str: the tree passed its --memory and the daemon is stopping the run (recorded before any"
         " signal; the run ends ERROR OOMKilled with this message, across a restart too)",
     },

@@ -144,6 +144,9 @@ class _RunState:
         # Set by the usage sampler when it stops the run for passing its
         # memory limit: the run's outcome is then ERROR OOMKilled with it.
         self.over_limit: str | None = None
+        # The usage sampler recorded a ResourceUsage of this run (its own
+        # final one follows the end): the runner's figures are then not recorded.
+        self.sampled = False
         # Progress reports read from its log lines (Kubernetes: supervisord.progress).
         self.progress: RateLimit | None = None
         # A start in flight (the backend's ``start`` has not returned): a
@@ -167,6 +170,7 @@ class _RunState:
         self.outcome_seen = anyio.Event()
         self.ingest_pending = False
         self.over_limit = None
+        self.sampled = False
         self.progress = None
         self.starting = False
         self.start_done = anyio.Event()
@@ -259,6 +263,12 @@ class _Reporter:
             self._state.handle = dict(handle)
 
     async def record(self, type: str, data: Mapping[str, Any]) -> None:
+        if type == RESOURCE_USAGE:
+            if data.get("source") == "runner":
+                if self._state.sampled:
+                    return  # the sampler saw this run: its final record (the summed tree) follows the end
+            else:
+                self._state.sampled = True  # before the append: a runner record racing it is dropped
         async with self._state.lock:
             await self._append_locked([NewEvent(type, dict(data))])
             if type in (LOG_INGEST_PENDING, LOG_INGEST_DONE):
@@ -700,7 +710,7 @@ class Supervisor:
             state = _RunState(spec, status)
             if spec.backend == "local" and status.phase == "RUNNING":
                 # Stopped by the memory watchdog before the restart: it still ends OOMKilled.
-                state.over_limit = await self._over_limit_of(status.id)
+                state.sampled, state.over_limit = await self._usage_marks(status.id)
             self._runs[status.id] = state
             if spec.backend not in self.backends:
                 await _Reporter(self.store, state).phase(
@@ -724,18 +734,20 @@ class Supervisor:
             log.info("reattached", runs=len(runs))
         return len(runs)
 
-    async def _over_limit_of(self, run_id: str) -> str | None:
-        """The message of the last ``ResourceUsage`` of ``run_id`` that marks
-        it stopped for its memory (``over_limit``), else None."""
-        marked = None
+    async def _usage_marks(self, run_id: str) -> tuple[bool, str | None]:
+        """Whether the usage sampler recorded a ``ResourceUsage`` of
+        ``run_id``, and the message of the last one that marks it stopped
+        for its memory (``over_limit``; None when none does)."""
+        sampled, marked = False, None
         after = 0
         while True:
             page = await self.store.read_all(after, limit=1000, run_id=run_id, types=[RESOURCE_USAGE])
             for e in page:
+                sampled = sampled or e.data.get("source") != "runner"
                 if isinstance(e.data.get("over_limit"), str):
                     marked = str(e.data["over_limit"])
             if len(page) < 1000:
-                return marked
+                return sampled, marked
             after = page[-1].seq
 
     async def _never_started(self, status: RunStatus, spec: RunSpec) -> bool:
@@ -1036,6 +1048,7 @@ class Supervisor:
         async with st.lock:
             if st.cancel_requested or st.phase in TERMINAL_PHASES:
                 return False
+            st.sampled = True
             await _Reporter(self.store, st)._append_locked([NewEvent(RESOURCE_USAGE, {**usage, "over_limit": message})])
             st.over_limit = message
         return True

@@ -420,6 +420,14 @@ class LocalBackend:
                 message="the run's local runner is gone without a final status (was the machine restarted?)",
             )
             return
+        cpu_ms, rss = status.get("usage_cpu_ms"), status.get("usage_max_rss_bytes")
+        if isinstance(cpu_ms, int) and isinstance(rss, int):
+            # What the runner reaped used: the usage of a run too short for
+            # the daemon's sampler to see (the supervisor records it only then).
+            await reporter.record(
+                RESOURCE_USAGE,
+                {"cpu_s": max(0, cpu_ms) / 1000, "max_rss_bytes": max(0, rss), "final": True, "source": "runner"},
+            )
         reason = str(status.get("reason") or "Unknown")
         phase = _OUTCOMES.get(reason, "ERROR")
         await reporter.phase(
@@ -530,6 +538,7 @@ async def _runner_gone(handle: Mapping[str, Any]) -> None:
 
 
 LOGS_TRUNCATED = "LogsTruncated"
+RESOURCE_USAGE = "ResourceUsage"
 
 
 @dataclasses.dataclass

@@ -111,6 +111,7 @@ from __future__ import annotations
 
 import errno
 import os
+import resource
 import select
 import sys
 import time
@@ -495,6 +496,19 @@ def _stop_tree(pgid: int, grace: float, output: _Output | None = None) -> None:
     while left():
         _signal_tree(pgid, signal.SIGKILL)
         _pause(0.02, output)
+
+
+def _children_usage() -> dict[str, Any]:
+    """What the processes this runner reaped used (the whole job: as child
+    subreaper it reaps every descendant), as flat status fields:
+    ``{"usage_cpu_ms": user + system milliseconds, "usage_max_rss_bytes":
+    the largest one process's peak RSS}`` -- the usage of a run too short
+    for the daemon's sampler to see."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {
+        "usage_cpu_ms": round((ru.ru_utime + ru.ru_stime) * 1000),
+        "usage_max_rss_bytes": int(ru.ru_maxrss) * 1024,
+    }
 
 
 def _signal_name(sig: int) -> str:
@@ -951,7 +965,7 @@ class _Runner:
             reason, message = "Signaled", f"killed by signal {_signal_name(sig)}"
         else:
             reason, message = "NonZeroExit", f"exit code {code}"
-        self.final(exit_code=exit_code, signal=sig, reason=reason, message=message)
+        self.final(exit_code=exit_code, signal=sig, reason=reason, message=message, **_children_usage())
         return 0
 
 

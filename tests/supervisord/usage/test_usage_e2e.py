@@ -250,3 +250,20 @@ def test_update_memory_and_cpus_of_queued_runs_reevaluates_admission(js: JobsupE
     (ev3,) = _events(js, third, "RunUpdated")
     assert ev3["data"] == {"old": {"cpus": 1.5}, "new": {"cpus": 1.0}}
     js.cli("cancel", first)
+
+
+def test_a_run_shorter_than_the_interval_still_gets_its_usage(js: JobsupEnv, repo: Path) -> None:
+    js.daemon_config("local:\n  usage_interval_s: 60\n")  # the sampler never sees it
+    js.start_daemon()
+    rid = js.submit(repo, "--name", "quick", "--", f"{sys.executable} -c \"b = b'x' * (40 << 20)\"")
+    run = _wait_terminal(js, rid)
+    assert run["phase"] == "COMPLETED", run
+    (record,) = _events(js, rid, "ResourceUsage")
+    schemas.validate("event", record)
+    data = record["data"]
+    assert data["source"] == "runner" and data["final"] is True
+    # the python process's own peak (its 40 MB): the largest one process
+    assert data["max_rss_bytes"] >= 40 << 20 and data["cpu_s"] > 0, data
+    ended = [e for e in _events(js, rid, "PhaseChanged") if e["data"]["phase"] == "COMPLETED"]
+    assert record["seq"] < ended[0]["seq"]  # recorded with the end, before the terminal phase
+    assert run["usage"]["max_rss_bytes"] == data["max_rss_bytes"], run["usage"]
