@@ -291,3 +291,23 @@ def test_events_page_opens_at_the_newest_with_loglines_hidden(js: JobsupEnv, rep
     newest = rows[0][0]
     older = seqs_and_types(client.get(f"/events?run={run_id}&before={newest}").text)
     assert [s for s, _ in older] == [s for s, _ in rows[1:]]
+
+
+def test_runs_list_shows_started_elapsed_gpus_and_peak_memory(js: JobsupEnv, repo: Path) -> None:
+    run_id = js.submit(repo, "--", "bash", "quick.sh")
+    js.cli("wait", run_id, "--timeout", "120s")
+    deadline = time.monotonic() + 30
+    while not js.show(run_id).get("usage") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    run = js.show(run_id)
+    client = _login(page_url(js))
+    page = client.get("/").text
+    assert "<th>Started</th><th>Elapsed</th><th>GPUs</th><th>Peak memory</th>" in page
+    row = re.search(rf'<tr id="run-{run_id}".*?</tr>', page, re.S)
+    assert row is not None
+    cells = dict(re.findall(r'<td class="(?:time )?(started|elapsed|gpus|usage)"[^>]*>([^<]*)</td>', row.group(0)))
+    assert cells["started"].startswith(run["started_at"][:10]), cells
+    assert re.fullmatch(r"\d+\.\ds|\d+s", cells["elapsed"]), cells
+    assert cells["gpus"] == ""  # no GPU asked for
+    assert cells["usage"].endswith("MiB"), (cells, run.get("usage"))
+    assert f'data-ended="{run["ended_at"]}"' in row.group(0)  # what the page's script ticks from
