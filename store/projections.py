@@ -49,6 +49,7 @@ from store.runmeta import RUN_META_COLUMNS, apply_run_meta, run_meta_from_cell
 from store.schema import PROJECTION_DDL, PROJECTION_TABLES
 from store.types import (
     ADMITTED,
+    CONTAINER_TIMES,
     FACT_TYPES,
     HANDLE_RECORDED,
     INITIAL_PHASE,
@@ -400,6 +401,13 @@ def fold_facts(facts: dict[str, Any], e: RecordedEvent) -> dict[str, Any]:
             out["started_at"] = e.at
         elif phase in TERMINAL_PHASES and "ended_at" not in out:
             out["ended_at"] = e.at
+    elif e.type == CONTAINER_TIMES:
+        started, finished = data.get("started_at"), data.get("finished_at")
+        if isinstance(started, str) and started and not out.get("started_from_container"):
+            out["started_at"] = started
+            out["started_from_container"] = True
+        if isinstance(finished, str) and finished:
+            out["ended_at"] = finished
     elif e.type == ADMITTED:
         gpus = data.get("gpus")
         if isinstance(gpus, list):

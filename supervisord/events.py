@@ -44,6 +44,7 @@ __all__ = [
     "OBJECT_CREATED",
     "OBJECT_DELETED",
     "LEADER_POD_CHANGED",
+    "CONTAINER_TIMES",
     "CLEANUP_FAILED",
     "ADMITTED",
     "HELD",
@@ -222,6 +223,17 @@ LEADER_POD_CHANGED: Final = define(
     "LeaderPodChanged",
     writer="kubernetes backend, when the pod it follows is replaced (eviction, retry)",
     data={"from": "str: the previous pod's name", "to": "str: the new pod's name"},
+)
+CONTAINER_TIMES: Final = define(
+    "ContainerTimes",
+    writer="kubernetes backend: when the run's script container started (once) and finished (before the terminal"
+    " phase), from the pod's containerStatuses; the run's started_at/ended_at come from them",
+    data={
+        "pod": "*required* str: the pod",
+        "container": "*required* str: the script container",
+        "started_at": "str: state.running/terminated.startedAt (RFC 3339)",
+        "finished_at": "str: state.terminated.finishedAt (RFC 3339)",
+    },
 )
 CLEANUP_FAILED: Final = define(
     "CleanupFailed",

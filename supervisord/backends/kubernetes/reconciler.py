@@ -40,6 +40,7 @@ from supervisord.backends.kubernetes.manifest.inject import env_secret_name
 from supervisord.backends.kubernetes.phase import (
     Observation,
     container_status,
+    container_times,
     current_pod,
     job_outcome,
     leader_pod,
@@ -54,6 +55,7 @@ from supervisord.backends.kubernetes.runstate import (
     reason_of,
     wall_to_monotonic,
 )
+from supervisord.events import CONTAINER_TIMES
 from supervisord.exceptions import BackendError
 
 __all__ = ["LogSettings", "RunReconciler", "supervise_run"]
@@ -172,6 +174,27 @@ class RunReconciler:
         # Set while a failed staging rolls the run's objects back: the Job
         # disappearing then is jobsup's doing, not an outside delete.
         self.rolling_back = False
+        # (pod, "started" | "finished") already recorded as ContainerTimes.
+        self._times_noted: set[tuple[str, str]] = set()
+
+    async def _note_times(self, pods: list[Mapping[str, Any]]) -> None:
+        """Record ``ContainerTimes`` when the leader pod's script container
+        shows a start or finish time not recorded yet (the run's started_at
+        and ended_at come from them, not from when jobsup looked)."""
+        pod = leader_pod(pods)
+        if pod is None:
+            return
+        name = str(pod["metadata"]["name"])
+        started, finished = container_times(pod, self.container)
+        new = {
+            key: value
+            for key, value in (("started_at", started), ("finished_at", finished))
+            if value is not None and (name, key) not in self._times_noted
+        }
+        if not new:
+            return
+        await self.reporter.record(CONTAINER_TIMES, {"pod": name, "container": self.container, **new})
+        self._times_noted.update((name, key) for key in new)
 
     def _container_state(self, pod_name: str) -> ContainerState:
         pod = self.view.pods.get(pod_name)
@@ -222,6 +245,7 @@ class RunReconciler:
                 continue
             await self._ensure_followers(tg, pods)
             if job is None:
+                await self._note_times(pods)
                 await self._job_gone(pods)
                 return
             outcome = job_outcome(job, pods, self.container)
@@ -229,8 +253,10 @@ class RunReconciler:
                 settled = await self._settled_pods(job, pods)
                 if settled is not pods:
                     outcome = job_outcome(job, settled, self.container) or outcome
+                await self._note_times(settled)
                 await self._finish(outcome)
                 return
+            await self._note_times(pods)
             self._ensure_staging(tg, job, pods)
             obs = pod_progress(pods, self.container, staged=bool(self.staged))
             await self.reporter.phase(obs.phase, reason=obs.reason, message=obs.message)
