@@ -141,6 +141,8 @@ class UsageSampler:
         self.gpu_note_at: float | None = None
         self.passes = 0
         self.last_pass_s = 0.0
+        #: Why this enforcement (the start-up probe's line), for ``doctor``.
+        self.enforcement_detail: str | None = None
         self._limiter = anyio.CapacityLimiter(1)
         self._tg: anyio.abc.TaskGroup | None = None
 
@@ -322,7 +324,9 @@ class UsageSampler:
             f"local runs sampled every {self.interval_s:g} s ({len(self._tracks)} now)",
             f"memory limits enforced by {'the daemon sampler' if self.enforcement == ENFORCE_SAMPLER else 'a systemd scope'}",
         ]
-        if self.enforcement == ENFORCE_SAMPLER:
+        if self.enforcement_detail:
+            parts.append(self.enforcement_detail)
+        elif self.enforcement == ENFORCE_SAMPLER:
             parts.append("--cpus reserves CPUs at admission but is not enforced (no user systemd manager)")
         if self.gpu_note:
             when = time.strftime("%H:%M:%S", time.localtime(self.gpu_note_at or 0))
@@ -385,13 +389,25 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def usage_sampler(
-    store: EventStore, supervisor: Supervisor, config: Mapping[str, Any], inventory: Inventory
+    store: EventStore,
+    supervisor: Supervisor,
+    config: Mapping[str, Any],
+    inventory: Inventory,
+    *,
+    enforcement: str = ENFORCE_SAMPLER,
+    enforcement_detail: str | None = None,
 ) -> UsageSampler:
     """The daemon's sampler from its effective ``config`` (``local.usage_interval_s``)
     and GPU ``inventory`` (GPUs with a real uuid are asked about with
-    nvidia-smi). Memory limits are enforced by the sampler: jobsup does not
-    start runs in systemd scopes (yet)."""
+    nvidia-smi). ``enforcement``: what the start-up probe found
+    (:func:`supervisord.usage.scope.probe`): with ``systemd-scope`` the
+    kernel enforces limits and the watchdog stays out of it;
+    ``enforcement_detail`` is what ``doctor`` says of it."""
     local = config.get("local") or {}
     interval = local.get("usage_interval_s") if isinstance(local, Mapping) else None
     gpus = {g.uuid: g.index for g in inventory.gpus}
-    return UsageSampler(store, supervisor, interval_s=float(interval or DEFAULT_INTERVAL_S), gpus=gpus)
+    sampler = UsageSampler(
+        store, supervisor, interval_s=float(interval or DEFAULT_INTERVAL_S), gpus=gpus, enforcement=enforcement
+    )
+    sampler.enforcement_detail = enforcement_detail
+    return sampler
