@@ -23,6 +23,7 @@ from supervisord.usage.limits import ENFORCE_SAMPLER, ENFORCE_SYSTEMD
 
 __all__ = ["PROBE_TIMEOUT_S", "Probe", "probe", "scope_argv"]
 
+_NOT_PASSED: Final = frozenset({"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"})
 #: How long the start-up probe may take (a hung D-Bus must not hold the daemon up).
 PROBE_TIMEOUT_S: Final = 5.0
 
@@ -44,7 +45,10 @@ def probe(timeout_s: float = PROBE_TIMEOUT_S, env: dict[str, str] | None = None)
     ``MemoryMax`` and a ``CPUQuota`` (so the properties are delegated too)
     within ``timeout_s``. Never raises: anything else is the sampler, with
     the reason in ``detail``."""
-    path = shutil.which("systemd-run", path=(env or os.environ).get("PATH"))
+    # Not the daemon's NOTIFY_SOCKET: systemd-run would tell the daemon's
+    # own manager its error ("ERRNO=...") as if the daemon had sent it.
+    env = {k: v for k, v in (env if env is not None else os.environ).items() if k not in _NOT_PASSED}
+    path = shutil.which("systemd-run", path=env.get("PATH"))
     if path is None:
         return Probe(ENFORCE_SAMPLER, "no systemd-run on PATH: the daemon's sampler enforces --memory")
     argv = [*scope_argv(path, "probe", 64 << 20, 1.0, unit_suffix=str(os.getpid())), "true"]

@@ -64,6 +64,10 @@ def test_probe_falls_back_to_the_sampler_without_a_user_manager(tmp_path: Path) 
     assert found.enforcement == ENFORCE_SAMPLER and "No medium found" in found.detail, found.detail
     hung = probe(timeout_s=0.5, env=_fake(tmp_path / "hung", "sleep 30\n"))
     assert hung.enforcement == ENFORCE_SAMPLER and "did not answer" in hung.detail
+    # The daemon's NOTIFY_SOCKET is not passed on (systemd-run would send its ERRNO= there).
+    snoop = _fake(tmp_path / "snoop", 'echo "${NOTIFY_SOCKET:-unset}" > "$(dirname "$0")/notify"; exit 1\n')
+    probe(env={**snoop, "NOTIFY_SOCKET": "/run/x/notify"})
+    assert (tmp_path / "snoop" / "notify").read_text() == "unset\n"
     ok = probe(env=_fake(tmp_path / "ok", ANSWERS))
     assert ok.enforcement == ENFORCE_SYSTEMD and ok.systemd_run == str(tmp_path / "ok" / "systemd-run")
     (call,) = [json.loads(line) for line in (tmp_path / "ok" / "calls").read_text().splitlines()]
