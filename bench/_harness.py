@@ -15,6 +15,7 @@ the numbers.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import math
@@ -29,7 +30,7 @@ import time
 import types
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -120,7 +121,7 @@ class PeakRss:
             except (OSError, ValueError):
                 return
 
-    def __enter__(self) -> PeakRss:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -149,7 +150,7 @@ def load_average() -> tuple[float, float, float]:
 def parse_at(at: str) -> float:
     """An event's ``at`` (UTC RFC 3339, e.g. ``2026-01-02T03:04:05.123456Z``)
     as seconds since the epoch (comparable with ``time.time()``)."""
-    return dt.datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+    return dt.datetime.fromisoformat(at).timestamp()
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -228,7 +229,7 @@ class BenchEnv:
 
     # -- lifecycle -------------------------------------------------------------
 
-    def __enter__(self) -> BenchEnv:
+    def __enter__(self) -> Self:
         for sig in (signal.SIGINT, signal.SIGTERM):
             self._old_handlers[sig] = signal.signal(sig, _raise_exit)
         return self
@@ -343,16 +344,12 @@ class BenchEnv:
             status = _read_status(run_dir)
             pid, start = status.get("runner_pid"), status.get("runner_start")
             if isinstance(pid, int) and start is not None and proc_start_time(pid) == start:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
             pgid = status.get("pgid")
             if status.get("state") == "running" and isinstance(pgid, int):
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(pgid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
         shutil.rmtree(self.sock_dir, ignore_errors=True)
         shutil.rmtree(self.root, ignore_errors=True)
 

@@ -56,6 +56,7 @@ from bench._harness import (
     percentile,
     report,
 )
+
 from store import EventStore, NewEvent
 from supervisord.hooks.config import HookSpec, WebhookTarget
 from supervisord.hooks.delivery import HookService

@@ -16,7 +16,10 @@ so), prints a second line and exits. The script prints:
   simulator's object store, in this process) to the ``at`` of the run's
   COMPLETED event in the daemon's database; runs are released one every
   ``--release-interval-s`` seconds; median, p99, max;
-- the daemon's peak RSS over the whole benchmark.
+- the daemon's peak RSS over the whole benchmark;
+- the CPU seconds of the daemon and of the simulator's event-loop thread
+  (which shares the machine with the daemon: its share of the latency)
+  while the runs are released and finish, with the load average.
 
 Targets: idle CPU < 5 % of a core; a status change becomes an event within
 1 s. Usage: python bench/k8s_backend.py [--runs 500] [--idle-s 60]
@@ -39,7 +42,19 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench._harness import BenchEnv, Figure, PeakRss, cpu_seconds, make_repo, parse_at, percentile, report, rss_bytes  # noqa: E402
+from bench._harness import (  # noqa: E402
+    BenchEnv,
+    Figure,
+    PeakRss,
+    cpu_seconds,
+    load_average,
+    make_repo,
+    parse_at,
+    percentile,
+    report,
+    rss_bytes,
+)
+
 from tests.k8s_sim import SimCluster  # noqa: E402
 
 MANIFEST = """\
@@ -162,6 +177,7 @@ def _run(args: argparse.Namespace, env: BenchEnv, sim: SimCluster, fifo_dir: Pat
 
         # Release the runs one by one.
         t1 = time.monotonic()
+        sim_cpu0, daemon_cpu0, load0 = sim.cpu_seconds(), cpu_seconds(pid), load_average()[0]
         for i in range(n):
             fd = os.open(fifo_dir / f"go-{i}", os.O_WRONLY)
             os.write(fd, b"go\n")
@@ -174,7 +190,18 @@ def _run(args: argparse.Namespace, env: BenchEnv, sim: SimCluster, fifo_dir: Pat
                     break
                 if time.monotonic() - t1 > 600:
                     raise RuntimeError("runs did not finish within 10 minutes")
-                time.sleep(0.5)
+                # Not more often: listing N runs twice a second was a third of
+                # the daemon's busy time while runs finish (py-spy, 200 runs);
+                # the latencies come from the events' times, not from here.
+                time.sleep(3.0)
+        release_s = time.monotonic() - t1
+        sim_cpu, daemon_cpu = sim.cpu_seconds() - sim_cpu0, cpu_seconds(pid) - daemon_cpu0
+        load1 = load_average()[0]
+        print(
+            f"release: {release_s:.1f}s wall; CPU: daemon {daemon_cpu:.1f}s, simulator's loop thread {sim_cpu:.1f}s;"
+            f" load {load0:.1f} -> {load1:.1f}",
+            flush=True,
+        )
         peak_rss = peak.peak
 
     latencies, failed = _latencies(env, run_ids, finished_at)
@@ -202,8 +229,16 @@ def _run(args: argparse.Namespace, env: BenchEnv, sim: SimCluster, fifo_dir: Pat
             ),
             Figure("status_to_event_max_ms", 1000 * max(latencies), "ms"),
             Figure("peak_rss_mib", peak_rss / 2**20, "MiB"),
+            Figure("release_daemon_cpu_s", daemon_cpu, "s"),
+            Figure("release_simulator_cpu_s", sim_cpu, "s"),
         ],
-        {"not_completed": failed, "measured": len(latencies), "release_interval_s": args.release_interval_s},
+        {
+            "not_completed": failed,
+            "measured": len(latencies),
+            "release_interval_s": args.release_interval_s,
+            "release_wall_s": round(release_s, 1),
+            "load_average_1m": [round(load0, 1), round(load1, 1)],
+        },
     )
 
 

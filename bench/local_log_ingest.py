@@ -131,10 +131,8 @@ class _RunnerCpu:
         deadline = time.monotonic() + 60
         pid = None
         while pid is None and time.monotonic() < deadline:
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 pid = json.loads(self._path.read_bytes().split(b"\n", 1)[0]).get("runner_pid")
-            except (OSError, ValueError):
-                pass
             time.sleep(0.005)
         while pid is not None:
             try:

@@ -29,6 +29,9 @@ from typing import TextIO
 
 import anyio
 import mcp_types as types
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
 from _harness import (
     BenchEnv,
     Figure,
@@ -38,8 +41,6 @@ from _harness import (
     percentile,
     report,
 )
-from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
 
 TARGET_MS = 20.0
 

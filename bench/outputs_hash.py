@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from _harness import Figure, load_average, report
-
 from supervisord.outputs.manifest import scan
 
 

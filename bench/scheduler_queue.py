@@ -37,6 +37,7 @@ import structlog
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._harness import Figure, load_average, parse_at, percentile, report
+
 from store import EventStore, NewEvent
 from supervisord.backends.base import RunReporter, RunSpec
 from supervisord.paths import Paths

@@ -11,7 +11,9 @@ back:
   (the daemon's poll runs every 2 s: that is most of the difference).
 
 Then the daemon's CPU (``/proc``, user + system) over a window while all N
-jobsup jobs run. Needs root and Debian's slurmctld, slurmd, slurm-client,
+jobsup jobs run. A third round submits one sweep of N runs (one array job:
+``sbatch --array``): submit -> each run's RUNNING, and how many ``sbatch``
+calls slurmctld saw for it (1). Needs root and Debian's slurmctld, slurmd, slurm-client,
 munge, openssh-server.
 
     python bench/slurm_submit.py            # N = 100, a 60 s window
@@ -143,6 +145,35 @@ def main() -> None:
                 cpu1, w1 = cpu_seconds(pid), time.monotonic()
                 for run_id in t0s:
                     client.cancel(run_id)
+
+            # Round 3: one sweep of n runs (one array job).
+            with env.client() as client:
+                log = where / "log" / "slurmctld.log"
+                submits_before = log.read_text().count("_slurm_rpc_submit_batch_job")
+                body = env.submit_body(repo, f"sleep {sleep_s}", name="sweep")
+                body["task"].update(backend="slurm", sweep={"i": f"0..{n - 1}"})
+                body["layers"] = [
+                    {"name": "cli", "file": None, "data": {"slurm": {"remote_dir": str(env.root / "remote"),
+                                                                      "sbatch_args": ["--mem=10M"]}}}
+                ]  # fmt: skip
+                t0 = time.time()
+                sweep = client.submit(body)
+                sweep_ids = list(sweep["run_ids"])
+                sweep_lat: list[float] = []
+                deadline = time.monotonic() + 180
+                pending = set(sweep_ids)
+                while pending and time.monotonic() < deadline:
+                    for run_id in list(pending):
+                        for event in client.events(run=run_id):
+                            if event.get("type") == "PhaseChanged" and event["data"].get("phase") == "RUNNING":
+                                sweep_lat.append(parse_at(event["at"]) - t0)
+                                pending.discard(run_id)
+                                break
+                    time.sleep(0.5)
+                if pending:
+                    raise RuntimeError(f"{len(pending)} sweep runs never reached RUNNING:\n{env.log_tail()}")
+                sweep_submits = log.read_text().count("_slurm_rpc_submit_batch_job") - submits_before
+                client.cancel_sweep(str(sweep["sweep"]["id"]))
         load_after = load_average()
     finally:
         subprocess.run([str(CLUSTER_SH), "down", str(where)], check=False, timeout=120)
@@ -155,6 +186,9 @@ def main() -> None:
         Figure("jobsup_submit_to_running_p50_ms", statistics.median(jobsup_lat) * 1000, "ms"),
         Figure("jobsup_submit_to_running_p90_ms", percentile(jobsup_lat, 90) * 1000, "ms"),
         Figure("daemon_cpu_while_jobs_run_pct", cpu_pct, "% of a core", "<= 1", cpu_pct <= 1.0),
+        Figure("sweep_submit_to_running_p50_ms", statistics.median(sweep_lat) * 1000, "ms"),
+        Figure("sweep_submit_to_running_p90_ms", percentile(sweep_lat, 90) * 1000, "ms"),
+        Figure("sweep_sbatch_calls", float(sweep_submits), "calls", "== 1", sweep_submits == 1),
     ]
     report(
         "slurm_submit",

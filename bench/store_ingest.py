@@ -32,6 +32,8 @@ import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from typing import Self
+
 from store import EventStore, NewEvent  # noqa: E402
 
 FILLER = "x" * 120
@@ -66,7 +68,7 @@ class RssSampler:
         while not self._stop.wait(0.02):
             self.peak = max(self.peak, self._proc.memory_info().rss)
 
-    def __enter__(self) -> RssSampler:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 

@@ -31,7 +31,6 @@ import statistics
 import time
 
 from _harness import BenchEnv, Figure, load_average, make_repo, percentile, report
-
 from supervisord.shellenv import capture, check_shell_env, shell_env_digest
 
 _VARS = 200

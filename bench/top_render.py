@@ -20,9 +20,9 @@ import os
 import statistics
 import time
 
-from _harness import Figure, load_average, report
 from rich.console import Console
 
+from _harness import Figure, load_average, report
 from supervisord.cli.output import emit
 from supervisord.cli.top_cmd import render_table, rows
 

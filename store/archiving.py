@@ -231,11 +231,11 @@ class LogArchiving(StoreCore):
                 if not self.archive_dir.is_dir():
                     return removed
                 for entry in self.archive_dir.iterdir():
-                    if entry.is_file() and not entry.is_symlink() and entry.name not in keep:
-                        if entry.name.endswith(arc.ARCHIVE_SUFFIX) or entry.name.endswith(".partial"):
-                            entry.unlink()
-                            arc.forget_reader(entry)
-                            removed.append(entry)
+                    ours = entry.name.endswith((arc.ARCHIVE_SUFFIX, ".partial"))
+                    if ours and entry.is_file() and not entry.is_symlink() and entry.name not in keep:
+                        entry.unlink()
+                        arc.forget_reader(entry)
+                        removed.append(entry)
                 if removed:
                     arc.fsync_dir(self.archive_dir)
                 return removed

@@ -17,16 +17,16 @@ Hierarchy::
 from __future__ import annotations
 
 __all__ = [
-    "StoreError",
-    "StoreOpenError",
-    "NotADatabaseError",
-    "SchemaTooNewError",
     "ConcurrencyError",
-    "StorageFullError",
-    "StoreLockedError",
-    "StoreClosedError",
     "LogArchiveError",
     "LogTextDeletedError",
+    "NotADatabaseError",
+    "SchemaTooNewError",
+    "StorageFullError",
+    "StoreClosedError",
+    "StoreError",
+    "StoreLockedError",
+    "StoreOpenError",
 ]
 
 

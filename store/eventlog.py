@@ -307,25 +307,23 @@ class EventLog(StoreCore):
             raise ValueError(f"limit must be > 0, got {limit!r}")
         want_runs, want_types = _frozen(run_ids, "run_ids"), _frozen(types, "types")
         deadline = None if timeout_s is None else asyncio.get_running_loop().time() + timeout_s
+        subs = self._subs
         while True:
-            waiter = self._subs.register(after_seq, want_runs, want_types, limit)
+            waiter = subs.register(after_seq, want_runs, want_types, limit)
             try:
                 if waiter.closed:
                     raise StoreClosedError(f"{self.path}: the store is closed")
-                found = None if waiter.reread else self._subs.recent(after_seq, want_runs, want_types, limit)
+                found = None if waiter.reread else subs.recent(after_seq, want_runs, want_types, limit)
                 if found is None:
                     found = await self._query_events(after_seq, limit, want_runs, want_types)
                 if found:
                     return found
-                if deadline is None:
+                if not waiter.woken.done():
+                    if deadline is not None:
+                        if timeout_s is not None and timeout_s <= 0:
+                            return []  # nothing now, and no time to wait
+                        subs.wake_at(waiter, deadline)  # wakes it with no result: timed out
                     await waiter.woken
-                elif not waiter.woken.done():
-                    loop = asyncio.get_running_loop()
-                    timer = loop.call_at(deadline, waiter.wake)  # wakes with no result: timed out
-                    try:
-                        await waiter.woken
-                    finally:
-                        timer.cancel()
                 if waiter.closed:
                     raise StoreClosedError(f"{self.path}: the store was closed while waiting")
                 if waiter.result:
@@ -334,7 +332,7 @@ class EventLog(StoreCore):
                     return []
                 # another process appended: loop to query the database
             finally:
-                self._subs.unregister(waiter)
+                subs.unregister(waiter)
 
     async def subscribe(
         self,

@@ -9,7 +9,7 @@ import asyncio
 import os
 from pathlib import Path
 from types import TracebackType
-from typing import get_args
+from typing import Self, get_args
 
 import aiosqlite
 import anyio
@@ -87,16 +87,16 @@ class EventStore(EventLog, RunQueries, LogReading, LogArchiving, Maintenance):
             raise ValueError(f"commit_window_s must be within 0..1 s, got {commit_window_s!r}")
         if recent_events < 0:
             raise ValueError(f"recent_events must be >= 0, got {recent_events!r}")
-        db_path = Path(path).absolute()
+        db_path = Path(path).absolute()  # noqa: ASYNC240 - once at open, before any reader exists
         db_path.parent.mkdir(parents=True, exist_ok=True)
-        archive_dir = Path(archive_dir).absolute() if archive_dir is not None else None
+        archive_dir = Path(archive_dir).absolute() if archive_dir is not None else None  # noqa: ASYNC240 - once at open
         writer_conn = await open_connection(
             db_path, synchronous=synchronous, busy_timeout_s=busy_timeout_s, writer=True, rebuild=Projector().rebuild
         )
         readers: list[aiosqlite.Connection] = []
         try:
-            for _ in range(_READERS):
-                readers.append(
+            for _ in range(_READERS):  # one at a time: each is appended before the next can fail
+                readers.append(  # noqa: PERF401 - on failure the ones already open are closed below
                     await open_connection(db_path, synchronous=synchronous, busy_timeout_s=busy_timeout_s, writer=False)
                 )
             rows = list(await writer_conn.execute_fetchall("SELECT COALESCE(MAX(seq), 0) FROM events"))
@@ -138,7 +138,7 @@ class EventStore(EventLog, RunQueries, LogReading, LogArchiving, Maintenance):
                         await conn.close()
                 log.info("store.closed", path=str(self.path))
 
-    async def __aenter__(self) -> EventStore:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(

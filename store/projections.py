@@ -45,6 +45,7 @@ from typing import Any, Final
 
 import aiosqlite
 
+from store.outputindex import apply_output_files
 from store.runmeta import RUN_META_COLUMNS, apply_run_meta, run_meta_from_cell
 from store.schema import PROJECTION_DDL, PROJECTION_TABLES
 from store.types import (
@@ -68,7 +69,7 @@ from store.types import (
     RunStatus,
 )
 
-__all__ = ["Projector", "validate_event", "run_status_from_row", "fold_facts", "RUN_COLUMNS"]
+__all__ = ["RUN_COLUMNS", "Projector", "fold_facts", "run_status_from_row", "validate_event"]
 
 _STREAMS: Final = frozenset({"stdout", "stderr"})
 _PHASES: Final = frozenset(PHASES)
@@ -263,6 +264,7 @@ class Projector:
         await self._apply_runs(conn, events, counts)
         await self._apply_facts(conn, events)
         await apply_run_meta(conn, events)
+        await apply_output_files(conn, events)
 
     @staticmethod
     async def _apply_facts(conn: aiosqlite.Connection, events: Sequence[RecordedEvent]) -> None:

@@ -6,7 +6,7 @@ names there)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from store._core import (
@@ -16,6 +16,7 @@ from store._core import (
     _frozen,
     _placeholders,
 )
+from store.outputindex import outputs_by_sha256_sql
 from store.projections import RUN_COLUMNS, run_status_from_row
 from store.types import (
     TERMINAL_PHASES,
@@ -23,7 +24,14 @@ from store.types import (
     RunStatus,
 )
 
-__all__ = ["RunQueries"]
+__all__ = ["RunQueries", "sqlite_glob"]
+
+
+def sqlite_glob(pattern: str) -> str:
+    """A shell pattern as :func:`fnmatch.fnmatchcase` reads it, as SQLite's
+    ``GLOB`` operand: the same ``*``, ``?`` and ``[...]``; a negated set is
+    ``[!...]`` in the shell, ``[^...]`` in SQLite."""
+    return pattern.replace("[!", "[^")
 
 
 class RunQueries(StoreCore):
@@ -56,6 +64,40 @@ class RunQueries(StoreCore):
             (json.dumps(ids),),
         )
         return {event.run_id: event for event in map(_event_from_row, rows)}
+
+    async def run_events(self, run_ids: Collection[str], types: Collection[str]) -> dict[str, list[RecordedEvent]]:
+        """The events of ``types`` of each of ``run_ids``, in one query (not
+        one per run: a restart reads those of every live run at once): run
+        id -> its events in version order (runs with none are left out)."""
+        ids, kinds = sorted(set(run_ids)), sorted(set(types))
+        if not ids or not kinds:
+            return {}
+        rows = await self._read(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE run_id IN (SELECT value FROM json_each(?))"
+            " AND type IN (SELECT value FROM json_each(?)) ORDER BY run_id, version",
+            (json.dumps(ids), json.dumps(kinds)),
+        )
+        out: dict[str, list[RecordedEvent]] = {}
+        for event in map(_event_from_row, rows):
+            out.setdefault(event.run_id, []).append(event)
+        return out
+
+    async def last_log_positions(self, run_ids: Collection[str]) -> dict[str, dict[str, str]]:
+        """:meth:`last_log_position` of every source of each of ``run_ids``,
+        in one query: run id -> source -> ``pos`` (runs with no recorded
+        line are left out)."""
+        ids = sorted(set(run_ids))
+        if not ids:
+            return {}
+        rows = await self._read(
+            "SELECT run_id, source, pos FROM log_sources WHERE run_id IN (SELECT value FROM json_each(?))",
+            (json.dumps(ids),),
+        )
+        out: dict[str, dict[str, str]] = {}
+        for run_id, source, pos in rows:
+            if pos is not None:
+                out.setdefault(str(run_id), {})[str(source)] = str(pos)
+        return out
 
     async def list_runs(
         self,
@@ -101,12 +143,20 @@ class RunQueries(StoreCore):
         phases: Collection[str] | None = None,
         name: str | None = None,
         backend: str | None = None,
+        name_glob: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        sweep_id: str | None = None,
     ) -> tuple[list[RunStatus], int | None]:
         """One page of runs, newest first: up to ``limit`` runs submitted
         before the cursor ``before`` (None = the newest), matching every given
         filter. Returns the page and the cursor of the next (older) page, or
         None when this page is the last. Reads only the page's rows (the
-        ``runs_by_created`` index), whatever the number of runs."""
+        ``runs_by_created`` index), whatever the number of runs.
+
+        ``name_glob``: the name matches this shell pattern (``*``, ``?``,
+        ``[...]``, ``[!...]``: :func:`fnmatch.fnmatchcase`'s, case-sensitive);
+        ``labels``: the run carries every one of these labels (``run_meta``);
+        ``sweep_id``: the run belongs to that sweep (an exact id)."""
         if limit <= 0:
             raise ValueError(f"limit must be > 0, got {limit!r}")
         where: list[str] = []
@@ -115,6 +165,18 @@ class RunQueries(StoreCore):
             if value is not None:
                 where.append(f"{column} = ?")
                 params.append(value)
+        if name_glob is not None:
+            where.append("name GLOB ?")
+            params.append(sqlite_glob(name_glob))
+        for key, value in sorted((labels or {}).items()):
+            where.append(
+                "EXISTS (SELECT 1 FROM run_meta AS m, json_each(m.labels) AS l"
+                " WHERE m.run_id = runs.id AND l.key = ? AND l.value = ?)"
+            )
+            params.extend((key, value))
+        if sweep_id is not None:
+            where.append("id IN (SELECT run_id FROM run_meta WHERE sweep_id = ?)")
+            params.append(sweep_id)
         wanted = _frozen(phases, "phases")
         if wanted is not None:
             if not wanted:
@@ -173,6 +235,21 @@ class RunQueries(StoreCore):
             }
             for r in rows
         ]
+
+    async def outputs_by_sha256(self, digests: Collection[str]) -> dict[str, list[dict[str, Any]]]:
+        """The recorded output files whose sha256 is one of ``digests``
+        (lower-case hex), from the ``output_files`` index (one range read
+        per digest): digest -> ``[{"run", "path", "bytes", "mtime",
+        "recorded_at"}]``, oldest first (digests with none are absent)."""
+        if not digests:
+            return {}
+        sql, params = outputs_by_sha256_sql(list(digests))
+        out: dict[str, list[dict[str, Any]]] = {}
+        for sha, run_id, path, size, mtime, at in await self._read(sql, params):
+            out.setdefault(str(sha), []).append(
+                {"run": run_id, "path": path, "bytes": size, "mtime": mtime, "recorded_at": at}
+            )
+        return out
 
     async def match_sweep_ids(self, prefix: str, limit: int = 10) -> list[str]:
         """Up to ``limit`` sweep ids starting with ``prefix`` (non-empty), sorted."""

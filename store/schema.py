@@ -34,18 +34,19 @@ from store.errors import (
     StoreOpenError,
 )
 from store.logblocks import migrate_v3
+from store.outputindex import OUTPUT_FILES_DDL, OUTPUT_FILES_FILL
 from store.runmeta import RUN_META_DDL
 
 __all__ = [
-    "SCHEMA_VERSION",
-    "MIGRATIONS",
-    "Migration",
     "CHECKPOINTS_DDL",
+    "MIGRATIONS",
     "MIGRATION_CHECKPOINTS",
     "PAGE_SIZE",
-    "RebuildProjections",
-    "PROJECTION_TABLES",
     "PROJECTION_DDL",
+    "PROJECTION_TABLES",
+    "SCHEMA_VERSION",
+    "Migration",
+    "RebuildProjections",
     "Synchronous",
     "open_connection",
     "translate_error",
@@ -157,7 +158,14 @@ _RUN_FACTS_DDL: Final = """CREATE TABLE run_facts (
 #: The projection tables at :data:`SCHEMA_VERSION`, dropped and recreated by
 #: ``rebuild()``. (``log_blocks``, the log text, is data beside the events,
 #: not a projection: see :mod:`store.logblocks`.)
-PROJECTION_TABLES: Final[tuple[str, ...]] = ("runs", "log_sources", "log_archives", "run_facts", "run_meta")
+PROJECTION_TABLES: Final[tuple[str, ...]] = (
+    "runs",
+    "log_sources",
+    "log_archives",
+    "run_facts",
+    "run_meta",
+    "output_files",
+)
 
 #: DDL of the projection tables at :data:`SCHEMA_VERSION`. A migration that
 #: changes a projection table changes this and sets ``rebuild_projections``.
@@ -170,6 +178,7 @@ PROJECTION_DDL: Final[tuple[str, ...]] = (
     _LOG_ARCHIVES_DDL,
     _RUN_FACTS_DDL,
     *RUN_META_DDL,
+    *OUTPUT_FILES_DDL,
 )
 
 
@@ -259,6 +268,11 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     # its place can change when branches adding other steps are merged. No
     # run recorded before has labels, a sweep or progress: it starts empty.
     Migration("run labels, sweeps, params and progress: run_meta", RUN_META_DDL),
+    # Output files by sha256 (store.outputindex), filled from the
+    # OutputsRecorded events already recorded. Self-contained and
+    # idempotent (IF NOT EXISTS, INSERT OR IGNORE): its place can change
+    # when branches adding other steps are merged.
+    Migration("output files by sha256 (jobsup which): output_files", (*OUTPUT_FILES_DDL, OUTPUT_FILES_FILL)),
 )
 
 #: The schema version this jobsup writes.
@@ -317,7 +331,7 @@ async def _schema_version(conn: aiosqlite.Connection, path: Path) -> int:
             " the file was left untouched"
         )
     rows = await conn.execute_fetchall("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
-    return int(list(rows)[0][0])
+    return int(next(iter(rows))[0])
 
 
 async def _migrate(conn: aiosqlite.Connection, path: Path, rebuild: RebuildProjections) -> None:
@@ -368,7 +382,7 @@ async def _ensure_incremental_vacuum(conn: aiosqlite.Connection, path: Path) -> 
     if int(rows[0][0]) == 2:
         return
     started = dt.datetime.now(dt.UTC)
-    size = path.stat().st_size if path.exists() else 0
+    size = path.stat().st_size if path.exists() else 0  # noqa: ASYNC240 - once at open, before the store serves anyone
     try:
         await conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         await conn.execute("VACUUM")
@@ -376,8 +390,13 @@ async def _ensure_incremental_vacuum(conn: aiosqlite.Connection, path: Path) -> 
         log.warning("store.vacuum_skipped", path=str(path), error=str(exc),
                     hint="the database works; it shrinks after retention only once this VACUUM succeeds")  # fmt: skip
         return
-    log.info("store.auto_vacuum_enabled", path=str(path), bytes_before=size,
-             bytes_after=path.stat().st_size, seconds=(dt.datetime.now(dt.UTC) - started).total_seconds())  # fmt: skip
+    log.info(
+        "store.auto_vacuum_enabled",
+        path=str(path),
+        bytes_before=size,
+        bytes_after=path.stat().st_size,  # noqa: ASYNC240 - once at open
+        seconds=(dt.datetime.now(dt.UTC) - started).total_seconds(),
+    )
 
 
 async def open_connection(
@@ -404,7 +423,7 @@ async def open_connection(
     # holds on it (fcntl(2)), including those of SQLite connections already
     # open, and another process could then delete our live WAL. SQLite itself
     # refuses a non-database file (SQLITE_NOTADB) without writing to it.
-    if path.is_dir():
+    if path.is_dir():  # noqa: ASYNC240 - once at open, before the store serves anyone
         raise NotADatabaseError(f"{path}: is a directory, not an SQLite database file")
     try:
         conn = await aiosqlite.connect(os.fspath(path), isolation_level=None, timeout=busy_timeout_s)

@@ -14,7 +14,9 @@ The re-check needs no database read when ``N`` is at or past the newest
 published seq (every event with seq > N is still to be published, and will
 be to this waiter), nor when the recently published events, kept in memory
 (:data:`RECENT_EVENTS` at most), cover every seq after ``N``: a waiter woken
-by one batch while the next one was committing finds that one there. Events appended by another process on the same file are not
+by one batch while the next one was committing finds that one there (and a
+waiter on runs none of those events belongs to learns it from one dict
+look-up per run). Events appended by another process on the same file are not
 published here; when a local batch reveals such a gap in seq, every waiter
 is woken to re-read the database instead.
 """
@@ -24,36 +26,64 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import heapq
 from collections.abc import Sequence
 from typing import Any, Final
 
 from store.types import LOG_LINES, RecordedEvent
 
-__all__ = ["Subscriptions", "Waiter", "RECENT_EVENTS", "RECENT_LOG_LINES"]
+__all__ = ["RECENT_EVENTS", "RECENT_LOG_LINES", "Subscriptions", "Waiter"]
 
 #: How many recently published events are kept to answer re-checks...
 RECENT_EVENTS: Final = 2048
 #: ...as long as they hold at most this many log lines (a memory bound).
 RECENT_LOG_LINES: Final = 50_000
+#: Deadlines are kept in ticks of this many seconds (a wait times out up to one tick late, never early).
+DEADLINE_TICK_S: Final = 0.01
 
 
-@dataclasses.dataclass(eq=False, slots=True)
 class Waiter:
     """One registered wait. ``woken`` (an asyncio future: the cheapest thing
     to wake a thousand waiters with) completes when ``result`` got the
     matching published events (seq order, at most ``limit``), when
-    ``reread`` asks the waiter to re-query the database instead, or when
-    ``closed`` says the store closed."""
+    ``reread`` asks the waiter to re-query the database instead, when
+    ``closed`` says the store closed, or when its deadline passed (none of
+    these set). ``registered`` is False once a publish or :meth:`Subscriptions.unregister`
+    took it out of the registry."""
 
-    after_seq: int
-    run_ids: frozenset[str] | None
-    types: frozenset[str] | None
-    limit: int
-    woken: asyncio.Future[None]
-    result: list[RecordedEvent] | None = None
-    reread: bool = False
-    closed: bool = False
-    _pending: list[RecordedEvent] = dataclasses.field(default_factory=list)
+    __slots__ = (
+        "_pending",
+        "after_seq",
+        "closed",
+        "due",
+        "limit",
+        "registered",
+        "reread",
+        "result",
+        "run_ids",
+        "types",
+        "woken",
+    )
+
+    def __init__(
+        self,
+        after_seq: int,
+        run_ids: frozenset[str] | None,
+        types: frozenset[str] | None,
+        limit: int,
+        woken: asyncio.Future[None],
+    ) -> None:
+        self.after_seq = after_seq
+        self.run_ids = run_ids
+        self.types = types
+        self.limit = limit
+        self.woken = woken
+        self.result: list[RecordedEvent] | None = None
+        self.reread = False
+        self.closed = False
+        self.registered = False
+        self.due: int | None = None  # the deadline tick, while it has one
+        self._pending: list[RecordedEvent] | None = None
 
     def wake(self) -> None:
         """Complete ``woken`` (once; a cancelled wait stays cancelled)."""
@@ -85,6 +115,11 @@ class Subscriptions:
     store's last seq when it opened, then each published batch's last). The
     last ``max_recent_events`` published events (holding at most
     ``max_recent_lines`` log lines) are kept to answer :meth:`recent`.
+
+    Deadlines (:meth:`wake_at`) are grouped in ticks of
+    :data:`DEADLINE_TICK_S`, and one loop timer is set for the earliest
+    tick that still has a waiter: a thousand waiters with a timeout cost a
+    dict entry each, not a ``loop.call_at`` (and its cancellation) each.
     """
 
     def __init__(
@@ -100,6 +135,14 @@ class Subscriptions:
         self._recent: collections.deque[_Batch] = collections.deque()
         self._recent_events = 0
         self._recent_lines = 0
+        # Each run's last published seq, for the runs with events in the window.
+        self._run_last: dict[str, int] = {}
+        # Deadline tick -> the waiters due then; a heap of the ticks (some
+        # may have lost their waiters); the one timer and the tick it is for.
+        self._due: dict[int, dict[Waiter, None]] = {}
+        self._due_ticks: list[int] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_tick: int | None = None
 
     def recent(
         self, after_seq: int, run_ids: frozenset[str] | None, types: frozenset[str] | None, limit: int
@@ -112,6 +155,13 @@ class Subscriptions:
             return []
         if not self._recent or self._recent[0].events[0].seq > after_seq + 1:
             return None
+        if run_ids is not None:
+            run_last = self._run_last
+            for run_id in run_ids:
+                if run_last.get(run_id, 0) > after_seq:
+                    break
+            else:
+                return []  # none of the runs has an event after after_seq
         newest_first: list[list[RecordedEvent]] = []
         for batch in reversed(self._recent):
             if batch.events[-1].seq <= after_seq:
@@ -126,19 +176,26 @@ class Subscriptions:
         return [e for found in reversed(newest_first) for e in found][:limit]
 
     def _remember(self, events: Sequence[RecordedEvent], by_run: dict[str, list[RecordedEvent]], gap: bool) -> None:
+        run_last = self._run_last
         if gap:
             self._recent.clear()
             self._recent_events = self._recent_lines = 0
+            run_last.clear()
         lines = sum(_line_weight(e.data) for e in events if e.type == LOG_LINES)
         self._recent.append(_Batch(events, by_run, lines))
         self._recent_events += len(events)
         self._recent_lines += lines
+        for run_id, run_events in by_run.items():
+            run_last[run_id] = run_events[-1].seq
         while self._recent and (
             self._recent_events > self.max_recent_events or self._recent_lines > self.max_recent_lines
         ):
             oldest = self._recent.popleft()
             self._recent_events -= len(oldest.events)
             self._recent_lines -= oldest.lines
+            for run_id, run_events in oldest.by_run.items():
+                if run_last.get(run_id) == run_events[-1].seq:  # its last event leaves the window
+                    del run_last[run_id]
 
     def register(
         self, after_seq: int, run_ids: frozenset[str] | None, types: frozenset[str] | None, limit: int
@@ -150,12 +207,60 @@ class Subscriptions:
         if self._closed:
             waiter.closed = True
             waiter.wake()
-        elif run_ids is None:
+            return waiter
+        waiter.registered = True
+        if run_ids is None:
             self._any_run.add(waiter)
         else:
+            by_run = self._by_run
             for run_id in run_ids:
-                self._by_run.setdefault(run_id, set()).add(waiter)
+                waiters = by_run.get(run_id)
+                if waiters is None:
+                    by_run[run_id] = {waiter}
+                else:
+                    waiters.add(waiter)
         return waiter
+
+    def wake_at(self, waiter: Waiter, deadline: float) -> None:
+        """Wake ``waiter`` (with no result: timed out) at ``deadline`` (on
+        the running loop's clock; up to one tick later), unless something
+        woke it before; :meth:`unregister` drops the deadline."""
+        tick = int(deadline / DEADLINE_TICK_S) + 1
+        bucket = self._due.get(tick)
+        if bucket is None:
+            self._due[tick] = bucket = {}
+            heapq.heappush(self._due_ticks, tick)
+            if self._timer_tick is None or tick < self._timer_tick:
+                self._arm()
+        bucket[waiter] = None
+        waiter.due = tick
+
+    def _arm(self) -> None:
+        """Set the timer for the earliest tick that has waiters (none if no tick has)."""
+        ticks = self._due_ticks
+        while ticks and ticks[0] not in self._due:
+            heapq.heappop(ticks)
+        tick = ticks[0] if ticks else None
+        if tick == self._timer_tick:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_tick = tick
+        self._timer = None if tick is None else asyncio.get_running_loop().call_at(tick * DEADLINE_TICK_S, self._expire)
+
+    def _expire(self) -> None:
+        """The timer: wake the waiters of every tick that passed, then set
+        the timer for the next tick."""
+        fired = self._timer_tick
+        self._timer = self._timer_tick = None
+        now = int(asyncio.get_running_loop().time() / DEADLINE_TICK_S)
+        last = now if fired is None else max(now, fired)
+        ticks = self._due_ticks
+        while ticks and ticks[0] <= last:
+            for waiter in self._due.pop(heapq.heappop(ticks), ()):
+                waiter.due = None
+                waiter.wake()
+        self._arm()
 
     def counts(self) -> tuple[int, int]:
         """``(waiters, runs)``: the waiters registered now, and how many
@@ -164,7 +269,20 @@ class Subscriptions:
         return len(self._any_run) + len(by_run), len(self._by_run)
 
     def unregister(self, waiter: Waiter) -> None:
-        """Forget ``waiter`` (idempotent)."""
+        """Forget ``waiter`` and its deadline (idempotent; cheap when a
+        publish already took it out of the registry)."""
+        if waiter.due is not None:
+            tick, waiter.due = waiter.due, None
+            bucket = self._due.get(tick)
+            if bucket is not None:
+                bucket.pop(waiter, None)
+                if not bucket:
+                    del self._due[tick]
+                    if tick == self._timer_tick:
+                        self._arm()
+        if not waiter.registered:
+            return
+        waiter.registered = False
         if waiter.run_ids is None:
             self._any_run.discard(waiter)
             return
@@ -182,7 +300,10 @@ class Subscriptions:
     def publish(self, events: Sequence[RecordedEvent]) -> None:
         """Hand a just-committed batch (seq order) to the waiters it matches.
 
-        Call only after the batch's COMMIT returned.
+        Call only after the batch's COMMIT returned. One pass: a waiter on
+        one run gets its events (a fresh list) and is woken as its run's
+        events are matched; its run's set is dropped whole when every
+        waiter in it woke. Waiters on several runs collect theirs first.
         """
         if not events:
             return
@@ -190,37 +311,70 @@ class Subscriptions:
         self.published_seq = max(self.published_seq, events[-1].seq)
         by_run: dict[str, list[RecordedEvent]] = {}
         for event in events:
-            by_run.setdefault(event.run_id, []).append(event)
+            run_events = by_run.get(event.run_id)
+            if run_events is None:
+                by_run[event.run_id] = [event]
+            else:
+                run_events.append(event)
         self._remember(events, by_run, gap)
         if gap:  # another process appended in between: let everyone re-read
             for waiter in [*self._any_run, *(w for ws in self._by_run.values() for w in ws)]:
                 waiter.reread = True
                 self._wake(waiter)
             return
-        touched: set[Waiter] = set()
+        registry = self._by_run
+        several: list[Waiter] = []
         for run_id, run_events in by_run.items():
-            if run_id in self._by_run:
-                for waiter in self._by_run[run_id]:
-                    matched = [e for e in run_events if waiter.matches(e)]
-                    if matched:
+            waiters = registry.get(run_id)
+            if waiters is None:
+                continue
+            first_seq = run_events[0].seq
+            woke: list[Waiter] = []
+            for waiter in waiters:
+                run_ids, types, after_seq = waiter.run_ids, waiter.types, waiter.after_seq
+                if types is None and after_seq < first_seq:
+                    matched = run_events[: waiter.limit]
+                else:
+                    matched = [e for e in run_events if e.seq > after_seq and (types is None or e.type in types)]
+                if not matched:
+                    continue
+                if run_ids is not None and len(run_ids) > 1:
+                    if waiter._pending is None:
+                        waiter._pending = matched
+                        several.append(waiter)
+                    else:
                         waiter._pending.extend(matched)
-                        touched.add(waiter)
-        for waiter in self._any_run:
-            matched = []
-            for event in events:
-                if waiter.matches(event):
-                    matched.append(event)
-                    if len(matched) >= waiter.limit:
-                        break
-            if matched:
-                waiter._pending.extend(matched)
-                touched.add(waiter)
-        for waiter in touched:
+                    continue
+                waiter.result = matched if len(matched) <= waiter.limit else matched[: waiter.limit]
+                waiter.registered = False
+                woke.append(waiter)
+                if not waiter.woken.done():
+                    waiter.woken.set_result(None)
+            if len(woke) == len(waiters):
+                del registry[run_id]
+            else:
+                for waiter in woke:
+                    waiters.discard(waiter)
+        if self._any_run:
+            woke = []
+            for waiter in self._any_run:
+                matched = []
+                for event in events:
+                    if waiter.matches(event):
+                        matched.append(event)
+                        if len(matched) >= waiter.limit:
+                            break
+                if matched:
+                    waiter.result = matched
+                    woke.append(waiter)
+            for waiter in woke:
+                self._wake(waiter)
+        for waiter in several:
             pending = waiter._pending
-            if waiter.run_ids is not None and len(waiter.run_ids) > 1:
-                pending.sort(key=lambda e: e.seq)
+            assert pending is not None
+            pending.sort(key=_seq_of)
             waiter.result = pending[: waiter.limit]
-            waiter._pending = []
+            waiter._pending = None
             self._wake(waiter)
 
     def close(self) -> None:
@@ -230,6 +384,15 @@ class Subscriptions:
         for waiter in [*self._any_run, *(w for ws in self._by_run.values() for w in ws)]:
             waiter.closed = True
             self._wake(waiter)
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._timer_tick = None
+        self._due.clear()
+        self._due_ticks.clear()
+
+
+def _seq_of(event: RecordedEvent) -> int:
+    return event.seq
 
 
 def _line_weight(data: dict[str, Any]) -> int:

@@ -84,40 +84,41 @@ Any other type (jobsup's are cataloged in ``supervisord.events``)
 from __future__ import annotations
 
 import dataclasses
-import datetime
+import datetime as dt
 import time
 from collections.abc import Sequence
 from typing import Any, Final, Literal, get_args
 
 __all__ = [
-    "StoreStatistics",
-    "PHASES",
-    "INITIAL_PHASE",
-    "TERMINAL_PHASES",
-    "PHASE_RANK",
-    "PROJECTED_TYPES",
-    "Phase",
-    "NewEvent",
-    "RecordedEvent",
-    "RunStatus",
-    "LogLine",
-    "Checkpoint",
-    "SUBMITTED",
-    "PHASE_CHANGED",
-    "HANDLE_RECORDED",
-    "LOG_LINES",
-    "LOG_INGEST_PENDING",
-    "LOG_INGEST_DONE",
-    "CANCEL_REQUESTED",
-    "STAGING_STEP",
-    "LOGS_ARCHIVED",
-    "LOGS_DELETED",
     "ADMITTED",
-    "RESOURCE_USAGE",
+    "CANCEL_REQUESTED",
     "CONTAINER_TIMES",
     "FACT_TYPES",
+    "HANDLE_RECORDED",
+    "INITIAL_PHASE",
+    "LOGS_ARCHIVED",
+    "LOGS_DELETED",
+    "LOG_INGEST_DONE",
+    "LOG_INGEST_PENDING",
+    "LOG_LINES",
+    "OUTPUTS_RECORDED",
+    "PHASES",
+    "PHASE_CHANGED",
+    "PHASE_RANK",
     "PROGRESS",
+    "PROJECTED_TYPES",
+    "RESOURCE_USAGE",
+    "STAGING_STEP",
+    "SUBMITTED",
     "SWEEP_SUBMITTED",
+    "TERMINAL_PHASES",
+    "Checkpoint",
+    "LogLine",
+    "NewEvent",
+    "Phase",
+    "RecordedEvent",
+    "RunStatus",
+    "StoreStatistics",
 ]
 
 # The run lifecycle's phases are defined here, once (the store validates and
@@ -156,6 +157,9 @@ CONTAINER_TIMES: Final = "ContainerTimes"
 PROGRESS: Final = "Progress"
 #: A sweep's grid, on the sweep's own stream (the sweep id), before its runs' Submitted.
 SWEEP_SUBMITTED: Final = "SweepSubmitted"
+#: A run's outputs folder listed with each file's sha256 (store.outputindex
+#: indexes its files by digest for ``jobsup which``).
+OUTPUTS_RECORDED: Final = "OutputsRecorded"
 
 #: Event types that change projected columns beyond the bookkeeping ones.
 PROJECTED_TYPES: Final[frozenset[str]] = frozenset(
@@ -303,7 +307,7 @@ class RunStatus:
 
 def _epoch(at: str) -> float:
     """Epoch seconds of an RFC 3339 UTC time as :class:`RecordedEvent` writes it."""
-    return datetime.datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+    return dt.datetime.fromisoformat(at).timestamp()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ is :attr:`Writer.problem` (what the daemon reports as its storage health).
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import os
@@ -52,7 +53,7 @@ from store.schema import translate_error, utc_now
 from store.subscriptions import Subscriptions
 from store.types import Checkpoint, RecordedEvent
 
-__all__ = ["Writer", "PreparedEvent", "StorageProblem"]
+__all__ = ["PreparedEvent", "StorageProblem", "Writer"]
 
 log = structlog.get_logger("store.writer")
 
@@ -380,7 +381,7 @@ class Writer:
         store closes."""
         kind = self.problem.kind if self.problem is not None else "I/O error"
         first, cap = _BACKOFF_S.get(kind, (0.2, 2.0))
-        delay = min(cap, first * 2 ** min(self._attempts - 1, 16)) * (1 + 0.2 * (random.random() - 0.5))
+        delay = min(cap, first * 2 ** min(self._attempts - 1, 16)) * (1 + 0.2 * (random.random() - 0.5))  # noqa: S311 - jitter, not a secret
         with anyio.move_on_after(delay):
             await self._closing.wait()
 
@@ -446,10 +447,8 @@ class Writer:
                 remaining = deadline - time.monotonic()
                 if remaining > 0:
                     with anyio.move_on_after(remaining):
-                        try:
+                        with contextlib.suppress(anyio.EndOfStream):
                             job = await self._receive.receive()
-                        except anyio.EndOfStream:
-                            pass
             except anyio.EndOfStream:
                 pass
             if job is None:  # the window elapsed, or the store is closing
@@ -466,7 +465,7 @@ class Writer:
         except sqlite3.Error as exc:
             job.error = translate_error(exc, self._path, self._busy_timeout_s)
             job.error.__cause__ = exc
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - handed to the job's caller, which re-raises it
             job.error = exc
         finally:
             job.done.set()
@@ -489,6 +488,15 @@ class Writer:
                 at = utc_now()
                 inserts: list[tuple[int, str, int, str, str, str]] = []
                 resolver = BlockResolver(conn)
+                await resolver.prefetch(
+                    {
+                        (run_id, event.block.source)
+                        for job in batch
+                        for run_id, _, events in _parts(job)
+                        for event in events
+                        if event.block is not None
+                    }
+                )
                 checkpoints: list[tuple[str, int, str]] = []
                 for job in batch:
                     if job.checkpoint is not None:

@@ -30,6 +30,9 @@ POINTS: Final[tuple[str, ...]] = (
     # submit -> pending file -> Submitted
     "submit.pending_written",  # <run dir>/pending.json (env values) written; no Submitted yet
     "submit.recorded",  # Submitted committed; the client has no answer yet
+    # sweep submit -> one pending file -> SweepSubmitted and every Submitted in one transaction
+    "sweep.pending_written",  # <runs dir>/<sweep id>/pending.json written; nothing of the sweep recorded
+    "sweep.recorded",  # SweepSubmitted and its runs' Submitted committed; the client has no answer yet
     # admission
     "admit.recorded",  # Admitted + PhaseChanged SCHEDULING committed; nothing started
     # spawn -> handle (local)

@@ -34,7 +34,7 @@ import anyio.abc
 import click
 import structlog
 
-from store import EventStore, RunStatus
+from store import EventStore
 from store.errors import StoreError, StoreOpenError
 from supervisord import config as cfg
 from supervisord import version
@@ -46,6 +46,7 @@ from supervisord.backends.base import Backend
 from supervisord.backends.kubernetes import KubernetesBackend
 from supervisord.backends.local import LocalBackend
 from supervisord.backends.slurm import SlurmBackend
+from supervisord.commands import Commands
 from supervisord.config.sources import config_file_path
 from supervisord.config.unimplemented import not_implemented_warnings
 from supervisord.events import CONFIG_RELOADED
@@ -62,13 +63,11 @@ from supervisord.retention import Retention, RetentionSettings
 from supervisord.scheduler.driver import Scheduler, SchedulerSettings, with_capacity
 from supervisord.scheduler.gpus import Inventory
 from supervisord.scheduler.gpus import inventory as gpu_inventory
-from supervisord.scheduler.rerun import rerun_run
-from supervisord.scheduler.update import parse_changes
 from supervisord.secret import load_digest_key
 from supervisord.submit import Planner
 from supervisord.supervisor import Supervisor
 from supervisord.ui import UiServer
-from supervisord.ui.actions import SupervisorActions
+from supervisord.ui.actions import CommandActions
 from supervisord.ui.server import check_ui_settings
 from supervisord.usage.sampler import usage_sampler
 from supervisord.usage.scope import probe as probe_scopes
@@ -186,28 +185,12 @@ class Daemon:
         self._stop.set()
 
     def _ui_server(
-        self,
-        store: EventStore,
-        supervisor: Supervisor,
-        scheduler: Scheduler,
-        digest_key: bytes,
-        streams: StreamCloser,
+        self, store: EventStore, commands: Commands, scheduler: Scheduler, streams: StreamCloser
     ) -> UiServer:
         settings = cfg.effective_config(self.daemon_layer, []).data.get("ui") or {}
-
-        async def rerun(run_id: str) -> RunStatus:
-            # The page has no env values to give: the names stay unfilled.
-            return (await rerun_run(supervisor, scheduler, digest_key, run_id, {}))[0]
-
-        async def queue() -> dict[str, Any]:
-            return scheduler.view()
-
-        async def update(run_id: str, changes: Mapping[str, Any]) -> object:
-            return await scheduler.update([run_id], parse_changes(changes))
-
         return UiServer(
             store=store,
-            actions=SupervisorActions(supervisor, rerun=rerun, queue=queue, update=update),
+            actions=CommandActions(commands, queue=scheduler.view),
             state_dir=self.paths.state_dir,
             settings=settings,
             streams=streams,
@@ -397,7 +380,9 @@ class Daemon:
 
                 # Open streams end cleanly when the daemon stops (not cancelled).
                 streams = StreamCloser()
-                page = self._ui_server(store, supervisor, scheduler, planner.digest_key, streams)
+                # The one command path of the API and the page.
+                commands = Commands(supervisor, planner, scheduler)
+                page = self._ui_server(store, commands, scheduler, streams)
                 tg.start_soon(page.serve, name="ui")
 
                 async def ui(body: dict[str, Any]) -> dict[str, Any]:
@@ -420,11 +405,12 @@ class Daemon:
                     ui=ui,
                     scheduler=scheduler,
                     hooks=hooks_status,
-                    config_changed=lambda: self.config_files.changed(),
+                    config_changed=self.config_files.changed,
                     daemon_control=control,
                     retention=retention,
                     streams=streams,
                     usage=sampler.snapshot,
+                    commands=commands,
                 )
                 inflight = InFlight(app)
                 config = Config(
@@ -603,10 +589,8 @@ def run_daemon() -> None:
         # log may be on the full disk: the CLI that autostarted us names it too.
         text = "; ".join(dict.fromkeys(str(e) for e in _leaves(group))) + disk_full_hint(paths.state_dir)
         log.error("cannot start", error=text)
-        try:
+        with contextlib.suppress(OSError):
             click.echo(f"error: jobsup daemon: {text}", err=True)
-        except OSError:
-            pass
         sys.exit(1)
     if daemon.exit_code:
         sys.exit(daemon.exit_code)

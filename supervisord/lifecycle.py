@@ -31,14 +31,14 @@ from typing import Final
 from store.types import INITIAL_PHASE, PHASE_RANK, PHASES, TERMINAL_PHASES
 
 __all__ = [
-    "PHASES",
-    "INITIAL_PHASE",
-    "TERMINAL_PHASES",
-    "PHASE_RANK",
     "ACTIVE_PHASES",
+    "INITIAL_PHASE",
+    "PHASES",
+    "PHASE_RANK",
+    "TERMINAL_PHASES",
+    "Decision",
     "RunPhase",
     "Verdict",
-    "Decision",
     "decide",
     "is_terminal",
     "reached",

@@ -23,7 +23,7 @@ from typing import Any
 
 from supervisord.exceptions import TaskError
 
-__all__ = ["check_links_shape", "link_path", "links_json", "resolve_links", "check_against_snapshot"]
+__all__ = ["check_against_snapshot", "check_links_shape", "link_path", "links_json", "resolve_links"]
 
 
 def check_links_shape(value: object, *, where: str = "links") -> dict[str, str]:
@@ -46,7 +46,7 @@ def check_links_shape(value: object, *, where: str = "links") -> dict[str, str]:
 def link_path(key: str) -> str:
     """The normalised relative path of link ``key`` in the snapshot. Raises
     TaskError when it is absolute or leaves the snapshot."""
-    if key.startswith("/") or key.startswith("~"):
+    if key.startswith(("/", "~")):
         raise TaskError(f"links.{key}: the link path must be relative to the snapshot's top")
     norm = posixpath.normpath(key)
     if norm in (".", "") or norm == ".." or norm.startswith("../") or "/../" in f"/{norm}/":

@@ -8,6 +8,7 @@ its logger's name ``logger``."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from typing import TextIO, cast
@@ -87,7 +88,5 @@ class _DroppingWriter:
             return len(text)
 
     def flush(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self._stream.flush()
-        except OSError:
-            pass

@@ -11,18 +11,16 @@ environment escapes (README says so).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
-__all__ = ["pids_with_env"]
+__all__ = ["own_environs", "pids_with_env"]
 
 
-def pids_with_env(name: str, value: str) -> list[int]:
-    """Pids of this user's processes (never this one) whose environment
-    holds ``name=value`` exactly. Blocking (reads ``/proc``): call it from
-    a worker thread in the daemon. Processes that vanish or cannot be read
-    during the pass are skipped."""
-    marker = f"{name}={value}".encode()
+def own_environs() -> Iterator[tuple[int, bytes]]:
+    """(pid, raw ``/proc/PID/environ``) of this user's processes, never this
+    one (proc(5)). Blocking (reads ``/proc``): call it from a worker thread in
+    the daemon. Processes that vanish or cannot be read are skipped."""
     uid, me = os.getuid(), os.getpid()
-    found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == me:
             continue
@@ -33,6 +31,11 @@ def pids_with_env(name: str, value: str) -> list[int]:
                 env = f.read()
         except OSError:
             continue
-        if marker in env.split(b"\0"):
-            found.append(int(entry))
-    return found
+        yield int(entry), env
+
+
+def pids_with_env(name: str, value: str) -> list[int]:
+    """Pids of this user's processes (never this one) whose environment
+    holds ``name=value`` exactly. Blocking, as :func:`own_environs`."""
+    marker = f"{name}={value}".encode()
+    return [pid for pid, env in own_environs() if marker in env.split(b"\0")]

@@ -2,10 +2,12 @@
 and the streaming loops (page, wait, heartbeat) of ``wait`` and ``events``.
 
 Reads only: nothing here appends an event or knows the supervisor. The API
-handlers parse a request, call one method here and encode what it returns
-(:mod:`supervisord.api.server`); run objects are
-:meth:`store.RunStatus.to_json` dicts. The ``logs`` stream lives with its
-endpoint in the server for now.
+handlers and the page parse a request, call one method here and encode what
+it returns (:mod:`supervisord.api.server`, :mod:`supervisord.ui.app`); no
+handler reads the store or the supervisor itself. Run objects are
+:meth:`store.RunStatus.to_json` dicts. The ``logs`` stream's reads are the
+log methods here (its encoding lives with its endpoint,
+:mod:`supervisord.api.logs_route`).
 
 Every stream is an async iterator of JSON-able dicts, one per NDJSON line.
 A stream that has nothing to say for :data:`HEARTBEAT_S` sends
@@ -16,20 +18,23 @@ A stream that has nothing to say for :data:`HEARTBEAT_S` sends
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
 import anyio
 
-from store import PHASE_CHANGED, EventStore, RunStatus
+from store import LOG_LINES, PHASE_CHANGED, EventStore, LogLine, RecordedEvent, RunStatus
+from store.eventstore import LogReplay
 from store.types import PHASES, TERMINAL_PHASES
 from supervisord.events import RUN_UPDATED
 from supervisord.exceptions import AmbiguousRunError, RunNotFoundError, UsageError
+from supervisord.health import storage_json
 from supervisord.lifecycle import reached
+from supervisord.outputs.query import run_outputs, which
 from supervisord.runref import check_run_ref
-from supervisord.sweepread import expand_refs, resolve_sweep_id
+from supervisord.sweepread import expand_refs, resolve_sweep_id, sweep_document
 
-__all__ = ["HEARTBEAT_S", "RECENT_RUNS", "WAIT_CONDITIONS", "ReadSide", "resolve_run_id"]
+__all__ = ["HEARTBEAT_S", "RECENT_RUNS", "WAIT_CONDITIONS", "LogReplay", "OutputSpace", "ReadSide", "resolve_run_id"]
 
 #: The hook outcome events `show` lists (supervisord.hooks.delivery).
 _HOOK_OUTCOMES = ("HookDelivered", "HookFailed")
@@ -61,11 +66,36 @@ def all_labels(have: Mapping[str, str], want: Mapping[str, str]) -> bool:
     return all(have.get(k) == v for k, v in want.items())
 
 
-class ReadSide:
-    """Queries and streams over one open :class:`~store.EventStore`."""
+#: What the daemon says of its local runs' output disk (``"output"`` in
+#: ``/health`` and ``GET /runs``: :func:`supervisord.health.output_space`).
+OutputSpace = Callable[[], Awaitable[dict[str, Any] | None]]
 
-    def __init__(self, store: EventStore) -> None:
+
+async def _no_output_problem() -> dict[str, Any] | None:
+    return None
+
+
+class ReadSide:
+    """Queries and streams over one open :class:`~store.EventStore`
+    (``output``: the daemon's view of its local runs' output disk)."""
+
+    def __init__(self, store: EventStore, output: OutputSpace = _no_output_problem) -> None:
         self.store = store
+        self._output = output
+
+    # -- the daemon's storage ------------------------------------------------------
+
+    def storage(self) -> dict[str, Any] | None:
+        """The store's write problem for the user (:func:`supervisord.health.storage_json`), None when fine."""
+        return storage_json(self.store)
+
+    async def output(self) -> dict[str, Any] | None:
+        """The local runs' output disk problem (``OutputSpace``), None when fine."""
+        return await self._output()
+
+    async def last_seq(self) -> int:
+        """The seq of the newest recorded event (0: none)."""
+        return await self.store.last_seq()
 
     # -- queries ---------------------------------------------------------------
 
@@ -132,6 +162,109 @@ class ReadSide:
             "hooks": [e.to_json() for e in hooks],
             "updates": [e.to_json() for e in updates],
         }
+
+    async def submitted(self, run_id: str) -> dict[str, Any]:
+        """The run's Submitted event's data ({} when it has none)."""
+        first = await self.store.read_all(0, limit=1, run_id=run_id)
+        return dict(first[0].data) if first else {}
+
+    async def page_runs(self, **query: Any) -> tuple[list[RunStatus], int | None]:
+        """A page of runs newest first and the cursor of the next
+        (:meth:`store.EventStore.page_runs`: ``limit``, ``before``,
+        ``project``, ``name``, ``backend``, ``phases``)."""
+        return await self.store.page_runs(**query)
+
+    async def runs_by_id(self, run_ids: Sequence[str]) -> list[RunStatus]:
+        """The runs of ``run_ids`` that exist, in that order."""
+        found = [await self.store.get_run(rid) for rid in run_ids]
+        return [r for r in found if r is not None]
+
+    async def timeline(self, run_id: str, *, after: int = 0, limit: int = 100) -> list[RecordedEvent]:
+        """The run's PhaseChanged events with seq > ``after``, oldest first
+        (at most ``limit``: page on with the last one's seq)."""
+        return await self.store.read_all(after, limit=limit, run_id=run_id, types=[PHASE_CHANGED])
+
+    async def has_logs(self, run_id: str) -> bool:
+        """Whether the run recorded any log line."""
+        return bool(await self.store.read_all(0, limit=1, run_id=run_id, types=[LOG_LINES]))
+
+    async def events_page(
+        self, *, after: int = 0, limit: int = 1000, run_id: str | None = None, types: Sequence[str] | None = None
+    ) -> list[RecordedEvent]:
+        """Recorded events with seq > ``after`` (of ``run_id``, of ``types``), oldest first."""
+        return await self.store.read_all(after, limit=limit, run_id=run_id, types=list(types) if types else None)
+
+    async def recent_events(
+        self,
+        *,
+        before: int | None = None,
+        limit: int = 100,
+        run_id: str | None = None,
+        types: Sequence[str] | None = None,
+        exclude_types: Sequence[str] | None = None,
+    ) -> list[RecordedEvent]:
+        """Recorded events with seq < ``before`` (None: the newest), of
+        ``run_id``, of ``types``, none of ``exclude_types``: newest first."""
+        return await self.store.read_recent(
+            before, limit=limit, run_id=run_id, types=list(types) if types else None, exclude_types=exclude_types
+        )
+
+    async def wait_for_events(
+        self,
+        after: int,
+        *,
+        run_ids: Sequence[str] | None = None,
+        types: Sequence[str] | None = None,
+        limit: int = 1,
+        timeout_s: float,
+    ) -> list[RecordedEvent]:
+        """Events after ``after`` (of ``run_ids``, ``types``), waiting up to
+        ``timeout_s`` for the first; [] when none came."""
+        return await self.store.wait_for_events(
+            after,
+            run_ids=list(run_ids) if run_ids is not None else None,
+            types=list(types) if types is not None else None,
+            limit=limit,
+            timeout_s=timeout_s,
+        )
+
+    async def outputs(self, run_id: str) -> dict[str, Any]:
+        """The run's recorded outputs (:func:`supervisord.outputs.query.run_outputs`)."""
+        return await run_outputs(self.store, run_id)
+
+    async def which(self, digests: Sequence[str]) -> dict[str, Any]:
+        """Which runs wrote files with these SHA-256 digests (:func:`supervisord.outputs.query.which`)."""
+        return await which(self.store, list(digests))
+
+    async def resolve_sweep(self, ref: str) -> str:
+        """The full sweep id for an id or unique prefix (:func:`supervisord.sweepread.resolve_sweep_id`)."""
+        return await resolve_sweep_id(self.store, ref)
+
+    async def sweep(self, ref: str, *, with_runs: bool = False) -> dict[str, Any]:
+        """A sweep's document (:func:`supervisord.sweepread.sweep_document`)."""
+        return await sweep_document(self.store, ref, with_runs=with_runs)
+
+    # -- logs ---------------------------------------------------------------------
+
+    async def tail_line_no(self, run_id: str, n: int) -> int:
+        """The number of the line before the run's last ``n`` lines."""
+        return await self.store.tail_line_no(run_id, n)
+
+    async def log_lines(self, run_id: str, after: int, limit: int, *, replay: LogReplay | None = None) -> list[LogLine]:
+        """Up to ``limit`` log lines after line ``after``. Raises LogTextDeletedError, LogArchiveError."""
+        return await self.store.log_lines(run_id, after, limit, replay=replay)
+
+    async def check_log_text(self, run_id: str, after: int, *, replay: LogReplay) -> None:
+        """Check the archived text after line ``after`` before a reply starts (:meth:`store.EventStore.check_log_text`)."""
+        await self.store.check_log_text(run_id, after, replay=replay)
+
+    async def log_text(self, run_id: str, after: int, blocks: int, *, replay: LogReplay) -> tuple[int, bytes]:
+        """``(last line, text)`` of up to ``blocks`` stored blocks after line ``after``."""
+        return await self.store.log_text(run_id, after, blocks, replay=replay)
+
+    async def event_times(self, seqs: set[int]) -> dict[int, str]:
+        """When each event of ``seqs`` was recorded."""
+        return await self.store.event_times(seqs)
 
     # -- wait --------------------------------------------------------------------
 

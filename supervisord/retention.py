@@ -46,11 +46,12 @@ from typing import Any, Final
 import anyio
 import structlog
 
-from store import PHASE_CHANGED, TERMINAL_PHASES, EventStore, LogArchiveError, NewEvent, RunStatus
+from store import TERMINAL_PHASES, EventStore, LogArchiveError, NewEvent, RunStatus
 from supervisord.crashpoints import crash_point
 from supervisord.events import RUN_DIR_REMOVED
 from supervisord.exceptions import UsageError
 from supervisord.paths import Paths
+from supervisord.readside import ReadSide
 
 __all__ = ["PASS_INTERVAL_S", "Retention", "RetentionSettings", "parse_age"]
 
@@ -138,6 +139,7 @@ class Retention:
 
     def __init__(self, store: EventStore, paths: Paths, settings: RetentionSettings | None = None) -> None:
         self.store = store
+        self.reads = ReadSide(store)
         self.paths = paths
         self.settings = settings or RetentionSettings()
         self._lock = anyio.Lock()  # one pass at a time (prune and the background pass)
@@ -152,7 +154,7 @@ class Retention:
                 continue
             cursor = 0
             while run.id not in out:
-                page = await self.store.read_all(cursor, limit=1000, run_id=run.id, types=[PHASE_CHANGED])
+                page = await self.reads.timeline(run.id, after=cursor, limit=1000)
                 if not page:
                     break
                 for e in page:
@@ -228,7 +230,7 @@ class Retention:
                         try:
                             event = await store.archive_logs(run.id)
                             crash_point("retention.archived")
-                        except Exception as exc:  # one run's trouble does not stop the pass
+                        except Exception as exc:  # noqa: BLE001 - one run's trouble does not stop the pass
                             log.warning("retention.archive_failed", run_id=run.id, error=str(exc))
                             report["errors"].append(f"run {run.id}: archiving its log failed: {exc}")
                             continue
@@ -287,11 +289,10 @@ class Retention:
             at = ended.get(run.id)
             old = run.terminal and at is not None and at <= cutoff
             if not old:
-                first = await self.store.read_all(0, limit=1, run_id=run.id)
-                if first:
-                    sha = str((first[0].data.get("source") or {}).get("snapshot_sha256") or "")
-                    if sha:
-                        keep_snapshots.add(sha)
+                submitted = await self.reads.submitted(run.id)
+                sha = str((submitted.get("source") or {}).get("snapshot_sha256") or "")
+                if sha:
+                    keep_snapshots.add(sha)
                 continue
             folder = runs_dir / run.id
             try:

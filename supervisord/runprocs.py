@@ -10,7 +10,7 @@ it lives.
 
 from __future__ import annotations
 
-import os
+from supervisord.procenv import own_environs
 
 __all__ = ["live_run_ids"]
 
@@ -22,19 +22,12 @@ def live_run_ids() -> dict[str, list[int]]:
     environment carries ``JOBSUP_RUN_ID`` (never this process). Blocking (a
     read of ``/proc``): call it from a worker thread. Processes that vanish
     or cannot be read during the pass are skipped."""
-    uid, me = os.getuid(), os.getpid()
     found: dict[str, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
+    for pid, env in own_environs():
+        if _MARKER not in env:
             continue
         try:
-            if os.stat(f"/proc/{entry}").st_uid != uid:
-                continue
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                env = f.read()
-            if _MARKER not in env:
-                continue
-            with open(f"/proc/{entry}/stat", "rb") as f:
+            with open(f"/proc/{pid}/stat", "rb") as f:
                 stat = f.read()
         except OSError:
             continue
@@ -42,6 +35,6 @@ def live_run_ids() -> dict[str, list[int]]:
             continue
         for item in env.split(b"\0"):
             if item.startswith(_MARKER):
-                found.setdefault(item[len(_MARKER) :].decode(errors="replace"), []).append(int(entry))
+                found.setdefault(item[len(_MARKER) :].decode(errors="replace"), []).append(pid)
                 break
     return found

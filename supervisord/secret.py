@@ -33,10 +33,10 @@ __all__ = [
     "digest",
     "env_digest",
     "load_digest_key",
-    "read_digest_key",
     "looks_secret",
-    "redacted_value",
+    "read_digest_key",
     "redact",
+    "redacted_value",
 ]
 
 #: Every recorded digest starts with this.

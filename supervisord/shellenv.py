@@ -21,7 +21,7 @@ from supervisord.envcheck import MAX_ARG_STRLEN
 from supervisord.exceptions import TaskError
 from supervisord.secret import digest
 
-__all__ = ["ENV_FROM", "DEFAULT_ENV_FROM", "capture", "check_shell_env", "shell_env_digest", "without_jobsup"]
+__all__ = ["DEFAULT_ENV_FROM", "ENV_FROM", "capture", "check_shell_env", "shell_env_digest", "without_jobsup"]
 
 #: The values of ``local.env_from``.
 ENV_FROM: Final = ("submitter", "daemon")

@@ -26,16 +26,16 @@ __all__ = [
     "Snapshot",
     "SnapshotStore",
     "archive_failed",
+    "archive_timed_out",
     "disk_full",
+    "is_dirty",
     "is_disk_full",
     "is_no_space",
-    "archive_timed_out",
+    "read_file_at",
     "repo_root",
     "resolve_commit",
-    "is_dirty",
-    "untracked_files",
     "submodule_paths",
-    "read_file_at",
+    "untracked_files",
 ]
 
 _GIT_TIMEOUT_S = 60.0

@@ -196,14 +196,19 @@ class Planner:
         backend = task.get("backend") or data.get("backend") or "local"
         if backend not in BACKENDS:
             raise TaskError(f"--backend: {backend!r} is not a backend; use one of {', '.join(BACKENDS)}")
-        slurm_gpus = 0
-        if backend == "slurm" and scheduling["gpus"]:
-            # The cluster's GPUs, asked of sbatch: none of this machine's.
-            slurm_gpus, scheduling["gpus"] = scheduling["gpus"], 0
+        slurm_asks: dict[str, Any] = {}
+        if backend == "slurm":
+            # The cluster's GPUs, memory and CPUs, asked of sbatch (--gpus,
+            # --mem, --cpus-per-task): none of this machine's.
+            if scheduling["gpus"]:
+                slurm_asks["gpus"], scheduling["gpus"] = scheduling["gpus"], 0
+            for key in ("memory_bytes", "cpus"):
+                if scheduling.get(key) is not None:
+                    slurm_asks[key] = scheduling.pop(key)
         if backend == "kubernetes" and scheduling["gpus"]:
             raise TaskError(f"--gpus: only local runs get GPUs from jobsup; {SHAPE_FLAGS_GPUS_HINT}")
         for key, flag in (("memory_bytes", "--memory"), ("cpus", "--cpus")):
-            if backend != "local" and scheduling.get(key) is not None:
+            if backend == "kubernetes" and scheduling.get(key) is not None:
                 raise TaskError(
                     f"{flag}: only local runs take limits from jobsup; for Kubernetes set them in the manifest"
                 )
@@ -275,8 +280,8 @@ class Planner:
             # The client's id for this submit: after a connection lost
             # mid-submit it finds out whether the run was recorded.
             submitted["request_id"] = req.request_id
-        if slurm_gpus:
-            submitted["slurm"] = {"gpus": slurm_gpus}
+        if slurm_asks:
+            submitted["slurm"] = slurm_asks
         if on_done is not None:
             # Run by the on-done hook when the run ends (supervisord.hooks).
             submitted["on_done"] = list(on_done)
@@ -348,7 +353,7 @@ class Planner:
         """A Submitted ``source`` for commit ``rev`` of ``repo`` (``rerun
         --rev``): the commit resolved and snapshotted as a submit does.
         Raises SourceError naming ``--rev``."""
-        if not repo.is_dir():
+        if not repo.is_dir():  # noqa: ASYNC240 - one stat per rerun --rev
             raise SourceError(f"--rev {rev!r}: the run's repository {repo} is not there any more")
         commit = await anyio.to_thread.run_sync(resolve_commit, repo, rev, limiter=self._git)
         snapshot = await self._snapshot(repo, commit)

@@ -34,6 +34,7 @@ from store import (
     PROGRESS,
     SUBMITTED,
     TERMINAL_PHASES,
+    Append,
     ConcurrencyError,
     EventStore,
     LogBlock,
@@ -61,7 +62,7 @@ from supervisord.source import SnapshotStore, disk_full, is_no_space
 from supervisord.sweep import param_env
 from supervisord.world import with_after_outputs, world_fields
 
-__all__ = ["Supervisor", "SubmitResult", "PHASE_RANK", "MAX_LINES_PER_EVENT", "OOM_KILLED", "LocalRunView"]
+__all__ = ["MAX_LINES_PER_EVENT", "OOM_KILLED", "PHASE_RANK", "LocalRunView", "SubmitResult", "Supervisor"]
 
 log = structlog.get_logger("jobsup.supervisor")
 
@@ -153,6 +154,10 @@ class _RunState:
         # cancel then stops the run again once its handle is known.
         self.starting = False
         self.start_done = anyio.Event()
+        # Where its output was last recorded, read for every run at once at
+        # reattach: source -> pos, each answered once (_Reporter.log_position).
+        self.resume_positions: dict[str, str] | None = None
+        self.resume_asked: set[str] = set()
 
     @classmethod
     def queued(cls, spec: RunSpec) -> _RunState:
@@ -174,7 +179,33 @@ class _RunState:
         self.progress = None
         self.starting = False
         self.start_done = anyio.Event()
+        self.resume_positions = None
+        self.resume_asked = set()
         return self
+
+
+class _Barrier:
+    """Waits until each of ``count`` runs has arrived (each counted once)."""
+
+    def __init__(self, count: int) -> None:
+        self._left = count
+        self._arrived: set[str] = set()
+        self._all = anyio.Event()
+        if count <= 0:
+            self._all.set()
+
+    def arrive(self, run_id: str) -> None:
+        """``run_id`` has arrived (again: no effect)."""
+        if run_id in self._arrived:
+            return
+        self._arrived.add(run_id)
+        self._left -= 1
+        if self._left <= 0:
+            self._all.set()
+
+    async def wait(self) -> None:
+        """Return once every run has arrived."""
+        await self._all.wait()
 
 
 class _Reporter:
@@ -322,7 +353,12 @@ class _Reporter:
             await self._note_storage_trouble(incidents)
 
     async def log_position(self, source: str) -> str | None:
-        return await self._store.last_log_position(self._state.spec.run_id, source)
+        st = self._state
+        if st.resume_positions is not None and source not in st.resume_asked:
+            # Read with every other run's at reattach; nothing was recorded since.
+            st.resume_asked.add(source)
+            return st.resume_positions.get(source)
+        return await self._store.last_log_position(st.spec.run_id, source)
 
 
 class Supervisor:
@@ -486,6 +522,7 @@ class Supervisor:
                     # One file for the whole sweep (its runs differ only in
                     # their params' variables, made again from Submitted).
                     self._write_sweep_pending(sweep_id, states)
+                    crash_point("sweep.pending_written")
                 for state in states:
                     if not self.gated:
                         state.admitted = True
@@ -499,6 +536,7 @@ class Supervisor:
                 appends = [Append(sweep_id, 0, [NewEvent(SWEEP_SUBMITTED, dict(sweep))])]
                 appends += [Append(st.spec.run_id, 0, [NewEvent(SUBMITTED, dict(st.spec.submitted))]) for st in states]
                 await self.store.append_together(appends)
+                crash_point("sweep.recorded")
             except BaseException:
                 for state in states:
                     if self._runs.get(state.spec.run_id) is state:
@@ -581,14 +619,73 @@ class Supervisor:
         state = self._runs.get(run_id)
         if state is None:
             raise RunNotFoundError(f"run {run_id} is not being supervised by this daemon")
+        await self._cancel_state(state, requested_by)
+        return await self.get(run_id)
+
+    async def cancel_many(
+        self, run_ids: Sequence[str], *, requested_by: Mapping[str, int] | None = None
+    ) -> list[RunStatus]:
+        """Cancel many runs together (:meth:`cancel` for each, all at once):
+        the runs are read in one query; every cancel is requested before
+        any run is stopped (queued ones end first, so none starts
+        meanwhile), their CancelRequested events share the store's
+        transactions, the backends get their signals at once and the
+        confirmations are awaited together. Returns the runs' statuses in
+        the order of ``run_ids`` (duplicates once), terminal ones unchanged.
+
+        Every run is checked before any is touched: RunNotFoundError names
+        those that do not exist or that this daemon does not supervise.
+        A cancel that fails (BackendError...) does not stop the others;
+        the first error is raised once all are done."""
+        ids = list(dict.fromkeys(run_ids))
+        statuses = await self.store.get_runs(ids)
+        gone = [i for i in ids if i in statuses and not statuses[i].terminal and i not in self._runs]
+        if gone:  # ended between the read and now (its state is dropped once terminal)?
+            statuses.update(await self.store.get_runs(gone))
+        bad = [f"no run {i}" for i in ids if i not in statuses]
+        bad += [
+            f"run {i} is not being supervised by this daemon"
+            for i in ids
+            if i in statuses and not statuses[i].terminal and i not in self._runs
+        ]
+        if bad:
+            raise RunNotFoundError("; ".join(bad))
+        states = [self._runs[i] for i in ids if not statuses[i].terminal and i in self._runs]
+        errors: list[Exception] = []
+        barrier = _Barrier(len(states))
+
+        async def one(state: _RunState) -> None:
+            try:
+                await self._cancel_state(state, requested_by, barrier=barrier)
+            except Exception as err:  # noqa: BLE001 - the others are still canceled; the first error is the answer
+                errors.append(err)
+            finally:
+                barrier.arrive(state.spec.run_id)
+
+        async with anyio.create_task_group() as tg:
+            # Queued ones first: nothing to stop, and they must not start meanwhile.
+            for state in sorted(states, key=lambda st: st.admitted):
+                tg.start_soon(one, state)
+        if errors:
+            raise errors[0]
+        final = await self.store.get_runs(ids)
+        return [final[i] for i in ids]
+
+    async def _cancel_state(
+        self, state: _RunState, requested_by: Mapping[str, int] | None, *, barrier: _Barrier | None = None
+    ) -> None:
+        """Cancel the run of ``state`` (see :meth:`cancel`). With ``barrier``
+        (:meth:`cancel_many`) the backend stops it only once every run of
+        the barrier has its cancel recorded (or has failed or ended)."""
+        run_id = state.spec.run_id
         reporter = _Reporter(self.store, state)
         async with state.lock:
             if state.phase in TERMINAL_PHASES:
-                return await self.get(run_id)
+                return
             if not state.admitted:
                 # Still queued: nothing was started, so nothing to stop.
                 await self._end_queued_locked(state, "Canceled", "canceled while queued", cancel_event=True)
-                return await self.get(run_id)
+                return
             first = not state.cancel_requested
             state.cancel_requested = True
             if first:
@@ -600,6 +697,9 @@ class Supervisor:
                 except BaseException:
                     state.cancel_requested = False
                     raise
+        if barrier is not None:
+            barrier.arrive(run_id)
+            await barrier.wait()
         backend = self.backends[state.spec.backend]
         crash_point("cancel.requested")
         try:
@@ -642,7 +742,6 @@ class Supervisor:
         if not state.done.is_set() and not state.outcome_seen.is_set() and state.scope is not None:
             state.scope.cancel()
         await reporter.phase("CANCELED", reason="Canceled", message="canceled by request", _cancel=True)
-        return await self.get(run_id)
 
     # -- pause / resume ----------------------------------------------------------
 
@@ -696,11 +795,15 @@ class Supervisor:
         runs += [r for r in await self.store.list_runs(log_ingest="pending") if r.terminal]
         # One query for every run's Submitted event (not one per run: 500
         # runs then reattach in one pass; bench/local_reattach.py).
-        firsts = await self.store.first_events([status.id for status in runs])
+        ids = [status.id for status in runs]
+        firsts = await self.store.first_events(ids)
+        # Likewise the updates and where each run's output was last read.
+        updated = await self.store.run_events(ids, [RUN_UPDATED])
+        positions = await self.store.last_log_positions(ids)
         for status in runs:
             first = firsts.get(status.id)
             submitted = first.data if first is not None else {}
-            updates = await self.store.read_all(0, limit=10_000, run_id=status.id, types=[RUN_UPDATED])
+            updates = updated.get(status.id)
             if updates:  # `jobsup update` while it was queued
                 submitted = apply_updates(submitted, [e.data for e in updates])
             pending = self._read_pending(status.id) or self._read_sweep_pending(status.id, submitted) or {}
@@ -720,6 +823,8 @@ class Supervisor:
                 )
                 continue
             fresh = await self._never_started(status, spec)
+            if not fresh:
+                state.resume_positions = dict(positions.get(status.id) or {})
             if not fresh and not status.handle:
                 # Started, its handle not recorded (a runner spawned just
                 # before a crash): its env values were for the start only.
@@ -922,12 +1027,13 @@ class Supervisor:
         state = self._runs.get(run_id)
         return None if state is None else (state.phase, state.admitted)
 
-    async def admit(self, run_id: str, data: Mapping[str, Any], extra_env: Mapping[str, str], message: str) -> bool:
-        """Let a queued run start: record ``Admitted`` (``data``: queue,
-        GPUs...) and PhaseChanged SCHEDULING (``message``) in one append,
-        then release its supervision task with ``extra_env`` added to its
-        environment. Returns False (recording nothing) when the run is not
-        waiting any more (ended, being canceled, already admitted)."""
+    async def admit(self, run_id: str, admitted: NewEvent, extra_env: Mapping[str, str], message: str) -> bool:
+        """Let a queued run start: record ``admitted`` (the scheduler's
+        ``Admitted`` event: the scheduler owns admission) and PhaseChanged
+        SCHEDULING (``message``) in one append, then release its supervision
+        task with ``extra_env`` added to its environment. Returns False
+        (recording nothing) when the run is not waiting any more (ended,
+        being canceled, already admitted)."""
         state = self._runs.get(run_id)
         if state is None:
             return False
@@ -936,7 +1042,7 @@ class Supervisor:
                 return False
             await _Reporter(self.store, state)._append_locked(
                 [
-                    NewEvent("Admitted", dict(data)),
+                    admitted,
                     NewEvent(PHASE_CHANGED, {"phase": "SCHEDULING", "reason": None, "message": message}),
                 ]
             )
@@ -984,6 +1090,55 @@ class Supervisor:
         if state is None or state.admitted:
             return False
         return await _Reporter(self.store, state).phase("QUEUED", reason=reason, message=message)
+
+    async def set_pending_many(self, pending: Sequence[tuple[str, str, str]]) -> int:
+        """:meth:`set_pending` for many runs (``(run id, reason, message)``)
+        in one append of all their PhaseChanged QUEUED events: a scheduler
+        pass over a 1,000-run sweep made 1,000 tasks and appends
+        (bench/sweep_submit.py). A run whose lock is taken, or whose append
+        fails (another event got in first, storage trouble), gets
+        :meth:`set_pending` on its own, which waits. Never waits for a lock
+        while it holds one. Returns how many events were recorded."""
+        taken: list[tuple[_RunState, str, str]] = []
+        alone: list[tuple[str, str, str]] = []
+        try:
+            for run_id, reason, message in pending:
+                st = self._runs.get(run_id)
+                if st is None or st.admitted:
+                    continue
+                try:
+                    st.lock.acquire_nowait()
+                except anyio.WouldBlock:
+                    alone.append((run_id, reason, message))
+                    continue
+                now = RunPhase(st.phase, st.reason, st.message, st.cancel_requested)
+                if decide(now, "QUEUED", reason=reason, message=message).record:
+                    taken.append((st, reason, message))
+                else:
+                    st.lock.release()
+            appends = [
+                Append(
+                    st.spec.run_id,
+                    st.version,
+                    [NewEvent(PHASE_CHANGED, {"phase": "QUEUED", "reason": reason, "message": message})],
+                )
+                for st, reason, message in taken
+            ]
+            results = await self.store.append_many(appends) if appends else []
+            recorded = 0
+            for (st, reason, message), got in zip(taken, results, strict=True):
+                if isinstance(got, BaseException):
+                    alone.append((st.spec.run_id, reason, message))
+                    continue
+                st.version = got[-1].version
+                st.phase, st.reason, st.message = "QUEUED", reason, message
+                recorded += 1
+        finally:
+            for st, _, _ in taken:
+                st.lock.release()
+        for run_id, reason, message in alone:
+            recorded += await self.set_pending(run_id, reason, message)
+        return recorded
 
     async def end_queued(self, run_id: str, reason: str, message: str) -> bool:
         """End a queued run CANCELED with ``reason`` without starting it

@@ -15,7 +15,7 @@ from typing import Any
 
 from supervisord.exceptions import UsageError
 
-__all__ = ["flat_rows", "sort_rows", "to_csv", "table_columns"]
+__all__ = ["flat_rows", "sort_rows", "table_columns", "to_csv"]
 
 #: Columns every results table has besides params and metrics.
 _FIXED = ("phase", "elapsed_s", "step")

@@ -39,14 +39,14 @@ from typing import Any
 from supervisord.exceptions import ConfigError, TaskError
 
 __all__ = [
-    "Task",
     "BACKENDS",
+    "DEFAULT_TIMEOUT_S",
+    "MAX_TIMEOUT_S",
+    "Task",
+    "check_name",
     "load_task",
     "parse_duration",
     "parse_env_pairs",
-    "DEFAULT_TIMEOUT_S",
-    "MAX_TIMEOUT_S",
-    "check_name",
 ]
 
 #: Backends a task may name.

@@ -72,7 +72,12 @@ def test_cli_command_loads_nothing_of_the_daemon(command: str) -> None:
 def test_import_contracts_allow_no_indirect_imports() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     contracts = config["tool"]["importlinter"]["contracts"]
-    assert all(not c.get("allow_indirect_imports") for c in contracts)
+    # The endpoint contract forbids direct imports only: endpoints reach the
+    # store through ReadSide and Commands, which the `store` package's
+    # __init__ makes an indirect import of its engine.
+    direct_only = {c["name"] for c in contracts if c["name"].startswith("the API's and the page's endpoints")}
+    assert len(direct_only) == 1
+    assert all(not c.get("allow_indirect_imports") for c in contracts if c["name"] not in direct_only)
 
 
 def test_one_version_source() -> None:

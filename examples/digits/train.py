@@ -22,16 +22,19 @@ import os
 import pickle
 import sys
 import time
-
-import numpy as np
-from sklearn.datasets import load_digits
-from sklearn.linear_model import SGDClassifier
-from sklearn.metrics import accuracy_score
-from sklearn.model_selection import train_test_split
-from sklearn.preprocessing import StandardScaler
+from typing import Any
 
 
 def main() -> int:
+    # Here, not at the top: save_model and report work (and are tested)
+    # without scikit-learn.
+    import numpy as np
+    from sklearn.datasets import load_digits
+    from sklearn.linear_model import SGDClassifier
+    from sklearn.metrics import accuracy_score
+    from sklearn.model_selection import train_test_split
+    from sklearn.preprocessing import StandardScaler
+
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
@@ -60,16 +63,26 @@ def main() -> int:
     test_acc = accuracy_score(y_test, model.predict(x_test))
     print(f"test accuracy {test_acc:.3f}", flush=True)
     report(args.epochs, args.epochs, {"train_acc": round(float(train_acc), 4), "test_acc": round(float(test_acc), 4)})
-    out_dir = os.environ.get("JOBSUP_OUTPUT_DIR")
-    if out_dir:
-        path = os.path.join(out_dir, "model.pkl")
-        with open(path, "wb") as f:
-            pickle.dump({"scaler": scaler, "model": model, "test_accuracy": test_acc}, f)
+    path = save_model({"scaler": scaler, "model": model, "test_accuracy": test_acc})
+    if path:
         print(f"model written to {path}", flush=True)
     if test_acc < 0.8:
         print("accuracy below 0.8: something is wrong", file=sys.stderr)
         return 1
     return 0
+
+
+def save_model(model: Any) -> str | None:
+    """Pickle ``model`` to ``$JOBSUP_OUTPUT_DIR/model.pkl`` (the run's
+    outputs folder, when run by jobsup) and return that path; None when
+    not run by jobsup (nothing written)."""
+    out_dir = os.environ.get("JOBSUP_OUTPUT_DIR")
+    if not out_dir:
+        return None
+    path = os.path.join(out_dir, "model.pkl")
+    with open(path, "wb") as f:
+        pickle.dump(model, f)
+    return path
 
 
 def report(step: int, total: int, metrics: dict[str, float]) -> None:

@@ -3,7 +3,8 @@
 Every call has a timeout. Streams (logs, events, wait) use a read timeout of
 three server heartbeats, so a daemon that dies mid-stream is noticed.
 When no daemon answers, :meth:`Client.connect` starts one in the background
-(unless ``JOBSUP_NO_AUTOSTART=1``), logging to ``<state dir>/daemon.log``.
+(unless ``JOBSUP_NO_AUTOSTART=1``), logging to ``<state dir>/daemon.log``,
+with a clean environment (:mod:`supervisord.daemonenv`).
 
 Why not httpx (nor :mod:`http.client`): every CLI command is a new
 process, and what it imports is paid on every call by the scripts and
@@ -21,7 +22,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from supervisord.api.transport import Response, UnixConnection, quote_path, urlencode
 from supervisord.api.wire import API_PREFIX, from_wire, raise_error_record
@@ -60,7 +61,7 @@ class Client:
     def close(self) -> None:
         """Nothing to release between calls (kept for ``with`` and callers)."""
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -143,9 +144,13 @@ class Client:
         logf = os.fdopen(fd, "ab")
         import subprocess  # here: only a command that starts a daemon pays for it
 
+        from supervisord.daemonenv import daemon_env
+
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "supervisord", "daemon"],
+                # A clean environment: never the first shell's variables.
+                env=daemon_env(os.environ),
                 stdin=subprocess.DEVNULL,
                 stdout=logf,
                 stderr=logf,
@@ -262,6 +267,12 @@ class Client:
         """``POST /sweeps/{ref}/cancel``: every run of the sweep after cancel."""
         return list(self._call("POST", f"/sweeps/{ref}/cancel", timeout=600.0)["runs"])
 
+    def cancel_many(self, refs: list[str]) -> list[dict[str, Any]]:
+        """``POST /cancel``: the runs of ``refs`` (run ids, prefixes, sweep
+        ids) after cancel, each once, canceled together. Raises UsageError
+        naming every ref that names no run (nothing canceled)."""
+        return list(self._call("POST", "/cancel", json_body={"runs": list(refs)}, timeout=600.0)["runs"])
+
     def show(self, ref: str) -> dict[str, Any]:
         """``GET /runs/{ref}``: ``{"run": Run, "submitted": {...}}``."""
         return dict(self._call("GET", f"/runs/{ref}"))
@@ -377,8 +388,8 @@ class Client:
 
     def hold_or_release(self, action: str, ref: str) -> dict[str, Any]:
         """``POST /runs/{ref}/hold`` or ``/release`` (``action``): ``{"run":
-        the run after it, "note": str}``, the note only when nothing changed
-        (already held / not held)."""
+        the run after it, "warnings": [str]}``, the warnings only when
+        nothing changed (already held / not held)."""
         if action not in ("hold", "release"):
             raise ValueError(f"action must be hold or release, got {action!r}")
         return dict(self._call("POST", f"/runs/{ref}/{action}"))

@@ -40,11 +40,10 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from store import EventStore, LogLine, skip_offset
-from store.eventstore import LogReplay
+from store import LogLine, skip_offset
 from supervisord.api.query import INT_MAX, flag_param, int_param
 from supervisord.exceptions import UsageError
-from supervisord.supervisor import Supervisor
+from supervisord.readside import LogReplay, ReadSide
 
 __all__ = ["FORMATS", "logs_response"]
 
@@ -71,11 +70,11 @@ def _line_json(line: LogLine, at: str) -> str:
     )
 
 
-async def logs_response(request: Request, supervisor: Supervisor, store: EventStore) -> Response:
+async def logs_response(request: Request, reads: ReadSide) -> Response:
     """The response of ``GET /v1/runs/{ref}/logs`` (module docstring).
     Raises UsageError (400) for a bad parameter, RunNotFoundError."""
-    run_id = await supervisor.resolve(request.path_params["ref"])
-    await supervisor.get(run_id)
+    run_id = await reads.resolve(request.path_params["ref"])
+    await reads.get(run_id)
     follow = flag_param(request.query_params, "follow")
     fmt = request.query_params.get("format") or "text"
     if fmt not in FORMATS:
@@ -86,20 +85,20 @@ async def logs_response(request: Request, supervisor: Supervisor, store: EventSt
     if limit is not None and follow:
         raise UsageError("query parameter limit cannot be combined with follow")
     if tail is not None:
-        after = max(after, await store.tail_line_no(run_id, tail))
+        after = max(after, await reads.tail_line_no(run_id, tail))
     # Archived text is checked against its recorded digest before the reply
     # starts: a changed or deleted archive is an error, never partial text.
     # The whole reply then reads it through the descriptor checked here: an
     # archive swapped or deleted meanwhile cannot cut the stream short.
     replay: LogReplay = {}
-    await store.check_log_text(run_id, after, replay=replay)
+    await reads.check_log_text(run_id, after, replay=replay)
     stop = INT_MAX if limit is None else after + limit
 
     async def text_pages(cursor: int) -> AsyncIterator[tuple[int, int, bytes]]:
         """``(first_line, last_line, text)`` of what is stored after ``cursor``, up to ``stop``."""
         blocks = _FIRST_READ_BLOCKS
         while cursor < stop:
-            last, text = await store.log_text(run_id, cursor, blocks, replay=replay)
+            last, text = await reads.log_text(run_id, cursor, blocks, replay=replay)
             blocks = _BLOCKS_PER_READ
             if last == cursor:
                 return
@@ -110,10 +109,10 @@ async def logs_response(request: Request, supervisor: Supervisor, store: EventSt
 
     async def line_pages(cursor: int) -> AsyncIterator[tuple[int, int, bytes]]:
         while cursor < stop:
-            lines = await store.log_lines(run_id, cursor, min(5000, stop - cursor), replay=replay)
+            lines = await reads.log_lines(run_id, cursor, min(5000, stop - cursor), replay=replay)
             if not lines:
                 return
-            ats = await store.event_times({ln.seq for ln in lines})
+            ats = await reads.event_times({ln.seq for ln in lines})
             yield cursor + 1, lines[-1].line_no, "".join(_line_json(ln, ats.get(ln.seq, "")) for ln in lines).encode()
             cursor = lines[-1].line_no
 
@@ -123,7 +122,7 @@ async def logs_response(request: Request, supervisor: Supervisor, store: EventSt
         cursor = after
         sent_at = anyio.current_time()
         while True:
-            run = await supervisor.get(run_id)
+            run = await reads.get(run_id)
             seq = run.last_seq
             async for _first, last, text in pages(cursor):
                 cursor = last
@@ -138,7 +137,7 @@ async def logs_response(request: Request, supervisor: Supervisor, store: EventSt
                 if fmt != "text":
                     yield _dumps({"end": run.to_json()})
                 return
-            got = await store.wait_for_events(seq, run_ids=[run_id], limit=1, timeout_s=_HEARTBEAT_S)
+            got = await reads.wait_for_events(seq, run_ids=[run_id], limit=1, timeout_s=_HEARTBEAT_S)
             # A heartbeat also when the run's events bring no line past the
             # cursor for a while (following from a line still to come): the
             # client takes a silent stream for a dead daemon.

@@ -1,6 +1,11 @@
 """The daemon's HTTP API (starlette), served on the Unix socket by uvicorn.
 
-Routes and shapes are documented in :mod:`supervisord.api.wire`. Only the
+Routes and shapes are documented in :mod:`supervisord.api.wire`. The
+endpoints are module-level functions of the request over
+:class:`~supervisord.api.state.ApiState` (``app.state.jobsup``): reads
+through :class:`~supervisord.readside.ReadSide`, writes through
+:class:`~supervisord.commands.Commands`. :func:`create_app` only assembles
+them. Only the
 daemon's own user may connect:
 :class:`supervisord.api.uvicorn_server.PeerCredProtocol` checks
 ``SO_PEERCRED`` on every new connection and drops any other uid.
@@ -20,34 +25,30 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from store import EventStore
-from supervisord.api.boundary import api_errors
+from supervisord.api.boundary import Handler, api_errors
+from supervisord.api.cancel_routes import CANCEL_ROUTES
 from supervisord.api.logs_route import logs_response
 from supervisord.api.query import flag_param, float_param, int_param
-from supervisord.api.scheduler_routes import scheduler_routes
+from supervisord.api.scheduler_routes import SCHEDULER_ROUTES
+from supervisord.api.state import ApiState, api_state, peer
 from supervisord.api.streams import StreamCloser
-from supervisord.api.sweep_routes import is_sweep_request, label_params, submit_sweep, sweep_routes
-from supervisord.api.usage_routes import usage_routes
-from supervisord.api.uvicorn_server import PEER_SCOPE_KEY
+from supervisord.api.sweep_routes import SWEEP_ROUTES, label_params
+from supervisord.api.usage_routes import USAGE_ROUTES
 from supervisord.api.wire import API_PREFIX
+from supervisord.commands import Commands, is_sweep_request
 from supervisord.exceptions import UsageError
-from supervisord.health import output_space, storage_json
-from supervisord.outputs.query import run_outputs, which
-from supervisord.readside import ReadSide
+from supervisord.health import output_space
+from supervisord.readside import OutputSpace, ReadSide
 from supervisord.retention import Retention, parse_age
 from supervisord.scheduler.driver import Scheduler
 from supervisord.submit import Planner, SubmitRequest
 from supervisord.supervisor import Supervisor
 
-__all__ = ["create_app"]
+__all__ = ["ROUTES", "create_app"]
 
 log = structlog.get_logger("jobsup.api")
 
 _NDJSON = "application/x-ndjson"
-
-
-def _peer(request: Request) -> dict[str, int]:
-    """The requesting process's ``{"uid", "pid"}`` ({} when not over the Unix socket)."""
-    return dict(request.scope.get(PEER_SCOPE_KEY) or {})
 
 
 def _dumps(obj: Any) -> bytes:
@@ -66,6 +67,232 @@ async def _ndjson_pages(pages: AsyncIterator[list[dict[str, Any]]]) -> AsyncIter
         yield b"".join(_dumps(item) for item in page)
 
 
+def _ends_on_stop(handler: Handler, *, only_when_following: bool = False) -> Handler:
+    """``handler``'s stream ends cleanly when the daemon stops: only a
+    stream that waits for what comes next (``wait``, ``follow=1``), whose
+    client reconnects and resumes. A finite replay (``logs`` or ``events``
+    without ``follow``) is not cut cleanly: its client could not tell a cut
+    from the end and would take the output as complete. It gets the stop's
+    grace to finish, and is cut off (an incomplete response, an error to the
+    client) only after it."""
+
+    async def guarded(request: Request) -> Response:
+        response = await handler(request)
+        if only_when_following and not flag_param(request.query_params, "follow"):
+            return response
+        streams = api_state(request).streams
+        if streams is not None and isinstance(response, StreamingResponse):
+            response.body_iterator = streams.guard(response.body_iterator)
+        return response
+
+    return guarded
+
+
+async def _json_body(request: Request, what: str) -> Any:
+    """The request's JSON body. Raises UsageError naming ``what``."""
+    try:
+        return await request.json()
+    except ValueError:
+        raise UsageError(f"{what}: the request body is not JSON") from None
+
+
+async def _json_object(request: Request, what: str) -> dict[str, Any]:
+    """The request's JSON object body. Raises UsageError naming ``what``."""
+    body = await _json_body(request, what)
+    if not isinstance(body, dict):
+        raise UsageError(f"{what}: the request body must be a JSON object")
+    return body
+
+
+async def health(request: Request) -> Response:
+    """``GET /v1/health``: the daemon's facts, runs it supervises, storage and output problems."""
+    st = api_state(request)
+    return JSONResponse(
+        {
+            "ok": True,
+            **st.info,
+            "supervised": st.supervised(),
+            "storage": st.reads.storage(),
+            "output": await st.reads.output(),
+        }
+    )
+
+
+async def submit(request: Request) -> Response:
+    """``POST /v1/runs``: one run, or a sweep when the task has ``sweep``."""
+    body = await _json_body(request, "submit")
+    req = SubmitRequest.from_json(body)
+    commands = api_state(request).commands
+    if is_sweep_request(body):
+        return JSONResponse((await commands.submit_sweep(req, peer(request))).to_json(), status_code=201)
+    result = await commands.submit(req, peer(request))
+    return JSONResponse({**result.to_json(), "warnings": result.warnings}, status_code=201)
+
+
+async def list_runs(request: Request) -> Response:
+    """``GET /v1/runs``: the runs asked for, with storage and output problems."""
+    reads = api_state(request).reads
+    runs = await reads.list_runs(
+        all=flag_param(request.query_params, "all"),
+        project=request.query_params.get("project"),
+        phase=request.query_params.get("phase"),
+        labels=label_params(request.query_params.getlist("label")),
+        name=request.query_params.get("name") or None,
+        sweep=request.query_params.get("sweep") or None,
+    )
+    return JSONResponse(
+        {"runs": [r.to_json() for r in runs], "storage": reads.storage(), "output": await reads.output()}
+    )
+
+
+async def show(request: Request) -> Response:
+    """``GET /v1/runs/{ref}``."""
+    return JSONResponse(await api_state(request).reads.show(request.path_params["ref"]))
+
+
+async def cancel(request: Request) -> Response:
+    """``POST /v1/runs/{ref}/cancel``: ``{"run": Run, "warnings": []}``."""
+    commands = api_state(request).commands
+    run_id = await commands.resolve(request.path_params["ref"])
+    return JSONResponse((await commands.cancel(run_id, peer(request))).to_json())
+
+
+async def pause(request: Request) -> Response:
+    """``POST /v1/runs/{ref}/pause``."""
+    commands = api_state(request).commands
+    run_id = await commands.resolve(request.path_params["ref"])
+    return JSONResponse((await commands.pause(run_id, peer(request))).to_json())
+
+
+async def resume(request: Request) -> Response:
+    """``POST /v1/runs/{ref}/resume``."""
+    commands = api_state(request).commands
+    run_id = await commands.resolve(request.path_params["ref"])
+    return JSONResponse((await commands.resume(run_id, peer(request))).to_json())
+
+
+async def logs(request: Request) -> Response:
+    """``GET /v1/runs/{ref}/logs`` (:mod:`supervisord.api.logs_route`)."""
+    return await logs_response(request, api_state(request).reads)
+
+
+async def wait(request: Request) -> Response:
+    """``GET /v1/wait``: NDJSON until the runs meet the condition."""
+    stream = await api_state(request).reads.open_wait(
+        [r for r in request.query_params.getlist("run") if r],
+        cond=request.query_params.get("for") or "terminal",
+        after=int_param(request.query_params, "after"),
+        timeout=float_param(request.query_params, "timeout"),
+    )
+    return StreamingResponse(_ndjson(stream), media_type=_NDJSON)
+
+
+async def events(request: Request) -> Response:
+    """``GET /v1/events``: NDJSON of recorded events (and new ones with ``follow``)."""
+    reads = api_state(request).reads
+    ref = request.query_params.get("run")
+    pages = reads.events(
+        run_id=await reads.resolve(ref) if ref else None,
+        after=int_param(request.query_params, "after", 0) or 0,
+        follow=flag_param(request.query_params, "follow"),
+        limit=int_param(request.query_params, "limit", 1000, minimum=1) or 1000,
+    )
+    return StreamingResponse(_ndjson_pages(pages), media_type=_NDJSON)
+
+
+async def doctor(request: Request) -> Response:
+    """``GET /v1/doctor``."""
+    return JSONResponse({"checks": await api_state(request).doctor()})
+
+
+async def hooks(request: Request) -> Response:
+    """``GET /v1/hooks``: the hooks and the config files changed since the daemon read them."""
+    st = api_state(request)
+    return JSONResponse(
+        {
+            "hooks": await st.hooks() if st.hooks is not None else [],
+            "config_changed": st.config_changed() if st.config_changed is not None else [],
+        }
+    )
+
+
+async def daemon(request: Request) -> Response:
+    """``POST /v1/daemon/{stop|reload}``."""
+    control = api_state(request).daemon_control
+    if control is None:
+        raise UsageError("this daemon cannot be controlled over the API")
+    try:
+        body: Any = await request.json()
+    except ValueError:
+        body = {}
+    return JSONResponse(await control(request.path_params["action"], body if isinstance(body, dict) else {}))
+
+
+async def ui(request: Request) -> Response:
+    """``POST /v1/ui``: enable or stop the web page."""
+    page = api_state(request).ui
+    if page is None:
+        raise UsageError("this daemon does not serve the web page")
+    return JSONResponse(await page(await _json_object(request, "ui")))
+
+
+async def prune(request: Request) -> Response:
+    """``POST /v1/prune``."""
+    retention = api_state(request).retention
+    if retention is None:
+        raise UsageError("this daemon does not prune")
+    body = await _json_object(request, "prune")
+    older = parse_age(str(body.get("older_than", "")), what="--older-than", allow_zero=True)
+    report = await retention.prune(
+        older_than_s=older,
+        run_dirs_older_than_s=older if body.get("run_dirs") else None,
+        dry_run=bool(body.get("dry_run")),
+        delete_archives=bool(body.get("delete_archives")),
+    )
+    return JSONResponse(report)
+
+
+async def outputs(request: Request) -> Response:
+    """``GET /v1/runs/{ref}/outputs``."""
+    reads = api_state(request).reads
+    return JSONResponse(await reads.outputs(await reads.resolve(request.path_params["ref"])))
+
+
+async def which_route(request: Request) -> Response:
+    """``POST /v1/which`` ``{"sha256": [HEX, ...]}``."""
+    body = await _json_body(request, "which")
+    digests = body.get("sha256") if isinstance(body, dict) else None
+    if not isinstance(digests, list) or not all(isinstance(d, str) for d in digests):
+        raise UsageError('which: the request body must be {"sha256": [HEX, ...]}')
+    return JSONResponse(await api_state(request).reads.which(digests))
+
+
+_P = API_PREFIX
+
+#: The core routes (every daemon serves them).
+ROUTES = [
+    Route(f"{_P}/runs/{{ref}}/outputs", api_errors(outputs), methods=["GET"]),
+    Route(f"{_P}/which", api_errors(which_route), methods=["POST"]),
+    Route(f"{_P}/prune", api_errors(prune), methods=["POST"]),
+    Route(f"{_P}/ui", api_errors(ui), methods=["POST"]),
+    Route(f"{_P}/health", api_errors(health), methods=["GET"]),
+    Route(f"{_P}/runs", api_errors(submit), methods=["POST"]),
+    Route(f"{_P}/runs", api_errors(list_runs), methods=["GET"]),
+    Route(f"{_P}/runs/{{ref}}", api_errors(show), methods=["GET"]),
+    Route(f"{_P}/runs/{{ref}}/cancel", api_errors(cancel), methods=["POST"]),
+    Route(f"{_P}/runs/{{ref}}/pause", api_errors(pause), methods=["POST"]),
+    Route(f"{_P}/runs/{{ref}}/resume", api_errors(resume), methods=["POST"]),
+    Route(f"{_P}/runs/{{ref}}/logs", api_errors(_ends_on_stop(logs, only_when_following=True)), methods=["GET"]),
+    Route(f"{_P}/wait", api_errors(_ends_on_stop(wait)), methods=["GET"]),
+    Route(f"{_P}/events", api_errors(_ends_on_stop(events, only_when_following=True)), methods=["GET"]),
+    Route(f"{_P}/doctor", api_errors(doctor), methods=["GET"]),
+    Route(f"{_P}/hooks", api_errors(hooks), methods=["GET"]),
+    Route(f"{_P}/daemon/{{action}}", api_errors(daemon), methods=["POST"]),
+    *SWEEP_ROUTES,
+    *CANCEL_ROUTES,
+]
+
+
 def create_app(
     *,
     supervisor: Supervisor,
@@ -81,213 +308,55 @@ def create_app(
     config_changed: Callable[[], list[str]] | None = None,
     daemon_control: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] | None = None,
     usage: Callable[[], Awaitable[dict[str, Any]]] | None = None,
+    commands: Commands | None = None,
+    reads: ReadSide | None = None,
 ) -> Starlette:
-    """Build the API application over a running supervisor and store (and
-    the scheduler, whose routes it adds when given): writes go to the
-    supervisor, reads to :class:`~supervisord.readside.ReadSide`. ``hooks``
-    lists the hooks with their checkpoints (``GET /v1/hooks``); ``retention``
-    answers ``POST /v1/prune``. ``streams`` ends the open streams (logs,
-    wait, events) cleanly when the daemon stops
-    (:class:`~supervisord.api.streams.StreamCloser`). ``config_changed``
-    says which config files changed since the daemon read them (``GET
-    /v1/hooks`` carries it); ``daemon_control`` answers ``POST
-    /v1/daemon/{stop|reload}``; ``usage`` answers ``GET /v1/top`` (the
-    usage sampler's live view)."""
-    reads = ReadSide(store)
+    """The API application: the module's routes (and the scheduler's when
+    there is one, ``GET /v1/top`` when ``usage`` is given) over an
+    :class:`~supervisord.api.state.ApiState` (its fields document the
+    callables) on ``app.state.jobsup``. Writes go through ``commands``
+    (default: a :class:`~supervisord.commands.Commands` over ``supervisor``,
+    ``planner`` and ``scheduler``), reads through ``reads`` (default: a
+    :class:`~supervisord.readside.ReadSide` over ``store``)."""
+    if commands is None:
+        commands = Commands(supervisor, planner, scheduler)
+    if reads is None:
+        reads = ReadSide(store, output=_output_space(supervisor))
+    routes = list(ROUTES)
+    if usage is not None:
+        routes += USAGE_ROUTES
+    if scheduler is not None:
+        routes += SCHEDULER_ROUTES
+    app = Starlette(routes=routes)
+    app.state.jobsup = ApiState(
+        commands=commands,
+        reads=reads,
+        info=info,
+        doctor=doctor,
+        supervised=supervisor.supervised if supervisor is not None else _none_supervised,
+        queue=scheduler.view if scheduler is not None else None,
+        ui=ui,
+        hooks=hooks,
+        retention=retention,
+        streams=streams,
+        config_changed=config_changed,
+        daemon_control=daemon_control,
+        usage=usage,
+    )
+    return app
 
-    def ends_on_stop(
-        handler: Callable[[Request], Awaitable[Response]], *, only_when_following: bool = False
-    ) -> Callable[[Request], Awaitable[Response]]:
-        """``handler``'s stream ends cleanly when the daemon stops: only a
-        stream that waits for what comes next (``wait``, ``follow=1``),
-        whose client reconnects and resumes. A finite replay (``logs`` or
-        ``events`` without ``follow``) is not cut cleanly: its client could
-        not tell a cut from the end and would take the output as complete.
-        It gets the stop's grace to finish, and is cut off (an incomplete
-        response, an error to the client) only after it."""
 
-        async def guarded(request: Request) -> Response:
-            response = await handler(request)
-            if only_when_following and not flag_param(request.query_params, "follow"):
-                return response
-            if streams is not None and isinstance(response, StreamingResponse):
-                response.body_iterator = streams.guard(response.body_iterator)
-            return response
+def _none_supervised() -> int:
+    return 0
 
-        return guarded
 
-    async def output_json() -> dict[str, Any] | None:
+def _output_space(supervisor: Supervisor) -> OutputSpace:
+    """The supervisor's local runs' output disk problem (:func:`supervisord.health.output_space`)."""
+
+    async def output() -> dict[str, Any] | None:
         running = supervisor.running_local()
         if not running:
             return None
         return await anyio.to_thread.run_sync(output_space, supervisor.paths.runs_dir, running)
 
-    async def health(request: Request) -> Response:
-        return JSONResponse(
-            {
-                "ok": True,
-                **info,
-                "supervised": supervisor.supervised(),
-                "storage": storage_json(store),
-                "output": await output_json(),
-            }
-        )
-
-    async def submit(request: Request) -> Response:
-        try:
-            body = await request.json()
-        except ValueError:
-            raise UsageError("submit: the request body is not JSON") from None
-        req = SubmitRequest.from_json(body)
-        if is_sweep_request(body):
-            return await submit_sweep(req, _peer(request), planner=planner, supervisor=supervisor, scheduler=scheduler)
-        plan = await planner.plan(req)
-        peer = _peer(request)
-        submitted = {**plan.submitted, **{f"submitted_by_{k}": v for k, v in peer.items()}}
-        submitted = await scheduler.prepare(submitted) if scheduler is not None else submitted
-        result = await supervisor.submit_run(submitted, env=plan.env, config=plan.config, force=plan.force)
-        warnings = [*plan.warnings, *result.warnings]
-        return JSONResponse({"run": result.run.to_json(), "warnings": warnings}, status_code=201)
-
-    async def list_runs(request: Request) -> Response:
-        runs = await reads.list_runs(
-            all=flag_param(request.query_params, "all"),
-            project=request.query_params.get("project"),
-            phase=request.query_params.get("phase"),
-            labels=label_params(request.query_params.getlist("label")),
-            name=request.query_params.get("name") or None,
-            sweep=request.query_params.get("sweep") or None,
-        )
-        return JSONResponse(
-            {"runs": [r.to_json() for r in runs], "storage": storage_json(store), "output": await output_json()}
-        )
-
-    async def show(request: Request) -> Response:
-        return JSONResponse(await reads.show(request.path_params["ref"]))
-
-    async def cancel(request: Request) -> Response:
-        run_id = await supervisor.resolve(request.path_params["ref"])
-        run = await supervisor.cancel(run_id, requested_by=_peer(request))
-        return JSONResponse({"run": run.to_json()})
-
-    async def pause(request: Request) -> Response:
-        run_id = await supervisor.resolve(request.path_params["ref"])
-        return JSONResponse({"run": (await supervisor.pause(run_id, requested_by=_peer(request))).to_json()})
-
-    async def resume(request: Request) -> Response:
-        run_id = await supervisor.resolve(request.path_params["ref"])
-        return JSONResponse({"run": (await supervisor.resume(run_id, requested_by=_peer(request))).to_json()})
-
-    async def logs(request: Request) -> Response:
-        return await logs_response(request, supervisor, store)
-
-    async def wait(request: Request) -> Response:
-        stream = await reads.open_wait(
-            [r for r in request.query_params.getlist("run") if r],
-            cond=request.query_params.get("for") or "terminal",
-            after=int_param(request.query_params, "after"),
-            timeout=float_param(request.query_params, "timeout"),
-        )
-        return StreamingResponse(_ndjson(stream), media_type=_NDJSON)
-
-    async def events(request: Request) -> Response:
-        ref = request.query_params.get("run")
-        pages = reads.events(
-            run_id=await reads.resolve(ref) if ref else None,
-            after=int_param(request.query_params, "after", 0) or 0,
-            follow=flag_param(request.query_params, "follow"),
-            limit=int_param(request.query_params, "limit", 1000, minimum=1) or 1000,
-        )
-        return StreamingResponse(_ndjson_pages(pages), media_type=_NDJSON)
-
-    async def doctor_route(request: Request) -> Response:
-        return JSONResponse({"checks": await doctor()})
-
-    async def hooks_route(request: Request) -> Response:
-        return JSONResponse(
-            {
-                "hooks": await hooks() if hooks is not None else [],
-                "config_changed": config_changed() if config_changed is not None else [],
-            }
-        )
-
-    async def daemon_route(request: Request) -> Response:
-        if daemon_control is None:
-            raise UsageError("this daemon cannot be controlled over the API")
-        try:
-            body: Any = await request.json()
-        except ValueError:
-            body = {}
-        return JSONResponse(await daemon_control(request.path_params["action"], body if isinstance(body, dict) else {}))
-
-    async def ui_route(request: Request) -> Response:
-        if ui is None:
-            raise UsageError("this daemon does not serve the web page")
-        try:
-            body = await request.json()
-        except ValueError:
-            raise UsageError("ui: the request body is not JSON") from None
-        if not isinstance(body, dict):
-            raise UsageError("ui: the request body must be a JSON object")
-        return JSONResponse(await ui(body))
-
-    async def prune_route(request: Request) -> Response:
-        if retention is None:
-            raise UsageError("this daemon does not prune")
-        try:
-            body = await request.json()
-        except ValueError:
-            raise UsageError("prune: the request body is not JSON") from None
-        if not isinstance(body, dict):
-            raise UsageError("prune: the request body must be a JSON object")
-        older = parse_age(str(body.get("older_than", "")), what="--older-than", allow_zero=True)
-        report = await retention.prune(
-            older_than_s=older,
-            run_dirs_older_than_s=older if body.get("run_dirs") else None,
-            dry_run=bool(body.get("dry_run")),
-            delete_archives=bool(body.get("delete_archives")),
-        )
-        return JSONResponse(report)
-
-    async def outputs(request: Request) -> Response:
-        run_id = await reads.resolve(request.path_params["ref"])
-        return JSONResponse(await run_outputs(store, run_id))
-
-    async def which_route(request: Request) -> Response:
-        try:
-            body = await request.json()
-        except ValueError:
-            raise UsageError("which: the request body is not JSON") from None
-        digests = body.get("sha256") if isinstance(body, dict) else None
-        if not isinstance(digests, list) or not all(isinstance(d, str) for d in digests):
-            raise UsageError('which: the request body must be {"sha256": [HEX, ...]}')
-        return JSONResponse(await which(store, digests))
-
-    p = API_PREFIX
-    routes = [
-        Route(f"{p}/runs/{{ref}}/outputs", api_errors(outputs), methods=["GET"]),
-        Route(f"{p}/which", api_errors(which_route), methods=["POST"]),
-        Route(f"{p}/prune", api_errors(prune_route), methods=["POST"]),
-        Route(f"{p}/ui", api_errors(ui_route), methods=["POST"]),
-        Route(f"{p}/health", api_errors(health), methods=["GET"]),
-        Route(f"{p}/runs", api_errors(submit), methods=["POST"]),
-        Route(f"{p}/runs", api_errors(list_runs), methods=["GET"]),
-        Route(f"{p}/runs/{{ref}}", api_errors(show), methods=["GET"]),
-        Route(f"{p}/runs/{{ref}}/cancel", api_errors(cancel), methods=["POST"]),
-        Route(f"{p}/runs/{{ref}}/pause", api_errors(pause), methods=["POST"]),
-        Route(f"{p}/runs/{{ref}}/resume", api_errors(resume), methods=["POST"]),
-        Route(f"{p}/runs/{{ref}}/logs", api_errors(ends_on_stop(logs, only_when_following=True)), methods=["GET"]),
-        Route(f"{p}/wait", api_errors(ends_on_stop(wait)), methods=["GET"]),
-        Route(f"{p}/events", api_errors(ends_on_stop(events, only_when_following=True)), methods=["GET"]),
-        Route(f"{p}/doctor", api_errors(doctor_route), methods=["GET"]),
-        Route(f"{p}/hooks", api_errors(hooks_route), methods=["GET"]),
-        Route(f"{p}/daemon/{{action}}", api_errors(daemon_route), methods=["POST"]),
-    ]
-    if usage is not None:
-        routes += usage_routes(usage)
-    routes += sweep_routes(supervisor=supervisor, store=store)
-    if scheduler is not None:
-        routes += scheduler_routes(
-            supervisor=supervisor, scheduler=scheduler, digest_key=planner.digest_key, source_at=planner.source_at
-        )
-    return Starlette(routes=routes)
+    return output

@@ -6,34 +6,22 @@
 
 A sweep is submitted in one request and recorded in one transaction
 (``SweepSubmitted``, then each run's ``Submitted``): see
-:meth:`supervisord.submit.Planner.plan_sweep` and
-:meth:`supervisord.supervisor.Supervisor.submit_sweep`.
+:meth:`supervisord.commands.Commands.submit_sweep`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from store import EventStore, RunStatus
 from supervisord.api.boundary import api_errors
 from supervisord.api.query import flag_param
+from supervisord.api.state import api_state, peer
 from supervisord.api.wire import API_PREFIX
 from supervisord.exceptions import UsageError
-from supervisord.scheduler.driver import Scheduler
-from supervisord.submit import Planner, SubmitRequest
-from supervisord.supervisor import Supervisor
-from supervisord.sweepread import resolve_sweep_id, sweep_document
 
-__all__ = ["is_sweep_request", "label_params", "submit_sweep", "sweep_routes"]
-
-#: Runs of one sweep canceled at the same time.
-_CANCEL_CONCURRENCY = 16
+__all__ = ["SWEEP_ROUTES", "label_params"]
 
 
 def label_params(values: list[str]) -> dict[str, str]:
@@ -48,72 +36,22 @@ def label_params(values: list[str]) -> dict[str, str]:
     return labels
 
 
-def is_sweep_request(body: Any) -> bool:
-    """Whether a ``POST /v1/runs`` body submits a sweep (its task has ``sweep``)."""
-    return isinstance(body, dict) and isinstance(body.get("task"), dict) and body["task"].get("sweep") is not None
-
-
-async def submit_sweep(
-    req: SubmitRequest,
-    peer: Mapping[str, int],
-    *,
-    planner: Planner,
-    supervisor: Supervisor,
-    scheduler: Scheduler | None,
-) -> Response:
-    """Plan, check the scheduling once (the runs share it) and record the sweep."""
-    plan = await planner.plan_sweep(req)
-    who = {f"submitted_by_{k}": v for k, v in peer.items()}
-    first = {**plan.runs[0].submitted, **who}
-    prepared = await scheduler.prepare(first) if scheduler is not None else first
-    sched = {"scheduling": prepared["scheduling"]} if "scheduling" in prepared else {}
-    runs = [({**p.submitted, **who, **sched}, p.env) for p in plan.runs]
-    run_ids, warnings = await supervisor.submit_sweep(plan.sweep_id, plan.sweep, runs, config=plan.runs[0].config)
+async def show(request: Request) -> Response:
+    """``GET /v1/sweeps/{ref}``."""
+    reads = api_state(request).reads
     return JSONResponse(
-        {"sweep": {"id": plan.sweep_id, **plan.sweep}, "run_ids": run_ids, "warnings": [*plan.warnings, *warnings]},
-        status_code=201,
+        await reads.sweep(request.path_params["ref"], with_runs=flag_param(request.query_params, "runs"))
     )
 
 
-def sweep_routes(*, supervisor: Supervisor, store: EventStore) -> list[Route]:
-    """The sweep read and cancel routes."""
+async def cancel(request: Request) -> Response:
+    """``POST /v1/sweeps/{ref}/cancel``."""
+    result = await api_state(request).commands.cancel_sweep(request.path_params["ref"], peer(request))
+    return JSONResponse(result.to_json())
 
-    async def show(request: Request) -> Response:
-        doc = await sweep_document(
-            store, request.path_params["ref"], with_runs=flag_param(request.query_params, "runs")
-        )
-        return JSONResponse(doc)
 
-    async def cancel(request: Request) -> Response:
-        sweep_id = await resolve_sweep_id(store, request.path_params["ref"])
-        runs = await store.sweep_runs(sweep_id)
-        peer = dict(request.scope.get("jobsup.peer") or {})
-        done: dict[str, RunStatus] = {}
-        limiter = anyio.Semaphore(_CANCEL_CONCURRENCY)
-        # Queued ones first (nothing to stop; they must not start meanwhile).
-        order = sorted(runs, key=lambda r: r.phase != "QUEUED")
-
-        errors: list[Exception] = []
-
-        async def one(run: RunStatus) -> None:
-            async with limiter:
-                try:
-                    done[run.id] = await supervisor.cancel(run.id, requested_by=peer)
-                except Exception as err:  # the others are still canceled; the first error is the answer
-                    errors.append(err)
-
-        async with anyio.create_task_group() as tg:
-            for run in order:
-                if run.terminal:
-                    done[run.id] = run
-                else:
-                    tg.start_soon(one, run)
-        if errors:
-            raise errors[0]
-        return JSONResponse({"runs": [done[r.id].to_json() for r in runs]})
-
-    p = API_PREFIX
-    return [
-        Route(f"{p}/sweeps/{{ref}}", api_errors(show), methods=["GET"]),
-        Route(f"{p}/sweeps/{{ref}}/cancel", api_errors(cancel), methods=["POST"]),
-    ]
+#: The sweep read and cancel routes.
+SWEEP_ROUTES = [
+    Route(f"{API_PREFIX}/sweeps/{{ref}}", api_errors(show), methods=["GET"]),
+    Route(f"{API_PREFIX}/sweeps/{{ref}}/cancel", api_errors(cancel), methods=["POST"]),
+]

@@ -70,12 +70,11 @@ def urlencode(query: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> str:
     one pair per item (as :func:`urllib.parse.urlencode` with ``doseq``);
     values that are not strings are written with ``str``."""
     pairs = query.items() if isinstance(query, Mapping) else query
-    parts = []
-    for key, value in pairs:
-        values = value if isinstance(value, (list, tuple)) else [value]
-        for v in values:
-            parts.append(f"{_quote(str(key), b'', plus=True)}={_quote(str(v), b'', plus=True)}")
-    return "&".join(parts)
+    return "&".join(
+        f"{_quote(str(key), b'', plus=True)}={_quote(str(v), b'', plus=True)}"
+        for key, value in pairs
+        for v in (value if isinstance(value, (list, tuple)) else [value])
+    )
 
 
 class Response:
@@ -160,9 +159,8 @@ class Response:
     def _next_chunk_size(self) -> None:
         """At a chunk boundary: read the next chunk's size (RFC 9112 7.1);
         after the last chunk, its trailer lines, and mark the body done."""
-        if self._left == 0 and self._started_chunks:
-            if self._line():
-                raise ProtocolError("a chunk that does not end with CRLF")
+        if self._left == 0 and self._started_chunks and self._line():
+            raise ProtocolError("a chunk that does not end with CRLF")
         self._started_chunks = True
         size_line = self._line().split(b";", 1)[0].strip()
         try:

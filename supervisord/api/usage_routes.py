@@ -8,23 +8,25 @@ The document is :meth:`supervisord.usage.sampler.UsageSampler.snapshot`
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
-
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from supervisord.api.boundary import api_errors
+from supervisord.api.state import api_state
 from supervisord.api.wire import API_PREFIX
+from supervisord.exceptions import UsageError
 
-__all__ = ["usage_routes"]
+__all__ = ["USAGE_ROUTES"]
 
 
-def usage_routes(snapshot: Callable[[], Awaitable[dict[str, Any]]]) -> list[Route]:
-    """``GET /v1/top`` answered by ``snapshot`` (the sampler's live view)."""
+async def top(request: Request) -> Response:
+    """``GET /v1/top``: the sampler's live view."""
+    usage = api_state(request).usage
+    if usage is None:
+        raise UsageError("this daemon does not sample usage")
+    return JSONResponse(await usage())
 
-    async def top(request: Request) -> Response:
-        return JSONResponse(await snapshot())
 
-    return [Route(f"{API_PREFIX}/top", api_errors(top), methods=["GET"])]
+#: Served when the daemon samples usage.
+USAGE_ROUTES = [Route(f"{API_PREFIX}/top", api_errors(top), methods=["GET"])]

@@ -3,7 +3,8 @@ its Unix socket and the web page on TCP are both served by :class:`Server`
 with a :class:`Config`; the API's connections use :class:`PeerCredProtocol`.
 
 Subclassing reaches into uvicorn's own methods (``Server.capture_signals``,
-``H11Protocol.connection_made``), which are not a documented API: this is
+``Server.main_loop``, ``Server.should_exit``, ``H11Protocol.connection_made``),
+which are not a documented API: this is
 the one place to check when uvicorn changes, and pyproject.toml bounds
 uvicorn to the versions checked here (tests/supervisord/test_uvicorn_server.py
 fails when a method overridden here no longer exists).
@@ -15,15 +16,17 @@ import contextlib
 import os
 import socket
 import struct
+import time
 from collections.abc import Iterator
-from typing import Any
+from email.utils import formatdate
+from typing import Any, Final
 
 import anyio
 import structlog
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-__all__ = ["PEER_SCOPE_KEY", "Config", "PeerCredProtocol", "Server"]
+__all__ = ["PEER_SCOPE_KEY", "Config", "FreshDateProtocol", "PeerCredProtocol", "Server"]
 
 log = structlog.get_logger("jobsup.api")
 
@@ -32,6 +35,13 @@ Config = uvicorn.Config
 
 #: The ASGI scope key holding the peer's ``{"uid", "pid"}`` (SO_PEERCRED).
 PEER_SCOPE_KEY = "jobsup.peer"
+
+#: Seconds between two passes of the server's main loop while a connection
+#: is open (each pass refreshes the ``Date`` header, as uvicorn's does every
+#: 10th 0.1 s tick)...
+BUSY_TICK_S: Final = 1.0
+#: ...and while none is (a new connection refreshes the header itself).
+IDLE_TICK_S: Final = 60.0
 
 
 class Server(uvicorn.Server):
@@ -44,9 +54,35 @@ class Server(uvicorn.Server):
     the server on the event loop)."""
 
     def __init__(self, config: Config) -> None:
+        self._exit_requested = anyio.Event()  # before uvicorn's __init__ sets should_exit
         super().__init__(config)
         #: Set once the server listens (uvicorn's ``started``).
         self.ready = anyio.Event()
+        if config.http in ("auto", "h11"):  # no httptools here: "auto" is h11
+            config.http = FreshDateProtocol
+
+    @property
+    def should_exit(self) -> bool:
+        """uvicorn's flag; setting it True wakes :meth:`main_loop` at once."""
+        return self._exit_requested.is_set()
+
+    @should_exit.setter
+    def should_exit(self, value: bool) -> None:
+        if value:
+            self._exit_requested.set()
+        elif self._exit_requested.is_set():
+            self._exit_requested = anyio.Event()
+
+    async def main_loop(self) -> None:
+        """uvicorn's loop wakes every 0.1 s to look at ``should_exit`` (and
+        refreshes the ``Date`` header every 10th time): ten wake-ups a second
+        of an idle daemon. This one sleeps until ``should_exit`` is set, waking
+        every :data:`BUSY_TICK_S` while connections are open (the ``Date``
+        header) and every :data:`IDLE_TICK_S` otherwise."""
+        while not await self.on_tick(0):  # counter 0: a pass that refreshes the headers
+            tick = BUSY_TICK_S if self.server_state.connections else IDLE_TICK_S
+            with anyio.move_on_after(tick):
+                await self._exit_requested.wait()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -66,7 +102,25 @@ class Server(uvicorn.Server):
             listener.close()
 
 
-class PeerCredProtocol(H11Protocol):
+class FreshDateProtocol(H11Protocol):
+    """uvicorn's h11 protocol, refreshing the server's ``Date`` header as a
+    connection opens: :meth:`Server.main_loop` does so only every
+    :data:`BUSY_TICK_S` while connections are open, and a connection made
+    after a long idle spell would otherwise answer with an old date."""
+
+    def connection_made(self, transport: Any) -> None:
+        _refresh_default_headers(self.server_state, self.config)
+        super().connection_made(transport)
+
+
+def _refresh_default_headers(state: Any, config: Config) -> None:
+    """What uvicorn's ``on_tick`` sets once a second: the ``Date`` header
+    (when ``config.date_header``) and the configured headers."""
+    date = [(b"date", formatdate(time.time(), usegmt=True).encode())] if config.date_header else []
+    state.default_headers = date + config.encoded_headers
+
+
+class PeerCredProtocol(FreshDateProtocol):
     """uvicorn's h11 protocol, refusing peers whose uid is not the daemon's
     (``SO_PEERCRED``, unix(7)); the requests of an accepted connection carry
     ``{"uid", "pid"}`` in ``scope[PEER_SCOPE_KEY]``."""

@@ -19,6 +19,8 @@ Endpoints::
     POST /v1/sweeps/{ref}/cancel          {"runs": [Run]}: every run of the sweep canceled
     GET  /v1/runs/{ref}                   {"run": Run, "submitted": {...}, "hooks": [HookDelivered/HookFailed events]}
     POST /v1/runs/{ref}/cancel            {"run": Run}
+    POST /v1/cancel                       {"runs": [ref]} -> {"runs": [Run]}: many runs (sweep ids: all
+                                          their runs) canceled together (cancel_routes)
     POST /v1/runs/{ref}/pause             {"run": Run}   (local runs: SIGSTOP, reason Paused)
     POST /v1/runs/{ref}/resume            {"run": Run}
     GET  /v1/runs/{ref}/logs?after_line=&tail=&limit=&follow=&format=text|ndjson|blocks
@@ -29,8 +31,8 @@ Endpoints::
     GET  /v1/doctor                       {"checks": [{"name", "ok", "detail"}]}
     GET  /v1/queue                        {"waiting": [...], "gpus": [...], "queues": [...], "reservation", "notes"}  (scheduler_routes)
     GET  /v1/top                          {"at", "interval_s", "runs": [...], "gpus": [...], "notes": [...]}  (usage_routes)
-    POST /v1/runs/{ref}/hold              {"run": Run, "note"?: str (already held)}
-    POST /v1/runs/{ref}/release           {"run": Run, "note"?: str (was not held)}
+    POST /v1/runs/{ref}/hold              {"run": Run, "warnings"?: [str] (already held)}
+    POST /v1/runs/{ref}/release           {"run": Run, "warnings"?: [str] (was not held)}
     POST /v1/queues/{name}                {"max_parallel": int | null, "from_config"?: bool}
                                           -> {"queue": {name, max_parallel, source, running, waiting}, "new": bool}
     POST /v1/update                       {"runs": [ref], "priority"?, "gpus"?, "queue"?, "timeout"?}
@@ -56,15 +58,15 @@ from supervisord import exceptions as exc
 
 __all__ = [
     "API_PREFIX",
-    "WAIT_EXIT_CODES",
-    "EXIT_WAIT_TIMEOUT",
-    "EXIT_UNREACHABLE",
-    "to_wire",
-    "from_wire",
     "ERROR_RECORD_KEY",
+    "EXIT_UNREACHABLE",
+    "EXIT_WAIT_TIMEOUT",
+    "WAIT_EXIT_CODES",
     "error_record",
-    "raise_error_record",
     "exit_code_for_phase",
+    "from_wire",
+    "raise_error_record",
+    "to_wire",
 ]
 
 API_PREFIX: Final = "/v1"

@@ -68,9 +68,9 @@ def _effective(daemon: Layer, client: list[Layer]) -> EffectiveConfig:
 def _annotate(value: Any, path: tuple[str | int, ...], origins: dict[str, tuple[str, str | None]]) -> Any:
     """Replace every leaf by ``{"value": v, "layer": name, "file": file}``."""
     if isinstance(value, dict) and value:
-        return {k: _annotate(v, path + (k,), origins) for k, v in value.items()}
+        return {k: _annotate(v, (*path, k), origins) for k, v in value.items()}
     if isinstance(value, list) and value:
-        return [_annotate(v, path + (i,), origins) for i, v in enumerate(value)]
+        return [_annotate(v, (*path, i), origins) for i, v in enumerate(value)]
     layer, file = origins.get(format_path(path), (None, None))
     return {"value": value, "layer": layer, "file": file}
 

@@ -1,5 +1,5 @@
-"""The CLI's fast path: ``jobsup runs``, ``show``, ``wait`` and ``logs`` in
-their common forms without importing click.
+"""The CLI's fast path: ``jobsup runs``, ``show``, ``wait``, ``logs`` and
+``submit ... -- CMD`` in their common forms without importing click.
 
 These are what scripts and agents call most, as a new process each time,
 and importing click alone costs about a third of the 100 ms a call may
@@ -62,9 +62,105 @@ _GRAMMAR: dict[str, tuple[dict[str, str], dict[str, str], tuple[int, int | None]
 _COUNTS = ("after", "tail")
 
 
+#: ``submit``: options taking one value, repeatable ones, flags (each
+#: option string -> the click parameter's name). ``submit`` is handled only
+#: with ``-- CMD...`` and no task file; ``--follow``, ``--sweep``,
+#: ``--max-parallel`` and the hidden shape flags are left to click.
+SUBMIT_VALUES: dict[str, str] = {
+    "--backend": "backend",
+    "--name": "name",
+    "--timeout": "timeout",
+    "--manifest": "manifest",
+    "--rev": "rev",
+    "--on-done": "on_done",
+    "--gpus": "gpus",
+    "--queue": "queue",
+    "--priority": "priority",
+    "--memory": "memory",
+    "--cpus": "cpus",
+}
+SUBMIT_MULTIPLE: dict[str, str] = {
+    "--env": "env_pairs",
+    "--config": "config_args",
+    "--label": "label_pairs",
+    "--after": "after",
+    "--after-any": "after_any",
+    "--after-failed": "after_failed",
+}
+SUBMIT_FLAGS: dict[str, str] = {"--force": "force", "--hold": "hold"}
+#: ``submit``'s options whose value click checks as a whole number in a
+#: range: only ASCII digits within it are taken here.
+_SUBMIT_COUNTS: dict[str, tuple[int, int]] = {"gpus": (0, 2**63), "priority": (0, 1000)}
+_SCHEDULING = ("gpus", "queue", "priority", "after", "after_any", "after_failed", "memory", "cpus")
+
+
+def _utf8(word: str) -> bool:
+    try:
+        word.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def parse_submit(rest: list[str]) -> dict[str, Any] | None:
+    """The parameters of ``jobsup submit`` (``rest``: the words after
+    ``submit``) as the click command would have them, the words after
+    ``--`` as ``command``; None when this module leaves them to click (see
+    :data:`SUBMIT_VALUES`)."""
+    if "--" not in rest:
+        return None
+    cut = rest.index("--")
+    words, command = rest[:cut], rest[cut + 1 :]
+    if not command or not all(_utf8(w) for w in rest):
+        return None
+    options: dict[str, Any] = {}
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if not word.startswith("--"):
+            return None  # a task file, -f, -h...
+        name, eq, value = word.partition("=")
+        if name in SUBMIT_FLAGS and not eq:
+            key = SUBMIT_FLAGS[name]
+            if key in options:
+                return None
+            options[key] = True
+            continue
+        if name not in SUBMIT_VALUES and name not in SUBMIT_MULTIPLE:
+            return None
+        if not eq:
+            if i >= len(words) or words[i].startswith("-"):
+                return None
+            value = words[i]
+            i += 1
+        if name in SUBMIT_MULTIPLE:
+            options.setdefault(SUBMIT_MULTIPLE[name], []).append(value)
+            continue
+        key = SUBMIT_VALUES[name]
+        if key in options:
+            return None
+        options[key] = value
+    from supervisord.task import BACKENDS
+
+    if options.get("backend", BACKENDS[0]) not in BACKENDS:
+        return None
+    for key, (low, high) in _SUBMIT_COUNTS.items():
+        if key in options:
+            text = options[key]
+            if not (text.isascii() and text.isdigit()) or not low <= int(text) <= high:
+                return None
+            options[key] = int(text)
+    options["command"] = command
+    return options
+
+
 def parse(argv: list[str]) -> tuple[str, dict[str, Any], list[str]] | None:
     """``(command, options, arguments)`` for an argument list this module
     runs, with the click commands' defaults filled in; None for any other."""
+    if argv[:1] == ["submit"]:
+        submit = parse_submit(argv[1:])
+        return None if submit is None else ("submit", submit, [])
     if not argv or argv[0] not in _GRAMMAR:
         return None
     takes_value, flags, (least, most), outputs = _GRAMMAR[argv[0]]
@@ -112,37 +208,41 @@ def parse(argv: list[str]) -> tuple[str, dict[str, Any], list[str]] | None:
 
 
 def _runs(options: dict[str, Any], args: list[str]) -> int:
-    from supervisord.cli.reads import connected_client, runs_command
+    from supervisord.cli.reads import read_command, runs_command
 
     if options.get("sweep") is None:
-        return runs_command(
-            connected_client(),
-            all_=bool(options.get("all_")),
-            project=options.get("project"),
-            phase=None,
-            output=options["output"],
-            name=options.get("name"),
+        return read_command(
+            lambda client: runs_command(
+                client,
+                all_=bool(options.get("all_")),
+                project=options.get("project"),
+                phase=None,
+                output=options["output"],
+                name=options.get("name"),
+            )
         )
     from supervisord.cli.sweep_table import sweep_command
     from supervisord.sweep import check_sweep_ref
 
     check_sweep_ref(options["sweep"])
-    return sweep_command(
-        connected_client(),
-        options["sweep"],
-        name=options.get("name"),
-        sort_key=options.get("sort_key"),
-        as_csv=bool(options.get("as_csv")),
-        output=options["output"],
+    return read_command(
+        lambda client: sweep_command(
+            client,
+            options["sweep"],
+            name=options.get("name"),
+            sort_key=options.get("sort_key"),
+            as_csv=bool(options.get("as_csv")),
+            output=options["output"],
+        )
     )
 
 
 def _show(options: dict[str, Any], args: list[str]) -> int:
-    from supervisord.cli.reads import connected_client, show_command
+    from supervisord.cli.reads import read_command, show_command
     from supervisord.runref import check_run_refs
 
     check_run_refs(args)
-    return show_command(connected_client(), args[0], options["output"])
+    return read_command(lambda client: show_command(client, args[0], options["output"]))
 
 
 def _wait(options: dict[str, Any], args: list[str]) -> int:
@@ -175,7 +275,22 @@ def _logs(options: dict[str, Any], args: list[str]) -> int:
     )
 
 
+def _submit(options: dict[str, Any], args: list[str]) -> int:
+    from supervisord.cli.submit_run import submit_command
+
+    given = dict(options)
+    scheduling = {k: given.pop(k) for k in _SCHEDULING if k in given}
+    return submit_command(
+        None,
+        given.pop("command"),
+        hold=bool(given.pop("hold", False)),
+        scheduling=scheduling,
+        **given,
+    )
+
+
 _RUN: dict[str, Callable[[dict[str, Any], list[str]], int]] = {
+    "submit": _submit,
     "runs": _runs,
     "show": _show,
     "wait": _wait,

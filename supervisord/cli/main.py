@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
             if sub in COMMANDS:
                 command = f"jobsup {sub}"
         message = exc.format_message()
-        message = message[:-1] if message.endswith(".") else message
+        message = message.removesuffix(".")
         click.echo(f"error: {message} (see `{command} --help`)", err=True)
         sys.exit(exc.exit_code)
     except click.ClickException as exc:

@@ -126,7 +126,11 @@ _SUBMIT_PROPS: dict[str, Any] = {
         "maximum": 1000,
         "description": "higher starts first, then oldest",
     },
-    "gpus": {"type": "integer", "minimum": 0, "description": "local runs: GPUs of this machine"},
+    "gpus": {
+        "type": "integer",
+        "minimum": 0,
+        "description": "local runs: GPUs of this machine; Slurm runs: sbatch --gpus",
+    },
     "after": {"type": "array", "items": _RUN_REF, "description": "start after these runs COMPLETED"},
     "after_any": {
         "type": "array",
@@ -166,9 +170,14 @@ _SUBMIT_PROPS: dict[str, Any] = {
     "memory": {
         "type": "string",
         "minLength": 1,
-        "description": "local runs: memory limit of the whole process tree, e.g. 16G or 512M (ends it OOMKilled past it)",
+        "description": "local runs: memory limit of the whole process tree, e.g. 16G or 512M (ends it OOMKilled past "
+        "it); Slurm runs: sbatch --mem",
     },
-    "cpus": {"type": "number", "exclusiveMinimum": 0, "description": "local runs: CPUs it needs, e.g. 2 or 0.5"},
+    "cpus": {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "description": "local runs: CPUs it needs, e.g. 2 or 0.5; Slurm runs: sbatch --cpus-per-task (rounded up)",
+    },
 }
 _RUNS_ARG = {"type": "array", "items": _RUN_REF, "minItems": 1}
 
@@ -260,16 +269,21 @@ def _tools() -> list[Tool]:
         ),
         Tool(
             "render",
-            "The Kubernetes objects a submit with --backend kubernetes would create (a preview: nothing is created).",
+            "The Kubernetes objects a submit with --backend kubernetes would create, or (backend: slurm) the exact "
+            "sbatch command and wrapper script of --backend slurm (a preview: nothing is created).",
             _obj(
-                {k: v for k, v in _TASK_PROPS.items()}
+                dict(_TASK_PROPS.items())
                 | {
+                    "backend": {"enum": ["kubernetes", "slurm"], "description": "what to render (default kubernetes)"},
+                    "gpus": {"type": "integer", "minimum": 0, "description": "slurm: --gpus"},
+                    "memory": {"type": "string", "minLength": 1, "description": "slurm: --mem, e.g. 16G or 512M"},
+                    "cpus": {"type": "number", "exclusiveMinimum": 0, "description": "slurm: --cpus-per-task"},
                     "run_id": {
                         **run_id_schema(),
                         "description": "the run id to render with: "
                         + run_id_schema()["description"]
                         + "; default: a random one",
-                    }
+                    },
                 }
             ),
             _wrap(
@@ -277,6 +291,18 @@ def _tools() -> list[Tool]:
                     "objects": {"type": "array", "items": {"type": "object"}},
                     "notes": {"type": "array", "items": {"type": "string"}},
                     "warnings": {"type": "array", "items": {"type": "string"}},
+                    "slurm": {
+                        "type": "object",
+                        "description": "backend slurm: as `jobsup render --backend slurm -o json` (objects is empty)",
+                        "required": ["where", "run_dir", "sbatch", "command", "wrapper"],
+                        "properties": {
+                            "where": {"type": "string"},
+                            "run_dir": {"type": "string"},
+                            "sbatch": {"type": "array", "items": {"type": "string"}},
+                            "command": {"type": "string"},
+                            "wrapper": {"type": "string"},
+                        },
+                    },
                 },
                 ["objects", "notes", "warnings"],
             ),
@@ -442,6 +468,7 @@ def _tools() -> list[Tool]:
                             "properties": {"run": {"$ref": "#/$defs/run"}, "rerun_of": {"type": "string"}},
                         },
                     },
+                    "warnings": {"type": "array", "items": {"type": "string"}},
                 },
                 ["run", "rerun_of", "missing_env"],
             ),
@@ -731,14 +758,35 @@ class JobsupTools:
         return {"run": result["run"], "warnings": list(result.get("warnings") or [])}
 
     def render(self, args: dict[str, Any]) -> dict[str, Any]:
-        """What ``jobsup render -o json`` prints, with its notes and warnings."""
-        from supervisord.cli.render_cmd import render_task
+        """What ``jobsup render -o json`` prints, with its notes and warnings
+        (``backend: slurm``: ``jobsup render --backend slurm -o json`` under
+        ``slurm``)."""
+        from supervisord.cli.render_cmd import render_slurm, render_task
 
         cwd = self._path(args.get("cwd"))
         command = args.get("command")
         words = [command] if isinstance(command, str) else list(command or [])
         task_file = args.get("task_file")
         warnings: list[str] = []
+        if args.get("backend") == "slurm":
+            doc = render_slurm(
+                str(cwd / task_file) if task_file else None,
+                words,
+                timeout=args.get("timeout"),
+                run_id=args.get("run_id"),
+                gpus=args.get("gpus"),
+                memory=args.get("memory"),
+                cpus=args.get("cpus"),
+                config_items=list(args.get("config") or []),
+                cwd=cwd,
+                warn=warnings.append,
+            )
+            return {"objects": [], "notes": [], "warnings": warnings, "slurm": doc}
+        for key in ("gpus", "memory", "cpus"):
+            if args.get(key) is not None:
+                raise UsageError(
+                    f"{key}: a Kubernetes run's shape is its manifest; {key} renders only with backend slurm"
+                )
         rendered = render_task(
             str(cwd / task_file) if task_file else None,
             words,
@@ -886,8 +934,8 @@ class JobsupTools:
                     raise _ref_error(f"runs[{i}]", err) from None
             else:
                 ids.append(self._run(f"runs[{i}]", ref)["run"]["id"])
-        done = [self.client.cancel(rid) for rid in ids]
-        return {"runs": done + [r for sid in sweeps for r in self.client.cancel_sweep(sid)]}
+        # One request: the daemon stops them all together.
+        return {"runs": self.client.cancel_many([*ids, *sweeps])}
 
     def _ids(self, args: dict[str, Any]) -> list[str]:
         """Every ref of ``args["runs"]`` resolved first (a bad one does nothing)."""
@@ -1107,10 +1155,7 @@ class Handlers:
             met = bool(result.get("met"))
             if met or time.monotonic() >= deadline:
                 seen = max([int(r.get("last_seq") or 0) for r in runs] + [after or 0])
-                if met:
-                    code = 0 if cond == "change" else _wait_exit_code(cond, runs)
-                else:
-                    code = EXIT_WAIT_TIMEOUT
+                code = (0 if cond == "change" else _wait_exit_code(cond, runs)) if met else EXIT_WAIT_TIMEOUT
                 return {
                     "outcome": "met" if met else "timeout",
                     "for": cond,

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from supervisord.exceptions import OutputError
 
-__all__ = ["OUTPUT_FORMATS", "output_option", "echo", "emit", "warn", "info", "writing"]
+__all__ = ["OUTPUT_FORMATS", "echo", "emit", "info", "output_option", "warn", "writing"]
 
 OUTPUT_FORMATS = ("table", "json", "yaml")
 

@@ -17,7 +17,7 @@ from supervisord.cli.reads import connected_client
 from supervisord.exceptions import UsageError
 from supervisord.runref import check_run_refs
 
-__all__ = ["outputs", "which", "EXIT_NOT_FOUND"]
+__all__ = ["EXIT_NOT_FOUND", "outputs", "which"]
 
 #: ``jobsup which`` exit code when a file was produced by no recorded run.
 EXIT_NOT_FOUND = 1

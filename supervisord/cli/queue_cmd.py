@@ -185,8 +185,8 @@ def _hold_or_release(action: str, runs_: tuple[str, ...], output: str) -> None:
         try:
             answer = client.hold_or_release(action, run_id)
             done.append(dict(answer["run"]))
-            if answer.get("note"):
-                info(f"note: {answer['note']}")
+            for note in answer.get("warnings") or []:
+                info(f"note: {note}")
         except DaemonUnreachableError as err:
             raise DaemonUnreachableError(_cut_off(client, action, run_ids, len(done), err)) from None
         except JobsupError:
@@ -305,6 +305,8 @@ def rerun(
     if command:
         body["command"] = command[0] if len(command) == 1 else shlex.join(command)
     result = client.rerun(run, body)
+    for line in result.get("warnings") or []:
+        warn(line)
     if result.get("missing_env"):
         warn(
             f"no value for {', '.join(result['missing_env'])} (not in --env or this environment): "

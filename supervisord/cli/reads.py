@@ -30,9 +30,10 @@ from supervisord.exceptions import AmbiguousRunError, DaemonUnreachableError, Ru
 __all__ = [
     "EXIT_OTHER_PHASE",
     "EXIT_OUTPUT_CLOSED",
-    "check_output_open",
     "RUN_COLUMNS",
+    "check_output_open",
     "connected_client",
+    "elapsed_text",
     "emit_json_line",
     "follow_logs",
     "logs_command",
@@ -44,9 +45,9 @@ __all__ = [
     "show_document",
     "tail_start",
     "wait_command",
-    "write_stdout_bytes",
     "wait_exit_code",
     "wait_timeout_s",
+    "write_stdout_bytes",
 ]
 
 RUN_COLUMNS = (
@@ -64,7 +65,7 @@ RUN_COLUMNS = (
 )
 
 
-def _elapsed(seconds: Any) -> str | None:
+def elapsed_text(seconds: Any) -> str | None:
     """``42s``, ``12m05s``, ``3h07m``, ``2d04h`` (None: not started)."""
     if not isinstance(seconds, (int, float)):
         return None
@@ -88,7 +89,7 @@ def run_row(run: dict[str, Any]) -> dict[str, Any]:
     return {
         **run,
         "started": run.get("started_at"),
-        "elapsed": _elapsed(run.get("elapsed_s")),
+        "elapsed": elapsed_text(run.get("elapsed_s")),
         "gpus": ",".join(str(g) for g in gpus) if gpus else None,
     }
 
@@ -159,6 +160,21 @@ def connected_client() -> Client:
         echo(f"error: {err}", err=True)
         sys.exit(EXIT_UNREACHABLE)
     return client
+
+
+def read_command(command: Callable[[Client], int]) -> int:
+    """Run a read-only ``command`` (its calls are GETs: running them again
+    is harmless) with a client that has not asked the daemon's health
+    first; when its first call finds no daemon, connect as
+    :func:`connected_client` does (waiting for a starting or stopping
+    daemon, autostart) and run it again. One round trip less than
+    :func:`connected_client` for every ``runs`` and ``show``: on a loaded
+    machine each round trip waits for the daemon to be scheduled
+    (bench/sweep_submit.py)."""
+    try:
+        return command(Client())
+    except DaemonUnreachableError:
+        return command(connected_client())
 
 
 def reconnecting(client: Client, open_stream: Callable[[], Iterator[dict[str, Any]]]) -> Iterator[dict[str, Any]]:

@@ -100,8 +100,19 @@ def render_command(
     task_file = args[0] if args and _is_task_file(args[0]) else None
     words = list(args[1:] if task_file else args)
     if backend == "slurm":
-        reject_shape_flags({"image": image, "cpus": cpus, "memory": memory})
-        doc = render_slurm(task_file, words, timeout=timeout, run_id=run_id, gpus=gpus, config_items=list(config_items))
+        reject_shape_flags({"image": image})
+        doc = render_slurm(
+            task_file,
+            words,
+            timeout=timeout,
+            run_id=run_id,
+            gpus=gpus,
+            memory=memory,
+            cpus=cpus,
+            config_items=list(config_items),
+            cwd=Path.cwd(),
+            warn=warn,
+        )
         if output == "json":
             echo(json.dumps(doc, indent=2))
         else:
@@ -143,14 +154,23 @@ def render_slurm(
     *,
     timeout: str | None,
     run_id: str | None,
-    gpus: str | None,
+    gpus: str | int | None,
     config_items: list[str],
+    memory: str | None = None,
+    cpus: str | float | None = None,
+    cwd: Path | None = None,
+    warn: Callable[[str], None] = warn,
 ) -> dict[str, object]:
     """What ``submit --backend slurm`` would run: ``{"where", "run_dir",
-    "sbatch" (argv), "command" (one line), "wrapper"}``. ``run_dir`` keeps
+    "sbatch" (argv), "command" (one line), "wrapper"}`` (``jobsup render
+    --backend slurm`` and the MCP ``render`` tool). ``run_dir`` keeps
     ``remote_dir`` as configured (the backend resolves ``~`` and relative
-    paths on the cluster). Raises TaskError/UsageError/ConfigError."""
+    paths on the cluster). ``gpus``/``memory``/``cpus``: as submit's flags
+    (``--gpus``, ``--mem``, ``--cpus-per-task``). ``cwd``: where the
+    project config is looked up (default: this process's). Config warnings
+    go to ``warn``. Raises TaskError/UsageError/ConfigError."""
     from supervisord.backends.slurm.script import SlurmSettings, quote_argv, sbatch_argv, wrapper_script
+    from supervisord.usage.limits import parse_cpus, parse_memory
 
     task = load_task(task_file) if task_file else Task()
     if words:
@@ -164,11 +184,13 @@ def render_slurm(
         raise UsageError(f"--run-id: {run_id!r} is not a run id (12 lowercase hex)")
     gpu_count = 0
     if gpus is not None:
-        if not gpus.isdigit():
+        if isinstance(gpus, bool) or not str(gpus).isdigit():
             raise UsageError(f"--gpus: must be a whole number >= 0, got {gpus!r}")
         gpu_count = int(gpus)
+    memory_bytes = parse_memory(memory) if memory is not None else None
+    cpu_count = parse_cpus(cpus) if cpus is not None else None
     the_run_id = run_id or secrets.token_hex(6)
-    client_layers = load_client_layers(task=task, cli_config=list(config_items), cwd=Path.cwd())
+    client_layers = load_client_layers(task=task, cli_config=list(config_items), cwd=cwd or Path.cwd())
     effective = effective_config(load_daemon_layer(), client_layers)
     for message in effective.warnings:
         warn(message)
@@ -180,6 +202,8 @@ def render_slurm(
         timeout_s=task.timeout_s or DEFAULT_TIMEOUT_S,
         settings=settings,
         gpus=gpu_count,
+        memory_bytes=memory_bytes,
+        cpus=cpu_count,
     )
     return {
         "where": settings.where,

@@ -5,17 +5,15 @@ They talk to the daemon only through :class:`supervisord.api.client.Client`.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import click
 
 from store.types import PHASES
 from supervisord.api.client import Client
-from supervisord.api.wire import EXIT_UNREACHABLE, exit_code_for_phase
-from supervisord.cli.output import echo, emit, info, output_option, warn
+from supervisord.api.wire import EXIT_UNREACHABLE
+from supervisord.cli.output import echo, emit, info, output_option
 from supervisord.cli.params import WholeNumber
 from supervisord.cli.queue_cmd import scheduling_options, take_scheduling
 from supervisord.cli.reads import (
@@ -24,23 +22,20 @@ from supervisord.cli.reads import (
     check_output_open,
     connected_client,
     emit_json_line,
-    follow_logs,
     logs_command,
-    output_closed,
     reconnecting,
-    resolve_runs,
     runs_command,
     show_command,
     wait_command,
     wait_timeout_s,
 )
 from supervisord.cli.shape import reject_shape_flags, shape_flag_options_without
-from supervisord.exceptions import DaemonUnreachableError, TaskError, UsageError
+from supervisord.exceptions import DaemonUnreachableError, UsageError
 from supervisord.runref import check_run_refs
-from supervisord.sweep import check_handles, is_sweep_ref
-from supervisord.task import BACKENDS, parse_env_pairs
+from supervisord.sweep import check_handles
+from supervisord.task import BACKENDS
 
-__all__ = ["submit", "runs", "show", "logs", "wait", "cancel", "events", "doctor", "EXIT_OTHER_PHASE", "RUN_COLUMNS"]
+__all__ = ["EXIT_OTHER_PHASE", "RUN_COLUMNS", "cancel", "doctor", "events", "logs", "runs", "show", "submit", "wait"]
 
 
 class _DashDashCommand(click.Command):
@@ -112,97 +107,31 @@ def submit(
 ) -> None:
     """Queue a run of TASK.yaml and/or `-- CMD...`; print its id on stdout
     (a sweep: the sweep id)."""
-    from supervisord.cli.submit_request import build_task, submit_body
-    from supervisord.hooks.config import parse_on_done
-    from supervisord.sweep import check_max_parallel, check_placeholders, parse_labels, parse_sweep_pairs
+    from supervisord.cli.submit_run import submit_command
 
     sched, hold = take_scheduling(shape)
     reject_shape_flags(shape)
-    grid = parse_sweep_pairs(sweep_pairs) if sweep_pairs else None
-    check_max_parallel(max_parallel)
-    labels = parse_labels(label_pairs)
-    on_done_argv = parse_on_done(on_done) if on_done is not None else None
-    task = build_task(
+    code = submit_command(
         task_file,
         ctx.meta.get("jobsup.command"),
         name=name,
         backend=backend,
         timeout=timeout,
         manifest=manifest,
-        env=parse_env_pairs(env_pairs),
-        scheduling=sched,
-        sweep=grid,
+        rev=rev,
+        env_pairs=env_pairs,
+        config_args=config_args,
+        force=force,
+        follow=follow,
+        on_done=on_done,
+        sweep_pairs=sweep_pairs,
         max_parallel=max_parallel,
-        labels=labels,
+        label_pairs=label_pairs,
+        scheduling=sched,
+        hold=hold,
     )
-    if not task.run:
-        raise TaskError("no command: give `run:` in the task file or `-- CMD...` after the options")
-    if task.sweep:
-        check_placeholders(task.run, task.name, task.sweep)  # errors now; the daemon sends the warnings
-        if follow:
-            raise TaskError(
-                "--follow: a sweep has many runs; follow one with `jobsup logs RUN -f`, or `jobsup wait SWEEP`"
-            )
-    elif task.max_parallel is not None:
-        raise TaskError("--max-parallel: only a sweep (--sweep KEY=V1,V2,... or task `sweep:`) has runs to limit")
-    body = submit_body(
-        task, config_args=config_args, cwd=Path.cwd(), rev=rev, force=force, hold=hold, on_done=on_done_argv
-    )
-    client = connected_client()
-    try:
-        result = client.submit(body)
-    except DaemonUnreachableError as err:
-        result = {"run": _find_submitted(client, str(body["request_id"]), err), "warnings": []}
-    for line in result.get("warnings") or []:
-        warn(line)
-    if task.sweep:
-        sweep = result.get("sweep") or {"id": result["run"].get("sweep_id")}
-        echo(sweep["id"])
-        return
-    run_id = result["run"]["id"]
-    if not follow:
-        echo(run_id)
-        return
-    info(f"submitted run {run_id}")
-    try:
-        run = follow_logs(client, run_id)
-    except OSError as err:
-        if not output_closed(err):
-            raise
-        # The log's reader went away: the exit code still says how the run ended.
-        ctx.exit(wait_command(client, [run_id], for_="terminal", timeout_s=None, after=None, output="table"))
-    ctx.exit(exit_code_for_phase(run["phase"]))
-
-
-_LOST_SUBMIT_WAIT_S = 30.0
-
-
-def _find_submitted(client: Client, request_id: str, err: DaemonUnreachableError) -> dict[str, Any]:
-    """The daemon went away while a submit was in flight: reconnect (for up
-    to :data:`_LOST_SUBMIT_WAIT_S`) and look for the run recorded with this
-    submit's ``request_id``. Returns it (the run was recorded and will be
-    supervised), or raises DaemonUnreachableError saying it was not
-    recorded, or that this cannot be known without a daemon."""
-    info(f"the daemon went away during the submit ({err}); checking whether the run was recorded")
-    deadline = time.monotonic() + _LOST_SUBMIT_WAIT_S
-    while True:
-        try:
-            client.connect()
-            recent = client.runs(all=False)
-            break
-        except DaemonUnreachableError:
-            if time.monotonic() > deadline:
-                raise DaemonUnreachableError(
-                    f"{err}; no daemon answers since, so whether the run was recorded is unknown: "
-                    "see `jobsup runs` once a daemon is back"
-                ) from None
-            time.sleep(0.5)
-    for run in recent:
-        doc = client.show(run["id"])
-        if (doc.get("submitted") or {}).get("request_id") == request_id:
-            warn(f"the run was recorded (as {run['id']}) before the daemon went away; it will run")
-            return dict(doc["run"])
-    raise DaemonUnreachableError(f"{err}; the run was NOT recorded (nothing will run): submit it again")
+    if follow:
+        ctx.exit(code)
 
 
 @click.command("runs")
@@ -304,20 +233,9 @@ def cancel(runs_: tuple[str, ...], output: str) -> None:
     Every id is resolved first: one that names no run (or several) exits 2
     naming it, and nothing is cancelled."""
     check_handles(runs_)
-    client = connected_client()
-    sweep_ids = [client.sweep(ref)["sweep"]["id"] for ref in runs_ if is_sweep_ref(ref)]
-    singles = [ref for ref in runs_ if not is_sweep_ref(ref)]
-    run_ids = [r["id"] for r in resolve_runs(client, singles)] if singles else []
-    if len(run_ids) > 1:
-        # Sent together (each request returns once its run is stopped): the
-        # daemon stops them all at once, not one after the other.
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(min(32, len(run_ids))) as pool:
-            done = list(pool.map(client.cancel, run_ids))
-    else:
-        done = [client.cancel(run_id) for run_id in run_ids]
-    done += [run for sweep_id in sweep_ids for run in client.cancel_sweep(sweep_id)]
+    # One request: the daemon resolves every ref first (all or nothing) and
+    # stops the runs together, not one after the other.
+    done = connected_client().cancel_many(list(runs_))
     if output != "table":
         emit(done, output)
         return

@@ -13,7 +13,7 @@ import click
 
 from supervisord.exceptions import UsageError
 
-__all__ = ["shape_flag_options", "shape_flag_options_without", "reject_shape_flags"]
+__all__ = ["reject_shape_flags", "shape_flag_options", "shape_flag_options_without"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from supervisord.cli.output import echo, emit, output_option
-from supervisord.cli.reads import connected_client
+from supervisord.cli.reads import connected_client, elapsed_text
 
 __all__ = ["format_elapsed", "render_table", "top"]
 
@@ -32,19 +32,7 @@ def _bytes(n: Any) -> str:
 
 def format_elapsed(seconds: Any) -> str:
     """``42s``, ``12m05s``, ``3h07m``, ``2d04h``; ``-`` for None."""
-    if not isinstance(seconds, (int, float)):
-        return "-"
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    m, s = divmod(s, 60)
-    if m < 60:
-        return f"{m}m{s:02d}s"
-    h, m = divmod(m, 60)
-    if h < 48:
-        return f"{h}h{m:02d}m"
-    d, h = divmod(h, 24)
-    return f"{d}d{h:02d}h"
+    return elapsed_text(seconds) or "-"
 
 
 def _progress(value: Any) -> str:

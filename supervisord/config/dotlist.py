@@ -39,7 +39,7 @@ from supervisord.config.schema import schema_at
 from supervisord.config.yamlload import load_yaml
 from supervisord.exceptions import ConfigError
 
-__all__ = ["parse_cli_config", "parse_pair", "NULL_WORDS"]
+__all__ = ["NULL_WORDS", "parse_cli_config", "parse_pair"]
 
 #: Values that mean ``null`` (clear the key), whatever the key's type.
 NULL_WORDS = frozenset({"null", "Null", "NULL", "~"})
@@ -180,10 +180,9 @@ def _set(data: dict[str, Any], path: KeyPath, value: Any, lower_view: Callable[[
                 else:
                     container[seg] = value
                 return
-        else:
-            if last:
-                container[seg] = value
-                return
+        elif last:
+            container[seg] = value
+            return
         child = container[seg] if isinstance(seg, int) else container.get(seg)
         nxt = path[i + 1]
         if isinstance(nxt, int):

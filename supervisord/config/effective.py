@@ -42,9 +42,9 @@ __all__ = [
     "DAEMON_ONLY_KEYS",
     "TASK_KEYS",
     "EffectiveConfig",
+    "check_allowed",
     "defaults",
     "effective_config",
-    "check_allowed",
     "layer_errors",
     "validate_daemon_config",
 ]
@@ -138,8 +138,10 @@ def _hooks_error(layer: Layer) -> list[str]:
         return []
     kind = "option" if layer.name == "cli" else "file"
     return [
-        f"{_where(layer)}: hooks: hooks come only from the daemon config and the user config; a {layer.name} "
-        f"{kind} may not add them (a cloned repository must not run commands on this machine)"
+        (
+            f"{_where(layer)}: hooks: hooks come only from the daemon config and the user config; a {layer.name} "
+            f"{kind} may not add them (a cloned repository must not run commands on this machine)"
+        )
     ]
 
 
@@ -204,11 +206,11 @@ def effective_config(
             raise ConfigError(f"the {layer.name} layer cannot be a client layer")
         errors.extend(_hooks_error(layer))
         data, ignored = _drop_daemon_only(_without_hooks(layer).data)
-        for path in ignored:
-            warnings.append(
-                f"{format_path(path)} is a daemon-only key: the value from {layer.describe()} is ignored "
-                "(set it in the daemon config)"
-            )
+        warnings.extend(
+            f"{format_path(path)} is a daemon-only key: the value from {layer.describe()} is ignored "
+            "(set it in the daemon config)"
+            for path in ignored
+        )
         if layer.name == "task":
             errors.extend(_task_key_errors(layer))
         layers.append(Layer(layer.name, layer.file, data))
@@ -302,7 +304,7 @@ def check_allowed(eff: EffectiveConfig, backend: str, context: str | None = None
 
 def _from(eff: EffectiveConfig, prefix: str) -> str:
     for key, origin in eff.origins.items():
-        if key == prefix or key.startswith(prefix + "[") or key.startswith(prefix + "."):
+        if key == prefix or key.startswith((prefix + "[", prefix + ".")):
             return f" (from {describe_origin(origin)})"
     return ""
 
@@ -366,7 +368,7 @@ def _drop_daemon_only(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[Key
 def _key_leaves(value: Any, path: KeyPath) -> list[KeyPath]:
     """The keys set below ``path`` (mappings are descended, lists are not)."""
     if isinstance(value, Mapping) and value:
-        return [leaf for k, v in value.items() if v is not None for leaf in _key_leaves(v, path + (k,))]
+        return [leaf for k, v in value.items() if v is not None for leaf in _key_leaves(v, (*path, k))]
     return [path]
 
 
@@ -378,9 +380,11 @@ def _task_key_errors(layer: Layer) -> list[str]:
         if (key,) in TASK_KEYS or key == "hooks":  # hooks: see _hooks_error
             continue
         if key in ("kubernetes", "slurm") and isinstance(value, Mapping):
-            for sub in value:
-                if (key, sub) not in TASK_KEYS:
-                    errors.append(f"{where}: {key}.{sub}: a task may not set this key (allowed in a task: {allowed})")
+            errors.extend(
+                f"{where}: {key}.{sub}: a task may not set this key (allowed in a task: {allowed})"
+                for sub in value
+                if (key, sub) not in TASK_KEYS
+            )
             continue
         if key in ("kubernetes", "slurm"):
             errors.append(
@@ -451,13 +455,13 @@ def _fill_defaults(
         if key not in data:
             if isinstance(value, Mapping) and value:
                 data[key] = {}
-                _fill_defaults(data[key], value, path + (key,), origins)
+                _fill_defaults(data[key], value, (*path, key), origins)
             else:
                 data[key] = copy.deepcopy(value)
-                for leaf in leaf_paths(value, path + (key,)):
+                for leaf in leaf_paths(value, (*path, key)):
                     origins[leaf] = ("default", None)
         elif isinstance(value, Mapping) and isinstance(data[key], dict):
-            _fill_defaults(data[key], value, path + (key,), origins)
+            _fill_defaults(data[key], value, (*path, key), origins)
 
 
 def _impose_daemon_only(data: dict[str, Any], origins: dict[KeyPath, Origin], daemon_view: MergeResult) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
-__all__ = ["Layer", "LayerName", "LAYER_NAMES", "CLIENT_LAYER_NAMES", "Origin", "describe_origin"]
+__all__ = ["CLIENT_LAYER_NAMES", "LAYER_NAMES", "Layer", "LayerName", "Origin", "describe_origin"]
 
 LayerName = Literal["default", "daemon", "user", "project", "task", "cli"]
 #: Every layer name, lowest priority first.

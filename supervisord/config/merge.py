@@ -52,8 +52,8 @@ from supervisord.config.layer import Layer, Origin, describe_origin
 from supervisord.exceptions import ConfigError
 
 __all__ = [
-    "POD_SPEC_MERGE_KEYS",
     "POD_SPEC_ATOMIC_LISTS",
+    "POD_SPEC_MERGE_KEYS",
     "POD_SPEC_PATHS",
     "MergeResult",
     "is_pod_spec_path",
@@ -252,7 +252,7 @@ def is_pod_spec_path(path: KeyPath) -> bool:
     """Whether ``path`` lies at or below a key holding a pod spec
     (:data:`POD_SPEC_PATHS`), where the pod-spec list rules apply."""
     for pattern in POD_SPEC_PATHS:
-        if len(path) >= len(pattern) and all(p == "*" or p == s for p, s in zip(pattern, path, strict=False)):
+        if len(path) >= len(pattern) and all(p in ("*", s) for p, s in zip(pattern, path, strict=False)):
             return True
     return False
 
@@ -263,12 +263,12 @@ def leaf_paths(value: Any, path: KeyPath) -> list[KeyPath]:
     if isinstance(value, dict) and value:
         out: list[KeyPath] = []
         for k, v in value.items():
-            out.extend(leaf_paths(v, path + (k,)))
+            out.extend(leaf_paths(v, (*path, k)))
         return out
     if isinstance(value, list) and value:
         out = []
         for i, v in enumerate(value):
-            out.extend(leaf_paths(v, path + (i,)))
+            out.extend(leaf_paths(v, (*path, i)))
         return out
     return [path]
 
@@ -285,7 +285,7 @@ def _clean(value: Any) -> Any:
 
 def _merge_mapping(target: dict[str, Any], patch: Mapping[str, Any], path: KeyPath, state: _State, pod: bool) -> None:
     for key, pval in patch.items():
-        kpath = path + (key,)
+        kpath = (*path, key)
         kpod = pod or is_pod_spec_path(kpath)
         tval = target.get(key, _MISSING)
         if pval is None:
@@ -327,7 +327,7 @@ def _merge_list(target: list[Any], patch: list[Any], key: str, path: KeyPath, st
     if merge_key is not None:
         for i, item in enumerate(patch):
             if not _has_merge_key(item, merge_key):
-                state.errors.append(_missing_key_error(path + (i,), key, merge_key, item))
+                state.errors.append(_missing_key_error((*path, i), key, merge_key, item))
                 continue
             match = next(
                 (j for j, old in enumerate(target) if isinstance(old, dict) and old.get(merge_key) == item[merge_key]),
@@ -335,17 +335,17 @@ def _merge_list(target: list[Any], patch: list[Any], key: str, path: KeyPath, st
             )
             if match is None:
                 target.append(_clean(item))
-                state.set(path + (len(target) - 1,), target[-1])
-                _check_copied(target[-1], path + (len(target) - 1,), state, True)
+                state.set((*path, len(target) - 1), target[-1])
+                _check_copied(target[-1], (*path, len(target) - 1), state, True)
             else:
-                _merge_mapping(target[match], item, path + (match,), state, True)
+                _merge_mapping(target[match], item, (*path, match), state, True)
         return target
     for item in patch:
         new = _clean(item)
         if new not in target:
             target.append(new)
-            state.set(path + (len(target) - 1,), new)
-            _check_copied(new, path + (len(target) - 1,), state, True)
+            state.set((*path, len(target) - 1), new)
+            _check_copied(new, (*path, len(target) - 1), state, True)
     return target
 
 
@@ -365,13 +365,13 @@ def _check_copied(value: Any, path: KeyPath, state: _State, pod: bool) -> None:
     layers (and the manifest) could not merge into it."""
     if isinstance(value, Mapping):
         for k, v in value.items():
-            kpath = path + (k,)
+            kpath = (*path, k)
             kpod = pod or is_pod_spec_path(kpath)
             if kpod and isinstance(v, list) and k in POD_SPEC_MERGE_KEYS:
                 for i, item in enumerate(v):
                     if not _has_merge_key(item, POD_SPEC_MERGE_KEYS[k]):
-                        state.errors.append(_missing_key_error(kpath + (i,), k, POD_SPEC_MERGE_KEYS[k], item))
+                        state.errors.append(_missing_key_error((*kpath, i), k, POD_SPEC_MERGE_KEYS[k], item))
             _check_copied(v, kpath, state, kpod)
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            _check_copied(v, path + (i,), state, pod)
+            _check_copied(v, (*path, i), state, pod)

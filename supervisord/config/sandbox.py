@@ -55,11 +55,11 @@ __all__ = [
     "RESERVED_MOUNT_PATHS",
     "check_dns1123_label",
     "check_dns1123_subdomain",
+    "check_kubernetes_options",
     "check_label_key",
     "check_label_value",
     "check_mount_paths",
     "check_tolerations",
-    "check_kubernetes_options",
     "pod_ready_timeout_from_env",
 ]
 
@@ -71,7 +71,7 @@ ENV_POD_READY_TIMEOUT = "JOBSUP_K8S_POD_READY_TIMEOUT_S"
 #: ``/tmp/jobsup-source``), ``/dev`` (and so ``/dev/shm``) and the service
 #: account token projection.
 RESERVED_MOUNT_PATHS: tuple[str, ...] = (
-    "/tmp",
+    "/tmp",  # noqa: S108 - a mount path refused, not a file made
     "/proc",
     "/sys",
     "/dev",
@@ -254,7 +254,7 @@ def check_tolerations(tolerations: Any, path: KeyPath) -> list[str]:
     for i, item in enumerate(tolerations):
         if not isinstance(item, Mapping):
             continue
-        where = format_path(path + (i,))
+        where = format_path((*path, i))
         operator = item.get("operator", "Equal")
         key = item.get("key")
         if key is None:
@@ -311,13 +311,13 @@ def check_kubernetes_options(kubernetes: Any, path: KeyPath = ("kubernetes",)) -
         reason = check_dns1123_subdomain(runtime_class)
         if reason:
             errors.append(f"{at('runtime_class')}: {runtime_class!r} {reason}")
-    errors.extend(check_tolerations(kubernetes.get("tolerations"), path + ("tolerations",)))
-    errors.extend(_label_map_errors(kubernetes.get("node_selector"), path + ("node_selector",), values=True))
+    errors.extend(check_tolerations(kubernetes.get("tolerations"), (*path, "tolerations")))
+    errors.extend(_label_map_errors(kubernetes.get("node_selector"), (*path, "node_selector"), values=True))
     metadata = kubernetes.get("custom_metadata")
     if isinstance(metadata, Mapping):
-        errors.extend(_label_map_errors(metadata.get("labels"), path + ("custom_metadata", "labels"), values=True))
+        errors.extend(_label_map_errors(metadata.get("labels"), (*path, "custom_metadata", "labels"), values=True))
         errors.extend(
-            _label_map_errors(metadata.get("annotations"), path + ("custom_metadata", "annotations"), values=False)
+            _label_map_errors(metadata.get("annotations"), (*path, "custom_metadata", "annotations"), values=False)
         )
     entries: list[tuple[str, str]] = []
     for list_key, name_key in (("pvc_mounts", "claim_name"), ("secret_mounts", "secret_name")):
@@ -344,7 +344,7 @@ def _label_map_errors(mapping: Any, path: KeyPath, *, values: bool) -> list[str]
     if not isinstance(mapping, Mapping):
         return errors
     for key, value in mapping.items():
-        where = format_path(path + (key,))
+        where = format_path((*path, key))
         if isinstance(key, str):
             reason = check_label_key(key)
             if reason:

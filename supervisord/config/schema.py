@@ -64,25 +64,26 @@ Keys::
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
-from typing import Any
-
-import jsonschema
-import jsonschema.validators
+from typing import TYPE_CHECKING, Any
 
 from store.types import PHASES
 from supervisord.config.keypath import KeyPath, format_path
 from supervisord.config.sandbox import check_kubernetes_options
 from supervisord.secret import looks_secret
 
+if TYPE_CHECKING:
+    import jsonschema
+
 __all__ = [
     "CONFIG_SCHEMA",
     "HOOK_SCHEMA",
+    "is_secret_path",
     "schema_at",
     "schema_errors",
     "schema_violations",
     "validate_document",
-    "is_secret_path",
 ]
 
 _STR: dict[str, Any] = {"type": "string", "minLength": 1}
@@ -174,7 +175,7 @@ HOOK_SCHEMA: dict[str, Any] = {
         "match": {
             "type": "object",
             "additionalProperties": False,
-            "properties": {key: _GLOBS for key in ("project", "name", "backend", "reason")},
+            "properties": dict.fromkeys(("project", "name", "backend", "reason"), _GLOBS),
         },
         "command": {
             "type": "array",
@@ -333,11 +334,18 @@ def _is_strict_int(checker: Any, instance: Any) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 
-_Validator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
-    jsonschema.Draft202012Validator,
-    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_strict_int),
-)
-_VALIDATOR = _Validator(CONFIG_SCHEMA)
+@functools.cache
+def _validator() -> Any:
+    """The config schema's validator, made at its first use: importing
+    jsonschema costs about 0.1 s of CPU, which every ``jobsup submit``
+    paid at import (bench/sweep_submit.py) though the CLI rarely validates."""
+    import jsonschema.validators
+
+    extended = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+        jsonschema.Draft202012Validator,
+        type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_strict_int),
+    )
+    return extended(CONFIG_SCHEMA)
 
 
 def is_secret_path(path: KeyPath) -> bool:
@@ -384,7 +392,7 @@ def schema_errors(document: Mapping[str, Any]) -> list[tuple[KeyPath, str]]:
     """Every schema violation in ``document`` as ``(key path, reason)``,
     sorted by path. Reasons never show values under secret paths."""
     out: list[tuple[KeyPath, str]] = []
-    for error in _VALIDATOR.iter_errors(document):
+    for error in _validator().iter_errors(document):
         path: KeyPath = tuple(error.absolute_path)
         out.extend(_describe(error, path))
     out.sort(key=lambda item: format_path(item[0]))
@@ -395,7 +403,7 @@ def schema_violations(document: Mapping[str, Any]) -> list[tuple[KeyPath, str]]:
     """Every schema violation in ``document`` as ``(key path, the JSON
     Schema keyword it breaks)``, sorted: no value shown, for callers that
     word their own messages (hooks, whose webhook URLs are secrets)."""
-    found = {(tuple(e.absolute_path), str(e.validator)) for e in _VALIDATOR.iter_errors(document)}
+    found = {(tuple(e.absolute_path), str(e.validator)) for e in _validator().iter_errors(document)}
     return sorted(found, key=lambda item: (format_path(item[0]), item[1]))
 
 
@@ -458,16 +466,16 @@ def _describe(error: jsonschema.ValidationError, path: KeyPath) -> Iterable[tupl
     if "propertyNames" in error.schema_path:
         key = str(value)
         if path[-1:] == ("env",):
-            yield path + (key,), "is not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)"
+            yield (*path, key), "is not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)"
         else:
-            yield path + (key,), "must not be empty"
+            yield (*path, key), "must not be empty"
         return
     if kind == "additionalProperties" and isinstance(value, Mapping) and isinstance(schema, Mapping):
         allowed = sorted(schema.get("properties", {}))
         for key in value:
             if key not in schema.get("properties", {}):
                 hint = f"; allowed: {', '.join(allowed)}" if allowed else ""
-                yield path + (str(key),), f"unknown key{hint}"
+                yield (*path, str(key)), f"unknown key{hint}"
         return
     if kind == "type":
         types = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
@@ -500,7 +508,7 @@ def _describe(error: jsonschema.ValidationError, path: KeyPath) -> Iterable[tupl
         return
     if kind == "required":
         missing = error.message.split("'")[1] if "'" in error.message else str(error.validator_value)
-        yield path + (missing,), "is required"
+        yield (*path, missing), "is required"
         return
     if kind == "uniqueItems":
         yield path, "has duplicate items"

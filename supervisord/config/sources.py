@@ -27,36 +27,43 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from supervisord.config.dotlist import parse_cli_config
 from supervisord.config.keypath import KeyPath, format_path
 from supervisord.config.layer import LAYER_NAMES, Layer
-from supervisord.config.yamlload import ConfigLoader, load_yaml
 from supervisord.exceptions import ConfigError
-from supervisord.kubeconfig import current_context
 
 __all__ = [
     "ENV_DAEMON_CONFIG",
-    "ENV_USER_CONFIG",
     "ENV_PROJECT_CONFIG",
-    "ConfigLoader",
+    "ENV_USER_CONFIG",
     "config_file_path",
-    "read_config_file",
-    "load_yaml",
-    "load_daemon_layer",
-    "load_client_layers",
-    "read_client_layers",
-    "layers_to_wire",
-    "layers_from_wire",
     "current_kube_context",
-    "kubeconfig_files",
     "json_compatible_errors",
+    "kubeconfig_files",
+    "layers_from_wire",
+    "layers_to_wire",
+    "load_client_layers",
+    "load_daemon_layer",
     "load_user_layer",
+    "read_client_layers",
+    "read_config_file",
 ]
 
 ENV_DAEMON_CONFIG = "JOBSUP_DAEMON_CONFIG"
 ENV_USER_CONFIG = "JOBSUP_CONFIG"
 ENV_PROJECT_CONFIG = "JOBSUP_PROJECT_CONFIG"
 PROJECT_CONFIG_NAME = ".jobsup.yaml"
+
+
+def __getattr__(name: str) -> Any:
+    """``ConfigLoader`` and ``load_yaml`` (:mod:`supervisord.config.yamlload`),
+    imported on first use: PyYAML, and the config schema (jsonschema) that
+    ``--config`` parsing needs, load only when a file or ``--config`` is
+    read, not for every ``jobsup submit``."""
+    if name in ("ConfigLoader", "load_yaml"):
+        from supervisord.config import yamlload
+
+        return getattr(yamlload, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
@@ -71,6 +78,8 @@ def read_config_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: config file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read config file: {exc}") from None
+    from supervisord.config.yamlload import load_yaml
+
     doc = load_yaml(text, source=str(path))
     if doc is None:
         return {}
@@ -191,6 +200,8 @@ def read_client_layers(
         else:
             layers.append(Layer("task", file, data))
     if cli_config:
+        from supervisord.config.dotlist import parse_cli_config
+
         lower: Callable[[], dict[str, Any]] = _lower_view(list(layers))
         try:
             layers.append(parse_cli_config(cli_config, cwd=cwd, lower=lower, read_file=read_config_file))
@@ -220,10 +231,10 @@ def json_compatible_errors(value: Any, path: KeyPath) -> list[str]:
             if not isinstance(key, str):
                 errors.append(f"{format_path(path)}: the key {key!r} is not a string; quote it")
                 continue
-            errors.extend(json_compatible_errors(sub, path + (key,)))
+            errors.extend(json_compatible_errors(sub, (*path, key)))
     elif isinstance(value, list):
         for i, sub in enumerate(value):
-            errors.extend(json_compatible_errors(sub, path + (i,)))
+            errors.extend(json_compatible_errors(sub, (*path, i)))
     elif value is not None and not isinstance(value, (str, int, float, bool)):
         errors.append(f"{format_path(path)}: a {type(value).__name__} is not config data; quote it to make a string")
     return errors
@@ -285,4 +296,6 @@ def current_kube_context(env: Mapping[str, str] = os.environ) -> str | None:
     merges them; missing files are skipped). None when no kubeconfig sets
     one. Raises ConfigError naming a kubeconfig file that is not valid YAML
     (:func:`supervisord.kubeconfig.current_context`)."""
+    from supervisord.kubeconfig import current_context  # PyYAML: only when asked
+
     return current_context(kubeconfig_files(env))

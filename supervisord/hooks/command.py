@@ -16,6 +16,7 @@ most half a second.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -69,10 +70,8 @@ def hook_env(base: Mapping[str, str], run: Mapping[str, Any], event_seq: int, ho
 
 
 def _kill_group(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 #: The environment variable that marks every process of one hook attempt.
@@ -93,10 +92,8 @@ def _kill_marked(token: str) -> None:
         if not pids:
             return
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         time.sleep(0.02)
     log.warning("hook.survivors", pids=marked_processes(token))
 
@@ -114,7 +111,7 @@ async def run_command(
     cannot start is a permanent failure (command hooks are not retried).
     Cancelling the caller kills the process group. Raises nothing else."""
     started = time.monotonic()
-    if cwd is not None and not os.path.isdir(cwd):
+    if cwd is not None and not os.path.isdir(cwd):  # noqa: ASYNC240 - one stat per hook run
         cwd = None  # the submit's folder is gone: run from the daemon's
     token = secrets.token_hex(8)
     try:

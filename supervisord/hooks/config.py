@@ -196,9 +196,11 @@ def _webhook(raw: Any, at: str, errors: list[str], env: Mapping[str, str]) -> We
             f"got {_show(raw)}"
         )
         return None
-    for key in raw:
-        if key not in _WEBHOOK_KEYS:
-            errors.append(f"{at}.webhook.{key}: unknown key; allowed: {', '.join(_WEBHOOK_KEYS)}")
+    errors.extend(
+        f"{at}.webhook.{key}: unknown key; allowed: {', '.join(_WEBHOOK_KEYS)}"
+        for key in raw
+        if key not in _WEBHOOK_KEYS
+    )
     url = raw.get("url")
     ok = True
     if not isinstance(url, str) or not url:

@@ -102,6 +102,7 @@ from supervisord.hooks.config import ON_DONE_HOOK, HookSpec, on_done_spec
 from supervisord.hooks.http1 import Http1Client, proxied
 from supervisord.hooks.match import is_candidate, matches
 from supervisord.hooks.webhook import post_event
+from supervisord.readside import ReadSide
 
 __all__ = [
     "FLUSH_S",
@@ -544,9 +545,10 @@ class HookRunner:
     ) -> Attempt:
         if spec.command is not None:
             fields = {**run, **{k: event.data.get(k) for k in ("phase", "reason", "exit_code")}}
-            after = await self.store.tail_line_no(event.run_id, STDIN_LINES)
+            reads = ReadSide(self.store)
+            after = await reads.tail_line_no(event.run_id, STDIN_LINES)
             try:
-                lines = await self.store.log_lines(event.run_id, after, STDIN_LINES)
+                lines = await reads.log_lines(event.run_id, after, STDIN_LINES)
             except (LogArchiveError, LogTextDeletedError) as err:  # retention: the hook still runs
                 log.warning("hook.log_unavailable", hook=spec.name, run_id=event.run_id, error=str(err))
                 lines = []
@@ -558,7 +560,8 @@ class HookRunner:
                 timeout_s=spec.timeout_s,
                 cwd=cwd,
             )
-        assert spec.webhook is not None and self.http is not None
+        assert spec.webhook is not None
+        assert self.http is not None
         secret_env = spec.webhook.secret_env
         secret = self.env.get(secret_env, "").encode() if secret_env else None
         return await post_event(self.http, spec.webhook, body, event.seq, secret or None, self.user_agent)

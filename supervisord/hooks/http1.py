@@ -44,7 +44,7 @@ import re
 import ssl
 import urllib.request
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, Self
 from urllib.parse import unquote, urlsplit
 
 import anyio
@@ -220,7 +220,8 @@ def _template(url: str, headers: Mapping[str, str]) -> _Template:
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     request = h11.Request(method="POST", target=path, headers=head)
     written = h11.Connection(h11.CLIENT).send(request)
-    assert written is not None and written.endswith(b"\r\n\r\n")
+    assert written is not None
+    assert written.endswith(b"\r\n\r\n")
     return _Template((parts.scheme, host, port), request, written[:-2])
 
 
@@ -246,7 +247,7 @@ class Http1Client:
         # (url, constant headers) -> its request template (a hook posts to its URL again and again)
         self._templates: dict[tuple[str, tuple[tuple[str, str], ...]], _Template] = {}
 
-    async def __aenter__(self) -> Http1Client:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

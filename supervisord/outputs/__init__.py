@@ -22,7 +22,7 @@ from typing import Any
 from supervisord.events import OUTPUTS_RECORDED
 from supervisord.exceptions import ConfigError
 
-__all__ = ["OUTPUTS_RECORDED", "outputs_root", "run_outputs_dir", "check_outputs_root"]
+__all__ = ["OUTPUTS_RECORDED", "check_outputs_root", "outputs_root", "run_outputs_dir"]
 
 
 def outputs_root(config: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Path:

@@ -13,7 +13,7 @@ Pure and blocking: run it in a worker thread. No anyio, no store.
 
 from __future__ import annotations
 
-import datetime
+import datetime as dt
 import errno
 import hashlib
 import os
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["READ_BYTES", "MAX_FILES", "Stopped", "scan", "sha256_file"]
+__all__ = ["MAX_FILES", "READ_BYTES", "Stopped", "scan", "sha256_file"]
 
 #: One read's size: 1 MiB reads into a reused buffer hash at the speed of
 #: sha256 itself (bench/outputs_hash.py).
@@ -44,11 +44,7 @@ class Stopped(Exception):
 
 
 def _when(ns: int) -> str:
-    return (
-        datetime.datetime.fromtimestamp(ns / 1e9, tz=datetime.UTC)
-        .isoformat(timespec="microseconds")
-        .replace("+00:00", "Z")
-    )
+    return dt.datetime.fromtimestamp(ns / 1e9, tz=dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _kind(mode: int) -> str:

@@ -32,7 +32,6 @@ __all__ = ["MAX_DIGESTS", "config_digest", "run_outputs", "which"]
 #: The most digests one ``which`` asks about.
 MAX_DIGESTS: Final = 1000
 _HEX = re.compile(r"^[0-9a-f]{64}$")
-_PAGE: Final = 500
 
 
 def config_digest(config: Mapping[str, Any]) -> str:
@@ -85,29 +84,13 @@ def check_digests(digests: Sequence[str]) -> list[str]:
 
 async def which(store: EventStore, digests: Sequence[str]) -> dict[str, Any]:
     """The ``which`` document: for each digest (in the order given), every
-    recorded output file with that sha256, oldest first. Raises UsageError
-    for a bad digest."""
+    recorded output file with that sha256, oldest first (from the store's
+    ``output_files`` index). Raises UsageError for a bad digest."""
     wanted = check_digests(digests)
-    found: dict[str, list[dict[str, Any]]] = {d: [] for d in wanted}
-    after = 0
-    while True:
-        page = await store.read_all(after, limit=_PAGE, types=[OUTPUTS_RECORDED])
-        for event in page:
-            for f in event.data.get("files") or []:
-                sha = f.get("sha256") if isinstance(f, Mapping) else None
-                if sha in found:
-                    found[sha].append(
-                        {
-                            "run": event.run_id,
-                            "path": f.get("path"),
-                            "bytes": f.get("bytes"),
-                            "mtime": f.get("mtime"),
-                            "recorded_at": event.at,
-                        }
-                    )
-        if len(page) < _PAGE:
-            break
-        after = page[-1].seq
+    # The store's index of output files by sha256 (store.outputindex): one
+    # range read per digest, not a scan of every OutputsRecorded event.
+    indexed = await store.outputs_by_sha256(wanted)
+    found: dict[str, list[dict[str, Any]]] = {d: [dict(m) for m in indexed.get(d, [])] for d in wanted}
     runs = {m["run"] for matches in found.values() for m in matches}
     firsts = await store.first_events(runs) if runs else {}
     for matches in found.values():

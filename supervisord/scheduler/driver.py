@@ -33,6 +33,13 @@ Events it reads (and what it records, on the run's own stream):
 ``PhaseChanged`` CANCELED, reason ``DependencyFailed``
     an ``after`` dependency ended other than COMPLETED.
 
+Admission has one owner, this driver: it decides which run starts, builds
+the ``Admitted`` event and hands it to the supervisor's gate
+(:class:`RunGate`), which appends it under the run's lock and lets the run
+go on. The supervisor never decides an admission, names the event or calls
+the scheduler; requests reach the scheduler only through
+:class:`supervisord.commands.Commands`.
+
 Wake-ups: :meth:`EventStore.wait_for_events` on those types (no polling;
 idle, the driver waits on a future). After ``kill -9`` the state is rebuilt
 from the log (:meth:`Scheduler.load`): a non-terminal run with an
@@ -45,8 +52,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import anyio
 import structlog
@@ -59,6 +66,7 @@ from store import (
     EventStore,
     NewEvent,
     RecordedEvent,
+    RunStatus,
     StoreError,
 )
 from supervisord.crashpoints import crash_point
@@ -86,7 +94,6 @@ from supervisord.scheduler.policy import (
     format_bytes,
 )
 from supervisord.scheduler.update import LIMIT_FLAGS, RUN_UPDATED, changed_values
-from supervisord.supervisor import Supervisor
 from supervisord.sweepread import expand_refs
 from supervisord.usage.limits import ENFORCE_SAMPLER, machine_cpus, machine_memory, parse_cpus, parse_memory
 
@@ -264,6 +271,45 @@ def _now_rfc3339() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+class RunGate(Protocol):
+    """What the scheduler needs of the supervisor: the gate in front of each
+    queued run's supervision. The scheduler owns admission (it decides, and
+    builds the ``Admitted`` event); the gate appends what it is given under
+    the run's lock and lets the run go on. Nothing else of the supervisor is
+    the scheduler's business, and the supervisor never calls the scheduler."""
+
+    async def resolve(self, ref: str) -> str:
+        """The full run id for ``ref``; raises RunNotFoundError, AmbiguousRunError, UsageError."""
+
+    async def get(self, run_id: str) -> RunStatus:
+        """The run's status; raises RunNotFoundError."""
+
+    def run_state(self, run_id: str) -> tuple[str, bool] | None:
+        """``(phase, admitted)`` of a run the daemon supervises, else None."""
+
+    async def admit(self, run_id: str, admitted: NewEvent, extra_env: Mapping[str, str], message: str) -> bool:
+        """Record ``admitted`` and PhaseChanged SCHEDULING (``message``) and
+        let the run start with ``extra_env``; False when it no longer waits."""
+
+    def resume_admitted(self, run_id: str, extra_env: Mapping[str, str]) -> None:
+        """After a restart: let a run whose admission is recorded start."""
+
+    async def set_pending(self, run_id: str, reason: str, message: str) -> bool:
+        """Record why a queued run waits; whether an event was recorded."""
+
+    async def set_pending_many(self, pending: Sequence[tuple[str, str, str]]) -> int:
+        """``set_pending`` for many ``(run id, reason, message)`` in one append; how many were recorded."""
+
+    async def end_queued(self, run_id: str, reason: str, message: str) -> bool:
+        """End a queued run CANCELED with ``reason``; False when it no longer waits."""
+
+    async def update_queued(self, run_id: str, data: Mapping[str, Any]) -> bool:
+        """Record RunUpdated on a waiting run; False when it no longer waits."""
+
+    async def append_event(self, run_id: str, type: str, data: Mapping[str, Any]) -> None:
+        """Append one event to a run's stream."""
+
+
 class Scheduler:
     """Decides when each queued run starts and on which GPUs.
 
@@ -273,7 +319,7 @@ class Scheduler:
     """
 
     def __init__(
-        self, store: EventStore, supervisor: Supervisor, inventory: Inventory, settings: SchedulerSettings
+        self, store: EventStore, supervisor: RunGate, inventory: Inventory, settings: SchedulerSettings
     ) -> None:
         self.store = store
         self.supervisor = supervisor
@@ -315,7 +361,8 @@ class Scheduler:
             sched=sched,
             held=bool(sched["hold"]),
             queue=str(sched["queue"]),
-            **_sweep_cap(data),
+            # A Slurm sweep is one array job: Slurm keeps its max_parallel (%N).
+            **(_sweep_cap(data) if data.get("backend") != "slurm" else {}),
         )
 
     def _admitted(self, run: _Run, at: str, data: Mapping[str, Any]) -> None:
@@ -343,13 +390,13 @@ class Scheduler:
             self._daemon_version = e.version
             if e.type == QUEUE_CHANGED:
                 self._fold_queue_changed(e.data)
-        for status in reversed(await self.store.list_runs(non_terminal_only=True)):
-            events = await self.store.read_all(
-                0,
-                limit=1_000_000,
-                run_id=status.id,
-                types=[SUBMITTED, ADMITTED, HELD_EVENT, HOLD_RELEASED, RUN_UPDATED],
-            )
+        live = list(reversed(await self.store.list_runs(non_terminal_only=True)))
+        # Every live run's events in one query (not one per run: a restart with 500 runs).
+        of_run = await self.store.run_events(
+            [status.id for status in live], [SUBMITTED, ADMITTED, HELD_EVENT, HOLD_RELEASED, RUN_UPDATED]
+        )
+        for status in live:
+            events = of_run.get(status.id) or []
             if not events or events[0].type != SUBMITTED:
                 continue
             run = self._new_run(events[0])
@@ -658,12 +705,14 @@ class Scheduler:
                 # the append is still committing.
                 self._admitted(run, _now_rfc3339(), {"queue": a.queue, "gpus": [g.to_json() for g in a.gpus]})
                 tg.start_soon(self._admit, run, a.queue, a.gpus, a.in_queue, a.max_parallel)
-        async with anyio.create_task_group() as tg:
-            for rid, p in decision.pending.items():
-                w = self._waiting.get(rid)
-                if w is not None and (w.reason, w.message) != (p.reason, p.message):
-                    w.reason, w.message = p.reason, p.message
-                    tg.start_soon(self.supervisor.set_pending, rid, p.reason, p.message)
+        changed: list[tuple[str, str, str]] = []
+        for rid, p in decision.pending.items():
+            w = self._waiting.get(rid)
+            if w is not None and (w.reason, w.message) != (p.reason, p.message):
+                w.reason, w.message = p.reason, p.message
+                changed.append((rid, p.reason, p.message))
+        if changed:  # one append for all (a sweep: 1,000 runs at once)
+            await self.supervisor.set_pending_many(changed)
         self._last = decision
 
     async def _free(self, run: _Run) -> None:
@@ -690,7 +739,8 @@ class Scheduler:
             data["limits"] = {"memory_bytes": memory, "cpus": cpus, "enforcement": self.settings.enforcement}
         where = f"GPU {', '.join(str(g.index) for g in gpus)}" if gpus else "no GPU"
         message = f"admitted in queue {queue!r} ({in_queue}{'/' + str(cap) if cap else ''} started) on {where}"
-        if not await self.supervisor.admit(run.run_id, data, self._env_for(run, list(gpus)), message):
+        admitted = NewEvent(ADMITTED, data)
+        if not await self.supervisor.admit(run.run_id, admitted, self._env_for(run, list(gpus)), message):
             # Ended or canceled meanwhile: nothing was started on these GPUs,
             # which another run may get at once.
             self._active.pop(run.run_id, None)

@@ -57,8 +57,8 @@ __all__ = [
     "DEPENDENCY_FAILED",
     "HELD",
     "TERMINAL",
-    "WAITING_FOR_DEPENDENCY",
     "WAITING_FOR_CPUS",
+    "WAITING_FOR_DEPENDENCY",
     "WAITING_FOR_GPUS",
     "WAITING_FOR_MEMORY",
     "WAITING_FOR_SLOT",
@@ -305,7 +305,7 @@ def find_cycle(edges: Mapping[str, Sequence[str]]) -> list[str] | None:
                 stack.append((node, i + 1))
                 nxt = nexts[i]
                 if state.get(nxt) == 1:
-                    return path[path.index(nxt) :] + [nxt]
+                    return [*path[path.index(nxt) :], nxt]
                 if not state.get(nxt):
                     stack.append((nxt, 0))
             else:

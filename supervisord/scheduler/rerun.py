@@ -20,25 +20,19 @@ pointing at their reruns.
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable, Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 from store import SUBMITTED, EventStore, RunStatus
 from supervisord.exceptions import SourceError, TaskError, UsageError
 from supervisord.scheduler.options import scheduling_of
 from supervisord.secret import env_digest
-from supervisord.shellenv import DEFAULT_ENV_FROM, check_shell_env, shell_env_digest
-from supervisord.supervisor import Supervisor
+from supervisord.shellenv import DEFAULT_ENV_FROM, shell_env_digest
 
-if TYPE_CHECKING:
-    from supervisord.scheduler.driver import Scheduler
+__all__ = ["DEP_KEYS", "check_dependencies_alive", "failed_dependents", "rerun_env_from", "rerun_submitted"]
 
-__all__ = ["check_dependencies_alive", "failed_dependents", "rerun_env_from", "rerun_run", "rerun_submitted"]
-
-_DEP_KEYS = ("after", "after_any", "after_failed")
-#: ``(repo, rev) -> a Submitted source`` (supervisord.submit.Planner.source_at).
-SourceAt = Callable[[Path, str], Awaitable[dict[str, Any]]]
+#: The scheduling keys that name the runs a run starts after.
+DEP_KEYS = ("after", "after_any", "after_failed")
 
 
 def rerun_submitted(
@@ -104,7 +98,7 @@ async def failed_dependents(store: EventStore, run_id: str) -> list[tuple[str, d
     out: list[tuple[str, dict[str, Any]]] = []
     for e in firsts:  # submit order: a dependent comes after what it depends on
         sched = scheduling_of(e.data)
-        if any(d in found for key in _DEP_KEYS for d in sched[key]):
+        if any(d in found for key in DEP_KEYS for d in sched[key]):
             found.add(e.run_id)
             out.append((e.run_id, dict(e.data)))
     return out
@@ -132,67 +126,3 @@ def check_dependencies_alive(old_id: str, after: list[str], statuses: Mapping[st
             "CANCELED (DependencyFailed) at once; rerun "
             f"{dep} first, then submit this task again with --after <that run's id>"
         )
-
-
-async def rerun_run(
-    supervisor: Supervisor,
-    scheduler: Scheduler | None,
-    digest_key: bytes,
-    run_id: str,
-    env: Mapping[str, str],
-    *,
-    hold: bool = False,
-    force: bool = False,
-    rev: str | None = None,
-    command: str | None = None,
-    source_at: SourceAt | None = None,
-    renamed: Mapping[str, str] | None = None,
-    shell_env: Any = None,
-) -> tuple[RunStatus, list[str]]:
-    """Submit a rerun of ``run_id`` (a full id) with the ``env`` values the
-    caller could fill and the caller's ``shell_env`` (a local run's
-    environment when it started from the submitting shell's; None: the
-    daemon's): ``(the new run, the env names left without a value)``.
-    ``rev``: run that commit of the run's repository instead (snapshotted
-    with ``source_at``); ``command``: run this instead; ``renamed``: old
-    run id -> its rerun, for the dependencies (``rerun --with-dependents``).
-    Raises UsageError when a run it starts after ended other than
-    COMPLETED (:func:`check_dependencies_alive`), and what
-    :func:`rerun_submitted`, ``source_at``,
-    :meth:`~supervisord.scheduler.driver.Scheduler.prepare` and
-    :meth:`~supervisord.supervisor.Supervisor.submit` raise (nothing is
-    recorded then)."""
-    first = await supervisor.store.read_all(0, limit=1, run_id=run_id)
-    old = first[0].data if first else {}
-    sha = str((old.get("source") or {}).get("snapshot_sha256") or "")
-    source = None
-    if rev is not None:
-        if source_at is None:
-            raise TaskError("--rev: this daemon cannot snapshot another commit here")
-        source = await source_at(Path(str((old.get("source") or {}).get("repo") or "")), rev)
-    shell = check_shell_env(shell_env) if shell_env is not None else None
-    new, missing = rerun_submitted(
-        run_id,
-        old,
-        env,
-        digest_key=digest_key,
-        snapshot_exists=bool(sha) and supervisor.snapshots.path_for(sha).exists(),
-        hold=hold,
-        source=source,
-        command=command,
-        shell_env=shell,
-    )
-    if renamed:
-        sched = dict(new["scheduling"])
-        for key in _DEP_KEYS:
-            sched[key] = [renamed.get(d, d) for d in sched.get(key) or []]
-        new["scheduling"] = sched
-    after = list(new["scheduling"]["after"])
-    check_dependencies_alive(run_id, after, await supervisor.store.get_runs(after))
-    if scheduler is not None:
-        new = await scheduler.prepare(new)
-    values = {k: v for k, v in env.items() if k in (old.get("env") or {})}
-    if new.get("env_from") == "submitter" and shell is not None:
-        values = {**shell, **values}
-    run = await supervisor.submit(new, env=values, config=None, force=force)
-    return run, missing

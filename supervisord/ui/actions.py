@@ -1,54 +1,48 @@
-"""What the page does beyond reading: cancel and rerun through the daemon's
-supervisor and scheduler (the same calls the Unix-socket API makes)."""
+"""What the page does beyond reading: its commands go through the daemon's
+one command path (:class:`supervisord.commands.Commands`), as the
+Unix-socket API's do."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from store import RunStatus
-from supervisord.supervisor import Supervisor
+from supervisord.commands import Commands, RerunRequest
 
-__all__ = ["SupervisorActions"]
+__all__ = ["CommandActions"]
 
 
-class SupervisorActions:
-    """:class:`supervisord.ui.UiActions` over a running supervisor.
+class CommandActions:
+    """:class:`supervisord.ui.UiActions` over the daemon's commands.
 
-    ``rerun`` is the daemon's own rerun (the API's, through the scheduler).
-    Env values are never stored, so a run rerun from the page gets none: the
-    page is for tasks that need none. ``queue`` returns the scheduler's view;
-    ``update`` is ``jobsup update`` of one run (``{"priority": P}``).
+    ``rerun`` is the API's rerun with no env values: env values are never
+    stored, so a run rerun from the page gets none (the page is for tasks
+    that need none). ``queue`` returns the scheduler's view (None: no
+    scheduler); ``set_priority`` is ``jobsup update RUN --priority P``.
     """
 
-    def __init__(
-        self,
-        supervisor: Supervisor,
-        *,
-        rerun: Callable[[str], Awaitable[RunStatus]],
-        queue: Callable[[], Awaitable[Mapping[str, Any]]],
-        update: Callable[[str, Mapping[str, Any]], Awaitable[object]],
-    ) -> None:
-        self._supervisor, self._rerun, self._queue, self._update = supervisor, rerun, queue, update
+    def __init__(self, commands: Commands, *, queue: Callable[[], Mapping[str, Any]] | None = None) -> None:
+        self._commands, self._queue = commands, queue
 
     async def resolve(self, ref: str) -> str:
-        return await self._supervisor.resolve(ref)
+        return await self._commands.resolve(ref)
 
     async def cancel(self, run_id: str) -> RunStatus:
-        return await self._supervisor.cancel(run_id)
+        return (await self._commands.cancel(run_id)).run
 
     async def rerun(self, run_id: str) -> RunStatus:
-        return await self._rerun(run_id)
+        return (await self._commands.rerun(run_id, RerunRequest())).run
 
     async def queue(self) -> Mapping[str, Any] | None:
-        return await self._queue()
+        return self._queue() if self._queue is not None else None
 
     async def pause(self, run_id: str) -> RunStatus:
-        return await self._supervisor.pause(run_id)
+        return (await self._commands.pause(run_id)).run
 
     async def resume(self, run_id: str) -> RunStatus:
-        return await self._supervisor.resume(run_id)
+        return (await self._commands.resume(run_id)).run
 
     async def set_priority(self, run_id: str, priority: int) -> RunStatus:
-        await self._update(run_id, {"priority": priority})
-        return await self._supervisor.get(run_id)
+        result = await self._commands.update([run_id], {"priority": priority})
+        return result.runs[0]

@@ -201,7 +201,7 @@ class UsageSampler:
     async def _record(self, run_id: str, data: dict[str, Any]) -> None:
         try:
             await self.supervisor.append_event(run_id, RESOURCE_USAGE, data)
-        except Exception as err:  # a run pruned meanwhile, storage trouble: the next record says it again
+        except Exception as err:  # noqa: BLE001 - a run pruned meanwhile, storage trouble: the next record says it again
             log.warning("usage not recorded", run=run_id, error=str(err))
 
     @staticmethod
@@ -234,7 +234,7 @@ class UsageSampler:
         )
         try:
             marked = await self.supervisor.mark_over_limit(track.run_id, message, track.event_data(final=False))
-        except Exception as err:  # storage trouble: stop nothing unrecorded; the next pass tries again
+        except Exception as err:  # noqa: BLE001 - storage trouble: stop nothing unrecorded; the next pass tries again
             log.warning(
                 "memory limit passed; not stopped yet (the mark is not recorded)", run=track.run_id, error=str(err)
             )

@@ -78,7 +78,7 @@ def scope_argv(
     """The argv prefix that starts a command in a transient user scope named
     ``jobsup-<run_id>[-suffix].scope`` with ``MemoryMax`` (bytes; swap
     denied too, so the limit is the memory the run may use) and
-    ``CPUQuota`` (``cpus`` × 100 %); the command follows it."""
+    ``CPUQuota`` (``cpus`` times 100 %); the command follows it."""
     unit = f"jobsup-{run_id}" + (f"-{unit_suffix}" if unit_suffix else "")
     argv = [systemd_run, "--user", "--scope", "--quiet", "--collect", f"--unit={unit}"]
     if memory_bytes:

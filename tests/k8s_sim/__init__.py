@@ -20,4 +20,4 @@ from .kubelet import MISSING_REGISTRY, NODE_NAME
 from .server import AccessRule
 from .util import ApiError, SimError
 
-__all__ = ["SimCluster", "Faults", "AccessRule", "ApiError", "SimError", "MISSING_REGISTRY", "NODE_NAME"]
+__all__ = ["MISSING_REGISTRY", "NODE_NAME", "AccessRule", "ApiError", "Faults", "SimCluster", "SimError"]

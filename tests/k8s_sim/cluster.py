@@ -374,10 +374,8 @@ class SimCluster:
                     transport.abort()
             self._server.should_exit = True
         if self._serve_task is not None:
-            try:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(self._serve_task, timeout=10)
-            except (TimeoutError, asyncio.CancelledError):
-                pass
         self._server = None
         self._serve_task = None
 

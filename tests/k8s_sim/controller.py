@@ -35,6 +35,7 @@ collector does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import structlog
@@ -112,10 +113,8 @@ class JobController:
             h.cancel()
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
 
     # -------------------------------------------------------------- queueing
 
@@ -530,10 +529,8 @@ class JobController:
         if due > 0:
             self._later(("job", md["namespace"], md["name"]), "ttl", due + 0.01)
             return
-        try:
+        with contextlib.suppress(ApiError):
             self.store.delete(JOBS, md["namespace"], md["name"], propagation="Foreground")
-        except ApiError:
-            pass
 
     # -------------------------------------------------------------------- GC
 
@@ -546,12 +543,10 @@ class JobController:
         if owner is None:
             for res, dep in dependents:
                 if not dep["metadata"].get("deletionTimestamp"):
-                    try:
+                    with contextlib.suppress(ApiError):
                         self.store.delete(
                             res, dep["metadata"].get("namespace", ""), dep["metadata"]["name"], propagation="Background"
                         )
-                    except ApiError:
-                        pass
             return
         md = owner["metadata"]
         if not md.get("deletionTimestamp"):
@@ -580,12 +575,10 @@ class JobController:
             ]
             for res, dep in dependents:
                 if not dep["metadata"].get("deletionTimestamp"):
-                    try:
+                    with contextlib.suppress(ApiError):
                         self.store.delete(
                             res, dep["metadata"].get("namespace", ""), dep["metadata"]["name"], propagation="Background"
                         )
-                    except ApiError:
-                        pass
             if not blocking:
                 self._remove_finalizer(owner_res, owner, "foregroundDeletion")
 

@@ -23,7 +23,7 @@ import pytest
 from supervisord.backends.slurm import SlurmBackend
 from tests.supervisord.backends.conformance import BackendHarness, SupervisorHarness
 
-__all__ = ["SlurmCluster", "cluster_or_skip", "supervised", "texts", "TRANSPORTS", "SSH_HOST"]
+__all__ = ["SSH_HOST", "TRANSPORTS", "SlurmCluster", "cluster_or_skip", "supervised", "texts"]
 
 TRANSPORTS = ("local", "ssh")
 SSH_HOST = "jobsup-slurm-citest"

@@ -21,14 +21,16 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240)]
 async def test_exit_code_and_env_file_removed(slurm: SlurmCluster, transport: str, tmp_path: Path) -> None:
     config = slurm.config(transport, tmp_path)
     async with supervised(tmp_path, slurm.backend, config) as h:
-        run_id = await h.submit('ls "$OLDPWD/.."; echo "secret=$TOKEN"; exit 3', env={"TOKEN": "s3cr3t-v"})
+        run_id = await h.submit('stat -c "%n %a" ../env.sh; echo "secret=$TOKEN"; exit 3', env={"TOKEN": "s3cr3t-v"})
         run = await h.terminal(run_id)
         assert run.phase == "ERROR" and run.reason == "NonZeroExit" and run.exit_code == 3, run
         lines = texts(await h.lines(run_id))
         assert "secret=s3cr3t-v" in lines
-        # The wrapper deleted the env file before the command ran.
-        assert "env.sh" not in lines and "exit_code" not in lines
+        # The env file is there (0600) while the job runs (a requeue reads it
+        # again), and gone once it ended.
+        assert "../env.sh 600" in lines
         assert run.handle is not None and str(run.handle["job_id"]).isdigit()
+        assert not os.path.exists(f"{run.handle['run_dir']}/env.sh")
 
 
 async def test_canceled_behind_jobsups_back(slurm: SlurmCluster, transport: str, tmp_path: Path) -> None:

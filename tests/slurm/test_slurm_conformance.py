@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 async def harness(slurm: SlurmCluster, transport: str, tmp_path: Path) -> AsyncIterator[SupervisorHarness]:
     h = BackendHarness(
         name="slurm",
-        make=lambda: slurm.backend(),
+        make=slurm.backend,
         config=slurm.config(transport, tmp_path),
         stderr_stream="stdout",
     )

@@ -35,7 +35,7 @@ async def _fill(store: EventStore, run_id: str, n: int, *, blocks: int = 7) -> b
     [sub] = await store.append(run_id, 0, [submitted(name=run_id)])
     version = sub.version
     data = _output(n)
-    cuts = [0] + sorted({data.index(b"\n", len(data) * k // blocks) + 1 for k in range(1, blocks)}) + [len(data)]
+    cuts = [0, *sorted({data.index(b"\n", len(data) * k // blocks) + 1 for k in range(1, blocks)}), len(data)]
     text = b""
     for k, (a, b) in enumerate(zip(cuts, cuts[1:], strict=False)):
         piece = data[a:b]
@@ -163,7 +163,7 @@ async def test_an_archive_others_could_write_is_refused_whenever_it_is_read(tmp_
         # once, without following, hanging on the FIFO, or an internal error.
         for make, what in (
             (lambda: path.symlink_to(real), "is a symbolic link"),
-            (lambda: path.mkdir(), "is a folder"),
+            (path.mkdir, "is a folder"),
             (lambda: os.mkfifo(path), "is a FIFO"),
         ):
             make()

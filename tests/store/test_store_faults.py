@@ -21,7 +21,7 @@ async def test_full_disk_fails_the_batch_cleanly_and_recovers(db_path: Path) -> 
     async with await EventStore.open(db_path, commit_window_s=0.05) as store:
         await store.append("r1", 0, [submitted(), lines([(str(i), "x" * 200) for i in range(50)])])
         before = snapshot(db_path)
-        page_count = list(await store._writer_conn.execute_fetchall("PRAGMA page_count"))[0][0]
+        page_count = next(iter(await store._writer_conn.execute_fetchall("PRAGMA page_count")))[0]
         await store._writer_conn.execute(f"PRAGMA max_page_count = {page_count + 2}")
 
         big = lines([(str(1000 + i), "y" * 1000) for i in range(500)])
@@ -132,7 +132,7 @@ async def test_wait_for_storage_retries_through_a_full_disk_and_a_held_lock(db_p
     append in the same batches still fails at once."""
     async with await EventStore.open(db_path, busy_timeout_s=0.3, commit_window_s=0.01) as store:
         await store.append("r1", 0, [submitted()])
-        page_count = list(await store._writer_conn.execute_fetchall("PRAGMA page_count"))[0][0]
+        page_count = next(iter(await store._writer_conn.execute_fetchall("PRAGMA page_count")))[0]
         await store._writer_conn.execute(f"PRAGMA max_page_count = {page_count + 1}")
         done: list[int] = []
 

@@ -154,3 +154,35 @@ def test_skipping_lines_by_window_matches_a_newline_at_a_time(seed: int) -> None
             assert skip_offset(text, n) == _naive_skip(text, n), (len(text), n)
             assert skip_lines(text, n) == text[_naive_skip(text, n)[0] :]
             assert lines_after(text, n, total) == text[_naive_skip(text, n)[0] :]
+
+
+async def test_blocks_of_many_runs_in_one_batch_are_trimmed_as_one_by_one(store: EventStore) -> None:
+    """A batch holding the blocks of several runs reads their last lines and
+    newest positions in two queries (BlockResolver.prefetch): the lines kept
+    and their numbers are those of one append at a time."""
+    import anyio
+
+    data = b"aa\nbbb\ncccc\n"
+    runs = ["r1", "r2", "r3", "r4"]
+    for run_id in runs:
+        await store.append(run_id, 0, [submitted()])
+    for run_id in runs[:3]:  # r4 has no line yet
+        await store.append_log(run_id, 1, [LogBlock("stdout", "stdout", data[: 3 + 4 * (run_id == "r2")], start=0)])
+    got: dict[str, list[object]] = {}
+
+    async def replay(run_id: str) -> None:
+        version = 1 if run_id == "r4" else 2
+        blocks = [LogBlock("stdout", "stdout", data, start=0), LogBlock("stderr", "stderr", b"e\n", start=0)]
+        got[run_id] = [
+            (e.data["first_line"], e.data["line_count"]) for e in await store.append_log(run_id, version, blocks)
+        ]
+
+    transactions = store.statistics().transactions
+    async with anyio.create_task_group() as tg:
+        for run_id in runs:
+            tg.start_soon(replay, run_id)
+    assert store.statistics().transactions - transactions < len(runs)  # some shared a batch
+    assert got == {"r1": [(2, 2), (4, 1)], "r2": [(3, 1), (4, 1)], "r3": [(2, 2), (4, 1)], "r4": [(1, 3), (4, 1)]}
+    for run_id in runs:
+        assert [ln.text for ln in await store.log_lines(run_id)] == ["aa", "bbb", "cccc", "e"]
+        assert await store.last_log_position(run_id, "stdout") == "12"

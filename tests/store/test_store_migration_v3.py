@@ -58,7 +58,7 @@ async def test_a_v2_database_migrates_and_replays_identically(tmp_path: Path) ->
         assert stdout[-2:] == ["\ufffd bad", "next"]
 
     conn = sqlite3.connect(db)
-    assert conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0] == SCHEMA_VERSION == 7
+    assert conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0] == SCHEMA_VERSION == 8
     # Schema 5 switched the file to incremental vacuum (one VACUUM at the upgrade): retention can shrink it.
     assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
     assert conn.execute("SELECT * FROM events ORDER BY seq").fetchall()[: len(events_before)] == events_before

@@ -205,7 +205,7 @@ async def test_randomized_history_rebuild_equals_incremental_and_the_model(db_pa
     n_runs, n_events = 300, 4000
     run_ids = [f"{rng.getrandbits(48):012x}" for _ in range(n_runs)]
     # most runs start with Submitted; some never do (events without a run row)
-    versions = {r: 0 for r in run_ids}
+    versions = dict.fromkeys(run_ids, 0)
     budget = [n_events]
     sent: dict[tuple[str, str], int] = {}
     appended: dict[tuple[str, int], dict[str, Any]] = {}

@@ -108,7 +108,7 @@ async def test_an_older_schema_is_migrated_forward_with_its_projections_rebuilt(
 async def test_synchronous_is_applied_to_the_writer(db_path: Path, synchronous: str, level: int) -> None:
     async with await EventStore.open(db_path, synchronous=synchronous) as store:  # type: ignore[arg-type]
         rows = await store._writer_conn.execute_fetchall("PRAGMA synchronous")
-        assert list(rows)[0][0] == level
+        assert next(iter(rows))[0] == level
 
 
 async def test_the_writer_caches_a_few_log_blocks(db_path: Path) -> None:
@@ -119,7 +119,7 @@ async def test_the_writer_caches_a_few_log_blocks(db_path: Path) -> None:
 
     async with await EventStore.open(db_path) as store:
         rows = await store._writer_conn.execute_fetchall("PRAGMA cache_size")
-        assert list(rows)[0][0] == -WRITER_CACHE_KIB
+        assert next(iter(rows))[0] == -WRITER_CACHE_KIB
         assert WRITER_CACHE_KIB * 1024 >= 2 * (8 << 20)
 
 

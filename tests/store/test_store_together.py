@@ -59,3 +59,31 @@ async def test_progress_is_the_last_report_and_survives_a_rebuild(store: EventSt
     again = await store.get_run(run)
     assert again == status
     assert [r.id for r in await store.list_runs()] == [run]
+
+
+async def test_page_runs_filters_by_labels_name_glob_and_sweep(store: EventStore) -> None:
+    """The page's runs list (supervisord.ui): labels (each must match), a
+    name glob as fnmatch reads it ([!...] too) and a sweep, in SQL."""
+    from store.runqueries import sqlite_glob
+
+    await store.append_together(
+        [
+            Append(SWEEP, 0, [NewEvent(SWEEP_SUBMITTED, {"grid": {"i": ["0", "1"]}, "count": 2})]),
+            *(Append(f"r{i}", 0, [_run(i, labels={"team": "a"})]) for i in range(2)),
+        ]
+    )
+    base = submitted(name="eval-b")
+    await store.append("solo", 0, [NewEvent(base.type, {**base.data, "labels": {"team": "b", "k": "x"}})])
+
+    async def ids(**kw: object) -> list[str]:
+        page, _ = await store.page_runs(limit=10, **kw)  # type: ignore[arg-type]
+        return sorted(r.id for r in page)
+
+    assert await ids(labels={"team": "a"}) == ["r0", "r1"]
+    assert await ids(labels={"team": "b", "k": "x"}) == ["solo"]
+    assert await ids(labels={"team": "b", "k": "y"}) == []
+    assert await ids(sweep_id=SWEEP) == ["r0", "r1"]
+    assert await ids(name_glob="train[[]i=1]") == ["r1"]
+    assert await ids(name_glob="*-[!a]") == ["solo"]
+    assert await ids(name_glob="train*", labels={"team": "a"}, sweep_id=SWEEP) == ["r0", "r1"]
+    assert sqlite_glob("x[!ab]*") == "x[^ab]*"

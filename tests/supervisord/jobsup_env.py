@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HOST_VARIABLES", "JobsupEnv", "live_pids_with_arg", "jobsup_env", "make_repo"]
+__all__ = ["HOST_VARIABLES", "JobsupEnv", "jobsup_env", "live_pids_with_arg", "make_repo"]
 
 
 def make_repo(path: Path, files: Mapping[str, str]) -> Path:
@@ -31,9 +31,9 @@ def make_repo(path: Path, files: Mapping[str, str]) -> Path:
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text(text)
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
-    subprocess.run(git + ["init", "-q", "-b", "main", str(path)], check=True)
-    subprocess.run(git + ["-C", str(path), "add", "-A"], check=True)
-    subprocess.run(git + ["-C", str(path), "commit", "-qm", "init"], check=True)
+    subprocess.run([*git, "init", "-q", "-b", "main", str(path)], check=True)
+    subprocess.run([*git, "-C", str(path), "add", "-A"], check=True)
+    subprocess.run([*git, "-C", str(path), "commit", "-qm", "init"], check=True)
     return path
 
 

@@ -331,7 +331,7 @@ def test_a_request_past_the_stop_grace_is_answered_daemon_stopping(js: JobsupEnv
     run, took, out, err, code = _cancel_during_stop(js, tmp_path, job, "--config", "local.kill_grace_s=120")
     try:
         assert code == 69, (code, out, err)
-        assert err.startswith("error: the daemon stopped before it finished this request (POST /v1/runs/"), err
+        assert err.startswith("error: the daemon stopped before it finished this request (POST /v1/cancel)"), err
         assert "HTTP 500" not in err and "Internal Server Error" not in err
         assert took >= STOP_GRACE_S - 1, took
         log = js.daemon_log.read_text()

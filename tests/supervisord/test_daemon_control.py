@@ -80,7 +80,7 @@ def test_reload_applies_queues_and_hooks_or_refuses_with_every_error(js: JobsupE
     assert [h["name"] for h in json.loads(js.cli("hooks", "-o", "json").stdout)] == ["mark", "on-done"]
     rid = js.submit(repo, "--name", "hooked", "--", "true")
     js.cli("wait", rid, "--timeout", "120s")
-    _until(lambda: marker.exists())  # the new hook delivers
+    _until(marker.exists)  # the new hook delivers
     # Invalid: every error, exit 2, nothing changed.
     js.daemon_config("scheduler:\n  queues:\n    q: {max_parallel: 0}\nnot_a_key: 1\n")
     bad = js.cli("daemon", "reload", check=False)

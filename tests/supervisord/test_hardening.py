@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -430,10 +431,8 @@ def test_cli_waits_for_a_stopping_daemon_then_starts_one(js: JobsupEnv, repo: Pa
         os.kill(pid, signal.SIGKILL)
         out, err = submit.communicate(timeout=120)
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
     assert submit.returncode == 0, err
     assert len(out.strip()) == 12
     new_pid = int((js.state_dir / "daemon.lock").read_text().strip())
@@ -670,8 +669,8 @@ def test_submit_warns_about_submodules_and_a_task_file_in_a_subfolder(live: Jobs
         "-C",
         str(repo),
     ]
-    subprocess.run(git + ["submodule", "add", "-q", str(sub), "vendor/lib"], check=True, capture_output=True)
-    subprocess.run(git + ["commit", "-qm", "sub"], check=True)
+    subprocess.run([*git, "submodule", "add", "-q", str(sub), "vendor/lib"], check=True, capture_output=True)
+    subprocess.run([*git, "commit", "-qm", "sub"], check=True)
     r = live.cli("submit", "jobs/task.yaml", cwd=repo)
     assert "submodule(s) will be empty folders in the snapshot: vendor/lib" in r.stderr, r.stderr
     assert "the task file is in jobs/ but its command runs at the top of the repository" in r.stderr

@@ -58,7 +58,7 @@ def test_submit_logs_wait_completed(js: JobsupEnv, repo: Path) -> None:
     assert w.returncode == 0, w.stderr
     lines = js.cli("logs", run_id).stdout.splitlines()
     # Each stream keeps its order (their interleaving: test_local_output_order.py).
-    assert [l for l in lines if l.startswith("out") or l.startswith("last")] == ["out-1", "out-2", "last-no-newline"]
+    assert [l for l in lines if l.startswith(("out", "last"))] == ["out-1", "out-2", "last-no-newline"]
     assert "err-1" in lines and len(lines) == 4
     shown = js.show(run_id)
     assert shown["phase"] == "COMPLETED" and shown["exit_code"] == 0
@@ -297,8 +297,8 @@ def test_symlinks_in_the_repo_are_kept(js: JobsupEnv, repo: Path, tmp_path: Path
     (repo / "abs-link").symlink_to("/etc/hostname")
     (repo / "up-link").symlink_to("../elsewhere")
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-C", str(repo)]
-    subprocess.run(git + ["add", "-A"], check=True)
-    subprocess.run(git + ["commit", "-qm", "links"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "links"], check=True)
     run_id = js.submit(repo, "--", "readlink abs-link up-link")
     assert js.cli("wait", run_id, check=False).returncode == 0
     assert js.cli("logs", run_id).stdout.splitlines() == ["/etc/hostname", "../elsewhere"]

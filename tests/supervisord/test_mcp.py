@@ -368,6 +368,30 @@ async def test_queue_and_render(js: JobsupEnv, repo: Path) -> None:
         cli = js.cli("render", "--run-id", "0123456789ab", "-o", "json", "--", "python", "train.py", cwd=k8s_repo)
         assert out["objects"] == json.loads(cli.stdout)["items"]
         assert any(o["kind"] == "Job" for o in out["objects"])
+        # backend slurm: the sbatch command and wrapper, as `render --backend slurm -o json`.
+        args = {"command": "python train.py", "run_id": "0123456789ab", "gpus": 1, "memory": "2G", "cpus": 3}
+        out = await call(s, "render", {**args, "backend": "slurm"})
+        cli = js.cli(
+            "render",
+            "--backend",
+            "slurm",
+            "--run-id",
+            "0123456789ab",
+            "--gpus",
+            "1",
+            "--memory",
+            "2G",
+            "--cpus",
+            "3",
+            "-o",
+            "json",
+            "--",
+            "python train.py",
+            cwd=repo,
+        )
+        assert out["slurm"] == json.loads(cli.stdout) and out["objects"] == []
+        assert {"--gpus=1", "--mem=2048M", "--cpus-per-task=3"} <= set(out["slurm"]["sbatch"])
+        assert (await call_error(s, "render", {**args, "cwd": str(k8s_repo)})).startswith("gpus: ")
 
 
 async def test_scheduling_options_reach_the_scheduler(js: JobsupEnv, repo: Path) -> None:

@@ -56,7 +56,7 @@ def test_pause_stops_the_job_and_resume_lets_it_go_on(js: JobsupEnv, repo: Path,
     _until(lambda: _lines(out) >= n + 3)
     types = _types(js, rid)
     assert types.count("Paused") == 1 and types.count("Resumed") == 1, types
-    resumed = [json.loads(l) for l in js.cli("events", rid, "-o", "json").stdout.splitlines() if '"Resumed"' in l][0]
+    resumed = next(json.loads(l) for l in js.cli("events", rid, "-o", "json").stdout.splitlines() if '"Resumed"' in l)
     assert resumed["data"]["paused_s"] >= 1.0
     js.cli("cancel", rid)
 

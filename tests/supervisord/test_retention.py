@@ -126,7 +126,7 @@ def test_delete_archives_and_run_dirs(js: JobsupEnv, tmp_path: Path) -> None:
     assert not (js.state_dir / "archive" / f"{run_id}.jslog").exists()
     types = [e["type"] for e in _events(js, run_id)]
     assert types[-3:] == ["LogsArchived", "LogsDeleted", "RunDirRemoved"]
-    deleted = [e for e in _events(js, run_id) if e["type"] == "LogsDeleted"][0]
+    deleted = next(e for e in _events(js, run_id) if e["type"] == "LogsDeleted")
     out = js.cli("logs", run_id, check=False)
     assert out.returncode == 1 and out.stdout == ""
     # A deliberate deletion, said as such: not an event-store failure.

@@ -52,3 +52,18 @@ def test_submit_warns_when_the_daemon_config_became_invalid(js: JobsupEnv, tmp_p
     assert warnings() == [warning]  # every submit, until it is fixed
     path.write_text("retention: {archive_logs_after: 7d}\n")
     assert warnings() == []
+
+
+def test_rerun_prints_the_preflight_notes(js: JobsupEnv, tmp_path: Path, sim: SimCluster) -> None:
+    """A rerun goes through the same submit pipeline as a submit: the
+    backend's preflight warnings reach the user (defect: rerun dropped them)."""
+    use_sim(js, sim)
+    repo = make_repo(tmp_path / "proj", {MANIFEST_PATH: job_manifest(name="train-again")})
+    js.start_daemon()
+    first = js.cli("submit", "--backend", "kubernetes", "--", "echo hi", cwd=repo).stdout.strip()
+    js.cli("wait", first, "--timeout", "2m", check=False)
+    r = js.cli("rerun", first, cwd=repo)
+    assert len(r.stdout.strip()) == 12 and r.stdout.strip() != first, r.stdout
+    warnings = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
+    assert any("Job/train-again" in w and "AlreadyExists" in w for w in warnings), r.stderr
+    js.cli("wait", r.stdout.strip(), "--timeout", "2m", check=False)

@@ -59,28 +59,24 @@ from supervisord.backends.kubernetes.manifest.script import (
 )
 
 __all__ = [
-    # the backend
-    "KubernetesBackend",
-    # render
-    "RenderedRun",
-    "render_run",
-    "load_manifest_at_commit",
-    "manifest_path_for",
-    "objects_to_yaml",
-    "objects_to_json",
-    # names of the contract
     "DEFAULT_MANIFEST_PATH",
+    "DEFAULT_STAGING_TIMEOUT_S",
+    "ENV_SECRET",
+    "LABEL_NAME",
+    "LABEL_PROJECT",
+    "LABEL_RUN",
+    "PRIMARY_LABEL",
+    "READY_MARKER",
     "RUN_TOKEN",
     "SCRIPT_ENV",
-    "PRIMARY_LABEL",
-    "ENV_SECRET",
-    "LABEL_RUN",
-    "LABEL_PROJECT",
-    "LABEL_NAME",
-    # staging, as the gated script expects it
-    "STAGING_DIR",
     "SOURCE_TAR",
-    "READY_MARKER",
+    "STAGING_DIR",
     "STAGING_TIMEOUT_EXIT_CODE",
-    "DEFAULT_STAGING_TIMEOUT_S",
+    "KubernetesBackend",
+    "RenderedRun",
+    "load_manifest_at_commit",
+    "manifest_path_for",
+    "objects_to_json",
+    "objects_to_yaml",
+    "render_run",
 ]

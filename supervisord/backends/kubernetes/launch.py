@@ -18,6 +18,7 @@ run becomes ERROR with that message). The whole start has one budget
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -318,8 +319,15 @@ class Launcher:
                             # upload that started gets the time its size needs.
                             budget = upload_timeout_s(spec.snapshot.stat().st_size)
                             await cluster.call_in_thread(
-                                lambda: stage_source(
-                                    cluster, ns, name, container, spec.snapshot, spec.snapshot_sha256, timeout_s=budget
+                                functools.partial(
+                                    stage_source,
+                                    cluster,
+                                    ns,
+                                    name,
+                                    container,
+                                    spec.snapshot,
+                                    spec.snapshot_sha256,
+                                    timeout_s=budget,
                                 ),
                                 exec_session=True,
                             )

@@ -133,8 +133,7 @@ class LogDecoder:
 
     def _line(self, raw: bytes) -> tuple[str, str] | None:
         text = raw.decode("utf-8", "replace")
-        if text.endswith("\r"):
-            text = text[:-1]
+        text = text.removesuffix("\r")
         ts, _, rest = text.partition(" ")
         try:
             ts_ns = parse_timestamp(ts)
@@ -151,10 +150,9 @@ class LogDecoder:
             for old in sorted(self._counts)[:2048]:
                 del self._counts[old]
         cur = self.cursor
-        if not self._caught_up and cur is not None:
-            if ts_ns < cur.ts_ns or (ts_ns == cur.ts_ns and n <= cur.n):
-                self.skipped += 1
-                return None
+        if not self._caught_up and cur is not None and (ts_ns < cur.ts_ns or (ts_ns == cur.ts_ns and n <= cur.n)):
+            self.skipped += 1
+            return None
         self._caught_up = True
         if self._last_ts is None or ts_ns >= self._last_ts[1]:
             self._last_ts = (ts, ts_ns)
@@ -321,7 +319,7 @@ class LogFollower:
         self.connects += 1
         self._count("log_follows")
         async with self.cluster.stream(
-            self._path, self._query(True), what=f"follow the log of {self.source}"
+            self._path, self._query(True), what=f"follow the log of {self.source}", pool_key=self.source
         ) as response:
             # A reader task feeds a queue, so that a wait that times out never
             # cancels the body iterator (a cancelled async generator is done).
@@ -332,7 +330,7 @@ class LogFollower:
                     try:
                         async for piece in response.aiter_raw():
                             await send.send(piece)
-                    except Exception as exc:  # the connection dropped mid-body: hand it over
+                    except Exception as exc:  # noqa: BLE001 - the connection dropped mid-body: hand it over
                         await send.send(exc)
                         return
                     await send.send(None)
@@ -379,7 +377,7 @@ class LogFollower:
         from a bounded, non-follow read of at most 64 KiB (no lines: a
         quiet container); None when that cannot be told."""
         decoder = LogDecoder(self.cursor)
-        query = self._query(False) + [("limitBytes", 65536)]
+        query = [*self._query(False), ("limitBytes", 65536)]
         try:
             with anyio.fail_after(max(5.0, min(15.0, self.stall_s))):
                 body: bytes = await self.cluster.request(
@@ -414,7 +412,7 @@ class LogFollower:
             try:
                 with anyio.fail_after(self.final_read_s):
                     async with self.cluster.stream(
-                        self._path, self._query(False), what=f"read the log of {self.source}"
+                        self._path, self._query(False), what=f"read the log of {self.source}", pool_key=self.source
                     ) as response:
                         async for chunk in response.aiter_raw():
                             lines = decoder.feed(chunk)
@@ -434,7 +432,7 @@ class LogFollower:
             except TimeoutError:
                 log.warning("final log read took too long; stopping", source=self.source, limit_s=self.final_read_s)
                 return
-            except Exception as exc:  # the connection dropped mid-body: read again from the cursor
+            except Exception as exc:  # noqa: BLE001 - the connection dropped mid-body: read again from the cursor
                 log.info(
                     "final log read cut", source=self.source, error=f"{type(exc).__name__}: {exc}", attempt=attempt
                 )

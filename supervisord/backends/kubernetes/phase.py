@@ -41,10 +41,10 @@ from typing import Any
 
 __all__ = [
     "COMPLETION_INDEX",
-    "Observation",
     "PERMANENT_WAITING_REASONS",
     "POD_KILL_REASONS",
     "START_FAILURES",
+    "Observation",
     "condition",
     "container_cause",
     "container_status",
@@ -122,8 +122,8 @@ def leader_pod(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
         return None
     indexed = [p for p in candidates if _index(p) == "0"]
     if indexed:
-        return sorted(indexed, key=_name)[0]
-    return sorted(candidates, key=_name)[0]
+        return min(indexed, key=_name)
+    return min(candidates, key=_name)
 
 
 def current_pod(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -285,11 +285,8 @@ def job_outcome(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], scrip
     job_reason = str(failure.get("reason") or "Failed")
     job_text = f"{job_reason}: {failure.get('message') or 'the Job failed'}"
     reason, details = failure_cause(job_reason, pod, term, script_container)
-    if reason == job_reason and details:
-        # The Job's own cause (a deadline) leads; what it did to the container follows.
-        text = f"{job_text} ({'; '.join(details)})"
-    else:
-        text = ". ".join([*details, job_text])
+    # The Job's own cause (a deadline) leads; what it did to the container follows.
+    text = f"{job_text} ({'; '.join(details)})" if reason == job_reason and details else ". ".join([*details, job_text])
     return Observation("ERROR", reason, text, _exit_code(term))
 
 

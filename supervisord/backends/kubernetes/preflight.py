@@ -48,15 +48,15 @@ from supervisord.backends.kubernetes.runstate import RunSettings, render_spec
 from supervisord.exceptions import JobsupError, PreflightConfigError, PreflightError
 
 __all__ = [
-    "AccessCheck",
     "REQUIRED_ACCESS",
+    "AccessCheck",
     "PreflightChecker",
     "Problem",
     "References",
-    "preflight_error",
     "check_access",
     "check_api",
     "check_references",
+    "preflight_error",
     "references",
 ]
 
@@ -213,9 +213,11 @@ async def check_access(
         out.append(
             (
                 check,
-                f"not allowed to {check.describe()} in namespace {namespace} (kubernetes.namespace; "
-                f"context {cluster.context}): {why}; ask for a Role/RoleBinding with {check.rule()} "
-                "or set kubernetes.namespace to a namespace you may use",
+                (
+                    f"not allowed to {check.describe()} in namespace {namespace} (kubernetes.namespace; "
+                    f"context {cluster.context}): {why}; ask for a Role/RoleBinding with {check.rule()} "
+                    "or set kubernetes.namespace to a namespace you may use"
+                ),
             )
         )
     return out
@@ -429,8 +431,9 @@ class PreflightChecker:
             try:
                 results = await check_access(cluster, namespace, sorted(checks, key=lambda c: c.describe()))
             except KubernetesApiError as err:
-                return problems + [
-                    Problem.of_api_error(f"cannot check permissions with SelfSubjectAccessReview: {err}", err)
+                return [
+                    *problems,
+                    Problem.of_api_error(f"cannot check permissions with SelfSubjectAccessReview: {err}", err),
                 ], warnings
             denied = [Problem(p) for _, p in results if p is not None]
             problems.extend(denied)

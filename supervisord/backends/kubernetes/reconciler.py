@@ -277,6 +277,8 @@ class RunReconciler:
             log.warning("cannot list the run's pods; using the cached ones", run=self.spec.run_id, error=str(err))
             return pods
         fresh = job_pods(job, {str(p["metadata"]["name"]): p for p in listed})
+        # The log follower waits for the pod's end too: let it see it now.
+        self.view.adopt_ended_pods(fresh)
         return fresh or pods
 
     async def _confirm_job(self) -> dict[str, Any] | None:

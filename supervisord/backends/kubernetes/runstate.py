@@ -117,7 +117,7 @@ def wall_to_monotonic(rfc3339: str | None, plus_s: float) -> float:
     if not rfc3339:
         return now_mono + plus_s
     try:
-        when = dt.datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
+        when = dt.datetime.fromisoformat(rfc3339).timestamp()
     except ValueError:
         return now_mono + plus_s
     return now_mono + (when + plus_s - now_wall)

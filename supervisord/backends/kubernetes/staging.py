@@ -37,13 +37,13 @@ from supervisord.backends.kubernetes.manifest.script import READY_MARKER, SOURCE
 from supervisord.exceptions import StagingError
 
 __all__ = [
+    "COMMIT_SCRIPT",
+    "UPLOAD_SCRIPT",
     "ExecResult",
     "StagingError",
     "exec_command",
     "stage_source",
     "upload_timeout_s",
-    "UPLOAD_SCRIPT",
-    "COMMIT_SCRIPT",
 ]
 
 _CHUNK = 64 * 1024
@@ -208,7 +208,7 @@ def exec_command(
     finally:
         try:
             ws.close(timeout=1)
-        except Exception:  # the session is over either way; the close handshake is a courtesy
+        except Exception:  # noqa: BLE001 - the session is over either way; the close handshake is a courtesy
             ws.shutdown()
     return ExecResult(_parse_status(bytes(status)), bytes(out), bytes(err), bytes(status))
 

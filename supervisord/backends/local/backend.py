@@ -3,6 +3,7 @@ its own detached runner (:mod:`supervisord.backends.local.runner`)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import hashlib
@@ -319,10 +320,7 @@ class LocalBackend:
                     if unread >= _DRAIN_BYTES or (unread and time.monotonic() - drained_at >= _DRAIN_EVERY_S):
                         got = await self._drain(tailers, reporter, final=False)
                         drained_at = time.monotonic()
-                if got or unread:
-                    delay = _POLL_MIN_S
-                else:
-                    delay = SWEEP_S if watch.event_driven else min(delay * 2, _POLL_MAX_S)
+                delay = _POLL_MIN_S if got or unread else SWEEP_S if watch.event_driven else min(delay * 2, _POLL_MAX_S)
                 if state == "running" and progress.in_use:
                     # Reports are looked at once per interval (see wakeups: only the first wakes).
                     watch.progress_seen = True
@@ -462,10 +460,8 @@ class LocalBackend:
         run_dir = Path(str(handle.get("run_dir") or spec.run_dir))
         _, grace = self._settings(spec)
         if self._runner_alive(handle):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(int(handle["runner_pid"]), signal.SIGTERM)
-            except ProcessLookupError:
-                pass
         with anyio.move_on_after(grace + 30):
             await _runner_gone(handle)
         # The runner is gone. If it died without a final status (killed with
@@ -828,10 +824,8 @@ def _kill_orphaned_group(status: Mapping[str, Any]) -> None:
     start = proc_start_time(pgid)
     if start is not None and start != status.get("child_start"):
         return
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def run_processes(run_id: str) -> list[int]:
@@ -854,9 +848,7 @@ def _kill_lost_run(run_id: str, status: Mapping[str, Any]) -> None:
         if not pids:
             return
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         time.sleep(0.02)
     log.warning("local.lost_run_survivors", run=run_id, pids=run_processes(run_id))

@@ -267,10 +267,10 @@ class RecordTailer:
         """Index entries ``first .. first + count - 1`` that are complete, as (offset, stream)."""
         assert self._index is not None
         raw = os.pread(self._index, count * INDEX_ENTRY, first * INDEX_ENTRY)
-        out = []
-        for at in range(0, len(raw) - INDEX_ENTRY + 1, INDEX_ENTRY):
-            out.append((int.from_bytes(raw[at : at + 7], "big"), _STREAM_OF.get(raw[at + 7], "stdout")))
-        return out
+        return [
+            (int.from_bytes(raw[at : at + 7], "big"), _STREAM_OF.get(raw[at + 7], "stdout"))
+            for at in range(0, len(raw) - INDEX_ENTRY + 1, INDEX_ENTRY)
+        ]
 
     def _entry_count(self) -> int:
         assert self._index is not None

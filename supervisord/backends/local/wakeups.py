@@ -33,6 +33,7 @@ caller, 1 s).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import os
@@ -206,10 +207,8 @@ class Wakeups:
             if not entry.runs:
                 self._drop(entry)
                 if self._inotify is not None:
-                    try:
+                    with contextlib.suppress(OSError):  # the folder is gone (the kernel dropped the watch)
                         self._inotify.rm_watch(entry.wd)
-                    except OSError:
-                        pass  # the folder is gone (the kernel dropped the watch)
         watch._dirs = []
 
     def _drop(self, entry: _Dir) -> None:

@@ -11,11 +11,18 @@ file first, ``sacct``/``sacct -c``/``scontrol`` once the job left the queue,
 ``Lost`` only after a minute missing from all; ``output.log`` read by byte
 offset from the recorded position (the store keeps each line once).
 ``cancel``: ``scancel``, then wait until the job left the queue.
+
+A sweep's runs share one array job (:mod:`.arrays`): each run's handle
+names its task (``job_id`` ``A_I``, ``array_job_id`` A, ``array_index``
+I); cancels that arrive together are one ``scancel`` (of the whole array
+when they are all its live tasks). The env file stays until the job has
+truly ended (a requeued job reads it again), then the backend deletes it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import secrets
 import shlex
@@ -28,7 +35,8 @@ import structlog
 
 from store import split_block
 from supervisord.backends.base import RunReporter, RunSpec
-from supervisord.backends.slurm.poller import Poller, lookup_ended
+from supervisord.backends.slurm.arrays import Gathering, SweepRef, array_upload, sweep_ref
+from supervisord.backends.slurm.poller import LOG_CHUNK_BYTES, Cycle, Poller, lookup_ended
 from supervisord.backends.slurm.script import (
     ENV_FILE,
     JOB_SCRIPT,
@@ -42,11 +50,11 @@ from supervisord.backends.slurm.script import (
     sbatch_argv,
     wrapper_script,
 )
-from supervisord.backends.slurm.status import ACTIVE_STATES, JobRecord, observe
+from supervisord.backends.slurm.status import ACTIVE_STATES, WAITING_STATES, JobRecord, observe
 from supervisord.backends.slurm.transport import LocalTransport, SshTransport, Transport, TransportError
 from supervisord.exceptions import BackendError, ConfigError, PreflightConfigError, PreflightError
 
-__all__ = ["SlurmBackend", "run_gpus"]
+__all__ = ["SlurmBackend", "run_asks", "run_gpus"]
 
 log = structlog.get_logger("jobsup.slurm")
 
@@ -56,6 +64,8 @@ _READ_BYTES = 4 << 20
 _TAIL_BYTES = 8192
 #: Seconds a non-zero exit code waits for its job to leave the queue.
 _SETTLE_S = 30.0
+#: Seconds the cancels of one array's tasks are gathered into one scancel.
+_CANCEL_GATHER_S = 0.3
 #: Oldest Slurm this backend supports (``squeue --me``: 20.11).
 MIN_VERSION = (20, 11)
 
@@ -66,6 +76,22 @@ def run_gpus(spec: RunSpec) -> int:
     section = spec.submitted.get("slurm") or {}
     gpus = section.get("gpus") if isinstance(section, Mapping) else None
     return int(gpus) if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 else 0
+
+
+def run_asks(spec: RunSpec) -> dict[str, Any]:
+    """What a Slurm run asks of sbatch from its flags, recorded at submit
+    under ``slurm`` of the Submitted event: ``gpus`` (``--gpus``),
+    ``memory_bytes`` (``--mem``), ``cpus`` (``--cpus-per-task``)."""
+    section = spec.submitted.get("slurm") or {}
+    if not isinstance(section, Mapping):
+        return {"gpus": 0}
+    memory = section.get("memory_bytes")
+    cpus = section.get("cpus")
+    return {
+        "gpus": run_gpus(spec),
+        "memory_bytes": int(memory) if isinstance(memory, int) and not isinstance(memory, bool) else None,
+        "cpus": float(cpus) if isinstance(cpus, int | float) and not isinstance(cpus, bool) else None,
+    }
 
 
 class _RunState:
@@ -84,7 +110,9 @@ class SlurmBackend:
     ``enforce_deadline``: end a run at its exact timeout (Slurm's
     ``--time`` is whole minutes, rounded up, and checked every ~30 s; it
     stays the backstop while the daemon is down). ``doctor_config``: the
-    ``slurm`` section ``doctor`` checks.
+    ``slurm`` section ``doctor`` checks. ``arrays``: a sweep's runs become
+    one array job; ``gather_quiet_s``/``gather_most_s``: how long the first
+    run of a sweep waits for the others (no new one for this long / at most).
     """
 
     name = "slurm"
@@ -100,6 +128,9 @@ class SlurmBackend:
         command_timeout_s: float = 60.0,
         upload_timeout_s: float = 600.0,
         enforce_deadline: bool = True,
+        arrays: bool = True,
+        gather_quiet_s: float = 1.0,
+        gather_most_s: float = 10.0,
     ) -> None:
         self.ssh_options = list(ssh_options)
         self.doctor_config = doctor_config
@@ -109,6 +140,13 @@ class SlurmBackend:
         self.command_timeout_s = command_timeout_s
         self.upload_timeout_s = upload_timeout_s
         self.enforce_deadline = enforce_deadline
+        self.arrays = arrays
+        self.gather_quiet_s = gather_quiet_s
+        self.gather_most_s = gather_most_s
+        self._gathering: dict[str, Gathering] = {}
+        self._cancels: dict[tuple[str, str], _CancelBatch] = {}
+        self.scancels = 0
+        """scancel commands run so far (tests count them)."""
         self.transports: dict[str, Transport] = {}
         self.pollers: dict[str, Poller] = {}
         self._runs: dict[str, _RunState] = {}
@@ -130,7 +168,7 @@ class SlurmBackend:
         p = self.pollers.get(key)
         if p is None:
             p = self.pollers[key] = Poller(
-                self.transport(host), interval_s=self.poll_s, timeout_s=self.command_timeout_s
+                self.transport(host), interval_s=self.poll_s, timeout_s=self.command_timeout_s, batch_logs=bool(host)
             )
         return p
 
@@ -161,7 +199,11 @@ class SlurmBackend:
         except ConfigError as err:
             raise PreflightConfigError(str(err)) from None
         argv = sbatch_argv(
-            run_id=spec.run_id, run_dir="/tmp", timeout_s=spec.timeout_s, settings=settings, gpus=run_gpus(spec)
+            run_id=spec.run_id,
+            run_dir="/tmp",  # noqa: S108 - a placeholder run dir for a dry sbatch --test-only
+            timeout_s=spec.timeout_s,
+            settings=settings,
+            **run_asks(spec),
         )
         test = [a for a in argv[:-1] if not a.startswith(("--output=", "--chdir=", "--parsable"))]
         script = quote_argv([*test, "--test-only", "--output=/dev/null", "--wrap", "true"])
@@ -185,7 +227,7 @@ class SlurmBackend:
         """Checks: reach and Slurm version, partition, accounting, remote_dir."""
         try:
             settings = SlurmSettings.of({"slurm": dict(self.doctor_config())})
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - doctor reports any config trouble as a failed check
             return [{"name": "slurm.config", "ok": False, "detail": str(err)}]
         t = self.transport(settings.host)
         r = remote_dir_expr(settings.remote_dir)
@@ -199,7 +241,7 @@ class SlurmBackend:
             done = await t.run(script, timeout_s=self.command_timeout_s)
         except (TransportError, OSError) as err:
             return [{"name": "slurm.reach", "ok": False, "detail": f"{settings.where}: {err}"}]
-        parts = (done.out.split("@@") + ["", "", "", ""])[:4]
+        parts = ([*done.out.split("@@"), "", "", "", ""])[:4]
         version_text = parts[0].strip()
         m = re.search(r"(\d+)\.(\d+)", version_text)
         checks: list[dict[str, Any]] = []
@@ -257,12 +299,15 @@ class SlurmBackend:
         settings = self.settings(spec)
         t = self.transport(settings.host)
         state = self._state(spec.run_id)
+        ref = sweep_ref(spec) if self.arrays else None
+        if ref is not None:
+            return await self._start_in_array(spec, reporter, settings, ref)
         await reporter.phase("SCHEDULING", message=f"staging the source on {settings.where}")
         root, staged = await self._stage(spec, settings, t)
         await reporter.record("StagingStep", {"step": "reused" if staged else "uploaded"})
         run_dir = f"{root}/runs/{spec.run_id}"
         argv = sbatch_argv(
-            run_id=spec.run_id, run_dir=run_dir, timeout_s=spec.timeout_s, settings=settings, gpus=run_gpus(spec)
+            run_id=spec.run_id, run_dir=run_dir, timeout_s=spec.timeout_s, settings=settings, **run_asks(spec)
         )
         d = shlex.quote(run_dir)
         eof = "JOBSUP_EOF_" + secrets.token_hex(8)
@@ -293,6 +338,87 @@ class SlurmBackend:
         await reporter.handle(handle)
         log.info("submitted", run=spec.run_id, job=job_id, where=settings.where)
         return handle
+
+    async def _start_in_array(
+        self, spec: RunSpec, reporter: RunReporter, settings: SlurmSettings, ref: SweepRef
+    ) -> Mapping[str, Any]:
+        """Join the sweep's gathering; its first run submits the array job
+        for all that joined. Raises BackendError (the array was refused:
+        nothing of it left on the cluster)."""
+        await reporter.phase("SCHEDULING", message=f"staging the source on {settings.where} (array job)")
+        key = f"{settings.host or ''}|{ref.sweep_id}"
+        group = self._gathering.get(key)
+        leader = group is None or group.closed
+        if group is None or group.closed:
+            group = self._gathering[key] = Gathering()
+        group.join(spec)
+        if leader:
+            try:
+                await group.settle(self.gather_quiet_s, self.gather_most_s)
+                if self._gathering.get(key) is group:
+                    del self._gathering[key]
+                await self._submit_array(group, settings, ref, reporter)
+            except BaseException as err:
+                group.error = err
+                raise
+            finally:
+                group.done.set()
+        else:
+            await group.done.wait()
+        if spec.run_id not in group.handles:
+            if self._state(spec.run_id).canceled:
+                raise BackendError("canceled before submit", run_reason="Canceled")
+            failure = group.error
+            if isinstance(failure, BackendError):
+                raise BackendError(str(failure), run_reason=failure.run_reason)
+            raise BackendError(f"the sweep's array job was not submitted: {failure!r}")
+        handle = group.handles[spec.run_id]
+        await reporter.handle(handle)
+        return handle
+
+    async def _submit_array(
+        self, group: Gathering, settings: SlurmSettings, ref: SweepRef, reporter: RunReporter
+    ) -> None:
+        """Stage once, make every member's folder, sbatch --array; fill
+        ``group.handles``. Members canceled meanwhile are left out."""
+        members = [
+            (spec, r)
+            for spec in group.members.values()
+            if not self._state(spec.run_id).canceled and (r := sweep_ref(spec)) is not None
+        ]
+        if not members:
+            return
+        first = members[0][0]
+        t = self.transport(settings.host)
+        root, staged = await self._stage(first, settings, t)
+        await reporter.record("StagingStep", {"step": "reused" if staged else "uploaded"})
+        script, tar, sweep_dir, _ = array_upload(
+            root=root,
+            sweep_id=ref.sweep_id,
+            commit=first.commit,
+            members=members,
+            argv_of={"timeout_s": first.timeout_s, "settings": settings, **run_asks(first)},
+        )
+        done = await t.run(script, stdin=tar, timeout_s=self.upload_timeout_s)
+        if done.code != 0:
+            raise BackendError(
+                f"sbatch refused the sweep's array job ({settings.where}): {_sbatch_message(done.err)}",
+                run_reason="SubmitFailed",
+            )
+        array_id = _parse_job_id(done.out)
+        if array_id is None:
+            raise BackendError(f"sbatch gave no job id ({settings.where}): {done.out.strip()[:300]}")
+        for spec, r in members:
+            group.handles[spec.run_id] = {
+                "job_id": f"{array_id}_{r.index}",
+                "array_job_id": array_id,
+                "array_index": r.index,
+                "host": settings.host,
+                "run_dir": f"{root}/runs/{spec.run_id}",
+                "remote_dir": root,
+                "sweep_dir": sweep_dir,
+            }
+        log.info("submitted array", sweep=ref.sweep_id, job=array_id, runs=len(members), where=settings.where)
 
     async def _stage(self, spec: RunSpec, settings: SlurmSettings, t: Transport) -> tuple[str, bool]:
         """``(remote_dir resolved, whether the commit was already staged)``;
@@ -353,15 +479,18 @@ class SlurmBackend:
         """The job id of ``spec``'s run found by name and comment, or None.
         Raises TransportError, ConfigError."""
         settings = self.settings(spec)
+        ref = sweep_ref(spec) if self.arrays else None
+        owner = ref.sweep_id if ref is not None else spec.run_id
         done = await self.transport(settings.host).run(
-            f"squeue -h --me -t all -n {job_name(spec.run_id)} -o '%i|%k'", timeout_s=self.command_timeout_s
+            f"squeue -h --me -t all -r -n {job_name(owner)} -o '%i|%k'", timeout_s=self.command_timeout_s
         )
         if done.code != 0:
             raise TransportError(f"squeue failed ({settings.where}): {done.err}")
         for line in done.out.splitlines():
             jid, _, comment = line.partition("|")
-            if comment.strip() == f"jobsup:{spec.run_id}":
-                return jid.strip()
+            jid = jid.strip()
+            if comment.strip() == f"jobsup:{owner}" and (ref is None or jid.endswith(f"_{ref.index}")):
+                return jid
         return None
 
     async def _adopt(self, spec: RunSpec, reporter: RunReporter) -> Mapping[str, Any]:
@@ -371,7 +500,15 @@ class SlurmBackend:
         jid = await self._find_job(spec)
         if jid is not None:
             root = (await t.run(f"cd {remote_dir_expr(settings.remote_dir)} && pwd -P")).out.strip()
-            handle = {"job_id": jid, "host": settings.host, "run_dir": f"{root}/runs/{spec.run_id}", "remote_dir": root}
+            handle: dict[str, Any] = {
+                "job_id": jid,
+                "host": settings.host,
+                "run_dir": f"{root}/runs/{spec.run_id}",
+                "remote_dir": root,
+            }
+            if "_" in jid:
+                handle["array_job_id"], _, index = jid.partition("_")
+                handle["array_index"] = int(index)
             await reporter.handle(handle)
             return handle
         raise BackendError("the daemon stopped while submitting this run, and no Slurm job of it was found")
@@ -385,7 +522,7 @@ class SlurmBackend:
         state = self._state(spec.run_id)
         pos = await reporter.log_position(LOG_SOURCE)
         offset = int(pos) if pos and pos.isdigit() else 0
-        poller.add(job_id, run_dir)
+        poller.add(job_id, run_dir, offset)
         absent_since: float | None = None
         number = 0
         settle_until: float | None = None
@@ -394,10 +531,12 @@ class SlurmBackend:
                 cycle = await poller.cycle(number)
                 number = cycle.number
                 size = cycle.sizes.get(run_dir)
-                if size is not None and size > offset:
-                    offset = await self._read_log(t, run_dir, offset, reporter, final=False)
+                offset = await self._take_log(t, cycle, run_dir, offset, reporter)
+                poller.offsets[run_dir] = offset
                 record = cycle.records.get(job_id)
                 exit_file = cycle.exits.get(run_dir)
+                if exit_file is not None and record is not None and record.state in WAITING_STATES:
+                    exit_file = None  # from before a requeue: the job runs again (its wrapper removes it)
                 if record is None and exit_file is None:
                     if not cycle.squeue_ok:
                         continue  # Slurm did not answer: nothing is known, nothing decided
@@ -410,6 +549,7 @@ class SlurmBackend:
                         if time.monotonic() - absent_since < self.lost_after_s:
                             continue
                         offset = await self._read_log(t, run_dir, offset, reporter, final=True)
+                        await self._cleanup(t, run_dir)
                         await reporter.phase(
                             "ERROR",
                             reason="Lost",
@@ -419,9 +559,12 @@ class SlurmBackend:
                         return
                 absent_since = None
                 if record is not None and exit_file is None and record.state not in ACTIVE_STATES:
-                    # Ended, but squeue gives no exit code: ask sacct/scontrol once.
+                    # Ended, but squeue gives no exit code: ask sacct/scontrol once
+                    # (an older record, e.g. a requeue's, never undoes the end).
                     with contextlib.suppress(TransportError):
-                        record = await lookup_ended(t, job_id, timeout_s=self.command_timeout_s) or record
+                        looked = await lookup_ended(t, job_id, timeout_s=self.command_timeout_s)
+                        if looked is not None and looked.state not in ACTIVE_STATES:
+                            record = looked
                 if exit_file and record is not None and record.state in ACTIVE_STATES:
                     # A failed command's job is still ending: Slurm may yet say
                     # why (scancel, a memory kill's message after the exit code).
@@ -436,6 +579,7 @@ class SlurmBackend:
                     continue
                 if obs.terminal:
                     await self._read_log(t, run_dir, offset, reporter, final=True)
+                    await self._cleanup(t, run_dir)
                     if exit_file is not None or (record is not None and record.elapsed_s):
                         # It ran (maybe between two cycles): say so before its outcome.
                         await reporter.phase("RUNNING")
@@ -459,6 +603,7 @@ class SlurmBackend:
                     await self._scancel(t, job_id)
                     await self._wait_gone(t, job_id)
                     await self._read_log(t, run_dir, offset, reporter, final=True)
+                    await self._cleanup(t, run_dir)
                     await reporter.phase(
                         "ERROR",
                         reason="DeadlineExceeded",
@@ -468,6 +613,33 @@ class SlurmBackend:
                 await reporter.phase(obs.phase, reason=obs.reason, message=obs.message)
         finally:
             poller.remove(job_id)
+
+    async def _take_log(self, t: Transport, cycle: Cycle, run_dir: str, offset: int, reporter: RunReporter) -> int:
+        """Record what the cycle read of ``output.log`` (batched over ssh)
+        when it starts at ``offset``, else read it when it grew; return the
+        new offset."""
+        chunk = cycle.logs.get(run_dir)
+        if chunk is not None and chunk.offset == offset:
+            block, used = split_block(chunk.data, offset, False, "stdout", LOG_SOURCE)
+            if block is not None:
+                await reporter.log_block(block)
+            offset += used
+            if len(chunk.data) < LOG_CHUNK_BYTES:
+                return offset  # a partial last line waits for the next cycle
+        size = cycle.sizes.get(run_dir)
+        if size is not None and size > offset:
+            return await self._read_log(t, run_dir, offset, reporter, final=False)
+        return offset
+
+    async def _cleanup(self, t: Transport, run_dir: str) -> None:
+        """The job has ended for good: delete its env file (kept until now
+        for a requeue). A failure is logged, never the run's outcome."""
+        try:
+            done = await t.run(f"rm -f {shlex.quote(run_dir + '/' + ENV_FILE)}", timeout_s=self.command_timeout_s)
+            if done.code != 0:
+                log.warning("env file not removed", run_dir=run_dir, error=done.err)
+        except (TransportError, OSError) as err:
+            log.warning("env file not removed", run_dir=run_dir, error=str(err))
 
     async def _read_log(self, t: Transport, run_dir: str, offset: int, reporter: RunReporter, *, final: bool) -> int:
         """Record ``output.log`` from byte ``offset`` on; return the new offset."""
@@ -500,19 +672,64 @@ class SlurmBackend:
         if not job_id:
             return
         t = self.transport(handle.get("host") or None)
-        await self._scancel(t, str(job_id))
-        await self._wait_gone(t, str(job_id))
+        array_id = handle.get("array_job_id")
+        if array_id:
+            await self._cancel_task(t, str(array_id), str(job_id))
+        else:
+            await self._scancel(t, str(job_id))
+            await self._wait_gone(t, str(job_id))
+        if handle.get("run_dir"):
+            await self._cleanup(t, str(handle["run_dir"]))
 
-    async def _scancel(self, t: Transport, job_id: str) -> None:
-        done = await t.run(f"scancel {shlex.quote(job_id)}", timeout_s=self.command_timeout_s)
+    async def _cancel_task(self, t: Transport, array_id: str, job_id: str) -> None:
+        """scancel an array task and wait until it left the queue; the
+        cancels of one array that arrive within ``_CANCEL_GATHER_S`` go in
+        one ``scancel`` (of the whole array when they are every task of it
+        this backend follows: a canceled sweep; else of those tasks) and one
+        wait (one ``squeue`` per check for all of them)."""
+        key = (t.name, array_id)
+        batch = self._cancels.get(key)
+        if batch is not None and not batch.closed:
+            batch.tasks.add(job_id)
+            await batch.done.wait()
+            if batch.error is not None:
+                raise BackendError(str(batch.error))
+            return
+        batch = self._cancels[key] = _CancelBatch({job_id})
+        try:
+            await anyio.sleep(_CANCEL_GATHER_S)
+            batch.closed = True
+            followed = {j for p in self.pollers.values() for j in p.jobs if j.split("_")[0] == array_id}
+            if followed and followed <= batch.tasks:
+                await self._scancel(t, array_id)
+            else:
+                await self._scancel(t, *sorted(batch.tasks))
+            await self._wait_gone(t, array_id, tasks=batch.tasks)
+        except BackendError as err:
+            batch.error = err
+            raise
+        finally:
+            batch.closed = True
+            if self._cancels.get(key) is batch:
+                del self._cancels[key]
+            batch.done.set()
+
+    async def _scancel(self, t: Transport, *job_ids: str) -> None:
+        done = await t.run(f"scancel {quote_argv(job_ids)}", timeout_s=self.command_timeout_s)
         if done.code != 0 and "Invalid job id" not in done.err and "already completing" not in done.err:
-            raise BackendError(f"scancel {job_id} failed ({t.name}): {done.err}")
+            raise BackendError(f"scancel {' '.join(job_ids)} failed ({t.name}): {done.err}")
+        self.scancels += 1
 
-    async def _wait_gone(self, t: Transport, job_id: str) -> None:
+    async def _wait_gone(self, t: Transport, job_id: str, *, tasks: set[str] | None = None) -> None:
+        """Return once ``job_id`` (with ``tasks``: those tasks of the array
+        ``job_id``) left the queue. Raises BackendError after ``cancel_timeout_s``."""
         deadline = time.monotonic() + self.cancel_timeout_s
         while True:
-            done = await t.run(f"squeue -h -t all -j {shlex.quote(job_id)} -o %T", timeout_s=self.command_timeout_s)
-            states = {s.strip().split()[0] for s in done.out.splitlines() if s.strip()}
+            done = await t.run(
+                f"squeue -h -t all -r -j {shlex.quote(job_id)} -o '%i %T'", timeout_s=self.command_timeout_s
+            )
+            rows = [line.split() for line in done.out.splitlines() if len(line.split()) >= 2]
+            states = {state for jid, state, *_ in rows if tasks is None or jid in tasks}
             if done.code == 0 and not (states & ACTIVE_STATES):
                 return
             if done.code != 0 and "Invalid job id" in done.err:
@@ -523,6 +740,16 @@ class SlurmBackend:
                     f" {self.cancel_timeout_s:.0f} s after scancel"
                 )
             await anyio.sleep(0.5)
+
+
+@dataclasses.dataclass
+class _CancelBatch:
+    """Array tasks to scancel together (see ``SlurmBackend._cancel_task``)."""
+
+    tasks: set[str]
+    closed: bool = False
+    done: anyio.Event = dataclasses.field(default_factory=anyio.Event)
+    error: BaseException | None = None
 
 
 def _needs_tail(record: JobRecord | None, exit_file: int | None) -> bool:

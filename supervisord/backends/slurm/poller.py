@@ -3,7 +3,11 @@
 Every run's supervision asks :meth:`Poller.cycle` for the next cycle; the
 first caller runs it (one ``squeue`` for all jobs, plus the sizes of their
 ``output.log`` and their exit-code files, in one command: one process, or
-one ssh round trip) and every other caller gets the same answer. A cycle
+one ssh round trip) and every other caller gets the same answer. Over ssh
+(``batch_logs``) the same command also reads each followed ``output.log``
+from its follower's byte offset (``tail -c +N``, up to
+:data:`LOG_CHUNK_BYTES` each): one ssh command per cycle for all runs' logs,
+not one per run. A cycle
 that could not ask Slurm (slurmctld down, ssh cut) says so (``squeue_ok``
 False): nothing is decided from it but what the exit-code files say.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import time
+from collections.abc import Mapping
 
 import anyio
 import structlog
@@ -21,11 +26,14 @@ from supervisord.backends.slurm.script import EXIT_CODE_FILE, OUTPUT_LOG
 from supervisord.backends.slurm.status import JobRecord, parse_accounting, parse_scontrol, parse_squeue
 from supervisord.backends.slurm.transport import Transport, TransportError
 
-__all__ = ["Cycle", "Poller", "lookup_ended"]
+__all__ = ["LOG_CHUNK_BYTES", "Cycle", "LogChunk", "Poller", "lookup_ended", "parse_poll", "poll_script"]
 
 log = structlog.get_logger("jobsup.slurm")
 
 _MARK = "@@jobsup@@"
+_LOGS_MARK = "@@jobsup-logs@@"
+#: The most bytes of one output.log a cycle reads (the rest: next cycle).
+LOG_CHUNK_BYTES = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,29 +50,82 @@ class Cycle:
     exits: dict[str, int]
     error: str = ""
     at: float = 0.0
+    logs: dict[str, LogChunk] = dataclasses.field(default_factory=dict)
+    """Run dir -> the bytes of its output.log read in this cycle (batched
+    reads over ssh only; a run whose log did not grow has none)."""
 
 
-def poll_script(run_dirs: list[str]) -> str:
+@dataclasses.dataclass(frozen=True)
+class LogChunk:
+    """``data``: the bytes of an output.log from byte ``offset`` on."""
+
+    offset: int
+    data: bytes
+
+
+def poll_script(run_dirs: list[str], offsets: Mapping[str, int] | None = None) -> str:
     """The cycle's command: squeue, then output sizes, then exit codes
-    (bash builtins: no process per job)."""
+    (bash builtins: no process per job); with ``offsets`` (run dir -> byte
+    offset), then each such output.log that grew, from its offset: a
+    ``N|OFFSET|RUN_DIR`` line and exactly N bytes."""
     logs = " ".join(shlex.quote(f"{d}/{OUTPUT_LOG}") for d in run_dirs)
     exits = " ".join(shlex.quote(f"{d}/{EXIT_CODE_FILE}") for d in run_dirs)
     parts = [
-        "squeue -h --me -t all -o '%i|%T|%r|%M' 2>&1",
+        "squeue -h --me -t all -r -o '%i|%T|%r|%M' 2>&1",
         f'echo "{_MARK} $?"',
     ]
     if run_dirs:
         parts += [
-            f"stat -c '%s|%n' -- {logs} 2>/dev/null",
+            f"st=$(stat -c '%s|%n' -- {logs} 2>/dev/null)",
+            '[ -n "$st" ] && printf "%s\\n" "$st"',
             f"echo {_MARK}",
             f'for f in {exits}; do [ -f "$f" ] && read -r c < "$f" && printf "%s|%s\\n" "$c" "$f"; done 2>/dev/null',
         ]
+        wanted = [(d, offsets[d]) for d in run_dirs if offsets and d in offsets]
+        if wanted:
+            parts += [
+                f"echo {_LOGS_MARK}",
+                "declare -A sz",
+                'while IFS="|" read -r s n; do [ -n "$n" ] && sz["$n"]=$s; done <<<"$st"',
+                "r() { local s=${sz[$2/" + OUTPUT_LOG + ']:-0} n; if [ "$s" -gt "$1" ]; then n=$((s - $1));'
+                f" [ $n -gt {LOG_CHUNK_BYTES} ] && n={LOG_CHUNK_BYTES};"
+                ' printf "%s|%s|%s\\n" "$n" "$1" "$2"; tail -c +$(($1 + 1)) -- "$2/'
+                + OUTPUT_LOG
+                + '" | head -c "$n"; fi; }',
+                *(f"r {int(off)} {shlex.quote(d)}" for d, off in wanted),
+            ]
     parts.append("true")
     return "\n".join(parts)
 
 
-def parse_poll(number: int, text: str) -> Cycle:
+def parse_logs(data: bytes) -> dict[str, LogChunk]:
+    """The log section of :func:`poll_script`'s output -> run dir -> chunk.
+    A record that does not parse ends the section (its run reads its log
+    itself)."""
+    out: dict[str, LogChunk] = {}
+    pos = 0
+    while pos < len(data):
+        end = data.find(b"\n", pos)
+        if end < 0:
+            break
+        n, _, rest = data[pos:end].decode(errors="replace").partition("|")
+        offset, _, run_dir = rest.partition("|")
+        if not (n.isdigit() and offset.isdigit() and run_dir):
+            break
+        chunk = data[end + 1 : end + 1 + int(n)]
+        if len(chunk) != int(n):
+            break
+        out[run_dir] = LogChunk(int(offset), chunk)
+        pos = end + 1 + int(n)
+    return out
+
+
+def parse_poll(number: int, output: str | bytes) -> Cycle:
     """The output of :func:`poll_script` -> a :class:`Cycle`."""
+    raw = output.encode() if isinstance(output, str) else output
+    head, found, tail = raw.partition(_LOGS_MARK.encode() + b"\n")
+    logs = parse_logs(tail) if found else {}
+    text = head.decode(errors="replace")
     sections = text.split(_MARK)
     squeue_text = sections[0]
     rc_line = sections[1].splitlines()[0].strip() if len(sections) > 1 and sections[1].strip() else "1"
@@ -83,31 +144,40 @@ def parse_poll(number: int, text: str) -> Cycle:
             if code.strip().lstrip("-").isdigit() and path.endswith("/" + EXIT_CODE_FILE):
                 exits[path[: -len(EXIT_CODE_FILE) - 1]] = int(code.strip())
     error = "" if ok else squeue_text.strip()[-500:]
-    return Cycle(number, ok, records, sizes, exits, error, time.monotonic())
+    return Cycle(number, ok, records, sizes, exits, error, time.monotonic(), logs)
 
 
 class Poller:
     """The cycles of one transport. ``interval_s``: the least time between
     two cycles; ``timeout_s``: one cycle's budget."""
 
-    def __init__(self, transport: Transport, *, interval_s: float = 2.0, timeout_s: float = 60.0) -> None:
+    def __init__(
+        self, transport: Transport, *, interval_s: float = 2.0, timeout_s: float = 60.0, batch_logs: bool = False
+    ) -> None:
         self.transport = transport
         self.interval_s = interval_s
         self.timeout_s = timeout_s
+        self.batch_logs = batch_logs
         self.jobs: dict[str, str] = {}
         """Live jobs: job id -> run dir."""
+        self.offsets: dict[str, int] = {}
+        """Run dir -> the byte offset its follower has recorded output.log up to
+        (``batch_logs``: the cycle reads on from there)."""
         self._lock = anyio.Lock()
         self._last: Cycle | None = None
         self.cycles = 0
         """Cycles run so far (one squeue each)."""
 
-    def add(self, job_id: str, run_dir: str) -> None:
-        """Follow ``job_id`` from the next cycle on."""
+    def add(self, job_id: str, run_dir: str, offset: int = 0) -> None:
+        """Follow ``job_id`` from the next cycle on (its log from ``offset``)."""
         self.jobs[job_id] = run_dir
+        self.offsets[run_dir] = offset
 
     def remove(self, job_id: str) -> None:
         """Stop following ``job_id``."""
-        self.jobs.pop(job_id, None)
+        run_dir = self.jobs.pop(job_id, None)
+        if run_dir is not None and run_dir not in self.jobs.values():
+            self.offsets.pop(run_dir, None)
 
     async def cycle(self, after: int) -> Cycle:
         """The first cycle numbered above ``after``, run now by this caller
@@ -124,8 +194,9 @@ class Poller:
             dirs = sorted(set(self.jobs.values()))
             self.cycles += 1
             try:
-                done = await self.transport.run(poll_script(dirs), timeout_s=self.timeout_s)
-                cycle = parse_poll(number, done.out)
+                offsets = {d: self.offsets.get(d, 0) for d in dirs} if self.batch_logs else None
+                done = await self.transport.run(poll_script(dirs, offsets), timeout_s=self.timeout_s)
+                cycle = parse_poll(number, done.stdout)
             except TransportError as err:
                 cycle = Cycle(number, False, {}, {}, {}, str(err), time.monotonic())
             if not cycle.squeue_ok:

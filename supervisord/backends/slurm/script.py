@@ -4,7 +4,7 @@ the backend runs.
 
 - :class:`SlurmSettings` -- the run's ``slurm:`` config keys;
 - :func:`sbatch_argv` -- the ``sbatch`` command line of a run;
-- :func:`wrapper_script` -- the batch script: sources and deletes the env
+- :func:`wrapper_script` -- the batch script: sources the env
   file, runs the command in the run's copy of the source, records the exit
   code atomically in the run folder;
 - :func:`env_file` -- the env values as ``export NAME='value'`` lines (the
@@ -18,14 +18,17 @@ Layout on the cluster (``R`` = ``remote_dir``)::
     R/src/<commit>/.jobsup-snapshot   the snapshot's sha256 (written last)
     R/runs/<id>/src/           the run's copy of the source (its working dir)
     R/runs/<id>/job.sh         the wrapper (the batch script)
-    R/runs/<id>/env.sh         env values (0600; deleted by the wrapper)
+    R/runs/<id>/env.sh         env values (0600; deleted once the job ended)
     R/runs/<id>/output.log     stdout and stderr (sbatch --output, append)
     R/runs/<id>/exit_code      the command's exit code (written atomically)
+    R/sweeps/<sweep>/job.sh    a sweep's array job script (task N: N/job.sh)
+    R/sweeps/<sweep>/<N>       a link to the folder of the sweep's run N
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -34,12 +37,15 @@ from supervisord.exceptions import ConfigError
 
 __all__ = [
     "DEFAULT_REMOTE_DIR",
-    "EXIT_CODE_FILE",
     "ENV_FILE",
+    "EXIT_CODE_FILE",
     "JOB_SCRIPT",
     "OUTPUT_LOG",
     "SNAPSHOT_MARK",
+    "SWEEPS_DIR",
     "SlurmSettings",
+    "array_spec",
+    "array_wrapper_script",
     "env_file",
     "job_name",
     "remote_dir_expr",
@@ -54,6 +60,7 @@ EXIT_CODE_FILE = "exit_code"
 ENV_FILE = "env.sh"
 JOB_SCRIPT = "job.sh"
 SNAPSHOT_MARK = ".jobsup-snapshot"
+SWEEPS_DIR = "sweeps"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,21 +132,40 @@ def time_limit(timeout_s: int) -> str:
     return str(max(1, -(-timeout_s // 60)))
 
 
-def sbatch_argv(*, run_id: str, run_dir: str, timeout_s: int, settings: SlurmSettings, gpus: int = 0) -> list[str]:
+def sbatch_argv(
+    *,
+    run_id: str,
+    run_dir: str,
+    timeout_s: int,
+    settings: SlurmSettings,
+    gpus: int = 0,
+    memory_bytes: int | None = None,
+    cpus: float | None = None,
+    array: str | None = None,
+) -> list[str]:
     """The ``sbatch`` command of a run whose folder on the cluster is
     ``run_dir`` (an absolute path). The batch script is ``run_dir/job.sh``,
     last; ``sbatch_args`` come after jobsup's own options (so they can
-    override e.g. ``--time``, as sbatch lets the last one win)."""
+    override e.g. ``--time``, as sbatch lets the last one win).
+    ``memory_bytes``/``cpus``: the run's ``--memory``/``--cpus`` as
+    ``--mem`` (MiB, rounded up) and ``--cpus-per-task`` (rounded up).
+    ``array``: a sweep's array job (``--array=SPEC``, see :func:`array_spec`):
+    ``run_id`` is then the sweep id, ``run_dir`` the sweep's folder, and each
+    task writes ``run_dir/<index>/output.log`` (``<index>`` links to the run's
+    folder)."""
+    output = f"{run_dir}/%a/{OUTPUT_LOG}" if array else f"{run_dir}/{OUTPUT_LOG}"
     argv = [
         "sbatch",
         "--parsable",
         f"--job-name={job_name(run_id)}",
         f"--comment=jobsup:{run_id}",
-        f"--output={run_dir}/{OUTPUT_LOG}",
+        f"--output={output}",
         "--open-mode=append",
         f"--time={time_limit(timeout_s)}",
         f"--chdir={run_dir}",
     ]
+    if array:
+        argv.append(f"--array={array}")
     if settings.partition:
         argv.append(f"--partition={settings.partition}")
     if settings.account:
@@ -148,30 +174,65 @@ def sbatch_argv(*, run_id: str, run_dir: str, timeout_s: int, settings: SlurmSet
         argv.append(f"--qos={settings.qos}")
     if gpus:
         argv.append(f"--gpus={gpus}")
+    if memory_bytes:
+        argv.append(f"--mem={-(-memory_bytes // (1 << 20))}M")
+    if cpus:
+        argv.append(f"--cpus-per-task={math.ceil(cpus)}")
     argv.extend(settings.sbatch_args)
     argv.append(f"{run_dir}/{JOB_SCRIPT}")
     return argv
 
 
 def wrapper_script(*, run_id: str, run_dir: str, command: str) -> str:
-    """The batch script: source the env file (then delete it), run
-    ``command`` with bash in ``run_dir/src``, and record its exit code in
-    ``run_dir/exit_code`` (write to a temporary name, then rename: a reader
-    sees the whole number or nothing). A job killed by Slurm (timeout,
-    memory, scancel) writes no exit code: its state comes from Slurm."""
+    """The batch script: source the env file, run ``command`` with bash in
+    ``run_dir/src``, and record its exit code in ``run_dir/exit_code``
+    (write to a temporary name, then rename: a reader sees the whole number
+    or nothing). A job killed by Slurm (timeout, memory, scancel) writes no
+    exit code: its state comes from Slurm. The env file stays (0600, in a
+    0700 folder) until the job has truly ended: a requeued job (``scontrol
+    requeue``, a node failure) runs this script again from the start and
+    reads it again; jobsup deletes it once the job left the queue. A stale
+    exit code (from before a requeue) is removed first."""
     d = shlex.quote(run_dir)
     return (
         "#!/bin/bash\n"
         f"# jobsup run {run_id}: the wrapper jobsup submitted with sbatch.\n"
+        f"rm -f {d}/{EXIT_CODE_FILE}\n"
         f"cd {d}/src || exit 120\n"
         f"if [ -f {d}/{ENV_FILE} ]; then\n"
         f"    set -a; . {d}/{ENV_FILE}; set +a\n"
-        f"    rm -f {d}/{ENV_FILE}\n"
         "fi\n"
         f"bash -c {shlex.quote(command)}\n"
         "code=$?\n"
         f'printf "%s\\n" "$code" > {d}/{EXIT_CODE_FILE}.tmp && mv -f {d}/{EXIT_CODE_FILE}.tmp {d}/{EXIT_CODE_FILE}\n'
         'exit "$code"\n'
+    )
+
+
+def array_spec(indices: Sequence[int], max_parallel: int | None) -> str:
+    """``--array``'s value: the indices as ranges (``0-3,7``), then
+    ``%max_parallel`` when given (Slurm runs at most that many at once)."""
+    parts: list[str] = []
+    ordered = sorted(set(indices))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts) + (f"%{max_parallel}" if max_parallel else "")
+
+
+def array_wrapper_script(*, sweep_id: str, sweep_dir: str) -> str:
+    """The batch script of a sweep's array job: each task runs the wrapper
+    of its run, ``sweep_dir/<SLURM_ARRAY_TASK_ID>/job.sh`` (``<index>``
+    links to the run's folder, which has its own wrapper and env file)."""
+    d = shlex.quote(sweep_dir)
+    return (
+        "#!/bin/bash\n"
+        f"# jobsup sweep {sweep_id}: the array job jobsup submitted with sbatch; task N runs run N's wrapper.\n"
+        f'exec {d}/"$SLURM_ARRAY_TASK_ID"/{JOB_SCRIPT}\n'
     )
 
 

@@ -1,8 +1,9 @@
 """Slurm's answers -> a run's phase and reason: pure (text in, values out).
 
-Sources, parsed here: ``squeue -h -t all -o '%i|%T|%r|%M'`` lines (every
+Sources, parsed here: ``squeue -h -t all -r -o '%i|%T|%r|%M'`` lines (every
 job slurmctld still holds, including those ended less than ``MinJobAge``
-ago), ``sacct -n -P -o JobID,State,ExitCode`` (or ``sacct -c``, the job
+ago; ``-r``: one line per array task, ``A_I``), ``sacct -n -P -o
+JobID,State,ExitCode`` (or ``sacct -c``, the job
 completion file) and ``scontrol show job`` for jobs that left the queue.
 
 Mapping (README, "Running on Slurm"): PENDING -> SCHEDULING with reason
@@ -22,6 +23,7 @@ import re
 
 __all__ = [
     "ACTIVE_STATES",
+    "WAITING_STATES",
     "JobRecord",
     "Observation",
     "elapsed_seconds",
@@ -31,6 +33,8 @@ __all__ = [
     "parse_squeue",
 ]
 
+#: States of a job waiting to start (again, after a requeue).
+WAITING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD"})
 #: States of a job that is still in the queue or running.
 ACTIVE_STATES = frozenset(
     {
@@ -53,7 +57,7 @@ ACTIVE_STATES = frozenset(
 #: End states in which Slurm killed the job: they explain a non-zero exit
 #: code the wrapper may still have written as the kill arrived.
 SLURM_KILLS = frozenset({"TIMEOUT", "OUT_OF_MEMORY", "DEADLINE", "CANCELLED", "PREEMPTED", "NODE_FAIL", "BOOT_FAIL"})
-_WAITING = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD"})
+_WAITING = WAITING_STATES
 OOM_MARK = "exceeded memory limit"
 
 
@@ -88,7 +92,7 @@ class Observation:
 
 
 def _base_state(word: str) -> str:
-    return word.split()[0].rstrip("+").upper() if word.strip() else ""
+    return word.split(maxsplit=1)[0].rstrip("+").upper() if word.strip() else ""
 
 
 def elapsed_seconds(text: str) -> int | None:
@@ -120,19 +124,30 @@ def _exit_pair(text: str) -> tuple[int | None, int | None]:
 
 def parse_accounting(text: str, job_id: str) -> JobRecord | None:
     """``sacct -n -P -o JobID,State,ExitCode`` (or ``sacct -c``) output ->
-    the record of ``job_id`` itself (not its steps), or None."""
-    for line in text.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) >= 3 and parts[0] == job_id:
-            code, sig = _exit_pair(parts[2])
-            return JobRecord(job_id, _base_state(parts[1]), exit_code=code, signal=sig)
-    return None
+    the record of ``job_id`` itself (not its steps), or None. The job
+    completion file (``sacct -c``) has a line per end, and a requeued job
+    ended more than once (``PENDING`` at the requeue): the last line is the
+    latest. An array task ``A_I``: ``sacct -c`` names it by its own job id,
+    so when asked for that task alone, its lines (one id) are it."""
+    rows = [parts for line in text.splitlines() if len(parts := line.strip().split("|")) >= 3 and parts[0]]
+    mine = [parts for parts in rows if parts[0] == job_id]
+    if not mine and "_" in job_id and len({parts[0] for parts in rows}) == 1:
+        mine = rows
+    if not mine:
+        return None
+    parts = mine[-1]
+    code, sig = _exit_pair(parts[2])
+    return JobRecord(job_id, _base_state(parts[1]), exit_code=code, signal=sig)
 
 
 def parse_scontrol(text: str, job_id: str) -> JobRecord | None:
     """``scontrol show job ID`` output -> its record, or None."""
     fields = dict(re.findall(r"(\w+)=(\S*)", text))
-    if fields.get("JobId") != job_id or "JobState" not in fields:
+    array_id, _, task = job_id.partition("_")
+    named = fields.get("JobId") == job_id or (
+        bool(task) and fields.get("ArrayJobId") == array_id and fields.get("ArrayTaskId") == task
+    )
+    if not named or "JobState" not in fields:
         return None
     code, sig = _exit_pair(fields.get("ExitCode", ""))
     return JobRecord(job_id, _base_state(fields["JobState"]), fields.get("Reason", ""), code, sig)
@@ -167,7 +182,7 @@ def observe(
     if state == "FAILED":
         if record.signal == 9 and OOM_MARK in output_tail:
             return _oom(None)
-        code = record.exit_code if record.exit_code else None
+        code = record.exit_code or None
         if code is None and record.signal:
             code = 128 + record.signal
         detail = f"exited with code {code}" if code is not None else "failed"

@@ -57,8 +57,30 @@
   if (table) {
     cursor.seq = Number(table.dataset.after || 0);
     const filters = JSON.parse(table.dataset.filters || "{}");
+    const labels = JSON.parse(table.dataset.labels || "{}");
     const firstPage = table.dataset.firstPage === "true";
-    const matches = (r) => ["phase", "project", "name", "backend"].every((k) => !filters[k] || filters[k] === r[k]);
+    // The name filter is a shell glob (fnmatch's *, ?, [...], [!...]), as `jobsup runs --name`.
+    function globRe(glob) {
+      let re = "";
+      for (let i = 0; i < glob.length; i++) {
+        const c = glob[i];
+        if (c === "*") re += ".*";
+        else if (c === "?") re += ".";
+        else if (c === "[" && glob.indexOf("]", i + 2) > i) {
+          const end = glob.indexOf("]", i + 2);
+          let set = glob.slice(i + 1, end).replace(/\\/g, "\\\\");
+          if (set[0] === "!") set = "^" + set.slice(1);
+          re += "[" + set + "]"; i = end;
+        } else re += c.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+      }
+      return new RegExp("^" + re + "$", "s");
+    }
+    const nameRe = filters.name ? globRe(filters.name) : null;
+    const matches = (r) => ["phase", "project", "backend"].every((k) => !filters[k] || filters[k] === r[k])
+      && (!nameRe || nameRe.test(r.name))
+      && (!filters.sweep || filters.sweep === r.sweep_id)
+      && Object.entries(labels).every(([k, v]) => (r.labels || {})[k] === v);
+    function link(href, text, cls) { const a = document.createElement("a"); a.href = href; a.textContent = text; if (cls) a.className = cls; return a; }
     follow(() => "/stream?after=" + cursor.seq, {
       run: (r) => {
         let row = document.getElementById("run-" + r.id);
@@ -66,11 +88,17 @@
           if (!firstPage || !matches(r)) return;
           const empty = table.querySelector("tr.empty"); if (empty) empty.remove();
           row = document.createElement("tr"); row.id = "run-" + r.id; row.dataset.run = r.id;
-          const cells = ["mono", "phase", "reason", "", "", "", "exit", "time", "time started", "elapsed", "gpus", "usage", "time updated"];
+          const cells = ["mono", "phase", "reason", "", "", "", "exit", "time", "time started", "elapsed", "gpus", "usage", "time updated", "mono sweep", "labels"];
           for (const c of cells) { const td = document.createElement("td"); if (c) td.className = c; row.appendChild(td); }
           const a = document.createElement("a"); a.href = "/runs/" + r.id; a.textContent = r.id; row.cells[0].appendChild(a);
           row.cells[3].textContent = r.project; row.cells[4].textContent = r.name; row.cells[5].textContent = r.backend;
           row.cells[7].textContent = fmt(r.created_at);
+          if (r.sweep_id) {
+            row.cells[13].append(link("/?sweep=" + encodeURIComponent(r.sweep_id), r.sweep_id), " ", link("/sweeps/" + r.sweep_id, "\u25A6"));
+          }
+          for (const [k, v] of Object.entries(r.labels || {}).sort()) {
+            row.cells[14].append(link("/?label=" + encodeURIComponent(k + "=" + v), k + "=" + v, "label"), " ");
+          }
           table.tBodies[0].prepend(row);
         } else if (filters.phase && filters.phase !== r.phase) {
           row.remove(); return;
@@ -89,6 +117,35 @@
     });
     // Elapsed times tick while runs run.
     setInterval(() => { for (const el of table.querySelectorAll("td.elapsed")) if (!el.dataset.ended) tickElapsed(el); }, 1000);
+  }
+
+  // -- a sweep's results table ------------------------------------------------------
+  const sweep = document.getElementById("sweep");
+  if (sweep && sweep.dataset.live === "true") {
+    const id = sweep.dataset.sweep;
+    const columns = JSON.stringify(JSON.parse(sweep.dataset.columns || "[]"));
+    const body = document.getElementById("results").tBodies[0];
+    cursor.seq = Number(sweep.dataset.after || 0);
+    follow(() => "/sweeps/" + id + "/stream?after=" + cursor.seq, {
+      rows: (ev) => {
+        // A new column (a first metric) or a new run: the table's shape changed.
+        if (JSON.stringify(ev.columns) !== columns) { window.location.reload(); return; }
+        for (const [run, html] of Object.entries(ev.rows)) {
+          const old = document.getElementById("run-" + run);
+          if (!old) { window.location.reload(); return; }
+          const t = document.createElement("tbody"); t.innerHTML = html;
+          const row = t.firstElementChild;
+          old.replaceWith(row);
+          row.classList.remove("flash"); void row.offsetWidth; row.classList.add("flash");
+        }
+        const t = document.createElement("dl"); t.innerHTML = ev.counts;
+        document.getElementById("counts").replaceWith(t.firstElementChild);
+        if (ev.done) {
+          document.getElementById("sweep-state").firstChild.textContent = "Every run has ended. ";
+          sweep.dataset.live = "false";
+        }
+      },
+    });
   }
 
   // -- one run ------------------------------------------------------------------

@@ -50,7 +50,8 @@ def test_parses_the_common_forms(argv: list[str], expected: object) -> None:
     "argv",
     [
         [],
-        ["submit", "--", "true"],
+        ["submit", "true"],  # a task file: YAML, left to click
+        ["submit", "-f", "--", "true"],
         ["events", "abcd"],
         ["runs", "--help"],
         ["runs", "-h"],

@@ -74,7 +74,7 @@ def test_kubernetes_run_survives_a_crash_at(
     case.restart()
     # A run after the restart: the daemon starts runs again.
     case.submit(repo, "--backend", "kubernetes", "--name", "b", "--", job_command(case.execs, key="b"))
-    ids = {r: K8S_POINTS[point] for r in ([first] if first else [])}
+    ids = dict.fromkeys([first] if first else [], K8S_POINTS[point])
     runs = check_invariants(case, expect=ids)
     if K8S_POINTS[point] == "ERROR" and first:
         assert runs[first]["reason"] == "SubmitInterrupted", runs[first]

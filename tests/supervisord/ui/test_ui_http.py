@@ -311,3 +311,37 @@ def test_runs_list_shows_started_elapsed_gpus_and_peak_memory(js: JobsupEnv, rep
     assert cells["gpus"] == ""  # no GPU asked for
     assert cells["usage"].endswith("MiB"), (cells, run.get("usage"))
     assert f'data-ended="{run["ended_at"]}"' in row.group(0)  # what the page's script ticks from
+
+
+def test_the_sweep_stream_sends_changed_rows_and_resumes_from_a_seq(js: JobsupEnv, repo: Path, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    job = f"while [ ! -e {gate} ]; do sleep 0.05; done; echo {{n}}"
+    sweep = js.cli("submit", "--sweep", "n=1..2", "--", job, cwd=repo).stdout.strip()
+    client = _login(page_url(js))
+    try:
+        page = client.get(f"/sweeps/{sweep}")
+        assert page.status_code == 200 and 'http-equiv="refresh"' not in page.text
+        after = int(re.search(r'data-after="(\d+)"', page.text).group(1))  # type: ignore[union-attr]
+        assert 'data-live="true"' in page.text
+        gate.touch()
+        js.cli("wait", sweep, "--timeout", "60s")
+        # A stream opened later, from the page's seq, still gets every change since.
+        rows: dict[str, str] = {}
+        with client.stream("GET", f"/sweeps/{sweep[:6]}/stream?after={after}", timeout=30) as resp:
+            assert resp.status_code == 200
+            assert resp.headers["content-type"].startswith("text/event-stream")
+            event = None
+            for line in resp.iter_lines():
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: ") and event == "rows":
+                    body = json.loads(line[6:])
+                    assert body["columns"][0] == "id"
+                    rows.update(body["rows"])
+                    if body["done"]:
+                        assert "2 COMPLETED" in body["counts"]
+                        break
+        assert len(rows) == 2 and all('class="badge COMPLETED"' in html for html in rows.values())
+        assert client.get("/sweeps/sffffffffff/stream").status_code == 404
+    finally:
+        client.close()

@@ -4,6 +4,7 @@ scanner against real processes (setsid children, pid identity)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -144,10 +145,8 @@ def test_scanner_counts_setsid_children_and_the_reaped_and_never_a_reused_pid() 
         assert other.runner is None and not other.procs
     finally:
         for pid in tree.pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
         parent.wait()
     assert parent.pid not in scanner.scan([TreeSpec(marker, None, None)])[marker].pids
 

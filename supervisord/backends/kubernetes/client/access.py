@@ -32,6 +32,7 @@ import json
 import os
 import random
 import ssl
+import zlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -72,6 +73,9 @@ _TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 
 _SHORT_TIMEOUT = (10.0, 30.0)
 
+#: How many connection pools the keyed streams (log follows) are spread over.
+STREAM_POOLS = 32
+
 
 @dataclasses.dataclass(frozen=True)
 class RetryPolicy:
@@ -87,7 +91,7 @@ class RetryPolicy:
     def delay(self, attempt: int, retry_after_s: float | None = None) -> float:
         """Seconds to wait after failed try number ``attempt`` (1-based)."""
         wait = min(self.cap_s, self.base_s * (2.0 ** (attempt - 1)))
-        wait *= random.uniform(0.8, 1.2)
+        wait *= random.uniform(0.8, 1.2)  # noqa: S311 - jitter, not a secret
         if retry_after_s is not None:
             wait = max(wait, min(retry_after_s, self.cap_s))
         return wait
@@ -176,17 +180,38 @@ class Cluster:
         configuration.retries = False
         configuration.connection_pool_maxsize = max(int(limiter.total_tokens) + int(exec_limiter.total_tokens), 8)
         self.api_client = k8s_client.ApiClient(configuration)
+        self._auth_limiter = anyio.CapacityLimiter(4)
         self.host = str(configuration.host).rstrip("/")
         self.ssl_context: ssl.SSLContext | None = self._ssl_context()
         """The TLS settings the kubeconfig gave (None for a plain-HTTP server)."""
-        self._http = httpx.AsyncClient(
+        self._http = self._new_http_client()
+        # Streams keyed by a name go to one of STREAM_POOLS clients (created on
+        # first use): httpcore looks at every connection of a pool on each
+        # request and each response closed, and one pool holding the log
+        # streams of 500 runs spent a third of the daemon's loop doing so.
+        self._pools: dict[int, httpx.AsyncClient] = {}
+
+    def _new_http_client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
             base_url=self.host,
             verify=self.ssl_context if self.ssl_context is not None else False,
-            proxy=configuration.proxy or None,
+            proxy=self.configuration.proxy or None,
             timeout=httpx.Timeout(connect=15.0, read=None, write=15.0, pool=15.0),
             limits=httpx.Limits(max_connections=4096, max_keepalive_connections=64),
             trust_env=False,
         )
+
+    def _stream_client(self, pool_key: str | None) -> httpx.AsyncClient:
+        """The client for a stream: the shared one, or for ``pool_key`` one of
+        :data:`STREAM_POOLS` (the same one for the same key, so a log's
+        final read finds the connection its follow just released)."""
+        if pool_key is None:
+            return self._http
+        index = zlib.crc32(pool_key.encode()) % STREAM_POOLS
+        client = self._pools.get(index)
+        if client is None:
+            client = self._pools[index] = self._new_http_client()
+        return client
 
     def _ssl_context(self) -> ssl.SSLContext | None:
         cfg = self.configuration
@@ -212,6 +237,17 @@ class Cluster:
         headers: dict[str, str] = {}
         self.api_client.update_params_for_auth(headers, [], ["BearerToken"], "", "GET", None)
         return headers
+
+    async def _stream_auth_headers(self) -> dict[str, str]:
+        """:meth:`auth_headers` for opening a stream. Static credentials (no
+        ``refresh_api_key_hook``: a bearer token, client certificates) are
+        read here, on the loop; a refresh hook (an exec credential plugin,
+        the service account's rotating token) may block, so it runs in a
+        worker thread under a limiter of its own: not the short calls', where
+        500 runs' final log reads queued behind each other's LISTs."""
+        if getattr(self.configuration, "refresh_api_key_hook", None) is None:
+            return self.auth_headers()
+        return await anyio.to_thread.run_sync(self.auth_headers, limiter=self._auth_limiter, abandon_on_cancel=True)
 
     def _call_sync(
         self,
@@ -318,16 +354,21 @@ class Cluster:
     # --------------------------------------------------------------- streams
 
     @contextlib.asynccontextmanager
-    async def stream(self, path: str, query: Sequence[tuple[str, Any]], *, what: str) -> AsyncIterator[httpx.Response]:
+    async def stream(
+        self, path: str, query: Sequence[tuple[str, Any]], *, what: str, pool_key: str | None = None
+    ) -> AsyncIterator[httpx.Response]:
         """Open a long-lived GET (a watch or a log follow) and yield the
         response once its status is 2xx; the body is read by the caller, who
-        bounds each read with its own timeout. Raises KubernetesApiError for
-        an error status (status 0 when the server cannot be reached)."""
-        headers = await self.call_in_thread(self.auth_headers)
+        bounds each read with its own timeout. ``pool_key`` (e.g. the log's
+        source) spreads the streams over several connection pools. Raises
+        KubernetesApiError for an error status (status 0 when the server
+        cannot be reached)."""
+        headers = await self._stream_auth_headers()
         headers["Accept"] = "application/json, */*"
-        request = self._http.build_request("GET", path, params=[(k, str(v)) for k, v in query], headers=headers)
+        client = self._stream_client(pool_key)
+        request = client.build_request("GET", path, params=[(k, str(v)) for k, v in query], headers=headers)
         try:
-            response = await self._http.send(request, stream=True)
+            response = await client.send(request, stream=True)
         except (httpx.HTTPError, OSError, ssl.SSLError) as exc:
             raise UnreachableError(
                 f"{what}: the Kubernetes API server at {self.host} did not answer ({type(exc).__name__}: {exc})",
@@ -346,7 +387,8 @@ class Cluster:
 
     async def aclose(self) -> None:
         """Close the HTTP clients (their connections)."""
-        await self._http.aclose()
+        for client in [self._http, *self._pools.values()]:
+            await client.aclose()
         await anyio.to_thread.run_sync(self.api_client.close, limiter=self.limiter)
 
 
@@ -475,9 +517,9 @@ class ClusterAccess:
         current context, read again on every call), loaded on first use.
         Raises KubeconfigError naming the
         kubeconfig when it cannot be loaded."""
-        name: str = (
-            context if context else await anyio.to_thread.run_sync(self.current_context, limiter=self._load_limiter)
-        )
+        name = context
+        if not name:
+            name = await anyio.to_thread.run_sync(self.current_context, limiter=self._load_limiter)
         async with self._lock:
             found = self._clusters.get(name)
             if found is not None:
@@ -496,6 +538,6 @@ class ClusterAccess:
             seen.add(id(cluster))
             try:
                 await cluster.aclose()
-            except Exception as exc:  # closing sockets at shutdown: report, go on with the others
+            except Exception as exc:  # noqa: BLE001 - closing sockets at shutdown: report, go on with the others
                 log.warning("closing the cluster client failed", context=cluster.context, error=repr(exc))
         self._clusters.clear()

@@ -92,6 +92,25 @@ class RunView:
         view, then wait on it (no lost wake-up)."""
         return self._changed
 
+    def adopt_ended_pods(self, pods: list[Mapping[str, Any]]) -> bool:
+        """Take the pods of ``pods`` (read from the API server directly,
+        e.g. a LIST) that have ended (phase Succeeded/Failed) where the
+        view's copy of the same pod has not: the pod watch may lag seconds
+        behind the Job watch under load, and the log follower waits for the
+        pod's end. A pod's phase never leaves Succeeded/Failed, so the watch
+        does not put the older state back (see :meth:`NamespaceWatch._apply`).
+        Wakes the run's waiters and returns True when one was taken."""
+        taken = False
+        for pod in pods:
+            name = str((pod.get("metadata") or {}).get("name") or "")
+            mine = self.pods.get(name)
+            if mine is not None and _same_uid(mine, pod) and _pod_ended(pod) and not _pod_ended(mine):
+                self.pods[name] = dict(pod)
+                taken = True
+        if taken:
+            self.notify()
+        return taken
+
     def notify(self) -> None:
         """Wake everyone holding the current :meth:`token`."""
         event, self._changed = self._changed, anyio.Event()
@@ -235,7 +254,7 @@ class NamespaceWatch:
                         line = await lines.__anext__()
                     except StopAsyncIteration:
                         return rv
-                    except Exception as exc:  # the connection broke mid-stream
+                    except Exception as exc:  # noqa: BLE001 - the connection broke mid-stream
                         raise UnreachableError(
                             f"watch {resource}: the stream broke ({type(exc).__name__}: {exc})",
                             status=0,
@@ -243,7 +262,7 @@ class NamespaceWatch:
                         ) from None
                 if line is None:
                     log.warning("watch silent for too long; relisting", namespace=self.namespace, resource=resource)
-                    raise _Expired()
+                    raise _Expired
                 if not line.strip():
                     continue
                 event = json.loads(line)
@@ -252,7 +271,7 @@ class NamespaceWatch:
                 if kind == "ERROR":
                     code = obj.get("code")
                     if code == 410:
-                        raise _Expired()
+                        raise _Expired
                     raise api_error(
                         f"watch {resource}: {obj.get('message') or obj}",
                         status=int(code or 500),
@@ -284,12 +303,31 @@ class NamespaceWatch:
             # A new object of the same name replaces one seen deleted.
             if name in gone and gone[name]["metadata"].get("uid") != obj["metadata"].get("uid"):
                 gone.pop(name, None)
+            mine = live.get(name)
+            if (
+                resource == "pods"
+                and mine is not None
+                and _same_uid(mine, obj)
+                and _pod_ended(mine)
+                and not _pod_ended(obj)
+            ):
+                return  # an older state of a pod the view saw end (RunView.adopt_ended_pods)
             live[name] = obj
         view.notify()
 
 
 class _Expired(Exception):
     """The watch's resourceVersion is too old (410) or the watch stalled: relist."""
+
+
+def _pod_ended(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _same_uid(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return bool((a.get("metadata") or {}).get("uid")) and (a.get("metadata") or {}).get("uid") == (
+        b.get("metadata") or {}
+    ).get("uid")
 
 
 def _run_of(obj: Mapping[str, Any]) -> str | None:

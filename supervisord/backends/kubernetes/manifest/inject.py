@@ -29,13 +29,13 @@ from typing import Any
 from supervisord.backends.kubernetes.manifest.lint import SCRIPT_ENV, LintResult, describe
 
 __all__ = [
-    "env_secret_name",
     "DEFAULT_CONTAINER_ANNOTATION",
     "ENV_SECRET",
     "LABEL_NAME",
     "LABEL_PROJECT",
     "LABEL_RUN",
     "TTL_SECONDS_AFTER_FINISHED",
+    "env_secret_name",
     "inject_contract",
     "label_value",
     "run_labels",
@@ -45,7 +45,7 @@ LABEL_RUN = "jobsup.io/run"
 LABEL_PROJECT = "jobsup.io/project"
 LABEL_NAME = "jobsup.io/name"
 #: The namespace's env Secret every primary container reads (optional).
-ENV_SECRET = "jobsup-env"
+ENV_SECRET = "jobsup-env"  # noqa: S105 - a Secret's name, not a secret
 
 
 def env_secret_name(run_id: str) -> str:

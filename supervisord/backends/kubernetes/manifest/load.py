@@ -52,7 +52,7 @@ __all__ = [
 #: Where the manifest lives in the recorded commit unless told otherwise.
 DEFAULT_MANIFEST_PATH = ".jobsup/k8s.yaml"
 #: Replaced by the run id everywhere in the manifest text.
-RUN_TOKEN = "{{JOBSUP_RUN}}"
+RUN_TOKEN = "{{JOBSUP_RUN}}"  # noqa: S105 - a placeholder, not a secret
 
 _RUN_ID = re.compile(r"^[0-9a-f]{12}$")
 
@@ -134,7 +134,7 @@ class _ManifestLoader(BoundedLoader):
     """Safe loader with the YAML caps: timestamps stay strings, duplicate
     mapping keys are errors."""
 
-    yaml_implicit_resolvers = {
+    yaml_implicit_resolvers = {  # noqa: RUF012 - PyYAML's own class attribute, replaced per class
         first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }

@@ -47,9 +47,9 @@ from supervisord.exceptions import ConfigError, ManifestError
 __all__ = [
     "DEFAULT_STAGING_TIMEOUT_S",
     "RenderedRun",
-    "render_run",
     "objects_to_json",
     "objects_to_yaml",
+    "render_run",
 ]
 
 #: How long the gated script waits for the source once its container runs, in

@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 #: Where jobsup copies the source archive in the pod.
-STAGING_DIR = "/tmp/jobsup-source"
+STAGING_DIR = "/tmp/jobsup-source"  # noqa: S108 - a path inside the pod, made by the staging script
 #: The archive's file name in :data:`STAGING_DIR`.
 SOURCE_TAR = "source.tar"
 #: Created by jobsup once the archive is complete.

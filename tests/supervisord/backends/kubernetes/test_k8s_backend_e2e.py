@@ -18,7 +18,9 @@ import anyio
 import pytest
 import yaml
 
+from store import NewEvent
 from supervisord.exceptions import BackendError
+from supervisord.scheduler.driver import ADMITTED
 from tests.k8s_sim import MISSING_REGISTRY, SimCluster
 from tests.supervisord.backends.kubernetes.k8s_backend_helpers import job_manifest, run_objects, sim_cluster
 from tests.supervisord.backends.kubernetes.k8s_supervisor_env import k8s_env
@@ -677,7 +679,8 @@ async def test_start_while_the_api_server_hangs_ends_in_time_and_leaves_nothing(
         await anyio.to_thread.run_sync(sim.hang)
         try:
             started = anyio.current_time()
-            assert await env.supervisor.admit(run_id, {"queue": "default"}, {}, "admitted by the test")
+            admitted = NewEvent(ADMITTED, {"queue": "default"})
+            assert await env.supervisor.admit(run_id, admitted, {}, "admitted by the test")
             run = await env.terminal(run_id, timeout_s=90)
             took = anyio.current_time() - started
             assert run.phase == "ERROR" and run.reason == "StartTimeout", run

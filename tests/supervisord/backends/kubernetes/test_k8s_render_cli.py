@@ -244,14 +244,14 @@ def test_task_manifest_key_and_command_after_dashes(tmp_path: Path) -> None:
     task = "kubernetes:\n  manifest: infra/run.yaml\n"
     repo = demo_repo(tmp_path, {"infra/run.yaml": (MANIFESTS / "pytorch-gpu.yaml").read_text(), "t.yml": task})
     out, _ = render_ok(repo, "t.yml", "--run-id", RUN_ID, "--timeout", "90s", "--", "python", "eval.py")
-    job = list(yaml.safe_load_all(out))[0]
+    job = next(iter(yaml.safe_load_all(out)))
     assert job["spec"]["activeDeadlineSeconds"] == 90
     assert job["metadata"]["labels"]["jobsup.io/name"] == "python"
     env = job["spec"]["template"]["spec"]["containers"][0]["env"]
     script = next(e["value"] for e in env if e["name"] == "JOBSUP_SCRIPT")
     assert "\ncd repo\n(\npython eval.py\n) &\n" in script
     out, _ = render_ok(repo, "--manifest", "infra/run.yaml", "--run-id", RUN_ID, "--", "bash", "go.sh")
-    assert list(yaml.safe_load_all(out))[0]["spec"]["activeDeadlineSeconds"] == 4 * 3600
+    assert next(iter(yaml.safe_load_all(out)))["spec"]["activeDeadlineSeconds"] == 4 * 3600
 
 
 def test_random_run_id_without_the_flag(tmp_path: Path) -> None:
@@ -261,7 +261,7 @@ def test_random_run_id_without_the_flag(tmp_path: Path) -> None:
     ids = set()
     for _ in range(2):
         out, _ = render_ok(repo, "task.yaml")
-        run_id = list(yaml.safe_load_all(out))[0]["metadata"]["labels"]["jobsup.io/run"]
+        run_id = next(iter(yaml.safe_load_all(out)))["metadata"]["labels"]["jobsup.io/run"]
         assert re.fullmatch(r"[0-9a-f]{12}", run_id)
         assert "{{JOBSUP_RUN}}" not in out
         ids.add(run_id)

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from supervisord.backends.slurm.poller import parse_poll, poll_script
+from supervisord.backends.slurm.poller import LogChunk, parse_poll, poll_script
 from supervisord.backends.slurm.script import (
     SlurmSettings,
+    array_spec,
     env_file,
     remote_dir_expr,
     sbatch_argv,
@@ -150,14 +151,70 @@ def test_sbatch_argv_and_settings() -> None:
     assert remote_dir_expr("~/x y") == "\"$HOME\"/'x y'" and remote_dir_expr("/a") == "/a"
 
 
-def test_wrapper_runs_command_sources_and_deletes_env(tmp_path: Path) -> None:
+def test_wrapper_runs_command_sources_env_and_keeps_it_for_a_requeue(tmp_path: Path) -> None:
     run_dir = tmp_path / "run dir"
     (run_dir / "src").mkdir(parents=True)
     (run_dir / "env.sh").write_bytes(env_file({"TOKEN": "it's $secret"}))
-    script = wrapper_script(run_id="abc", run_dir=str(run_dir), command='echo "[$TOKEN]" > seen; exit 4')
+    script = wrapper_script(run_id="abc", run_dir=str(run_dir), command='echo "[$TOKEN]" >> seen; exit 4')
     (run_dir / "job.sh").write_text(script)
-    done = subprocess.run(["bash", str(run_dir / "job.sh")], check=False)
-    assert done.returncode == 4
-    assert (run_dir / "exit_code").read_text() == "4\n"
-    assert (run_dir / "src" / "seen").read_text() == "[it's $secret]\n"
-    assert not (run_dir / "env.sh").exists()
+    for _ in range(2):  # run again from the start, as a requeued job does
+        done = subprocess.run(["bash", str(run_dir / "job.sh")], check=False)
+        assert done.returncode == 4
+        assert (run_dir / "exit_code").read_text() == "4\n"
+    assert (run_dir / "src" / "seen").read_text() == "[it's $secret]\n" * 2
+    # The backend deletes it once the job left the queue.
+    assert (run_dir / "env.sh").exists()
+
+
+def test_memory_cpus_and_array_options() -> None:
+    settings = SlurmSettings.of({"slurm": {"partition": "p"}})
+    argv = sbatch_argv(
+        run_id="s0123",
+        run_dir="/r/sweeps/s0123-x",
+        timeout_s=60,
+        settings=settings,
+        memory_bytes=(1 << 30) + 1,
+        cpus=1.5,
+        array=array_spec([0, 1, 2, 5, 7, 8], 2),
+    )
+    assert "--mem=1025M" in argv and "--cpus-per-task=2" in argv
+    assert "--array=0-2,5,7-8%2" in argv and "--output=/r/sweeps/s0123-x/%a/output.log" in argv
+    assert array_spec([3], None) == "3"
+
+
+def test_array_tasks_in_sacct_c_and_scontrol() -> None:
+    # sacct -c names an array task by its own job id; scontrol by ArrayJobId/ArrayTaskId.
+    rec = parse_accounting("2|COMPLETED|0:0\n", "1_0")
+    assert rec is not None and rec.job_id == "1_0" and rec.state == "COMPLETED"
+    assert parse_accounting("2|COMPLETED|0:0\n3|FAILED|1:0\n", "1_0") is None
+    text = "JobId=7 ArrayJobId=5 ArrayTaskId=2 JobName=x\n   JobState=FAILED Reason=NonZeroExitCode ExitCode=3:0\n"
+    rec = parse_scontrol(text, "5_2")
+    assert rec is not None and rec.state == "FAILED" and rec.exit_code == 3
+    assert parse_scontrol(text, "5_3") is None
+
+
+def test_poll_reads_each_grown_log_in_the_same_command(tmp_path: Path) -> None:
+    """One command per cycle reads every followed log from its offset
+    (over ssh: one round trip for all runs' logs)."""
+    a, b, c = tmp_path / "a", tmp_path / "b b", tmp_path / "c"
+    for d, text in ((a, b"hello\nworld\n"), (b, b"x|y\n@@jobsup@@\npartial"), (c, b"old\n")):
+        d.mkdir()
+        (d / "output.log").write_bytes(text)
+    script = poll_script([str(a), str(b), str(c)], {str(a): 3, str(b): 0, str(c): 4})
+    out = subprocess.run(["bash", "-c", script], capture_output=True, check=False).stdout
+    cycle = parse_poll(1, out)
+    assert cycle.logs == {
+        str(a): LogChunk(3, b"lo\nworld\n"),
+        str(b): LogChunk(0, b"x|y\n@@jobsup@@\npartial"),
+    }
+    assert cycle.sizes[str(c)] == 4 and str(c) not in cycle.logs
+
+
+def test_a_requeued_jobs_latest_completion_record_counts() -> None:
+    # The jobcomp file logs the requeue (PENDING), then the real end: the
+    # run followed the first line for ever before (it never ended).
+    text = "148|PENDING|0:0\n148|FAILED|1:0\n"
+    rec = parse_accounting(text, "148")
+    assert rec is not None and rec.state == "FAILED" and rec.exit_code == 1
+    rec = parse_accounting("9|PENDING|0:0\n9|COMPLETED|0:0\n", "4_2")
+    assert rec is not None and rec.state == "COMPLETED"
