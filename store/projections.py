@@ -29,7 +29,7 @@ The rules (see :mod:`store.types` for the ``data`` shapes):
 * ``run_facts`` (one JSON object per run): ``Submitted`` ``scheduling``
   gives ``queue``, ``priority`` and ``after``; the first ``PhaseChanged``
   to RUNNING sets ``started_at``, the first terminal one ``ended_at``;
-  ``Admitted`` sets ``gpus`` (indices); ``ResourceUsage`` sets ``usage``
+  ``Admitted`` sets ``gpus`` (indices); ``AttemptStarted`` sets ``attempt``; ``ResourceUsage`` sets ``usage``
   (cumulative CPU, peaks that never go down). See :func:`fold_facts`.
 * Every event of a run sets its ``updated_at``, ``last_seq`` and ``version``;
   ``log_lines`` is the run's number of recorded lines.
@@ -50,6 +50,7 @@ from store.runmeta import RUN_META_COLUMNS, apply_run_meta, run_meta_from_cell
 from store.schema import PROJECTION_DDL, PROJECTION_TABLES
 from store.types import (
     ADMITTED,
+    ATTEMPT_STARTED,
     CONTAINER_TIMES,
     FACT_TYPES,
     HANDLE_RECORDED,
@@ -410,6 +411,10 @@ def fold_facts(facts: dict[str, Any], e: RecordedEvent) -> dict[str, Any]:
             out["started_from_container"] = True
         if isinstance(finished, str) and finished:
             out["ended_at"] = finished
+    elif e.type == ATTEMPT_STARTED:
+        attempt = data.get("attempt")
+        if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt > int(out.get("attempt") or 1):
+            out["attempt"] = attempt
     elif e.type == ADMITTED:
         gpus = data.get("gpus")
         if isinstance(gpus, list):
@@ -443,6 +448,6 @@ def run_status_from_row(row: Sequence[Any]) -> RunStatus:
         version=row[11], handle=json.loads(row[12]), log_lines=row[13], log_ingest=row[14],
         started_at=facts.get("started_at"), ended_at=facts.get("ended_at"), queue=facts.get("queue"),
         priority=facts.get("priority"), gpus=list(facts.get("gpus") or []), after=list(facts.get("after") or []),
-        usage=facts.get("usage"),
+        usage=facts.get("usage"), attempt=int(facts.get("attempt") or 1),
         **run_meta_from_cell(row[16] if len(row) > 16 else None),
     )  # fmt: skip

@@ -91,6 +91,8 @@ from typing import Any, Final, Literal, get_args
 
 __all__ = [
     "ADMITTED",
+    "ATTEMPT_ENDED",
+    "ATTEMPT_STARTED",
     "CANCEL_REQUESTED",
     "CONTAINER_TIMES",
     "FACT_TYPES",
@@ -157,6 +159,10 @@ CONTAINER_TIMES: Final = "ContainerTimes"
 PROGRESS: Final = "Progress"
 #: A sweep's grid, on the sweep's own stream (the sweep id), before its runs' Submitted.
 SWEEP_SUBMITTED: Final = "SweepSubmitted"
+#: A retried run's attempts (supervisord.retry): one ended (and another is
+#: due), the next one started (``attempt``: 2, 3, ...; a run's facts keep it).
+ATTEMPT_ENDED: Final = "AttemptEnded"
+ATTEMPT_STARTED: Final = "AttemptStarted"
 #: A run's outputs folder listed with each file's sha256 (store.outputindex
 #: indexes its files by digest for ``jobsup which``).
 OUTPUTS_RECORDED: Final = "OutputsRecorded"
@@ -178,7 +184,9 @@ PROJECTED_TYPES: Final[frozenset[str]] = frozenset(
     }
 )
 #: Event types that change a run's facts (times, placement, usage: ``run_facts``).
-FACT_TYPES: Final[frozenset[str]] = frozenset({SUBMITTED, PHASE_CHANGED, ADMITTED, RESOURCE_USAGE, CONTAINER_TIMES})
+FACT_TYPES: Final[frozenset[str]] = frozenset(
+    {SUBMITTED, PHASE_CHANGED, ADMITTED, RESOURCE_USAGE, CONTAINER_TIMES, ATTEMPT_STARTED}
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -282,6 +290,9 @@ class RunStatus:
     labels: dict[str, str] = dataclasses.field(default_factory=dict)
     params: dict[str, str] = dataclasses.field(default_factory=dict)
     progress: dict[str, Any] | None = None
+    #: The attempt under way, or the last one (1 unless the run was retried:
+    #: its ``AttemptStarted`` events, supervisord.retry).
+    attempt: int = 1
 
     @property
     def terminal(self) -> bool:

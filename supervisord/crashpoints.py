@@ -54,6 +54,9 @@ POINTS: Final[tuple[str, ...]] = (
     "resources.freed",  # ResourcesFreed committed
     # the memory watchdog (usage sampler)
     "usage.over_limit_stopping",  # ResourceUsage with over_limit committed, the run signalled; its end not recorded
+    # retries (supervisord.retry): attempt ended -> backoff -> attempt started -> start
+    "retry.attempt_ended",  # AttemptEnded + PhaseChanged RUNNING Retrying committed; the backoff begins
+    "retry.attempt_started",  # AttemptStarted committed; the attempt's backend start not begun
     # cancel
     "cancel.requested",  # CancelRequested committed; the backend not asked to stop
     "cancel.stopped",  # the backend stopped the run; the outcome not recorded

@@ -17,6 +17,8 @@ import dataclasses
 from typing import Final
 
 from store.types import (
+    ATTEMPT_ENDED,
+    ATTEMPT_STARTED,
     CANCEL_REQUESTED,
     HANDLE_RECORDED,
     LOG_LINES,
@@ -32,6 +34,8 @@ from store.types import (
 
 __all__ = [
     "ADMITTED",
+    "ATTEMPT_ENDED",
+    "ATTEMPT_STARTED",
     "CANCEL_FAILED",
     "CANCEL_REQUESTED",
     "CATALOG",
@@ -416,6 +420,27 @@ RESUMED: Final = define(
         "paused_s": "*required* float: how long it was paused",
         "requested_by_uid": "int: the API peer's uid",
         "requested_by_pid": "int: the API peer's pid",
+    },
+)
+define(
+    ATTEMPT_ENDED,
+    writer="supervisor, when an attempt of a run with a retry policy failed in a way the policy retries and "
+    "retries are left (with PhaseChanged RUNNING reason Retrying; supervisord.retry)",
+    data={
+        "attempt": "*required* int: the attempt that ended, 1, 2, ...",
+        "reason": "*required* str | None: its reason (Lost, Evicted, OOMKilled, NonZeroExit...)",
+        "message": "str | None: its outcome's message",
+        "exit_code": "int | None: the command's exit code, when it has one",
+        "retry_in_s": "*required* float: seconds until the next attempt starts (the backoff)",
+        "last_line": "int: the run's last log line this attempt wrote (`logs --attempt N`)",
+    },
+)
+define(
+    ATTEMPT_STARTED,
+    writer="supervisor, when the backoff after an AttemptEnded is over, before the backend starts the attempt",
+    data={
+        "attempt": "*required* int: the attempt starting, 2, 3, ...",
+        "of": "int: the most attempts the policy allows",
     },
 )
 CONFIG_RELOADED: Final = define(

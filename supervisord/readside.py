@@ -26,11 +26,12 @@ import anyio
 from store import LOG_LINES, PHASE_CHANGED, EventStore, LogLine, RecordedEvent, RunStatus
 from store.eventstore import LogReplay
 from store.types import PHASES, TERMINAL_PHASES
-from supervisord.events import RUN_UPDATED
+from supervisord.events import ATTEMPT_ENDED, ATTEMPT_STARTED, RUN_UPDATED
 from supervisord.exceptions import AmbiguousRunError, RunNotFoundError, UsageError
 from supervisord.health import storage_json
 from supervisord.lifecycle import reached
 from supervisord.outputs.query import run_outputs, which
+from supervisord.retry import attempts_of
 from supervisord.runref import check_run_ref
 from supervisord.sweepread import expand_refs, resolve_sweep_id, sweep_document
 
@@ -150,13 +151,16 @@ class ReadSide:
     async def show(self, ref: str) -> dict[str, Any]:
         """``{"run": Run, "submitted": the Submitted event's data, "hooks":
         the run's hook outcome events (HookDelivered, HookFailed),
-        "updates": its RunUpdated events (``jobsup update``)}``."""
+        "updates": its RunUpdated events (``jobsup update``), "attempts": a
+        retried run's attempts (supervisord.retry.attempts_of; else [])}``."""
         run_id = await self.resolve(ref)
         run = await self.get(run_id)
         first = await self.store.read_all(0, limit=1, run_id=run_id)  # Submitted, not the whole stream
         hooks = await self.store.read_all(0, limit=1000, run_id=run_id, types=_HOOK_OUTCOMES)
         updates = await self.store.read_all(0, limit=1000, run_id=run_id, types=[RUN_UPDATED])
+        tried = await self.store.read_all(0, limit=1000, run_id=run_id, types=[ATTEMPT_ENDED, ATTEMPT_STARTED])
         return {
+            "attempts": attempts_of(tried, run.to_json()),
             "run": run.to_json(),
             "submitted": first[0].data if first else {},
             "hooks": [e.to_json() for e in hooks],
@@ -245,6 +249,12 @@ class ReadSide:
         return await sweep_document(self.store, ref, with_runs=with_runs)
 
     # -- logs ---------------------------------------------------------------------
+
+    async def attempts(self, run: RunStatus) -> list[dict[str, Any]]:
+        """A retried run's attempts (supervisord.retry.attempts_of; [] for
+        a run that never retried)."""
+        tried = await self.store.read_all(0, limit=1000, run_id=run.id, types=[ATTEMPT_ENDED, ATTEMPT_STARTED])
+        return attempts_of(tried, run.to_json())
 
     async def tail_line_no(self, run_id: str, n: int) -> int:
         """The number of the line before the run's last ``n`` lines."""

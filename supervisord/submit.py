@@ -26,6 +26,7 @@ from supervisord.envcheck import check_env
 from supervisord.exceptions import ConfigError, SourceError, TaskError
 from supervisord.links import check_against_snapshot, check_links_shape, resolve_links
 from supervisord.outputs import check_outputs_root, outputs_root
+from supervisord.retry import parse_retry
 from supervisord.scheduler.options import parse_scheduling
 from supervisord.secret import env_digest, redact
 from supervisord.shellenv import DEFAULT_ENV_FROM, check_shell_env, shell_env_digest
@@ -212,6 +213,25 @@ class Planner:
                 raise TaskError(
                     f"{flag}: only local runs take limits from jobsup; for Kubernetes set them in the manifest"
                 )
+        conf_retry = data.get("retry")
+        if backend == "slurm":
+            # Attempts of a Slurm run would share its remote run folder and
+            # exit-code file: not retried yet (a config policy does not apply).
+            if scheduling.get("retry") is not None:
+                raise TaskError(
+                    "--retry: Slurm runs are not retried by jobsup yet; "
+                    "Slurm's own `--requeue` can go in slurm.sbatch_args"
+                )
+            conf_retry = None
+        if isinstance(conf_retry, dict):
+            # The config's retry policy (user, project or task config layer):
+            # the policy when the task gives none, the reasons and backoff of
+            # a bare `--retry N` (supervisord.retry).
+            raw = task.get("retry")
+            if raw is None and conf_retry.get("attempts") is not None:
+                scheduling["retry"] = parse_retry(conf_retry, label="config `retry`")
+            elif isinstance(raw, int) and not isinstance(raw, bool):
+                scheduling["retry"] = parse_retry({**conf_retry, "attempts": raw}, label="--retry")
         context = (data.get("kubernetes") or {}).get("context") if backend == "kubernetes" else None
         cfg.check_allowed(effective, backend, context)
         if backend == "local":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime as dt
 import json
 import os
 import secrets
@@ -43,7 +44,14 @@ from store import (
 )
 from supervisord.backends.base import PAUSED, Backend, Pausable, RunSpec, paused_message
 from supervisord.crashpoints import crash_point
-from supervisord.events import CANCEL_FAILED, RESOURCE_USAGE, RESUMED, STORAGE_TROUBLE
+from supervisord.events import (
+    ATTEMPT_ENDED,
+    ATTEMPT_STARTED,
+    CANCEL_FAILED,
+    RESOURCE_USAGE,
+    RESUMED,
+    STORAGE_TROUBLE,
+)
 from supervisord.events import PAUSED as PAUSED_EVENT
 from supervisord.exceptions import (
     BackendError,
@@ -57,6 +65,7 @@ from supervisord.progress import LOG_PREFIX as PROGRESS_LOG_PREFIX
 from supervisord.progress import RateLimit, parse_progress
 from supervisord.progress import interval_of as progress_interval
 from supervisord.readside import resolve_run_id
+from supervisord.retry import RETRYING, RetryPolicy, policy_of
 from supervisord.scheduler.update import RUN_UPDATED, apply_updates
 from supervisord.source import SnapshotStore, disk_full, is_no_space
 from supervisord.sweep import param_env
@@ -93,6 +102,11 @@ MAX_LINES_PER_EVENT = 4000
 #: lost the append whenever another such event (several hooks answering one
 #: phase change) landed in the same commit batch as the retry.
 _AT_THE_END: Final = None
+
+
+def _epoch(at: str) -> float:
+    """Epoch seconds of an event's ``at`` (RFC 3339 UTC)."""
+    return dt.datetime.fromisoformat(at).timestamp()
 
 
 def _env_digests(submitted: Mapping[str, Any]) -> dict[str, str | None]:
@@ -158,6 +172,23 @@ class _RunState:
         # reattach: source -> pos, each answered once (_Reporter.log_position).
         self.resume_positions: dict[str, str] | None = None
         self.resume_asked: set[str] = set()
+        self._init_retry(status.attempt)
+
+    def _init_retry(self, attempt: int) -> None:
+        """The retry bookkeeping (supervisord.retry): the run's policy, the
+        attempt under way, the outcome held back from the record when an
+        attempt ended in a way the policy retries, and the backoff."""
+        self.policy: RetryPolicy | None = policy_of(self.spec.submitted)
+        self.attempt = attempt
+        self.retry_outcome: tuple[str | None, str | None, int | None] | None = None
+        # Seconds still to wait before the next attempt (set after an
+        # AttemptEnded, or at a restart during the backoff); None: no wait.
+        self.backoff_left: float | None = None
+        self.backoff_scope: anyio.CancelScope | None = None
+
+    def retries_left(self) -> bool:
+        """Whether the policy allows another attempt after the current one."""
+        return self.policy is not None and self.attempt <= self.policy.attempts
 
     @classmethod
     def queued(cls, spec: RunSpec) -> _RunState:
@@ -181,6 +212,7 @@ class _RunState:
         self.start_done = anyio.Event()
         self.resume_positions = None
         self.resume_asked = set()
+        self._init_retry(1)
         return self
 
 
@@ -272,6 +304,19 @@ class _Reporter:
             now = RunPhase(st.phase, st.reason, st.message, st.cancel_requested)
             if not decide(now, phase, reason=reason, message=message, by_cancel=_cancel, final=final).record:
                 return False
+            if (
+                phase == "ERROR"
+                and not _cancel
+                and not st.cancel_requested
+                and st.retries_left()
+                and st.policy is not None
+                and st.policy.retries(reason, exit_code)
+            ):
+                # An attempt the policy retries: not the run's outcome. The
+                # supervisor records AttemptEnded once supervise returns.
+                st.retry_outcome = (reason, message, exit_code)
+                log.info("attempt failed", run=st.spec.run_id, attempt=st.attempt, reason=reason)
+                return True
             data: dict[str, Any] = {"phase": phase, "reason": reason, "message": message}
             if exit_code is not None:
                 data["exit_code"] = exit_code
@@ -550,55 +595,151 @@ class Supervisor:
         return [st.spec.run_id for st in states], warnings
 
     async def _drive(self, state: _RunState, fresh: bool) -> None:
-        spec = state.spec
-        backend = self.backends[spec.backend]
+        """Supervise one run to its end: its start (``fresh``), its
+        supervision, and with a retry policy each next attempt (its
+        backoff, ``AttemptStarted``, a fresh start)."""
         reporter = _Reporter(self.store, state)
         try:
             with anyio.CancelScope() as scope:
                 state.scope = scope
-                try:
-                    handle: Mapping[str, Any] = state.handle
-                    if fresh:
-                        await state.unqueued.wait()
-                        if not state.admitted:
-                            return  # ended while queued
-                        spec = state.spec  # `jobsup update` may have changed it while queued
-                        async with state.lock:
-                            if state.cancel_requested:
-                                # Canceled between its admission and its start:
-                                # nothing was started; the cancel records the outcome.
-                                self._remove_pending(spec.run_id)
-                                return
-                            state.starting = True
-                        if state.extra_env:
-                            spec = state.spec = dataclasses.replace(spec, env={**spec.env, **state.extra_env})
-                        try:
-                            spec = state.spec = await with_after_outputs(self.store, spec)
-                            handle = await backend.start(spec, reporter)
-                        finally:
-                            state.starting = False
-                            state.start_done.set()
-                        crash_point("start.handle_recorded")
-                        self._remove_pending(spec.run_id)
-                        crash_point("start.pending_removed")
-                        # The env values were for the start only: keep none in memory.
-                        spec = state.spec = dataclasses.replace(spec, env={})
-                    await backend.supervise(spec, handle, reporter)
-                    if state.ingest_pending:  # resumed after a restart, and the backlog is now recorded
-                        await reporter.record(LOG_INGEST_DONE, {})
-                except BackendError as err:
-                    log.warning("backend error", run=spec.run_id, error=str(err))
-                    await reporter.phase("ERROR", reason=err.run_reason, message=str(err))
-                except Exception as err:  # recorded on the run and logged with its traceback
-                    log.exception("supervision failed", run=spec.run_id)
-                    await reporter.phase(
-                        "ERROR", reason="InternalError", message=f"jobsup failed supervising this run: {err!r}"
-                    )
+                while True:
+                    if state.backoff_left is not None:
+                        if not await self._next_attempt(state, reporter):
+                            return
+                        fresh = True
+                    await self._attempt(state, fresh, reporter)
+                    if state.retry_outcome is None:
+                        return
+                    await self._end_attempt(state, reporter)
+                    if state.backoff_left is None:
+                        return  # a cancel owns the outcome
         finally:
+            spec = state.spec
             state.done.set()
-            if state.phase in TERMINAL_PHASES and self._runs.get(spec.run_id) is state:
-                # A terminal run is only in the store now: nothing of it stays in memory.
-                del self._runs[spec.run_id]
+            if state.phase in TERMINAL_PHASES:
+                if state.policy is not None:
+                    self._remove_pending(spec.run_id)  # kept for the attempts: none is left
+                if self._runs.get(spec.run_id) is state:
+                    # A terminal run is only in the store now: nothing of it stays in memory.
+                    del self._runs[spec.run_id]
+
+    async def _attempt(self, state: _RunState, fresh: bool, reporter: _Reporter) -> None:
+        """One attempt: start it (``fresh``) and supervise it until the
+        backend reports its end. A failure the retry policy retries leaves
+        ``state.retry_outcome`` set (nothing terminal recorded)."""
+        spec = state.spec
+        backend = self.backends[spec.backend]
+        try:
+            handle: Mapping[str, Any] = state.handle
+            if fresh:
+                await state.unqueued.wait()
+                if not state.admitted:
+                    return  # ended while queued
+                spec = state.spec  # `jobsup update` may have changed it while queued
+                async with state.lock:
+                    if state.cancel_requested:
+                        # Canceled between its admission and its start:
+                        # nothing was started; the cancel records the outcome.
+                        self._remove_pending(spec.run_id)
+                        return
+                    state.starting = True
+                if state.attempt > 1:
+                    # The env values were dropped after the first start: the
+                    # pending file keeps them for the attempts (supervisord.retry).
+                    pending = self._read_pending(spec.run_id) or {}
+                    if not pending and spec.submitted.get("sweep_id"):
+                        pending = self._read_sweep_pending(spec.run_id, spec.submitted) or {}
+                    env = pending.get("env") if isinstance(pending.get("env"), dict) else {}
+                    spec = state.spec = dataclasses.replace(spec, env=dict(env or {}))
+                if state.extra_env:
+                    spec = state.spec = dataclasses.replace(spec, env={**spec.env, **state.extra_env})
+                try:
+                    spec = state.spec = await with_after_outputs(self.store, spec)
+                    handle = await backend.start(spec, reporter)
+                finally:
+                    state.starting = False
+                    state.start_done.set()
+                crash_point("start.handle_recorded")
+                if state.policy is None:
+                    self._remove_pending(spec.run_id)
+                crash_point("start.pending_removed")
+                # The env values were for the start only: keep none in memory.
+                spec = state.spec = dataclasses.replace(spec, env={})
+            await backend.supervise(spec, handle, reporter)
+            if state.ingest_pending:  # resumed after a restart, and the backlog is now recorded
+                await reporter.record(LOG_INGEST_DONE, {})
+        except BackendError as err:
+            log.warning("backend error", run=spec.run_id, error=str(err))
+            await reporter.phase("ERROR", reason=err.run_reason, message=str(err))
+        except Exception as err:  # recorded on the run and logged with its traceback
+            log.exception("supervision failed", run=spec.run_id)
+            await reporter.phase(
+                "ERROR", reason="InternalError", message=f"jobsup failed supervising this run: {err!r}"
+            )
+
+    async def _end_attempt(self, state: _RunState, reporter: _Reporter) -> None:
+        """After an attempt the policy retries: record ``AttemptEnded`` and
+        PhaseChanged RUNNING ``Retrying`` in one append, and set the backoff
+        (unless a cancel came meanwhile: it then owns the outcome)."""
+        assert state.retry_outcome is not None
+        assert state.policy is not None
+        reason, message, exit_code = state.retry_outcome
+        state.retry_outcome = None
+        n, total = state.attempt, state.policy.attempts + 1
+        delay = state.policy.delay_s(n)
+        status = await self.store.get_run(state.spec.run_id)
+        last_line = status.log_lines if status is not None else 0
+        why = f"{reason or 'failed'}{f' (exit code {exit_code})' if exit_code else ''}"
+        text = f"attempt {n} of {total} ended {why}; attempt {n + 1} starts in {delay:g}s"
+        ended = {
+            "attempt": n,
+            "reason": reason,
+            "message": message,
+            "exit_code": exit_code,
+            "retry_in_s": delay,
+            "last_line": last_line,
+        }
+        async with state.lock:
+            if state.cancel_requested or state.phase in TERMINAL_PHASES:
+                state.backoff_left = None
+                return
+            await reporter._append_locked(
+                [
+                    NewEvent(ATTEMPT_ENDED, ended),
+                    NewEvent(PHASE_CHANGED, {"phase": "RUNNING", "reason": RETRYING, "message": text}),
+                ]
+            )
+            state.phase, state.reason, state.message = "RUNNING", RETRYING, text
+            state.backoff_left = delay
+        log.info("retrying", run=state.spec.run_id, attempt=n, reason=reason, retry_in_s=delay)
+        crash_point("retry.attempt_ended")
+
+    async def _next_attempt(self, state: _RunState, reporter: _Reporter) -> bool:
+        """Wait out the backoff (a cancel cuts it short), then record
+        ``AttemptStarted`` and make the run's state that of the new attempt.
+        Returns False when a cancel came first (it records the outcome)."""
+        assert state.policy is not None
+        with anyio.CancelScope() as backoff:
+            state.backoff_scope = backoff
+            if state.backoff_left and not state.cancel_requested:
+                await anyio.sleep(state.backoff_left)
+        state.backoff_scope = None
+        async with state.lock:
+            if state.cancel_requested or state.phase in TERMINAL_PHASES:
+                state.backoff_left = None
+                state.outcome_seen.set()
+                return False
+            n = state.attempt + 1
+            await reporter._append_locked([NewEvent(ATTEMPT_STARTED, {"attempt": n, "of": state.policy.attempts + 1})])
+            state.attempt, state.backoff_left = n, None
+            state.handle = {}
+            state.outcome_seen = anyio.Event()
+            state.start_done = anyio.Event()
+            state.over_limit = None
+            state.progress = None
+            state.spec = dataclasses.replace(state.spec, attempt=n)
+        crash_point("retry.attempt_started")
+        return True
 
     # -- cancel --------------------------------------------------------------
 
@@ -702,6 +843,18 @@ class Supervisor:
             await barrier.wait()
         backend = self.backends[state.spec.backend]
         crash_point("cancel.requested")
+        if state.backoff_scope is not None:
+            # Between two attempts: nothing runs; the wait ends now and the
+            # run ends CANCELED at once (supervisord.retry).
+            state.backoff_scope.cancel()
+            with anyio.move_on_after(_CANCEL_DRAIN_S):
+                await state.done.wait()
+            await reporter.phase("CANCELED", reason="Canceled", message="canceled by request", _cancel=True)
+            if state.done.is_set() and state.phase in TERMINAL_PHASES:
+                self._remove_pending(run_id)
+                if self._runs.get(run_id) is state:
+                    del self._runs[run_id]
+            return
         try:
             stopped = dict(state.handle)
             await backend.cancel(state.spec, stopped)
@@ -771,6 +924,8 @@ class Supervisor:
             raise UsageError(f"run {run_id} is {status.phase}: only a RUNNING run can be {verb}")
         if state.cancel_requested:
             raise UsageError(f"run {run_id} is being canceled")
+        if state.reason == RETRYING or state.backoff_left is not None or state.starting:
+            raise UsageError(f"run {run_id} is between two attempts (Retrying): nothing runs to be {verb}")
         if (state.reason == PAUSED) == pause:
             return status
         result = await (backend.pause if pause else backend.resume)(state.spec, state.handle)
@@ -815,6 +970,8 @@ class Supervisor:
                 # Stopped by the memory watchdog before the restart: it still ends OOMKilled.
                 state.sampled, state.over_limit = await self._usage_marks(status.id)
             self._runs[status.id] = state
+            retry_fresh = await self._reattach_attempt(state, status) if state.policy is not None else None
+            spec = state.spec
             if spec.backend not in self.backends:
                 await _Reporter(self.store, state).phase(
                     "ERROR",
@@ -822,10 +979,10 @@ class Supervisor:
                     message=f"backend {spec.backend!r} is not configured on this daemon",
                 )
                 continue
-            fresh = await self._never_started(status, spec)
+            fresh = retry_fresh if retry_fresh is not None else await self._never_started(status, spec)
             if not fresh:
                 state.resume_positions = dict(positions.get(status.id) or {})
-            if not fresh and not status.handle:
+            if not fresh and not status.handle and state.policy is None:
                 # Started, its handle not recorded (a runner spawned just
                 # before a crash): its env values were for the start only.
                 # (remove_orphan_pending keeps the file of an admitted run
@@ -854,6 +1011,43 @@ class Supervisor:
             if len(page) < 1000:
                 return sampled, marked
             after = page[-1].seq
+
+    async def _reattach_attempt(self, state: _RunState, status: RunStatus) -> bool | None:
+        """At a restart, a run with a retry policy: where its attempts are.
+        During a backoff (its last attempt's ``AttemptEnded`` recorded), the
+        wait goes on for what is left of it, then the next attempt starts.
+        After an ``AttemptStarted`` with no handle recorded since, that
+        attempt starts now unless its backend finds a sign of it
+        (``never_started``; a backend without that probe follows it with an
+        empty handle): no attempt starts twice, none is lost. Returns
+        whether the current attempt is to be started (None: as for any run)."""
+        if status.attempt <= 1 and status.reason != RETRYING:
+            return None
+        events = await self.store.read_all(
+            0, limit=100_000, run_id=status.id, types=[ATTEMPT_ENDED, ATTEMPT_STARTED, HANDLE_RECORDED]
+        )
+        state.spec = dataclasses.replace(state.spec, attempt=status.attempt)
+        ended = [e for e in events if e.type == ATTEMPT_ENDED]
+        if ended and int(ended[-1].data.get("attempt") or 0) >= status.attempt:
+            last = ended[-1]
+            due = _epoch(last.at) + float(last.data.get("retry_in_s") or 0.0)
+            state.backoff_left = max(0.0, due - time.time())
+            return False
+        started = [e.seq for e in events if e.type == ATTEMPT_STARTED]
+        handles = [e.seq for e in events if e.type == HANDLE_RECORDED]
+        if started and (not handles or handles[-1] < started[-1]):
+            state.handle = {}
+            probe = getattr(self.backends.get(state.spec.backend), "never_started", None)
+            return probe is not None and bool(await probe(state.spec))
+        return False
+
+    def restore_admission_env(self, run_id: str, extra_env: Mapping[str, str]) -> None:
+        """After a restart: what the admission of a started run with a
+        retry policy adds to its environment (its GPUs' variables), for its
+        next attempts."""
+        state = self._runs.get(run_id)
+        if state is not None and state.policy is not None:
+            state.extra_env = dict(extra_env)
 
     async def _never_started(self, status: RunStatus, spec: RunSpec) -> bool:
         """Whether a non-terminal run found at restart was never handed to
@@ -1012,6 +1206,8 @@ class Supervisor:
             state = self._runs.get(run_id)
             if state is not None and not state.handle and not reached(state.phase, "STAGING"):
                 continue  # still to start: its values are in that file only
+            if state is not None and state.policy is not None and state.phase not in TERMINAL_PHASES:
+                continue  # a run with a retry policy: its next attempts start with them
             self._remove_pending(run_id)
             removed.append(run_id)
         unknown = set(removed) - set(await self.store.get_runs(removed))

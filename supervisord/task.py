@@ -23,6 +23,7 @@ an error naming the key and the file)::
     links: {data: ~/datasets/x} # local runs: symlinks in the snapshot (supervisord.links)
     memory: 16G                 # local runs: memory limit of the whole process tree
     cpus: 2                     # local runs: CPUs it needs (and may use)
+    retry: {attempts: 2, on: [Lost, OOMKilled, exit:75], backoff: 30s}   # supervisord.retry
 
 CLI flags override the file key by key (``--env`` adds to / replaces keys of
 ``env``).
@@ -76,9 +77,10 @@ _TASK_KEYS = {
     "links",
     "memory",
     "cpus",
+    "retry",
 }
 #: The scheduling keys of a task (their checks: supervisord.scheduler.options).
-SCHEDULING_KEYS = ("gpus", "queue", "priority", "after", "after_any", "after_failed", "memory", "cpus")
+SCHEDULING_KEYS = ("gpus", "queue", "priority", "after", "after_any", "after_failed", "memory", "cpus", "retry")
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -128,7 +130,13 @@ class Task:
         merged_env = dict(self.env)
         merged_env.update(env or {})
         merged_sched = dict(self.scheduling)
-        merged_sched.update({k: v for k, v in (scheduling or {}).items() if v is not None})
+        for key, value in (scheduling or {}).items():
+            if value is None:
+                continue
+            if key == "retry" and isinstance(value, int) and isinstance(merged_sched.get("retry"), Mapping):
+                # `--retry N` over a task's `retry:`: N retries, on its reasons, with its backoff
+                value = {**merged_sched["retry"], "attempts": value}
+            merged_sched[key] = value
         return dataclasses.replace(
             self,
             name=name if name is not None else self.name,
@@ -361,6 +369,8 @@ def _task_from_mapping(
             raise TaskError(f"{p}: `{key}` must be a number or text like 16G, got {value!r}")
         if value is not None:
             scheduling[key] = value
+    if doc.get("retry") is not None:  # checked by parse_scheduling below (supervisord.retry)
+        scheduling["retry"] = doc["retry"]
     for key in ("after", "after_any", "after_failed"):
         value = doc.get(key)
         if value is None:

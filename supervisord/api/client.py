@@ -282,18 +282,34 @@ class Client:
         return dict(self._call("POST", f"/runs/{ref}/cancel", timeout=120.0)["run"])
 
     def logs(
-        self, ref: str, *, follow: bool = False, tail: int | None = None, after_line: int = 0, format: str = "ndjson"
+        self,
+        ref: str,
+        *,
+        follow: bool = False,
+        tail: int | None = None,
+        after_line: int = 0,
+        format: str = "ndjson",
+        attempt: int | None = None,
     ) -> Iterator[dict[str, Any]]:
         """Stream ``GET /runs/{ref}/logs`` as ``format`` ``ndjson`` (line
         objects) or ``blocks`` (``{"first_line", "last_line", "text"}``),
-        with heartbeats and ``{"end": Run}`` when following."""
+        with heartbeats and ``{"end": Run}`` when following; ``attempt``:
+        only that attempt's lines (a retried run)."""
         params: dict[str, Any] = {"follow": "1" if follow else "0", "after_line": after_line, "format": format}
         if tail is not None:
             params["tail"] = tail
+        if attempt is not None:
+            params["attempt"] = attempt
         return self._stream(f"/runs/{ref}/logs", params)
 
     def logs_text(
-        self, ref: str, *, tail: int | None = None, after_line: int = 0, limit: int | None = None
+        self,
+        ref: str,
+        *,
+        tail: int | None = None,
+        after_line: int = 0,
+        limit: int | None = None,
+        attempt: int | None = None,
     ) -> Iterator[bytes]:
         """``GET /runs/{ref}/logs`` as plain text: the stored lines (UTF-8,
         each ending with a newline) in chunks as they arrive.
@@ -309,6 +325,8 @@ class Client:
             params["tail"] = tail
         if limit is not None:
             params["limit"] = limit
+        if attempt is not None:
+            params["attempt"] = attempt
         query = list(params.items())
         cursor: int | None = None  # the last whole line received, once the body started
         try:

@@ -9,7 +9,10 @@ Query parameters:
 * ``limit=N``: at most N lines (not with ``follow``);
 * ``follow=1``: go on with new lines until the run is terminal and its
   output backlog recorded (``log_ingest`` not ``"pending"``);
-* ``format``: ``text`` (default), ``ndjson`` or ``blocks``.
+* ``format``: ``text`` (default), ``ndjson`` or ``blocks``;
+* ``attempt=N``: only the lines attempt N of a retried run wrote
+  (supervisord.retry; ``tail`` then counts from that attempt's end, and
+  ``follow`` ends with it).
 
 ``text`` (``text/plain; charset=utf-8``): the lines, each ending with
 ``\\n``, copied from the stored blocks (no per-line work; replay runs at
@@ -19,7 +22,7 @@ knows its cursor. With ``follow`` the body ends when the run is terminal
 (no heartbeats: a client wanting them uses ``blocks``).
 
 ``ndjson`` (``application/x-ndjson``): one object per line,
-``{"line_no": N, "stream": "stdout"|"stderr", "at": RFC 3339, "text": T}``
+``{"line_no": N, "stream": "stdout"|"stderr", "at": RFC 3339, "attempt": N, "text": T}``
 (``at``: when the line was recorded); when following, ``{"heartbeat": seq}``
 while nothing comes and ``{"end": Run}`` last.
 
@@ -44,6 +47,7 @@ from store import LogLine, skip_offset
 from supervisord.api.query import INT_MAX, flag_param, int_param
 from supervisord.exceptions import UsageError
 from supervisord.readside import LogReplay, ReadSide
+from supervisord.retry import attempt_of_line
 
 __all__ = ["FORMATS", "logs_response"]
 
@@ -62,11 +66,11 @@ def _dumps(obj: Any) -> bytes:
     return (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
 
 
-def _line_json(line: LogLine, at: str) -> str:
+def _line_json(line: LogLine, at: str, attempt: int = 1) -> str:
     """One ``ndjson`` object and its newline, without a JSON encoder per line."""
     return (
         f'{{"line_no":{line.line_no:d},"stream":{_json_str(line.stream)},"at":{_json_str(at)},'
-        f'"text":{_json_str(line.text)}}}\n'
+        f'"attempt":{attempt:d},"text":{_json_str(line.text)}}}\n'
     )
 
 
@@ -84,8 +88,22 @@ async def logs_response(request: Request, reads: ReadSide) -> Response:
     limit = int_param(request.query_params, "limit")
     if limit is not None and follow:
         raise UsageError("query parameter limit cannot be combined with follow")
+    attempt = int_param(request.query_params, "attempt")
+    first_run = await reads.get(run_id)
+    tried = await reads.attempts(first_run) if attempt is not None or first_run.attempt > 1 else []
+    end_line: int | None = None  # the asked-for attempt's last line, once it ended
+    if attempt is not None:
+        if not 1 <= attempt <= max(1, len(tried)):
+            raise UsageError(f"--attempt {attempt}: run {run_id} has {max(1, len(tried))} attempt(s) so far")
+        if tried:
+            chosen = tried[attempt - 1]
+            after = max(after, int(chosen["first_line"]) - 1)
+            end_line = chosen["last_line"]
     if tail is not None:
-        after = max(after, await reads.tail_line_no(run_id, tail))
+        if end_line is not None:
+            after = max(after, end_line - tail)
+        else:
+            after = max(after, await reads.tail_line_no(run_id, tail))
     # Archived text is checked against its recorded digest before the reply
     # starts: a changed or deleted archive is an error, never partial text.
     # The whole reply then reads it through the descriptor checked here: an
@@ -93,6 +111,8 @@ async def logs_response(request: Request, reads: ReadSide) -> Response:
     replay: LogReplay = {}
     await reads.check_log_text(run_id, after, replay=replay)
     stop = INT_MAX if limit is None else after + limit
+    if end_line is not None:
+        stop, follow = min(stop, end_line), False
 
     async def text_pages(cursor: int) -> AsyncIterator[tuple[int, int, bytes]]:
         """``(first_line, last_line, text)`` of what is stored after ``cursor``, up to ``stop``."""
@@ -113,7 +133,14 @@ async def logs_response(request: Request, reads: ReadSide) -> Response:
             if not lines:
                 return
             ats = await reads.event_times({ln.seq for ln in lines})
-            yield cursor + 1, lines[-1].line_no, "".join(_line_json(ln, ats.get(ln.seq, "")) for ln in lines).encode()
+            yield (
+                cursor + 1,
+                lines[-1].line_no,
+                "".join(
+                    _line_json(ln, ats.get(ln.seq, ""), attempt_of_line(tried, ln.line_no) if tried else 1)
+                    for ln in lines
+                ).encode(),
+            )
             cursor = lines[-1].line_no
 
     pages = line_pages if fmt == "ndjson" else text_pages
@@ -124,6 +151,8 @@ async def logs_response(request: Request, reads: ReadSide) -> Response:
         while True:
             run = await reads.get(run_id)
             seq = run.last_seq
+            if fmt == "ndjson" and run.attempt > 1 and len(tried) < run.attempt:
+                tried[:] = await reads.attempts(run)  # a new attempt: its lines say so
             async for _first, last, text in pages(cursor):
                 cursor = last
                 if fmt == "blocks":

@@ -100,6 +100,12 @@ class RunSpec:
     jobsup_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Variables jobsup sets for a local job (no secrets): JOBSUP_SUBMIT_DIR,
     JOBSUP_REPO_DIR, JOBSUP_OUTPUT_DIR, JOBSUP_AFTER_OUTPUTS."""
+    attempt: int = 1
+    """Which attempt of the run this is (1, 2, ...: supervisord.retry). A
+    backend keeps what it creates for attempt N > 1 apart from the earlier
+    attempts' (the local backend: ``run_dir/a<N>`` and log sources
+    ``a<N>/...``; Kubernetes: Job ``<name>-a<N>``), so a retried run never
+    meets its previous attempt's objects, files or log positions."""
 
 
 @runtime_checkable

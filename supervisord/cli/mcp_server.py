@@ -69,7 +69,18 @@ LOGS_MAX_BYTES = 1024 * 1024
 TRIAGE_SCAN_LINES = 2000
 TRIAGE_ERROR_LINES = 20
 
-_SCHEDULING_FIELDS = ("queue", "priority", "gpus", "after", "after_any", "after_failed", "hold", "memory", "cpus")
+_SCHEDULING_FIELDS = (
+    "queue",
+    "priority",
+    "gpus",
+    "after",
+    "after_any",
+    "after_failed",
+    "hold",
+    "memory",
+    "cpus",
+    "retry",
+)
 
 
 class ToolError(Exception):
@@ -143,6 +154,23 @@ _SUBMIT_PROPS: dict[str, Any] = {
         "description": "start only if these runs ended ERROR (else it ends CANCELED DependencyFailed)",
     },
     "hold": {"type": "boolean", "description": "queue it held (released with `jobsup release`)"},
+    "retry": {
+        "anyOf": [
+            {"type": "integer", "minimum": 1, "maximum": 100},
+            {
+                "type": "object",
+                "required": ["attempts"],
+                "additionalProperties": False,
+                "properties": {
+                    "attempts": {"type": "integer", "minimum": 1, "maximum": 100},
+                    "on": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                    "backoff": {"type": "string"},
+                },
+            },
+        ],
+        "description": "retry up to N times on Lost, Evicted, Preempted, NodeFailure, OOMKilled (as `submit --retry N`), "
+        "or {attempts, on: [REASON | exit:CODE], backoff: '30s'} (as a task's `retry:`)",
+    },
     "on_done": {
         "type": "array",
         "items": {"type": "string", "minLength": 1},
@@ -254,7 +282,7 @@ def _tools() -> list[Tool]:
             "submit",
             "Submit a run of a task (a task file and/or a command, from a git repository) and return the run. "
             "Scheduling options: queue, priority, gpus, after, after_any, after_failed, hold; limits: memory, "
-            "cpus; on_done: a command run when it ends; labels. With `sweep` (and `max_parallel`): one run per "
+            "cpus; retry (a policy for failed attempts); on_done: a command run when it ends; labels. With `sweep` (and `max_parallel`): one run per "
             "combination, and the sweep (its id, grid, count) and its run ids are returned instead of a run.",
             _obj(_SUBMIT_PROPS),
             _wrap(
@@ -340,6 +368,11 @@ def _tools() -> list[Tool]:
                 {
                     "run": _RUN_REF,
                     "tail": {"type": "integer", "minimum": 1, "maximum": 100000},
+                    "attempt": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "description": "a retried run: only this attempt's lines",
+                    },
                     "from_line": {"type": "integer", "minimum": 1},
                     "from_byte": {"type": "integer", "minimum": 0, "default": 0},
                     "to_line": {"type": "integer", "minimum": 1},
@@ -841,10 +874,10 @@ class JobsupTools:
         return show_document(self._run("run", args["run"]))
 
     def _lines(
-        self, ref: str, *, tail: int | None = None, after_line: int = 0
+        self, ref: str, *, tail: int | None = None, after_line: int = 0, attempt: int | None = None
     ) -> Generator[dict[str, Any], None, None]:
         try:
-            for obj in self.client.logs(ref, follow=False, tail=tail, after_line=after_line):
+            for obj in self.client.logs(ref, follow=False, tail=tail, after_line=after_line, attempt=attempt):
                 if "line_no" in obj:
                     yield obj
         except (RunNotFoundError, AmbiguousRunError) as err:
@@ -865,7 +898,7 @@ class JobsupTools:
         cap = int(args.get("max_bytes") or LOGS_DEFAULT_BYTES)
         lines: list[dict[str, Any]] = []
         used, truncated, next_line, next_byte = 0, False, None, None
-        stream = self._lines(run["id"], tail=tail, after_line=(first - 1) if first else 0)
+        stream = self._lines(run["id"], tail=tail, after_line=(first - 1) if first else 0, attempt=args.get("attempt"))
         try:
             for obj in stream:
                 if last is not None and obj["line_no"] > last:
@@ -888,7 +921,10 @@ class JobsupTools:
                     next_line, next_byte = (obj["line_no"], end) if end < len(whole) else (obj["line_no"] + 1, None)
                     size = cap
                 used += size
-                lines.append({"line_no": obj["line_no"], "stream": obj["stream"], "text": text})
+                line = {"line_no": obj["line_no"], "stream": obj["stream"], "text": text}
+                if "attempt" in obj:
+                    line["attempt"] = obj["attempt"]
+                lines.append(line)
                 if next_line is not None:
                     break
         finally:

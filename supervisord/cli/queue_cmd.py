@@ -26,12 +26,12 @@ __all__ = ["hold", "queue", "release", "rerun", "scheduling_options", "take_sche
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_SCHED_PARAMS = ("gpus", "queue", "priority", "after", "after_any", "after_failed", "hold", "memory", "cpus")
+_SCHED_PARAMS = ("gpus", "queue", "priority", "after", "after_any", "after_failed", "hold", "memory", "cpus", "retry")
 
 
 def scheduling_options(fn: F) -> F:
     """Add ``--gpus N --queue Q --priority P --after RUN… --after-any RUN…
-    --after-failed RUN… --hold --memory SIZE --cpus N`` to a command (their values arrive in its ``**kwargs``; take
+    --after-failed RUN… --hold --memory SIZE --cpus N --retry N`` to a command (their values arrive in its ``**kwargs``; take
     them out with :func:`take_scheduling`)."""
     options = [
         click.option("--gpus", type=WholeNumber(min=0), help="Local runs: whole GPUs of this machine (default 0)."),
@@ -53,6 +53,13 @@ def scheduling_options(fn: F) -> F:
             "--memory", metavar="SIZE", help="Local runs: memory limit of the whole process tree (16G, 512M)."
         ),
         click.option("--cpus", metavar="N", help="Local runs: CPUs it needs (and may use), e.g. 2 or 0.5."),
+        click.option(
+            "--retry",
+            type=WholeNumber(1, 100),
+            metavar="N",
+            help="Retry up to N times (1..100) when an attempt fails with Lost, Evicted, Preempted, NodeFailure "
+            "or OOMKilled (task `retry:` picks the reasons and backoff).",
+        ),
     ]
     for option in reversed(options):
         fn = option(fn)

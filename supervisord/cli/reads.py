@@ -287,6 +287,11 @@ def show_document(doc: dict[str, Any]) -> dict[str, Any]:
     full.update({k: sub[k] for k in ("env_from", "shell_env", "links") if sub.get(k)})
     if sub.get("outputs_root"):
         full["outputs_dir"] = f"{sub['outputs_root']}/{sub.get('project')}/{doc['run']['id']}"
+    retry = (sub.get("scheduling") or {}).get("retry")
+    if retry:
+        full["retry"] = retry
+    if doc.get("attempts"):
+        full["attempts"] = doc["attempts"]
     if doc.get("hooks"):
         full["hooks"] = [{"type": e["type"], "seq": e["seq"], "at": e["at"], **e["data"]} for e in doc["hooks"]]
     return full
@@ -315,6 +320,7 @@ _SHOW_FIELDS = (
     "ended_at",
     "elapsed_s",
     "gpus",
+    "attempt",
 )
 
 
@@ -350,6 +356,20 @@ def show_command(client: Client, run: str, output: str) -> int:
         echo(f"{'max_rss:':<12} {_size(usage.get('max_rss_bytes'))}")
         if gmem:
             echo(f"{'gpu_memory:':<12} " + ", ".join(f"GPU {k} {_size(v)} max" for k, v in sorted(gmem.items())))
+    retry = full.get("retry")
+    if retry:
+        on = ", ".join(retry.get("on") or [])
+        echo(
+            f"{'retry:':<12} up to {retry.get('attempts')} time(s) on {on}, backoff {retry.get('backoff_s')}s doubling"
+        )
+    for a in full.get("attempts") or []:
+        outcome = a.get("reason") or ("running" if a.get("ended_at") is None else "completed")
+        if a.get("exit_code") is not None:
+            outcome += f" (exit code {a['exit_code']})"
+        lines = f"lines {a.get('first_line')}-{a['last_line'] if a.get('last_line') is not None else ''}"
+        echo(
+            f"{'attempt:':<12} {a['attempt']} started {a.get('started_at') or '-'} ended {a.get('ended_at') or '-'}: {outcome}; {lines}"
+        )
     for h in full.get("hooks") or []:
         result = (
             h.get("error")
@@ -461,7 +481,9 @@ def tail_start(client: Client, ref: str, tail: int | None) -> int:
     return max(0, recorded - tail)
 
 
-def follow_logs(client: Client, ref: str, *, tail: int | None = None, output: str = "text") -> dict[str, Any]:
+def follow_logs(
+    client: Client, ref: str, *, tail: int | None = None, output: str = "text", attempt: int | None = None
+) -> dict[str, Any]:
     """Print run ``ref``'s log lines (the last ``tail`` first, when given)
     and then its new ones as they are recorded, until the run has ended and
     its output is recorded; ``output`` ``text`` (the lines) or ``json`` (one
@@ -486,7 +508,7 @@ def follow_logs(client: Client, ref: str, *, tail: int | None = None, output: st
     fmt = "ndjson" if output == "json" else "blocks"
 
     def open_stream() -> Iterator[dict[str, Any]]:
-        stream = client.logs(ref, follow=True, after_line=cursor["after"], format=fmt)
+        stream = client.logs(ref, follow=True, after_line=cursor["after"], format=fmt, attempt=attempt)
         for obj in stream:
             yield obj
             if "end" in obj:
@@ -514,18 +536,21 @@ def follow_logs(client: Client, ref: str, *, tail: int | None = None, output: st
     return end
 
 
-def logs_command(client: Client, run: str, *, follow: bool, tail: int | None, output: str) -> int:
+def logs_command(
+    client: Client, run: str, *, follow: bool, tail: int | None, output: str, attempt: int | None = None
+) -> int:
     """``jobsup logs RUN``: the run's stored lines (the last ``tail`` when
     given; ``output`` ``text``: the daemon's plain-text bytes copied to
     stdout as they arrive, ``json``: one object per line), then with
     ``follow`` the new ones until the run ends (:func:`follow_logs`).
     Raises JobsupError: RunNotFoundError, AmbiguousRunError, a StorageError
-    when the run's archived text is missing, altered or deleted."""
+    when the run's archived text is missing, altered or deleted.
+    ``attempt``: only the lines of that attempt of a retried run."""
     if follow:
-        follow_logs(client, run, tail=tail, output=output)
+        follow_logs(client, run, tail=tail, output=output, attempt=attempt)
         return 0
     if output == "json":
-        for obj in client.logs(run, follow=False, tail=tail):
+        for obj in client.logs(run, follow=False, tail=tail, attempt=attempt):
             if "line_no" in obj:
                 emit_json_line(obj, flush=False)
         with writing():
@@ -533,7 +558,7 @@ def logs_command(client: Client, run: str, *, follow: bool, tail: int | None, ou
         return 0
     # Plain text: the daemon's bytes go to stdout as they come, in the
     # large pieces the socket gives (no per-line work).
-    for chunk in client.logs_text(run, tail=tail):
+    for chunk in client.logs_text(run, tail=tail, attempt=attempt):
         write_stdout_bytes(chunk)
     return 0
 

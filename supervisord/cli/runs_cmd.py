@@ -195,11 +195,14 @@ def show(run: str, output: str) -> None:
 @click.argument("run")
 @click.option("-f", "--follow", is_flag=True, help="Keep following new lines until the run ends.")
 @click.option("--tail", type=WholeNumber(min=0), help="Start with the last N lines.")
+@click.option(
+    "--attempt", type=WholeNumber(min=1), help="A retried run: only the lines of attempt N (default: every attempt's)."
+)
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def logs(run: str, follow: bool, tail: int | None, output: str) -> None:
+def logs(run: str, follow: bool, tail: int | None, attempt: int | None, output: str) -> None:
     """Replay the run's stored log lines, then follow live ones with -f."""
     check_run_refs([run])
-    logs_command(connected_client(), run, follow=follow, tail=tail, output=output)
+    logs_command(connected_client(), run, follow=follow, tail=tail, output=output, attempt=attempt)
 
 
 @click.command("wait")

@@ -152,7 +152,8 @@ _KUBERNETES_PER_CONTEXT: dict[str, Any] = {
 #: The longest hook timeout or retry window: a week (seconds).
 _HOOK_MAX_S = 7 * 86400
 _HOOK_SECONDS: dict[str, Any] = {"type": "number", "exclusiveMinimum": 0, "maximum": _HOOK_MAX_S}
-_PHASE: dict[str, Any] = {"type": "string", "pattern": "^(?i:" + "|".join(PHASES) + ")$"}
+# A hook's `when`: a phase, or `Retrying` (an attempt of a retried run failed: supervisord.retry).
+_PHASE: dict[str, Any] = {"type": "string", "pattern": "^(?i:" + "|".join((*PHASES, "Retrying")) + ")$"}
 _GLOBS: dict[str, Any] = {"anyOf": [_STR, {"type": "array", "minItems": 1, "items": _STR}]}
 
 #: One hook (README, "Hooks"; supervisord.hooks.config): exactly one of
@@ -258,6 +259,16 @@ CONFIG_SCHEMA: dict[str, Any] = {
                 "qos": _STR,
                 "sbatch_args": {"type": "array", "items": _STR},
                 "remote_dir": _STR,
+            },
+        },
+        # A run's retry policy when neither --retry nor the task's `retry:` gives one (supervisord.retry).
+        "retry": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "attempts": {"type": "integer", "minimum": 1, "maximum": 100},
+                "on": {"type": "array", "items": _STR, "minItems": 1},
+                "backoff": {"anyOf": [{"type": "number", "minimum": 0}, _STR]},
             },
         },
         "allowed_backends": {

@@ -11,7 +11,7 @@ config loader and the Kubernetes manifest loader both build on them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import yaml
 import yaml.constructor
@@ -110,12 +110,29 @@ ConfigLoader.yaml_implicit_resolvers = {
 }
 
 
+#: The mappings whose plain ``on`` key is the word "on" (YAML 1.1 reads it as
+#: true): the one under a ``retry`` key (``retry: {attempts: 2, on: [Lost]}``,
+#: supervisord.retry). A hook's bare ``on:`` stays an error with its hint.
+_ON_IS_A_WORD_UNDER: Final = frozenset({"retry"})
+
+
 def _construct_mapping(loader: ConfigLoader, node: yaml.nodes.MappingNode) -> dict[Any, Any]:
     seen: set[str] = set()
-    for key_node, _ in node.value:
+    words: set[int] = loader.__dict__.setdefault("_on_is_a_word", set())
+    for key_node, value_node in node.value:
         if key_node.tag == "tag:yaml.org,2002:merge":
             continue
         key = loader.construct_object(key_node, deep=True)
+        if (
+            key is True
+            and id(node) in words
+            and isinstance(key_node, yaml.ScalarNode)
+            and not key_node.style
+            and key_node.value == "on"
+        ):
+            key = "on"
+        if key in _ON_IS_A_WORD_UNDER and isinstance(value_node, yaml.MappingNode):
+            words.add(id(value_node))
         if not isinstance(key, str):
             raise yaml.constructor.ConstructorError(
                 None,
@@ -132,7 +149,10 @@ def _construct_mapping(loader: ConfigLoader, node: yaml.nodes.MappingNode) -> di
             raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
         seen.add(key)
     loader.flatten_mapping(node)
-    return dict(loader.construct_pairs(node, deep=True))
+    pairs = loader.construct_pairs(node, deep=True)
+    if id(node) in words:
+        pairs = [("on" if k is True else k, v) for k, v in pairs]
+    return dict(pairs)
 
 
 ConfigLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)

@@ -44,6 +44,7 @@ from urllib.parse import urlsplit
 from store.types import PHASES, TERMINAL_PHASES
 from supervisord.config.layer import Layer
 from supervisord.exceptions import ConfigError, TaskError
+from supervisord.retry import RETRYING
 
 __all__ = [
     "DEFAULT_COMMAND_TIMEOUT_S",
@@ -145,7 +146,7 @@ class HookSpec:
         return {
             "name": self.name,
             "kind": self.kind,
-            "when": [p for p in PHASES if p in self.when],
+            "when": [p for p in (*PHASES, RETRYING) if p in self.when],
             "match": {k: list(v) for k, v in self.match.items()},
             "target": list(self.command)
             if self.command is not None
@@ -256,12 +257,15 @@ def _one_hook(raw: Any, at: str, source: str, errors: list[str], env: Mapping[st
     when: frozenset[str] = TERMINAL_PHASES
     if when_raw is not None:
         items = when_raw if isinstance(when_raw, list) else [when_raw]
-        bad = [v for v in items if not isinstance(v, str) or v.upper() not in PHASES]
+        bad = [v for v in items if not isinstance(v, str) or (v.upper() not in PHASES and v.upper() != "RETRYING")]
         if not items or bad:
             got = ", ".join(_show(v) for v in bad) if bad else "an empty list"
-            errors.append(f"{at}.when: must be a list of phases ({', '.join(PHASES)}), got {got}")
+            errors.append(
+                f"{at}.when: must be a list of phases ({', '.join(PHASES)}), got {got}"
+                " (or Retrying: a retried run's failed attempt)"
+            )
         else:
-            when = frozenset(str(v).upper() for v in items)
+            when = frozenset(RETRYING if str(v).upper() == "RETRYING" else str(v).upper() for v in items)
     match: dict[str, tuple[str, ...]] = {}
     match_raw = raw.get("match")
     if match_raw is not None:

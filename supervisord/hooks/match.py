@@ -9,14 +9,22 @@ from typing import Any
 
 from store.types import PHASE_CHANGED, RecordedEvent
 from supervisord.hooks.config import HookSpec
+from supervisord.retry import RETRYING
 
 __all__ = ["is_candidate", "matches"]
 
 
 def is_candidate(hook: HookSpec, event: RecordedEvent) -> bool:
     """Whether ``event`` is a ``PhaseChanged`` to one of ``hook.when``: the
-    events worth looking up the run for."""
-    return event.type == PHASE_CHANGED and event.data.get("phase") in hook.when
+    events worth looking up the run for. The ``Retrying`` of a retried
+    run's failed attempt (RUNNING, reason Retrying: supervisord.retry) is
+    only for hooks whose ``when`` names ``Retrying``: the others see the
+    final outcome alone."""
+    if event.type != PHASE_CHANGED:
+        return False
+    if event.data.get("reason") == RETRYING:
+        return RETRYING in hook.when
+    return event.data.get("phase") in hook.when
 
 
 def matches(hook: HookSpec, event: RecordedEvent, run: Mapping[str, Any]) -> bool:

@@ -294,6 +294,10 @@ class RunGate(Protocol):
     def resume_admitted(self, run_id: str, extra_env: Mapping[str, str]) -> None:
         """After a restart: let a run whose admission is recorded start."""
 
+    def restore_admission_env(self, run_id: str, extra_env: Mapping[str, str]) -> None:
+        """After a restart: what a started run's admission adds to its
+        environment (its GPUs' variables), for its next attempts (supervisord.retry)."""
+
     async def set_pending(self, run_id: str, reason: str, message: str) -> bool:
         """Record why a queued run waits; whether an event was recorded."""
 
@@ -415,10 +419,11 @@ class Scheduler:
             if admitted is not None:
                 self._admitted(run, admitted.at, admitted.data)
                 state = self.supervisor.run_state(run.run_id)
+                env = self._env_for(run, [self._gpus[u] for u in run.gpus if u in self._gpus])
                 if state is not None and not state[1]:
-                    self.supervisor.resume_admitted(
-                        run.run_id, self._env_for(run, [self._gpus[u] for u in run.gpus if u in self._gpus])
-                    )
+                    self.supervisor.resume_admitted(run.run_id, env)
+                elif state is not None:  # started: a retried run's next attempts get them again
+                    self.supervisor.restore_admission_env(run.run_id, env)
             else:
                 await self._watch_deps(run)
         await self._load_lingering()

@@ -6,7 +6,8 @@ checked and normalised into the ``scheduling`` mapping of the Submitted event.
     {"gpus": int >= 0, "queue": str, "priority": -1000..1000,
      "after": [run id], "after_any": [run id], "hold": bool,
      "after_failed": [run id],                (only when given)
-     "memory_bytes": int, "cpus": float}      (the last two only when given)
+     "memory_bytes": int, "cpus": float,      (the last three only when given)
+     "retry": {"attempts", "on", "backoff_s"}}  (supervisord.retry)
 
 The ids are full run ids once the daemon resolved them
 (:meth:`supervisord.scheduler.driver.Scheduler.prepare`).
@@ -19,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from supervisord.exceptions import TaskError
+from supervisord.retry import parse_retry
 from supervisord.runref import is_run_ref, normalize_run_ref
 from supervisord.sweep import is_sweep_ref
 from supervisord.usage.limits import parse_cpus, parse_memory
@@ -66,13 +68,14 @@ def parse_scheduling(
 ) -> dict[str, Any]:
     """The ``scheduling`` mapping from a submit request's ``task`` object
     (keys ``gpus``, ``queue``, ``priority``, ``after``, ``after_any``,
-    ``memory`` (``16G``), ``cpus``; each may be absent or null) and the
+    ``memory`` (``16G``), ``cpus``, ``retry`` (``--retry N`` or a ``retry:``
+    mapping, supervisord.retry); each may be absent or null) and the
     ``--hold`` flag. Dependency refs are
     lower-cased and de-duplicated but not resolved. Raises TaskError naming
     the flag, or ``names[key]`` when given (a task file and its key)."""
     label = {
         k: (names or {}).get(k, "--" + k.replace("_", "-"))
-        for k in ("gpus", "queue", "priority", "after", "after_any", "after_failed")
+        for k in ("gpus", "queue", "priority", "after", "after_any", "after_failed", "retry")
     }
     gpus = 0 if task.get("gpus") is None else _int(task.get("gpus"), label["gpus"])
     if gpus < 0:
@@ -115,6 +118,8 @@ def parse_scheduling(
         out["memory_bytes"] = parse_memory(task.get("memory"))
     if task.get("cpus") is not None:
         out["cpus"] = parse_cpus(task.get("cpus"))
+    if task.get("retry") is not None:  # only when given, as the limits
+        out["retry"] = parse_retry(task.get("retry"), label=label["retry"])
     return out
 
 
@@ -134,4 +139,6 @@ def scheduling_of(submitted: Mapping[str, Any]) -> dict[str, Any]:
         # the limits only when the run has them (as parse_scheduling records them)
         **({"memory_bytes": int(sched["memory_bytes"])} if sched.get("memory_bytes") else {}),
         **({"cpus": float(sched["cpus"])} if sched.get("cpus") else {}),
+        # and its retry policy (supervisord.retry), which `rerun` keeps
+        **({"retry": dict(sched["retry"])} if isinstance(sched.get("retry"), Mapping) else {}),
     }

@@ -407,6 +407,7 @@ async def run_page(request: Request, page: _Page) -> Response:
     except (LogArchiveError, LogTextDeletedError) as err:  # retention: shown, never silently empty
         lines, log_error = [], str(err)
     last_line = lines[-1].line_no if lines else after
+    attempts = await reads.attempts(run)  # a retried run's (supervisord.retry)
     return _render(
         request, "run.html", page, run=run, submitted=submitted, lines=lines, total_lines=total,
         first_line=after + 1, last_line=last_line, live=before_line is None, has_logs=await reads.has_logs(run_id),
@@ -414,7 +415,8 @@ async def run_page(request: Request, page: _Page) -> Response:
         timeline=await _timeline(reads, run), after_seq=run.last_seq,
         config_yaml=_pretty(submitted.get("config")),
         handle_json=_pretty(run.handle), env_names=sorted(submitted.get("env") or {}),
-        outputs=await reads.outputs(run_id),
+        outputs=await reads.outputs(run_id), attempts=attempts,
+        attempt_starts={a["first_line"]: a["attempt"] for a in attempts if a["attempt"] > 1},
     )  # fmt: skip
 
 

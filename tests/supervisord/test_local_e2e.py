@@ -224,7 +224,7 @@ def test_logs_tail_and_follow(js: JobsupEnv, repo: Path) -> None:
     as_json = [json.loads(l) for l in js.cli("logs", run_id, "--tail", "1", "-o", "json").stdout.splitlines()]
     # -o json: each line's stream and time (when it was recorded)
     assert as_json[0]["at"].endswith("Z")
-    assert as_json == [{"line_no": 51, "stream": "stdout", "at": as_json[0]["at"], "text": "late"}]
+    assert as_json == [{"line_no": 51, "stream": "stdout", "at": as_json[0]["at"], "attempt": 1, "text": "late"}]
 
 
 def test_events_follow_sees_new_events(js: JobsupEnv, repo: Path) -> None:

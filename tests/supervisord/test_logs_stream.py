@@ -49,7 +49,11 @@ def test_replay_keeps_every_line_whole(js: JobsupEnv, tmp_path: Path) -> None:
     at = objs[0]["at"]
     assert at.endswith("Z")
     assert framed[:-1] == [
-        json.dumps({"line_no": i, "stream": "stdout", "at": at, "text": t}, ensure_ascii=False, separators=(",", ":"))
+        json.dumps(
+            {"line_no": i, "stream": "stdout", "at": at, "attempt": 1, "text": t},
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
         for i, t in enumerate(texts, 1)
     ]
     # the default is plain text: the lines as they were written

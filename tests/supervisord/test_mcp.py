@@ -562,3 +562,24 @@ async def test_control_tools_hold_update_release_pause_resume_rerun(js: JobsupEn
         assert again["rerun_of"] == run["id"] and again["dependents"] == []
         done = await call(s, "wait", {"runs": [again["run"]["id"]], "timeout_s": 60})
         assert done["outcome"] == "met" and done["exit_code"] == 0
+
+
+async def test_submit_takes_a_retry_policy_and_show_and_logs_give_the_attempts(js: JobsupEnv, repo: Path) -> None:
+    mark = js.root / "mcp-retry-mark"
+    command = f"if [ -e {mark} ]; then echo second; else touch {mark}; echo first; exit 9; fi"
+    async with mcp(js, repo) as s:
+        policy = {"attempts": 1, "on": ["exit:9"], "backoff": "0s"}
+        out = await call(s, "submit", {"command": command, "name": "mcp-retry", "force": True, "retry": policy})
+        run_id = out["run"]["id"]
+        await call(s, "wait", {"runs": [run_id], "timeout_s": 60})
+        run = await call(s, "show", {"run": run_id})
+        assert (run["phase"], run["attempt"]) == ("COMPLETED", 2), run
+        assert run["retry"] == {"attempts": 1, "on": ["exit:9"], "backoff_s": 0.0}
+        assert [(a["attempt"], a["exit_code"]) for a in run["attempts"]] == [(1, 9), (2, 0)]
+        schemas.validate("run-detail", run)
+        second = await call(s, "logs", {"run": run_id, "attempt": 2})
+        assert [(x["text"], x["attempt"]) for x in second["lines"]] == [("second", 2)]
+        before = _events_count(js)
+        msg = await call_error(s, "submit", {"command": "true", "retry": {"attempts": 2, "on": ["Bogus"]}})
+        assert "'Bogus' is not a failure reason" in msg, msg
+        assert _events_count(js) == before

@@ -51,6 +51,7 @@ from supervisord.backends.kubernetes.runstate import (
     RunSettings,
     RunState,
     StartCanceled,
+    attempt_env_secret,
     env_digests,
     reason_of,
     render_spec,
@@ -128,6 +129,7 @@ class Launcher:
         ns = settings.namespace
         labels = run_labels(run_id=spec.run_id, project=spec.project, name=spec.name)
         secret = env_secret(spec.run_id, ns, labels, spec.env)
+        secret["metadata"]["name"] = attempt_env_secret(spec)  # a retry's own (supervisord.retry)
         planned = [ObjectRef.of(secret)] + [ObjectRef.of(o) for o in rendered.objects]
         handle: dict[str, Any] = {
             "context": cluster.context,

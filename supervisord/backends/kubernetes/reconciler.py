@@ -36,7 +36,6 @@ from supervisord.backends.kubernetes.client.watches import RunView, job_pods
 from supervisord.backends.kubernetes.connections import Connections
 from supervisord.backends.kubernetes.launch import Launcher
 from supervisord.backends.kubernetes.logs import ContainerState, LogFollower
-from supervisord.backends.kubernetes.manifest.inject import env_secret_name
 from supervisord.backends.kubernetes.phase import (
     Observation,
     container_status,
@@ -52,6 +51,7 @@ from supervisord.backends.kubernetes.runstate import (
     RunSettings,
     RunState,
     StartCanceled,
+    attempt_env_secret,
     reason_of,
     wall_to_monotonic,
 )
@@ -422,7 +422,7 @@ class RunReconciler:
         aux = [
             r
             for r in refs
-            if not (r.kind == "Job" and r.name == self.job_name) and r.name != env_secret_name(self.spec.run_id)
+            if not (r.kind == "Job" and r.name == self.job_name) and r.name != attempt_env_secret(self.spec)
         ]
         if not aux:
             return

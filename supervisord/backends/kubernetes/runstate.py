@@ -81,14 +81,33 @@ class RunSettings:
         )
 
 
+def attempt_name(name: str, attempt: int, *, limit: int = 63) -> str:
+    """``name`` for attempt ``attempt`` of a retried run (supervisord.retry):
+    ``name`` itself for the first, ``<name>-a<N>`` after (the name cut to
+    keep within ``limit`` characters: a Job's name is a label value)."""
+    if attempt <= 1:
+        return name
+    suffix = f"-a{attempt}"
+    return name[: limit - len(suffix)].rstrip("-.") + suffix
+
+
+def attempt_env_secret(spec: RunSpec) -> str:
+    """The name of the run's env Secret for ``spec.attempt``
+    (``jobsup-env-<run>``, ``jobsup-env-<run>-a<N>`` for a retry: the
+    first attempt's stays with its Job)."""
+    return attempt_name(env_secret_name(spec.run_id), spec.attempt, limit=253)
+
+
 async def render_spec(spec: RunSpec, settings: RunSettings, *, limiter: anyio.CapacityLimiter) -> RenderedRun:
     """Render the run's objects from the manifest at the recorded commit
-    (git runs in a worker thread under ``limiter``). Raises ManifestError,
-    ConfigError, SourceError."""
+    (git runs in a worker thread under ``limiter``). For attempt N > 1 of a
+    retried run the primary Job is ``<name>-a<N>`` and its env Secret
+    :func:`attempt_env_secret` (the earlier attempts' objects keep their
+    names). Raises ManifestError, ConfigError, SourceError."""
     text = await anyio.to_thread.run_sync(
         load_manifest_at_commit, Path(spec.repo), spec.commit, settings.manifest_path, limiter=limiter
     )
-    return render_run(
+    rendered = render_run(
         text,
         run_id=spec.run_id,
         project=spec.project,
@@ -99,8 +118,12 @@ async def render_spec(spec: RunSpec, settings: RunSettings, *, limiter: anyio.Ca
         staging_timeout_s=max(DEFAULT_STAGING_TIMEOUT_S, settings.pod_ready_timeout_s + 60),
         kube_config=settings.kube,
         manifest_path=settings.manifest_path,
-        env_secret=env_secret_name(spec.run_id),
+        env_secret=attempt_env_secret(spec),
     )
+    if spec.attempt > 1:
+        meta = rendered.primary_job["metadata"]
+        meta["name"] = attempt_name(str(meta["name"]), spec.attempt)
+    return rendered
 
 
 def env_digests(spec: RunSpec) -> dict[str, str | None]:

@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -36,7 +37,7 @@ from supervisord.procenv import pids_with_env
 from supervisord.progress import PROGRESS_FILE, ProgressFile, interval_of
 from supervisord.usage.scope import scope_argv
 
-__all__ = ["LocalBackend", "make_outputs_dir", "run_processes"]
+__all__ = ["LocalBackend", "attempt_dir", "make_outputs_dir", "run_processes"]
 
 log = structlog.get_logger("jobsup.local")
 
@@ -131,17 +132,18 @@ class LocalBackend:
         """Start the detached runner and record its handle
         ``{"runner_pid", "runner_start", "run_dir"}``. Raises BackendError."""
         shell, grace = self._settings(spec)
-        spec.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        status_path = _status_path(spec.run_dir)
+        run_dir = attempt_dir(spec)
+        run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        status_path = _status_path(run_dir)
         if spec.outputs_dir is not None:
             await anyio.to_thread.run_sync(make_outputs_dir, spec.outputs_dir, limiter=self._limiter)
-        key = _run_key(spec.run_dir).hex()
+        key = _run_key(run_dir).hex()
         # The launch lock, taken before the runner exists and handed down to
         # it: held for as long as any process of this launch (the launcher,
         # the runner) lives, so a restarted daemon that finds no handle can
         # tell a runner it never started from one whose handle it did not
         # record (see never_started).
-        lock_fd = _take_launch_lock(spec.run_dir)
+        lock_fd = _take_launch_lock(run_dir)
         try:
             crash_point("start.locked")
             payload = json.dumps(
@@ -169,7 +171,7 @@ class LocalBackend:
                 # path; -S: no site packages): the runner needs only the standard
                 # library, and each one stays small (see the runner's docstring).
                 return subprocess.run(
-                    [*_runner_module.command(), str(spec.run_dir)],
+                    [*_runner_module.command(), str(run_dir)],
                     input=payload,
                     capture_output=True,
                     start_new_session=True,
@@ -191,9 +193,9 @@ class LocalBackend:
         handle = {
             "runner_pid": info["pid"],
             "runner_start": info["start"],
-            "run_dir": str(spec.run_dir),
+            "run_dir": str(run_dir),
             "status": str(status_path),
-            "output": str(spec.run_dir / OUTPUT_DATA),
+            "output": str(run_dir / OUTPUT_DATA),
         }
         await reporter.handle(handle)
         return handle
@@ -206,10 +208,12 @@ class LocalBackend:
         its environment. Checked in that order: once the lock is free
         nothing can start a runner of this run but this daemon."""
 
+        run_dir = attempt_dir(spec)
+
         def check() -> bool:
-            if _launch_lock_held(spec.run_dir):
+            if _launch_lock_held(run_dir):
                 return False
-            if self._read_status(spec.run_dir) or (spec.run_dir / "status.json").exists():
+            if self._read_status(run_dir) or (run_dir / "status.json").exists():
                 return False
             return not run_processes(spec.run_id)
 
@@ -256,7 +260,7 @@ class LocalBackend:
     async def supervise(self, spec: RunSpec, handle: Mapping[str, Any], reporter: RunReporter) -> None:
         """Tail the output files into log events and report phases until the
         runner writes its final status (or is found gone: ERROR ``Lost``)."""
-        run_dir = Path(str(handle.get("run_dir") or spec.run_dir))
+        run_dir = Path(str(handle.get("run_dir") or attempt_dir(spec)))
         if "runner_pid" not in handle:
             # The daemon died between starting the runner and recording its
             # handle: the runner writes its identity into its status file.
@@ -275,7 +279,9 @@ class LocalBackend:
         cap = _LogCap(
             max_bytes=int(local.get("max_log_bytes") or 0) or None, keep_files=bool(local.get("keep_log_files"))
         )
-        tailers = await _open_output(run_dir, handle, reporter, count_recorded=cap.max_bytes is not None)
+        tailers = await _open_output(
+            run_dir, handle, reporter, count_recorded=cap.max_bytes is not None, prefix=_source_prefix(run_dir)
+        )
         tailers.cap = cap
         delay = _POLL_MIN_S
         drained_at = 0.0  # time.monotonic() of the last drain
@@ -457,7 +463,7 @@ class LocalBackend:
         """SIGTERM the runner (it stops the whole group: SIGTERM, grace,
         SIGKILL) and return once the runner and every process of the group
         are gone. Idempotent."""
-        run_dir = Path(str(handle.get("run_dir") or spec.run_dir))
+        run_dir = Path(str(handle.get("run_dir") or attempt_dir(spec)))
         _, grace = self._settings(spec)
         if self._runner_alive(handle):
             with contextlib.suppress(ProcessLookupError):
@@ -496,7 +502,7 @@ class LocalBackend:
     async def _signal_runner(
         self, spec: RunSpec, handle: Mapping[str, Any], sig: int, *, paused: bool
     ) -> dict[str, Any]:
-        run_dir = Path(str(handle.get("run_dir") or spec.run_dir))
+        run_dir = Path(str(handle.get("run_dir") or attempt_dir(spec)))
         signed = "status" in handle
         status = self._read_status(run_dir, signed)
         if status.get("state") != "running" or not self._runner_alive(handle):
@@ -639,7 +645,7 @@ class _LegacyOutput(_Output):
 
 
 async def _open_output(
-    run_dir: Path, handle: Mapping[str, Any], reporter: RunReporter, *, count_recorded: bool
+    run_dir: Path, handle: Mapping[str, Any], reporter: RunReporter, *, count_recorded: bool, prefix: str = ""
 ) -> _Output:
     """The reader of a run's output, resuming after what is recorded: the
     output record (``output.log``/``output.idx``), or for a run started by
@@ -652,9 +658,9 @@ async def _open_output(
         return _LegacyOutput(run_dir, legacy)
     positions: dict[str, int | None] = {}
     for stream in _STREAMS:
-        pos = await reporter.log_position(record_source(stream))
+        pos = await reporter.log_position(prefix + record_source(stream))
         positions[stream] = int(pos) if pos else None
-    return _Output(run_dir, positions, count_recorded=count_recorded)
+    return _Output(run_dir, positions, count_recorded=count_recorded, source_prefix=prefix)
 
 
 async def _record_progress(reporter: RunReporter, data: Mapping[str, Any] | None) -> None:
@@ -691,9 +697,34 @@ def _file_size(path: Path) -> int:
 _KEY_FILE = "key"
 
 
+_ATTEMPT_DIR = re.compile(r"^a([0-9]+)$")
+
+
+def attempt_dir(spec: RunSpec) -> Path:
+    """The folder of the run's current attempt: ``spec.run_dir`` for the
+    first, ``spec.run_dir/a<N>`` for attempt N > 1 (supervisord.retry): its
+    own snapshot, output record and status, none of the earlier attempt's."""
+    return spec.run_dir if spec.attempt <= 1 else spec.run_dir / f"a{spec.attempt}"
+
+
+def _source_prefix(run_dir: Path) -> str:
+    """``a<N>/`` for an attempt's folder (its log sources are its own: the
+    positions start again at 0), else ``""``."""
+    return f"{run_dir.name}/" if _ATTEMPT_DIR.match(run_dir.name) else ""
+
+
+def _status_place(run_dir: Path) -> tuple[Path, str]:
+    """The status folder (``<runs dir>/.status``) and the name of ``run_dir``
+    in it: the run id, or ``<run id>.a<N>`` for an attempt's folder."""
+    if _ATTEMPT_DIR.match(run_dir.name):
+        return run_dir.parent.parent / ".status", f"{run_dir.parent.name}.{run_dir.name}"
+    return run_dir.parent / ".status", run_dir.name
+
+
 def _launch_lock_path(run_dir: Path) -> Path:
     """The run's launch lock: ``<runs dir>/.status/<run id>.lock`` (next to its status)."""
-    return run_dir.parent / ".status" / f"{run_dir.name}.lock"
+    folder, name = _status_place(run_dir)
+    return folder / f"{name}.lock"
 
 
 def _take_launch_lock(run_dir: Path) -> int:
@@ -735,7 +766,8 @@ def _status_path(run_dir: Path) -> Path:
     """Where the runner of ``run_dir`` keeps its status: ``<runs dir>/.status/<run id>``,
     outside the job's working tree (``RUN_DIR/repo``), so nothing the job
     does in or around its own folder reaches it."""
-    return run_dir.parent / ".status" / run_dir.name
+    folder, name = _status_place(run_dir)
+    return folder / name
 
 
 def _run_key(run_dir: Path) -> bytes:
@@ -743,7 +775,7 @@ def _run_key(run_dir: Path) -> bytes:
     backend's key (``<runs dir>/.status/key``, 32 random bytes, mode 0600,
     created on first use). The runner gets it on stdin; a status without a
     valid MAC under it is not taken (see the runner's threat model)."""
-    folder = run_dir.parent / ".status"
+    folder, name = _status_place(run_dir)
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = folder / _KEY_FILE
     try:
@@ -758,7 +790,7 @@ def _run_key(run_dir: Path) -> bytes:
             f.write(master)
             f.flush()
             os.fsync(f.fileno())
-    return hmac.new(master, run_dir.name.encode(), hashlib.sha256).digest()
+    return hmac.new(master, name.encode(), hashlib.sha256).digest()
 
 
 class _StatusFile:

@@ -233,7 +233,16 @@ class RecordTailer:
     the index; only ``local.max_log_bytes`` needs it).
     """
 
-    def __init__(self, run_dir: Path, positions: dict[str, int | None], *, count_recorded: bool = False) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        positions: dict[str, int | None],
+        *,
+        count_recorded: bool = False,
+        source_prefix: str = "",
+    ) -> None:
+        #: Put before every source name (``a2/``: a retried run's attempt 2, supervisord.retry).
+        self.source_prefix = source_prefix
         self.path = run_dir / OUTPUT_DATA
         self.index_path = run_dir / OUTPUT_INDEX
         self._positions = positions
@@ -399,7 +408,7 @@ class RecordTailer:
             for stream, (data, spans) in sorted(st.pending.items(), key=lambda kv: _real(kv[1][1], len(kv[1][0]))):
                 lines, _ = split_lines(data, 0, True)
                 pairs = [(str(_real(spans, int(p))), text) for p, text in lines]
-                out.append((LogBlock.from_pairs(stream, record_source(stream), pairs), len(data)))
+                out.append((LogBlock.from_pairs(stream, self.source_prefix + record_source(stream), pairs), len(data)))
                 st.recorded += len(data)
             st.pending = {}
         st.offset = consumed_to
@@ -422,7 +431,7 @@ class RecordTailer:
         held, spans = st.pending.pop(stream, (b"", ()))
         joined = held + piece if held else piece
         vbase = at - len(held)
-        source = record_source(stream)
+        source = self.source_prefix + record_source(stream)
         consumed = 0
         while True:  # a clean prefix, then (rarely) the pieces of an overlong line after it
             block, took = split_block(

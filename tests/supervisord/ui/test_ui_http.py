@@ -345,3 +345,24 @@ def test_the_sweep_stream_sends_changed_rows_and_resumes_from_a_seq(js: JobsupEn
         assert client.get("/sweeps/sffffffffff/stream").status_code == 404
     finally:
         client.close()
+
+
+def test_a_retried_runs_page_lists_its_attempts_and_separates_their_lines(
+    js: JobsupEnv, repo: Path, tmp_path: Path
+) -> None:
+    mark = tmp_path / "tried"
+    (repo / "task.yaml").write_text(
+        f"run: if [ -e {mark} ]; then echo second; else touch {mark}; echo first; exit 9; fi\n"
+        "retry: {attempts: 1, on: ['exit:9'], backoff: 0s}\n"
+    )
+    run_id = js.submit(repo, "task.yaml")
+    assert js.cli("wait", run_id, "--timeout", "60s", check=False).returncode == 0
+    client = _login(page_url(js))
+    try:
+        page = client.get(f"/runs/{run_id}").text
+    finally:
+        client.close()
+    assert 'id="attempts"' in page and "NonZeroExit (exit code 9)" in page
+    assert re.findall(r'<li data-attempt="(\d)">', page) == ["1", "2"]
+    log = page.split('id="log">', 1)[1].split("</pre>", 1)[0]
+    assert log.index("first") < log.index('data-attempt="2"') < log.index("second")

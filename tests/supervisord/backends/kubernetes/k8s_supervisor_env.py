@@ -63,6 +63,7 @@ class K8sEnv:
         env: Mapping[str, str] | None = None,
         timeout_s: int = 600,
         name: str = "t",
+        retry: Mapping[str, Any] | None = None,
     ) -> str:
         """Commit ``files``, then submit ``command`` with the manifest at
         repository path ``manifest``; returns the run id."""
@@ -80,6 +81,9 @@ class K8sEnv:
             "env": env_digest(dict(env or {}), DIGEST_KEY),
             "manifest": manifest,
         }
+        if retry is not None:  # a retry policy (supervisord.retry)
+            submitted["scheduling"] = {"gpus": 0, "queue": "default", "priority": 0, "after": [], "after_any": [],
+                                       "hold": False, "retry": dict(retry)}  # fmt: skip
         return (await self.supervisor.submit(submitted, env=env, force=True)).id
 
     async def wait_until(self, run_id: str, pred: Callable[[RunStatus], bool], timeout_s: float = 60) -> RunStatus:
