@@ -193,6 +193,46 @@ class EventLog(StoreCore):
             after_seq, limit, None if run_id is None else frozenset({run_id}), _frozen(types, "types")
         )
 
+    async def read_recent(
+        self,
+        before_seq: int | None = None,
+        limit: int = 100,
+        run_id: str | None = None,
+        types: Collection[str] | None = None,
+        exclude_types: Collection[str] | None = None,
+    ) -> list[RecordedEvent]:
+        """One page of the global log read backwards: up to ``limit`` events
+        with seq < ``before_seq`` (None: the newest), optionally only of
+        ``run_id``, only of ``types`` and none of ``exclude_types``, newest
+        first. Page on with ``before_seq = page[-1].seq``. Raises ValueError
+        for ``limit`` <= 0."""
+        if limit <= 0:
+            raise ValueError(f"limit must be > 0, got {limit!r}")
+        only, without = _frozen(types, "types"), _frozen(exclude_types, "exclude_types")
+        where: list[str] = []
+        params: list[Any] = []
+        if before_seq is not None:
+            where.append("seq < ?")
+            params.append(before_seq)
+        order = "seq DESC"
+        if run_id is not None:
+            where.append("run_id = ?")
+            params.append(run_id)
+            order = "version DESC"  # the same order within a run, along the (run_id, version) index
+        if only is not None:
+            if not only:
+                return []
+            where.append(f"type IN ({_placeholders(len(only))})")
+            params.extend(sorted(only))
+        if without:
+            where.append(f"type NOT IN ({_placeholders(len(without))})")
+            params.extend(sorted(without))
+        clause = f"WHERE {' AND '.join(where)} " if where else ""
+        rows = await self._read(
+            f"SELECT {_EVENT_COLUMNS} FROM events {clause}ORDER BY {order} LIMIT ?", (*params, limit)
+        )
+        return [_event_from_row(r) for r in rows]
+
     async def _query_events(
         self, after_seq: int, limit: int, run_ids: frozenset[str] | None, types: frozenset[str] | None
     ) -> list[RecordedEvent]:

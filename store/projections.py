@@ -51,6 +51,7 @@ from store.schema import PROJECTION_DDL, PROJECTION_TABLES
 from store.types import (
     ADMITTED,
     ATTEMPT_STARTED,
+    CONTAINER_TIMES,
     FACT_TYPES,
     HANDLE_RECORDED,
     INITIAL_PHASE,
@@ -403,6 +404,13 @@ def fold_facts(facts: dict[str, Any], e: RecordedEvent) -> dict[str, Any]:
             out["started_at"] = e.at
         elif phase in TERMINAL_PHASES and "ended_at" not in out:
             out["ended_at"] = e.at
+    elif e.type == CONTAINER_TIMES:
+        started, finished = data.get("started_at"), data.get("finished_at")
+        if isinstance(started, str) and started and not out.get("started_from_container"):
+            out["started_at"] = started
+            out["started_from_container"] = True
+        if isinstance(finished, str) and finished:
+            out["ended_at"] = finished
     elif e.type == ATTEMPT_STARTED:
         attempt = data.get("attempt")
         if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt > int(out.get("attempt") or 1):

@@ -71,6 +71,11 @@ Event types and their ``data`` (all keys optional unless marked *required*):
     down). ``Submitted`` ``scheduling`` gives ``queue``, ``priority`` and
     ``after`` (``after`` and ``after_any`` ids); the first PhaseChanged to
     RUNNING sets ``started_at``, the first terminal one ``ended_at``.
+``ContainerTimes`` (a backend that knows when the run's process really ran: Kubernetes)
+    ``started_at`` / ``finished_at`` (RFC 3339, each optional) from the
+    script container's state: the first ``started_at`` replaces the one
+    from the RUNNING event (when jobsup saw it), the last ``finished_at``
+    the one from the terminal event.
 Any other type (jobsup's are cataloged in ``supervisord.events``)
     Recorded in the log and bump the run's ``updated_at``/``last_seq``/
     ``version``, but change no other projected column.
@@ -89,6 +94,7 @@ __all__ = [
     "ATTEMPT_ENDED",
     "ATTEMPT_STARTED",
     "CANCEL_REQUESTED",
+    "CONTAINER_TIMES",
     "FACT_TYPES",
     "HANDLE_RECORDED",
     "INITIAL_PHASE",
@@ -147,6 +153,8 @@ LOGS_ARCHIVED: Final = "LogsArchived"
 LOGS_DELETED: Final = "LogsDeleted"
 ADMITTED: Final = "Admitted"
 RESOURCE_USAGE: Final = "ResourceUsage"
+#: When the run's script container really started/finished (a backend that can tell: Kubernetes).
+CONTAINER_TIMES: Final = "ContainerTimes"
 #: A run's progress report (its data becomes the run's ``progress``: store.runmeta).
 PROGRESS: Final = "Progress"
 #: A sweep's grid, on the sweep's own stream (the sweep id), before its runs' Submitted.
@@ -172,10 +180,13 @@ PROJECTED_TYPES: Final[frozenset[str]] = frozenset(
         LOGS_DELETED,
         ADMITTED,
         RESOURCE_USAGE,
+        CONTAINER_TIMES,
     }
 )
 #: Event types that change a run's facts (times, placement, usage: ``run_facts``).
-FACT_TYPES: Final[frozenset[str]] = frozenset({SUBMITTED, PHASE_CHANGED, ADMITTED, RESOURCE_USAGE, ATTEMPT_STARTED})
+FACT_TYPES: Final[frozenset[str]] = frozenset(
+    {SUBMITTED, PHASE_CHANGED, ADMITTED, RESOURCE_USAGE, CONTAINER_TIMES, ATTEMPT_STARTED}
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -332,14 +332,18 @@ class Commands:
         return RunResult(await self.supervisor.resume(run_id, requested_by=peer))
 
     async def hold(self, run_id: str) -> RunResult:
-        """Hold a queued run. Raises UsageError when it is not queued."""
-        await self._need_scheduler("hold").hold(run_id)
-        return RunResult(await self.supervisor.get(run_id))
+        """Hold a queued run (one already held: a warning says so, nothing
+        recorded). Raises UsageError when it is not queued."""
+        changed = await self._need_scheduler("hold").hold(run_id)
+        notes = [] if changed else [f"run {run_id} was already held"]
+        return RunResult(await self.supervisor.get(run_id), notes)
 
     async def release(self, run_id: str) -> RunResult:
-        """Release a held run. Raises UsageError when it is not queued."""
-        await self._need_scheduler("release").release(run_id)
-        return RunResult(await self.supervisor.get(run_id))
+        """Release a held run (one that is not held: a warning says so,
+        nothing recorded). Raises UsageError when it is not queued."""
+        changed = await self._need_scheduler("release").release(run_id)
+        notes = [] if changed else [f"run {run_id} was not held: nothing to release"]
+        return RunResult(await self.supervisor.get(run_id), notes)
 
     async def update(self, refs: Sequence[str], changes: Mapping[str, Any]) -> RunsResult:
         """``jobsup update``: change queued runs (``changes``: the request's

@@ -52,6 +52,8 @@ POINTS: Final[tuple[str, ...]] = (
     "final.lines_recorded",  # the last lines are recorded; the terminal phase is not
     "terminal.recorded",  # the terminal PhaseChanged committed; the GPUs not freed
     "resources.freed",  # ResourcesFreed committed
+    # the memory watchdog (usage sampler)
+    "usage.over_limit_stopping",  # ResourceUsage with over_limit committed, the run signalled; its end not recorded
     # retries (supervisord.retry): attempt ended -> backoff -> attempt started -> start
     "retry.attempt_ended",  # AttemptEnded + PhaseChanged RUNNING Retrying committed; the backoff begins
     "retry.attempt_started",  # AttemptStarted committed; the attempt's backend start not begun

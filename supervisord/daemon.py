@@ -70,6 +70,7 @@ from supervisord.ui import UiServer
 from supervisord.ui.actions import CommandActions
 from supervisord.ui.server import check_ui_settings
 from supervisord.usage.sampler import usage_sampler
+from supervisord.usage.scope import probe as probe_scopes
 
 __all__ = ["STOP_GRACE_S", "Daemon", "run_daemon", "sd_notify"]
 
@@ -272,7 +273,20 @@ class Daemon:
                 planner = Planner(self.daemon_layer, supervisor.snapshots, digest_key)
                 reattached = await supervisor.reattach_all()
                 await supervisor.remove_orphan_pending()
-                sampler = usage_sampler(store, supervisor, daemon_config, gpus)
+                # Limits in systemd scopes when a user manager answers, else the sampler.
+                found = await anyio.to_thread.run_sync(probe_scopes)
+                local_backend = backends.get("local")
+                if isinstance(local_backend, LocalBackend):
+                    local_backend.systemd_run = found.systemd_run
+                log.info("limits enforcement", enforcement=found.enforcement, detail=found.detail)
+                sampler = usage_sampler(
+                    store,
+                    supervisor,
+                    daemon_config,
+                    gpus,
+                    enforcement=found.enforcement,
+                    enforcement_detail=found.detail,
+                )
                 settings = with_capacity(scheduler_settings, daemon_config, enforcement=sampler.enforcement)
                 scheduler = Scheduler(store, supervisor, gpus, settings)
                 scheduler.gpu_notes = sampler.foreign_gpu_notes

@@ -32,7 +32,7 @@ stays a string and the TypedDicts' ``__required_keys__`` come out empty.)
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, Final, Generic, NotRequired, Required, TypedDict, TypeVar
+from typing import Any, Final, Generic, Literal, NotRequired, Required, TypedDict, TypeVar
 
 from store.types import PROJECTED_TYPES, NewEvent
 
@@ -45,6 +45,7 @@ __all__ = [
     "CATALOG",
     "CLEANUP_FAILED",
     "CONFIG_RELOADED",
+    "CONTAINER_TIMES",
     "HANDLE_RECORDED",
     "HELD",
     "HOLD_RELEASED",
@@ -80,6 +81,7 @@ __all__ = [
     "CancelRequestedData",
     "CleanupFailedData",
     "ConfigReloadedData",
+    "ContainerTimesData",
     "Event",
     "EventType",
     "HandleRecordedData",
@@ -450,6 +452,27 @@ LEADER_POD_CHANGED: Final = define(
 )
 
 
+class ContainerTimesData(TypedDict, total=False):
+    """When the run's script container started and finished, from the pod's containerStatuses (Kubernetes): the run's started_at and ended_at come from them."""
+
+    #: the pod
+    pod: Required[str]
+    #: the script container
+    container: Required[str]
+    #: state.running/terminated.startedAt (RFC 3339)
+    started_at: str
+    #: state.terminated.finishedAt (RFC 3339)
+    finished_at: str
+
+
+CONTAINER_TIMES: Final = define(
+    "ContainerTimes",
+    ContainerTimesData,
+    writer="kubernetes backend: when the run's script container started (once) and finished (before the terminal"
+    " phase), from the pod's containerStatuses",
+)
+
+
 class CleanupFailedData(TypedDict, total=False):
     """Deleting the run's Kubernetes objects after it ended, or rolling back a failed start, failed or ran out of time; the message names what may remain (cleanup pending)."""
 
@@ -711,6 +734,10 @@ class ResourceUsageData(TypedDict, total=False):
     final: bool
     #: its --memory, when it has one
     memory_limit_bytes: int
+    #: sampler | runner: runner -- what the local runner reaped used, at the end of a run the sampler never saw
+    source: Literal["sampler", "runner"]
+    #: the tree passed its --memory and the daemon is stopping the run (recorded before any signal)
+    over_limit: str
 
 
 RESOURCE_USAGE: Final = define(
@@ -744,7 +771,7 @@ class RunUpdatedData(TypedDict, total=False):
 
     #: key -> the values before, of the keys that changed
     old: Required[dict[str, Any]]
-    #: key -> the values after; keys among priority, gpus, queue, timeout_s
+    #: key -> the values after; keys among priority, gpus, queue, timeout_s, memory_bytes, cpus
     new: Required[dict[str, Any]]
 
 

@@ -198,6 +198,21 @@ class ReadSide:
         """Recorded events with seq > ``after`` (of ``run_id``, of ``types``), oldest first."""
         return await self.store.read_all(after, limit=limit, run_id=run_id, types=list(types) if types else None)
 
+    async def recent_events(
+        self,
+        *,
+        before: int | None = None,
+        limit: int = 100,
+        run_id: str | None = None,
+        types: Sequence[str] | None = None,
+        exclude_types: Sequence[str] | None = None,
+    ) -> list[RecordedEvent]:
+        """Recorded events with seq < ``before`` (None: the newest), of
+        ``run_id``, of ``types``, none of ``exclude_types``: newest first."""
+        return await self.store.read_recent(
+            before, limit=limit, run_id=run_id, types=list(types) if types else None, exclude_types=exclude_types
+        )
+
     async def wait_for_events(
         self,
         after: int,

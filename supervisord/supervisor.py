@@ -46,6 +46,7 @@ from supervisord.events import (
     LOG_LINES,
     PHASE_CHANGED,
     PROGRESS,
+    RESOURCE_USAGE,
     RESUMED,
     RUN_UPDATED,
     STORAGE_TROUBLE,
@@ -57,6 +58,7 @@ from supervisord.events import (
     PausedData,
     PhaseChangedData,
     ProgressData,
+    ResourceUsageData,
     RunUpdatedData,
     StorageTroubleData,
     SubmittedData,
@@ -169,6 +171,9 @@ class _RunState:
         # Set by the usage sampler when it stops the run for passing its
         # memory limit: the run's outcome is then ERROR OOMKilled with it.
         self.over_limit: str | None = None
+        # The usage sampler recorded a ResourceUsage of this run (its own
+        # final one follows the end): the runner's figures are then not recorded.
+        self.sampled = False
         # Progress reports read from its log lines (Kubernetes: supervisord.progress).
         self.progress: RateLimit | None = None
         # A start in flight (the backend's ``start`` has not returned): a
@@ -213,6 +218,7 @@ class _RunState:
         self.outcome_seen = anyio.Event()
         self.ingest_pending = False
         self.over_limit = None
+        self.sampled = False
         self.progress = None
         self.starting = False
         self.start_done = anyio.Event()
@@ -349,6 +355,12 @@ class _Reporter:
             self._state.handle = dict(handle)
 
     async def record(self, event: Event) -> None:
+        if event.type == RESOURCE_USAGE:
+            if event.data.get("source") == "runner":
+                if self._state.sampled:
+                    return  # the sampler saw this run: its final record (the summed tree) follows the end
+            else:
+                self._state.sampled = True  # before the append: a runner record racing it is dropped
         async with self._state.lock:
             await self._append_locked([event])
             if event.type in (LOG_INGEST_PENDING, LOG_INGEST_DONE):
@@ -972,6 +984,9 @@ class Supervisor:
             config = pending.get("config") if isinstance(pending.get("config"), dict) else None
             spec = self._spec(status.id, submitted, env=env or {}, config=config)
             state = _RunState(spec, status)
+            if spec.backend == "local" and status.phase == "RUNNING":
+                # Stopped by the memory watchdog before the restart: it still ends OOMKilled.
+                state.sampled, state.over_limit = await self._usage_marks(status.id)
             self._runs[status.id] = state
             retry_fresh = await self._reattach_attempt(state, status) if state.policy is not None else None
             spec = state.spec
@@ -998,6 +1013,22 @@ class Supervisor:
         if runs:
             log.info("reattached", runs=len(runs))
         return len(runs)
+
+    async def _usage_marks(self, run_id: str) -> tuple[bool, str | None]:
+        """Whether the usage sampler recorded a ``ResourceUsage`` of
+        ``run_id``, and the message of the last one that marks it stopped
+        for its memory (``over_limit``; None when none does)."""
+        sampled, marked = False, None
+        after = 0
+        while True:
+            page = await self.store.read_all(after, limit=1000, run_id=run_id, types=[RESOURCE_USAGE])
+            for e in page:
+                sampled = sampled or e.data.get("source") != "runner"
+                if isinstance(e.data.get("over_limit"), str):
+                    marked = str(e.data["over_limit"])
+            if len(page) < 1000:
+                return sampled, marked
+            after = page[-1].seq
 
     async def _reattach_attempt(self, state: _RunState, status: RunStatus) -> bool | None:
         """At a restart, a run with a retry policy: where its attempts are.
@@ -1369,15 +1400,26 @@ class Supervisor:
             out.append(LocalRunView(rid, dict(st.handle), st.spec.submitted, int(grace or 10)))
         return out
 
-    def mark_over_limit(self, run_id: str, message: str) -> bool:
-        """The usage sampler is stopping ``run_id`` for passing its memory
-        limit: its terminal outcome will be ERROR ``OOMKilled`` with
-        ``message``. Returns False when the run is not supervised here, or a
-        cancel already owns its outcome."""
+    async def mark_over_limit(self, run_id: str, message: str, usage: Mapping[str, Any]) -> bool:
+        """The usage sampler is about to stop ``run_id`` for passing its
+        memory limit: record it first (a ``ResourceUsage`` event, ``usage``
+        with ``over_limit: message``), so that its terminal outcome is ERROR
+        ``OOMKilled`` with ``message`` even when the daemon restarts between
+        the kill and the end (:meth:`reattach_all` reads it back). Returns
+        False, recording nothing, when the run is not supervised here, has
+        ended, or a cancel already owns its outcome. Raises what the append
+        raises (the caller then stops nothing this time)."""
         st = self._runs.get(run_id)
         if st is None or st.cancel_requested or st.phase in TERMINAL_PHASES:
             return False
-        st.over_limit = message
+        async with st.lock:
+            if st.cancel_requested or st.phase in TERMINAL_PHASES:
+                return False
+            st.sampled = True
+            await _Reporter(self.store, st)._append_locked(
+                [RESOURCE_USAGE(cast(ResourceUsageData, {**usage, "over_limit": message}))]
+            )
+            st.over_limit = message
         return True
 
     def supervised(self) -> int:

@@ -398,11 +398,19 @@ class Client:
 
     def hold(self, ref: str) -> dict[str, Any]:
         """``POST /runs/{ref}/hold``: the run after the hold."""
-        return dict(self._call("POST", f"/runs/{ref}/hold")["run"])
+        return dict(self.hold_or_release("hold", ref)["run"])
 
     def release(self, ref: str) -> dict[str, Any]:
         """``POST /runs/{ref}/release``: the run after the release."""
-        return dict(self._call("POST", f"/runs/{ref}/release")["run"])
+        return dict(self.hold_or_release("release", ref)["run"])
+
+    def hold_or_release(self, action: str, ref: str) -> dict[str, Any]:
+        """``POST /runs/{ref}/hold`` or ``/release`` (``action``): ``{"run":
+        the run after it, "warnings": [str]}``, the warnings only when
+        nothing changed (already held / not held)."""
+        if action not in ("hold", "release"):
+            raise ValueError(f"action must be hold or release, got {action!r}")
+        return dict(self._call("POST", f"/runs/{ref}/{action}"))
 
     def queue_set(self, name: str, max_parallel: int | None, *, from_config: bool = False) -> dict[str, Any]:
         """``POST /queues/{name}``: ``{"queue": its row of the queue view, "new": bool}``."""

@@ -31,8 +31,8 @@ Endpoints::
     GET  /v1/doctor                       {"checks": [{"name", "ok", "detail"}]}
     GET  /v1/queue                        {"waiting": [...], "gpus": [...], "queues": [...], "reservation", "notes"}  (scheduler_routes)
     GET  /v1/top                          {"at", "interval_s", "runs": [...], "gpus": [...], "notes": [...]}  (usage_routes)
-    POST /v1/runs/{ref}/hold              {"run": Run}
-    POST /v1/runs/{ref}/release           {"run": Run}
+    POST /v1/runs/{ref}/hold              {"run": Run, "warnings"?: [str] (already held)}
+    POST /v1/runs/{ref}/release           {"run": Run, "warnings"?: [str] (was not held)}
     POST /v1/queues/{name}                {"max_parallel": int | null, "from_config"?: bool}
                                           -> {"queue": {name, max_parallel, source, running, waiting}, "new": bool}
     POST /v1/update                       {"runs": [ref], "priority"?, "gpus"?, "queue"?, "timeout"?}

@@ -1,5 +1,5 @@
 """Control while it runs: ``update`` (a queued run's priority, GPUs, queue,
-timeout), ``pause`` and ``resume`` (a running local run).
+timeout, memory and CPU limits), ``pause`` and ``resume`` (a running local run).
 
 They talk to the daemon only through :class:`supervisord.api.client.Client`.
 """
@@ -13,13 +13,21 @@ import click
 from supervisord.cli.output import echo, emit, info, output_option
 from supervisord.cli.reads import connected_client, resolve_runs
 from supervisord.runref import check_run_refs
+from supervisord.usage.limits import format_bytes
 
 __all__ = ["pause", "resume", "update"]
 
 
+def _value(key: str, value: Any) -> str:
+    if key == "memory_bytes":
+        return "none" if value is None else format_bytes(value)
+    return "none" if value is None and key == "cpus" else str(value)
+
+
 def _changes_text(data: dict[str, Any]) -> str:
     old, new = data.get("old") or {}, data.get("new") or {}
-    return ", ".join(f"{k} {old.get(k)} -> {new.get(k)}" for k in new)
+    names = {"memory_bytes": "memory"}
+    return ", ".join(f"{names.get(k, k)} {_value(k, old.get(k))} -> {_value(k, new.get(k))}" for k in new)
 
 
 @click.command("update")
@@ -28,6 +36,8 @@ def _changes_text(data: dict[str, Any]) -> str:
 @click.option("--gpus", type=click.IntRange(min=0), help="Whole GPUs of this machine.")
 @click.option("--queue", help="The scheduler queue.")
 @click.option("--timeout", help="Wall-clock limit: 90s, 30m, 4h or 1d.")
+@click.option("--memory", help="Memory limit of a local run: 16G, 512M.")
+@click.option("--cpus", help="CPUs a local run claims: 2 or 0.5.")
 @output_option()
 def update(
     runs_: tuple[str, ...],
@@ -35,17 +45,16 @@ def update(
     gpus: int | None,
     queue: str | None,
     timeout: str | None,
+    memory: str | None,
+    cpus: str | None,
     output: str,
 ) -> None:
     """Change queued runs: the scheduler decides again at once. All or
     nothing: a run past QUEUED refuses the whole command."""
-    changes = {
-        k: v
-        for k, v in {"priority": priority, "gpus": gpus, "queue": queue, "timeout": timeout}.items()
-        if v is not None
-    }
+    given = {"priority": priority, "gpus": gpus, "queue": queue, "timeout": timeout, "memory": memory, "cpus": cpus}
+    changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     if not changes:
-        raise click.UsageError("give at least one of --priority, --gpus, --queue, --timeout")
+        raise click.UsageError("give at least one of --priority, --gpus, --queue, --timeout, --memory, --cpus")
     check_run_refs(runs_)
     client = connected_client()
     run_ids = [r["id"] for r in resolve_runs(client, runs_, only_queued="updated")]

@@ -25,7 +25,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from store.types import PHASES
 from supervisord import schemas
 from supervisord.api.client import Client
 from supervisord.api.wire import EXIT_WAIT_TIMEOUT, exit_code_for_phase
+from supervisord.cli.triage_hints import deadline_hint, oom_hint, reservation_hint
 from supervisord.exceptions import (
     AmbiguousRunError,
     DaemonUnreachableError,
@@ -456,7 +457,7 @@ def _tools() -> list[Tool]:
         ),
         Tool(
             "update",
-            "Change queued runs' priority, GPUs, queue or timeout (all or nothing; refused for a run past QUEUED). "
+            "Change queued runs' priority, GPUs, queue, timeout, memory or CPUs (all or nothing; refused for a run past QUEUED). "
             "Returns each run and the old and new values of what changed.",
             _obj(
                 {
@@ -465,6 +466,8 @@ def _tools() -> list[Tool]:
                     "gpus": _SUBMIT_PROPS["gpus"],
                     "queue": _SUBMIT_PROPS["queue"],
                     "timeout": _TASK_PROPS["timeout"],
+                    "memory": _SUBMIT_PROPS["memory"],
+                    "cpus": _SUBMIT_PROPS["cpus"],
                 },
                 ["runs"],
             ),
@@ -675,11 +678,25 @@ _ERRORISH = re.compile(
 )
 
 
-def triage_suggestion(run: dict[str, Any]) -> str:
-    """A one-line next step for ``run`` (a run object), from its phase and reason."""
+def triage_suggestion(
+    run: dict[str, Any], detail: Mapping[str, Any] | None = None, queue: Mapping[str, Any] | None = None
+) -> str:
+    """A one-line next step for ``run`` (a run object), from its phase and
+    reason; with its ``show`` document (``detail``) and the queue view
+    (``queue``) the step names the figures (supervisord.cli.triage_hints):
+    the peak and limit of a run stopped for its memory, the timeout it hit,
+    the reservation a run waiting for GPUs waits behind."""
     phase, reason = run.get("phase"), run.get("reason")
+    specific: str | None = None
     if reason == "OOMKilled" and run.get("backend") == "local":
-        return _LOCAL_OOM
+        specific = oom_hint(run, detail) or _LOCAL_OOM
+    elif reason == "DeadlineExceeded":
+        specific = deadline_hint(run, detail)
+    elif phase == "QUEUED" and reason == "WaitingForGPUs" and queue is not None:
+        res = reservation_hint(run, detail, queue)
+        specific = f"{_SUGGESTIONS[reason]}; {res}" if res else None
+    if specific:
+        return specific
     if reason and reason in _SUGGESTIONS:
         return _SUGGESTIONS[reason]
     if phase == "COMPLETED":
@@ -986,9 +1003,10 @@ class JobsupTools:
 
     def update(self, args: dict[str, Any]) -> dict[str, Any]:
         """``jobsup update -o json``: the daemon checks every run first."""
-        changes = {k: args[k] for k in ("priority", "gpus", "queue", "timeout") if args.get(k) is not None}
+        keys = ("priority", "gpus", "queue", "timeout", "memory", "cpus")
+        changes = {k: args[k] for k in keys if args.get(k) is not None}
         if not changes:
-            raise ToolError("priority: give at least one of priority, gpus, queue, timeout")
+            raise ToolError("priority: give at least one of priority, gpus, queue, timeout, memory, cpus")
         return self.client.update(self._ids(args), changes)
 
     def rerun(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -1066,7 +1084,10 @@ class JobsupTools:
     def triage(self, args: dict[str, Any]) -> dict[str, Any]:
         """Phase, reason, message, exit code, error-looking lines, pending
         reason, suggestion."""
-        run = self._run("run", args["run"])["run"]
+        detail = self._run("run", args["run"])
+        run = detail["run"]
+        waits_for_gpus = run.get("phase") == "QUEUED" and run.get("reason") == "WaitingForGPUs"
+        queue = self.client.queue() if waits_for_gpus else None
         scanned = list(self._lines(run["id"], tail=TRIAGE_SCAN_LINES)) if run["log_lines"] else []
         trimmed = [{"line_no": o["line_no"], "stream": o["stream"], "text": o["text"][:2000]} for o in scanned]
         errors = [o for o in trimmed if _ERRORISH.search(o["text"])]
@@ -1084,16 +1105,8 @@ class JobsupTools:
             "error_lines": errors[-TRIAGE_ERROR_LINES:],
             "last_lines": trimmed[-5:],
             "pending_reason": pending,
-            "suggestion": triage_suggestion(run) + self._reservation(run),
+            "suggestion": triage_suggestion(run, detail, queue),
         }
-
-    def _reservation(self, run: dict[str, Any]) -> str:
-        """``"; GPUs 0-3 reserved for run X ..."`` for a run waiting for GPUs
-        while a backfill reservation holds them, else ``""``."""
-        if run.get("phase") != "QUEUED" or run.get("reason") != "WaitingForGPUs":
-            return ""
-        res = self.client.queue().get("reservation") or {}
-        return f"; {res['message']}" if res.get("message") else ""
 
 
 # -- the server ----------------------------------------------------------------

@@ -190,7 +190,10 @@ def _hold_or_release(action: str, runs_: tuple[str, ...], output: str) -> None:
     done: list[dict[str, Any]] = []
     for run_id in run_ids:
         try:
-            done.append(client.hold(run_id) if action == "hold" else client.release(run_id))
+            answer = client.hold_or_release(action, run_id)
+            done.append(dict(answer["run"]))
+            for note in answer.get("warnings") or []:
+                info(f"note: {note}")
         except DaemonUnreachableError as err:
             raise DaemonUnreachableError(_cut_off(client, action, run_ids, len(done), err)) from None
         except JobsupError:

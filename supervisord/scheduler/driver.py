@@ -19,7 +19,7 @@ Events it reads (and what it records, on the run's own stream):
 ``RunUpdated``
     ``{"old": {...}, "new": {...}}`` (``jobsup update``, see
     :mod:`supervisord.scheduler.update`): a waiting run's priority, GPUs,
-    queue or timeout changed; the next pass decides with the new values.
+    queue, timeout, memory or CPUs changed; the next pass decides with the new values.
 ``QueueChanged`` (on the stream :data:`DAEMON_STREAM`, not a run's)
     ``{"queue", "max_parallel", "source", "old", "source_before"}``
     (``jobsup queue set``): a queue's cap set at runtime; it beats the
@@ -104,7 +104,7 @@ from supervisord.scheduler.policy import (
     find_cycle,
     format_bytes,
 )
-from supervisord.scheduler.update import RUN_UPDATED, changed_values
+from supervisord.scheduler.update import LIMIT_FLAGS, RUN_UPDATED, changed_values
 from supervisord.sweepread import expand_refs
 from supervisord.usage.limits import ENFORCE_SAMPLER, machine_cpus, machine_memory, parse_cpus, parse_memory
 
@@ -217,6 +217,8 @@ class _Run:
             "gpus": int(self.sched["gpus"]),
             "queue": self.queue,
             "timeout_s": self.timeout_s,
+            "memory_bytes": self.sched.get("memory_bytes"),
+            "cpus": self.sched.get("cpus"),
         }
 
     def fold_update(self, new: Mapping[str, Any]) -> bool:
@@ -229,6 +231,10 @@ class _Run:
             self.queue = self.sched["queue"] = str(new["queue"])
         if "timeout_s" in new:
             self.timeout_s = int(new["timeout_s"])
+        if new.get("memory_bytes") is not None:
+            self.sched["memory_bytes"] = int(new["memory_bytes"])
+        if new.get("cpus") is not None:
+            self.sched["cpus"] = float(new["cpus"])
         self.cached = None
         return self.current() != before
 
@@ -780,16 +786,7 @@ class Scheduler:
                 ids.extend(rid for rid in rids if rid not in ids)
             sched[key] = ids
         sched["after_any"] = [r for r in sched["after_any"] if r not in sched["after"]]
-        st = self.settings
-        if sched.get("memory_bytes") and st.memory is not None and sched["memory_bytes"] > st.memory:
-            raise TaskError(
-                f"--memory: asks for {format_bytes(sched['memory_bytes'])}, this machine has "
-                f"{format_bytes(st.memory)} for jobsup (scheduler.memory)"
-            )
-        if sched.get("cpus") and st.cpus is not None and sched["cpus"] > st.cpus:
-            raise TaskError(
-                f"--cpus: asks for {sched['cpus']:g}, this machine has {st.cpus:g} for jobsup (scheduler.cpus)"
-            )
+        self._check_capacity(sched)
         if not sched["after_failed"]:
             del sched["after_failed"]  # recorded only when given
         edges = {
@@ -803,10 +800,24 @@ class Scheduler:
         out["scheduling"] = sched
         return out
 
-    async def hold(self, run_id: str) -> None:
+    def _check_capacity(self, limits: Mapping[str, Any]) -> None:
+        """Raise TaskError naming ``--memory`` / ``--cpus`` when ``limits``
+        (``memory_bytes``, ``cpus``; each optional) ask for more than this
+        daemon has (``scheduler.memory`` / ``scheduler.cpus``)."""
+        st = self.settings
+        memory, cpus = limits.get("memory_bytes"), limits.get("cpus")
+        if memory and st.memory is not None and memory > st.memory:
+            raise TaskError(
+                f"--memory: asks for {format_bytes(memory)}, this machine has "
+                f"{format_bytes(st.memory)} for jobsup (scheduler.memory)"
+            )
+        if cpus and st.cpus is not None and cpus > st.cpus:
+            raise TaskError(f"--cpus: asks for {cpus:g}, this machine has {st.cpus:g} for jobsup (scheduler.cpus)")
+
+    async def hold(self, run_id: str) -> bool:
         """Hold a queued run (record ``Held``) and decide at once; a no-op
-        for a held one. Raises UsageError when the run is not waiting to
-        start."""
+        for a held one. Returns whether it was not held before. Raises
+        UsageError when the run is not waiting to start."""
         async with self._lock:
             run = self._waiting.get(run_id)
             if run is None:
@@ -817,10 +828,13 @@ class Scheduler:
                 crash_point("hold.recorded")
                 run.held = True
                 await self._pass_now()
+                return True
+            return False
 
-    async def release(self, run_id: str) -> None:
+    async def release(self, run_id: str) -> bool:
         """Release a held run (record ``HoldReleased``); a no-op for a queued
-        run that is not held. Raises UsageError when the run is not queued."""
+        run that is not held. Returns whether it was held. Raises UsageError
+        when the run is not queued."""
         async with self._lock:
             run = self._waiting.get(run_id)
             if run is None:
@@ -831,6 +845,8 @@ class Scheduler:
                 crash_point("release.recorded")
                 run.held = False
                 await self._pass_now()
+                return True
+            return False
 
     async def _pass_now(self) -> None:
         """Decide at once (the caller holds the lock), so that what a
@@ -850,8 +866,9 @@ class Scheduler:
         changed, by id (a run already at those values records nothing). All or nothing: every run is checked before any
         is touched, under the scheduler's lock, so none is admitted
         meanwhile. Raises UsageError naming each run that is not waiting to
-        start, TaskError for more GPUs than this daemon has; nothing is
-        recorded then. The next pass (at once) decides with the new values."""
+        start (or, for ``--memory``/``--cpus``, is not a local run),
+        TaskError for more GPUs, memory or CPUs than this daemon has;
+        nothing is recorded then. The next pass (at once) decides with the new values."""
         total = len(self.inventory.gpus)
         if changes.get("gpus", 0) > total:
             why = f" ({self.inventory.note})" if self.inventory.note else ""
@@ -859,12 +876,20 @@ class Scheduler:
             raise TaskError(
                 f"--gpus: asks for {n} GPU{'s' if n != 1 else ''}, this machine has {total} for jobsup{why}"
             )
+        self._check_capacity(changes)
         async with self._lock:
             bad = []
             for rid in run_ids:
                 if rid not in self._waiting:
                     status = await self.supervisor.get(rid)
                     bad.append(f"run {rid} is {status.phase}: only a queued run can be updated")
+                elif self._waiting[rid].backend != "local":
+                    flags = " and ".join(flag for key, flag in LIMIT_FLAGS.items() if key in changes)
+                    if flags:
+                        bad.append(
+                            f"{flags}: run {rid} is a {self._waiting[rid].backend} run; only local runs take "
+                            "limits from jobsup"
+                        )
             if bad:
                 raise UsageError("; ".join(bad) + ("; nothing was changed" if len(run_ids) > 1 else ""))
             changed: dict[str, RunUpdatedData] = {}

@@ -212,12 +212,26 @@ class Reservation:
     shadow: float
     backfill_s: float
     free: int
+    #: The holders it waits for are past their deadlines: no time to name.
+    overdue: bool = False
+
+    def sentence(self, *, own: bool = False) -> str:
+        """``GPUs 0-3 reserved for run X (needs 4) from about 14:05 UTC``
+        (``own``: the head's own message, ``GPUs 0-3 reserved for it from
+        about 14:05 UTC``): what does not change while the same runs hold
+        the same GPUs (the QUEUED messages carry it, recorded only when it
+        changes)."""
+        whom = "it" if own else f"run {self.run_id} (needs {self.needs})"
+        head = f"{_gpu_list(self.gpus)} reserved for {whom}"
+        if self.overdue:
+            return f"{head} from when their holders, past their timeouts, end"
+        return f"{head} from about {time.strftime('%H:%M UTC', time.gmtime(self.shadow))}"
 
     def describe(self) -> str:
         """``GPUs 0-3 reserved for run X (needs 4) from about 14:05 UTC; a
-        run with --timeout under 1h20m could start now``."""
-        when = time.strftime("%H:%M UTC", time.gmtime(self.shadow))
-        text = f"{_gpu_list(self.gpus)} reserved for run {self.run_id} (needs {self.needs}) from about {when}"
+        run with --timeout under 1h20m could start now`` (what ``jobsup
+        queue`` shows: the second part changes as time passes)."""
+        text = self.sentence()
         if self.free and self.backfill_s >= 60:
             text += f"; a run with --timeout under {_duration(self.backfill_s)} could start now"
         return text
@@ -481,11 +495,14 @@ class _Pass:
             shadow,
             max(0.0, shadow - s.now - DEADLINE_SLACK_S),
             len(self.free),
+            overdue=shadow <= s.now,
         )
         busy = sorted((self.by_index[u] for u in self.holder_of if u in self.by_index), key=lambda g: g.index)
         held_by = ", ".join(f"GPU {g.index} held by run {self.holder_of[g.uuid]}" for g in busy)
         self.out.pending[w.run_id] = Pending(
-            WAITING_FOR_GPUS, f"needs {_plural(w.gpus, 'GPU')}, {len(self.free)} free: {held_by}"
+            WAITING_FOR_GPUS,
+            f"needs {_plural(w.gpus, 'GPU')}, {len(self.free)} free: {held_by}; "
+            f"{self.out.reservation.sentence(own=True)}",
         )
 
     def _backfill(self, w: Waiting) -> bool:
@@ -501,13 +518,20 @@ class _Pass:
         denied = w.gpus <= len(self.free)  # it would fit now, but not without delaying the head
         deep = self.behind.get((w.gpus, denied))
         if deep is None:
-            deep = self.behind[(w.gpus, denied)] = Pending(
-                WAITING_FOR_GPUS,
-                f"needs {_plural(w.gpus, 'GPU')}; the free GPUs are reserved for a run before it in start order"
-                " (`jobsup queue` says which and until when; a shorter --timeout could let it start now)"
-                if denied
-                else f"needs {_plural(w.gpus, 'GPU')}; runs before it in start order get GPUs first",
-            )
+            # The same text for every run alike and from pass to pass while
+            # the reservation stands (no "time left" in it): a QUEUED message
+            # is recorded only when it changes.
+            sentence = self.out.reservation.sentence() if self.out.reservation is not None else None
+            if denied:
+                text = (
+                    f"needs {_plural(w.gpus, 'GPU')}; {sentence}: only a run that ends before then may start on "
+                    "the free ones (a shorter --timeout could let it start now; `jobsup queue` says how short)"
+                )
+            else:
+                text = f"needs {_plural(w.gpus, 'GPU')}; runs before it in start order get GPUs first"
+                if sentence is not None:
+                    text += f" ({sentence})"
+            deep = self.behind[(w.gpus, denied)] = Pending(WAITING_FOR_GPUS, text)
         self.out.pending[w.run_id] = deep
         return False
 

@@ -1,16 +1,17 @@
-"""``jobsup update RUN… [--priority P] [--gpus N] [--queue Q] [--timeout DUR]``:
+"""``jobsup update RUN… [--priority P] [--gpus N] [--queue Q] [--timeout DUR]
+[--memory M] [--cpus N]``:
 what may change in a run that is still QUEUED, checked and recorded as a
 ``RunUpdated`` event on the run's stream::
 
     {"old": {key: value}, "new": {key: value}}
 
-with the keys that changed among ``priority``, ``gpus``, ``queue`` (the
-run's ``scheduling``) and ``timeout_s``. The Submitted event is never
+with the keys that changed among ``priority``, ``gpus``, ``queue``,
+``memory_bytes``, ``cpus`` (the run's ``scheduling``) and ``timeout_s``. The Submitted event is never
 rewritten: a run's effective task is its Submitted data with every
 RunUpdated's ``new`` folded in, in order (:func:`apply_updates`).
 
-``--memory`` and ``--cpus`` are not here yet (they arrive with the run
-resource limits of another change).
+``--memory`` and ``--cpus`` are limits of local runs only (the scheduler
+refuses them for another backend's run, as submit does).
 """
 
 from __future__ import annotations
@@ -22,11 +23,15 @@ from supervisord.events import RUN_UPDATED, RunUpdatedData
 from supervisord.exceptions import TaskError, UsageError
 from supervisord.scheduler.options import PRIORITY_MAX, PRIORITY_MIN, QUEUE_NAME
 from supervisord.task import MAX_TIMEOUT_S, parse_duration
+from supervisord.usage.limits import parse_cpus, parse_memory
 
-__all__ = ["RUN_UPDATED", "UPDATABLE", "apply_updates", "changed_values", "parse_changes"]
+__all__ = ["LIMIT_FLAGS", "RUN_UPDATED", "UPDATABLE", "apply_updates", "changed_values", "parse_changes"]
 
 #: The keys ``update`` may change, in the order they are reported.
-UPDATABLE: Final = ("priority", "gpus", "queue", "timeout_s")
+UPDATABLE: Final = ("priority", "gpus", "queue", "timeout_s", "memory_bytes", "cpus")
+#: The flags of the keys that are limits (local runs only).
+LIMIT_FLAGS: Final = {"memory_bytes": "--memory", "cpus": "--cpus"}
+_FLAGS: Final = "--priority, --gpus, --queue, --timeout, --memory, --cpus"
 _MAX_GPUS = 1024
 
 
@@ -38,13 +43,16 @@ def _whole(value: Any, flag: str) -> int:
 
 def parse_changes(body: Mapping[str, Any]) -> dict[str, Any]:
     """The changes an update request asks for: ``{"priority": int,
-    "gpus": int, "queue": str, "timeout": "30m" | seconds}`` (each may be
-    absent or null) -> ``{key: value}`` with the keys of :data:`UPDATABLE`
-    (``timeout_s`` in whole seconds). Raises TaskError naming the flag for a
-    bad value and UsageError when nothing is asked (or an unknown key)."""
-    unknown = sorted(set(body) - {"priority", "gpus", "queue", "timeout"})
+    "gpus": int, "queue": str, "timeout": "30m" | seconds, "memory": "16G" |
+    bytes, "cpus": number}`` (each may be absent or null) -> ``{key: value}``
+    with the keys of :data:`UPDATABLE` (``timeout_s`` in whole seconds,
+    ``memory_bytes`` in bytes). Raises TaskError naming the flag for a bad
+    value and UsageError when nothing is asked (or an unknown key)."""
+    unknown = sorted(set(body) - {"priority", "gpus", "queue", "timeout", "memory", "cpus"})
     if unknown:
-        raise UsageError(f"update: unknown key(s) {', '.join(unknown)} (use priority, gpus, queue, timeout)")
+        raise UsageError(
+            f"update: unknown key(s) {', '.join(unknown)} (use priority, gpus, queue, timeout, memory, cpus)"
+        )
     out: dict[str, Any] = {}
     if body.get("priority") is not None:
         priority = _whole(body["priority"], "--priority")
@@ -72,8 +80,12 @@ def parse_changes(body: Mapping[str, Any]) -> dict[str, Any]:
             out["timeout_s"] = timeout
         else:
             out["timeout_s"] = parse_duration(str(timeout), what="--timeout")
+    if body.get("memory") is not None:
+        out["memory_bytes"] = parse_memory(body["memory"])
+    if body.get("cpus") is not None:
+        out["cpus"] = parse_cpus(body["cpus"])
     if not out:
-        raise UsageError("update: give at least one of --priority, --gpus, --queue, --timeout")
+        raise UsageError(f"update: give at least one of {_FLAGS}")
     return out
 
 

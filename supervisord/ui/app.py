@@ -20,7 +20,8 @@ Routes (every one needs the session cookie, see :mod:`supervisord.ui.auth`)::
     GET  /sweeps/{ref}/stream       SSE: "rows" (the changed rows' HTML, counts)
     POST /runs/{id}/pause, /resume  CSRF-checked; 303 to the run's page (a running local run)
     POST /runs/{id}/priority        CSRF-checked, form ``priority``; 303 to the run's page (a queued run)
-    GET  /events                    the audit trail, ?run= &type= &after= paged
+    GET  /events                    the audit trail, newest first: ?run= &type= &logs=1 (LogLines
+                                    shown) &before=SEQ (paged backwards)
     GET  /stream                    SSE of run status changes (the runs page)
     GET  /queue                     waiting runs and GPUs, when the daemon
                                     has a scheduler
@@ -522,21 +523,34 @@ async def priority(request: Request, page: _Page) -> Response:
 
 
 async def events_page(request: Request, page: _Page) -> Response:
-    """``GET /events``: the audit trail, paged."""
+    """``GET /events``: the audit trail, newest first, paged backwards
+    (``?before=SEQ``); LogLines (one per block of output) hidden unless
+    asked for (``?logs=1``) or filtered on."""
     st = _state(request)
     ref = (request.query_params.get("run") or "").strip()
     run_id = await st.actions.resolve(ref) if ref else None
     etype = (request.query_params.get("type") or "").strip() or None
-    after = _int_param(request, "after", 0) or 0
-    got = await st.reads.events_page(
-        after=after, limit=PAGE_EVENTS + 1, run_id=run_id, types=[etype] if etype else None
+    logs = request.query_params.get("logs") == "1"
+    before = _int_param(request, "before", 0) or None
+    got = await st.reads.recent_events(
+        before=before,
+        limit=PAGE_EVENTS + 1,
+        run_id=run_id,
+        types=[etype] if etype else None,
+        exclude_types=None if logs or etype else [LOG_LINES],
     )
     more = len(got) > PAGE_EVENTS
     got = got[:PAGE_EVENTS]
-    query = {k: v for k, v in (("run", run_id), ("type", etype)) if v}
-    newer = f"/events?{urlencode({**query, 'after': got[-1].seq})}" if more else None
+    query = {k: v for k, v in (("run", run_id), ("type", etype), ("logs", "1" if logs else None)) if v}
+    older = f"/events?{urlencode({**query, 'before': got[-1].seq})}" if more else None
+    newest = f"/events?{urlencode(query)}"
+    flipped = {k: v for k, v in query.items() if k != "logs"} | ({} if logs else {"logs": "1"})
+    toggle = f"/events?{urlencode(flipped)}"
     rows = [{"event": e, "data": _excerpt(e.type, e.data)} for e in got]
-    return _render(request, "events.html", page, rows=rows, run_id=run_id, etype=etype, newer=newer, after=after)
+    return _render(
+        request, "events.html", page, rows=rows, run_id=run_id, etype=etype, older=older, newest=newest,
+        before=before, logs=logs, toggle=toggle,
+    )  # fmt: skip
 
 
 async def queue_page(request: Request, page: _Page) -> Response:

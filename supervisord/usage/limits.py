@@ -23,9 +23,9 @@ __all__ = [
     "parse_memory",
 ]
 
-#: The enforcement a limited local run gets: the daemon's sampler (today's
-#: only one), or a transient systemd scope (``systemd-run --user --scope``;
-#: the name is reserved in the Admitted schema, not implemented yet).
+#: The enforcement a limited local run gets: a transient systemd scope
+#: (``systemd-run --user --scope``, when a user manager answers at daemon
+#: start: supervisord.usage.scope) or else the daemon's sampler.
 ENFORCE_SYSTEMD: Final = "systemd-scope"
 ENFORCE_SAMPLER: Final = "sampler"
 

@@ -41,6 +41,7 @@ import anyio.abc
 import structlog
 
 from store import EventStore, RunStatus
+from supervisord.crashpoints import crash_point
 from supervisord.events import RESOURCE_USAGE, ResourceUsageData
 from supervisord.scheduler.gpus import Inventory
 from supervisord.supervisor import Supervisor
@@ -140,6 +141,8 @@ class UsageSampler:
         self.gpu_note_at: float | None = None
         self.passes = 0
         self.last_pass_s = 0.0
+        #: Why this enforcement (the start-up probe's line), for ``doctor``.
+        self.enforcement_detail: str | None = None
         self._limiter = anyio.CapacityLimiter(1)
         self._tg: anyio.abc.TaskGroup | None = None
 
@@ -176,10 +179,9 @@ class UsageSampler:
                 mem, cpus = _limits(view.submitted)
                 track = self._tracks[rid] = _Track(rid, mem, cpus, view.kill_grace_s)
             self._update(track, trees[rid], now)
-        fired: set[str] = set()
         for rid, track in list(self._tracks.items()):
-            if rid in views and self._enforce(track, trees[rid]):
-                fired.add(rid)
+            if rid in views:
+                await self._enforce(track, trees[rid])
         if self.gpus and views:
             await self._sample_gpus(trees)
         due: list[tuple[str, ResourceUsageData]] = []
@@ -188,7 +190,7 @@ class UsageSampler:
                 del self._tracks[rid]
                 if track.samples:
                     due.append((rid, track.event_data(final=True)))
-            elif rid in fired or track.recorded_at is None or now - track.recorded_at >= self.record_every_s:
+            elif track.recorded_at is None or now - track.recorded_at >= self.record_every_s:
                 track.recorded_at = now
                 due.append((rid, track.event_data(final=False)))
         if due:
@@ -216,23 +218,39 @@ class UsageSampler:
 
     # -- the memory watchdog ---------------------------------------------------------
 
-    def _enforce(self, track: _Track, tree: RunTree) -> bool:
-        """Stop the run when its tree passed its memory limit; returns
-        whether it did now (its usage is then recorded at once: the peak
-        that ended it)."""
+    async def _enforce(self, track: _Track, tree: RunTree) -> None:
+        """Stop the run when its tree passed its memory limit. The mark
+        comes first: a ResourceUsage with the peak that ended it and
+        ``over_limit`` (the message) is committed before any signal, so a
+        daemon restarted before the run's end is recorded still ends it
+        OOMKilled; when that append fails nothing is stopped this pass (the
+        next one tries again)."""
         limit = track.memory_limit
         if limit is None or track.stopping or self.enforcement != ENFORCE_SAMPLER or tree.rss_bytes <= limit:
-            return False
+            return
         message = (
             f"the run's processes used {format_bytes(track.max_rss)} of memory ({track.max_rss} bytes), "
             f"over its --memory limit of {format_bytes(limit)} ({limit} bytes): stopped by jobsup"
         )
-        if not self.supervisor.mark_over_limit(track.run_id, message):
-            return False
+        try:
+            marked = await self.supervisor.mark_over_limit(track.run_id, message, track.event_data(final=False))
+        except Exception as err:  # noqa: BLE001 - storage trouble: stop nothing unrecorded; the next pass tries again
+            log.warning(
+                "memory limit passed; not stopped yet (the mark is not recorded)", run=track.run_id, error=str(err)
+            )
+            return
+        if not marked:
+            return
         track.stopping = True
+        track.recorded_at = time.monotonic()
         log.warning("memory limit passed; stopping the run", run=track.run_id, rss=tree.rss_bytes, limit=limit)
-        if tree.runner is not None and signal_process(tree.runner, signal.SIGTERM):
-            return True  # the runner stops the group (SIGTERM, SIGKILL after the grace) and what left it
+        # The runner stops the group (SIGTERM, SIGKILL after the grace) and what left it.
+        if tree.runner is None or not signal_process(tree.runner, signal.SIGTERM):
+            self._stop_tree(track, tree)
+        crash_point("usage.over_limit_stopping")
+
+    def _stop_tree(self, track: _Track, tree: RunTree) -> None:
+        """No runner to ask: SIGTERM the tree's processes, SIGKILL after the grace."""
         for proc in tree.procs:
             signal_process(proc, signal.SIGTERM)
         procs = list(tree.procs)
@@ -245,7 +263,6 @@ class UsageSampler:
 
         if self._tg is not None:
             self._tg.start_soon(kill_later, name=f"oom-kill-{track.run_id}")
-        return True
 
     # -- GPUs --------------------------------------------------------------------------
 
@@ -307,7 +324,9 @@ class UsageSampler:
             f"local runs sampled every {self.interval_s:g} s ({len(self._tracks)} now)",
             f"memory limits enforced by {'the daemon sampler' if self.enforcement == ENFORCE_SAMPLER else 'a systemd scope'}",
         ]
-        if self.enforcement == ENFORCE_SAMPLER:
+        if self.enforcement_detail:
+            parts.append(self.enforcement_detail)
+        elif self.enforcement == ENFORCE_SAMPLER:
             parts.append("--cpus reserves CPUs at admission but is not enforced (no user systemd manager)")
         if self.gpu_note:
             when = time.strftime("%H:%M:%S", time.localtime(self.gpu_note_at or 0))
@@ -370,13 +389,25 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def usage_sampler(
-    store: EventStore, supervisor: Supervisor, config: Mapping[str, Any], inventory: Inventory
+    store: EventStore,
+    supervisor: Supervisor,
+    config: Mapping[str, Any],
+    inventory: Inventory,
+    *,
+    enforcement: str = ENFORCE_SAMPLER,
+    enforcement_detail: str | None = None,
 ) -> UsageSampler:
     """The daemon's sampler from its effective ``config`` (``local.usage_interval_s``)
     and GPU ``inventory`` (GPUs with a real uuid are asked about with
-    nvidia-smi). Memory limits are enforced by the sampler: jobsup does not
-    start runs in systemd scopes (yet)."""
+    nvidia-smi). ``enforcement``: what the start-up probe found
+    (:func:`supervisord.usage.scope.probe`): with ``systemd-scope`` the
+    kernel enforces limits and the watchdog stays out of it;
+    ``enforcement_detail`` is what ``doctor`` says of it."""
     local = config.get("local") or {}
     interval = local.get("usage_interval_s") if isinstance(local, Mapping) else None
     gpus = {g.uuid: g.index for g in inventory.gpus}
-    return UsageSampler(store, supervisor, interval_s=float(interval or DEFAULT_INTERVAL_S), gpus=gpus)
+    sampler = UsageSampler(
+        store, supervisor, interval_s=float(interval or DEFAULT_INTERVAL_S), gpus=gpus, enforcement=enforcement
+    )
+    sampler.enforcement_detail = enforcement_detail
+    return sampler

@@ -35,3 +35,25 @@ async def test_append_log_at_the_streams_end(store: EventStore) -> None:
     assert event.version == 3 and event.type == "LogLines"
     with pytest.raises(ConcurrencyError):  # None needs an existing stream
         await store.append_log("nothing", None, [block])
+
+
+async def test_read_recent_pages_backwards_with_type_filters(store: EventStore) -> None:
+    block = LogBlock.from_pairs("stdout", "stdout", [("1", "one")])
+    for run_id in ("r1", "r2"):
+        await store.append(run_id, 0, [submitted(name=run_id)])
+        await store.append_log(run_id, None, [block])
+        await store.append(run_id, None, [phase("RUNNING")])
+    every = await store.read_all(0, limit=100)
+    newest = await store.read_recent(limit=3)
+    assert [e.seq for e in newest] == [e.seq for e in reversed(every)][:3]
+    older = await store.read_recent(before_seq=newest[-1].seq, limit=100)
+    assert [e.seq for e in newest + older] == [e.seq for e in reversed(every)]
+    quiet = await store.read_recent(limit=100, exclude_types=["LogLines"])
+    assert [e.type for e in quiet] == ["PhaseChanged", "Submitted", "PhaseChanged", "Submitted"]
+    mine = await store.read_recent(limit=100, run_id="r1", exclude_types=["LogLines"])
+    assert [(e.run_id, e.version) for e in mine] == [("r1", 3), ("r1", 1)]
+    logs = await store.read_recent(limit=100, types=["LogLines"])
+    assert [e.run_id for e in logs] == ["r2", "r1"]
+    assert await store.read_recent(limit=5, types=[]) == []
+    with pytest.raises(ValueError):
+        await store.read_recent(limit=0)

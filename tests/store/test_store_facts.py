@@ -74,3 +74,36 @@ async def test_facts_rebuild_identically_and_old_runs_have_defaults(store: Event
     assert [r[0] for r in before] == ["r1", "r2"]
     await store.rebuild()
     assert facts() == before
+
+
+async def test_container_times_replace_when_jobsup_saw_the_run_start_and_end(store: EventStore, db_path: Path) -> None:
+    rid = "c0ffee000001"
+    times = "ContainerTimes"
+    await store.append(rid, 0, [submitted(), phase("RUNNING")])
+    # The container started before jobsup saw RUNNING (staging) and finished before the terminal phase.
+    await store.append(
+        rid, 2, [NewEvent(times, {"pod": "p1", "container": "main", "started_at": "2026-01-01T10:00:00Z"})]
+    )
+    await store.append(
+        rid, 3, [NewEvent(times, {"pod": "p2", "container": "main", "started_at": "2026-01-01T10:05:00Z"})]
+    )
+    await store.append(
+        rid, 4, [NewEvent(times, {"pod": "p2", "container": "main", "finished_at": "2026-01-01T10:10:30Z"})]
+    )
+    await store.append(rid, 5, [phase("COMPLETED")])
+    run = await store.get_run(rid)
+    assert run is not None
+    # the first start (a replaced pod does not move it), the last finish
+    assert (run.started_at, run.ended_at) == ("2026-01-01T10:00:00Z", "2026-01-01T10:10:30Z")
+    assert run.elapsed_s() == 630.0
+    conn = sqlite3.connect(db_path)
+    try:
+        before = conn.execute("SELECT * FROM run_facts").fetchall()
+    finally:
+        conn.close()
+    await store.rebuild()
+    conn = sqlite3.connect(db_path)
+    try:
+        assert conn.execute("SELECT * FROM run_facts").fetchall() == before
+    finally:
+        conn.close()

@@ -52,9 +52,21 @@ def jobsup_env(root: Path, *, daemon: bool = False) -> Iterator[JobsupEnv]:
 
 
 #: Prefixes of the host's environment variables a test environment drops:
-#: jobsup's own, the XDG dirs, systemd's, the kubeconfig and in-cluster
-#: variables, and the GPU selections (CUDA_VISIBLE_DEVICES...).
-HOST_VARIABLES = ("JOBSUP_", "XDG_", "NOTIFY_SOCKET", "KUBECONFIG", "KUBERNETES_", "CUDA_", "NVIDIA_", "SLURM_")
+#: jobsup's own, the XDG dirs, systemd's, the session bus (with
+#: XDG_RUNTIME_DIR gone, no user systemd manager answers: limits are the
+#: sampler's on every host), the kubeconfig and in-cluster variables, and
+#: the GPU selections (CUDA_VISIBLE_DEVICES...).
+HOST_VARIABLES = (
+    "JOBSUP_",
+    "XDG_",
+    "NOTIFY_SOCKET",
+    "DBUS_SESSION_BUS_ADDRESS",
+    "KUBECONFIG",
+    "KUBERNETES_",
+    "CUDA_",
+    "NVIDIA_",
+    "SLURM_",
+)
 #: The host's tools a test daemon must not find unless its test gives them
 #: (:meth:`JobsupEnv.host_slurm`): its GPUs, and a Slurm cluster (the
 #: machine may have one: CI starts one for tests/slurm).

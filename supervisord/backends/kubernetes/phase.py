@@ -146,6 +146,23 @@ def container_status(pod: Mapping[str, Any], container: str) -> Mapping[str, Any
     return None
 
 
+def container_times(pod: Mapping[str, Any], container: str) -> tuple[str | None, str | None]:
+    """``(startedAt, finishedAt)`` of the container (RFC 3339 text, None
+    while unknown): from ``state.running`` or ``state.terminated``."""
+    cs = container_status(pod, container)
+    state = (cs or {}).get("state") or {}
+    running, term = state.get("running"), state.get("terminated")
+    started = finished = None
+    if isinstance(term, Mapping):
+        started, finished = term.get("startedAt"), term.get("finishedAt")
+    elif isinstance(running, Mapping):
+        started = running.get("startedAt")
+    return (
+        started if isinstance(started, str) and started else None,
+        finished if isinstance(finished, str) and finished else None,
+    )
+
+
 def terminated_state(pod: Mapping[str, Any], container: str) -> Mapping[str, Any] | None:
     """``state.terminated`` of the container, or None while it has not terminated."""
     cs = container_status(pod, container)

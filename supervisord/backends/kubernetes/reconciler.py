@@ -39,6 +39,7 @@ from supervisord.backends.kubernetes.logs import ContainerState, LogFollower
 from supervisord.backends.kubernetes.phase import (
     Observation,
     container_status,
+    container_times,
     current_pod,
     job_outcome,
     leader_pod,
@@ -54,7 +55,7 @@ from supervisord.backends.kubernetes.runstate import (
     reason_of,
     wall_to_monotonic,
 )
-from supervisord.events import CLEANUP_FAILED, LEADER_POD_CHANGED
+from supervisord.events import CLEANUP_FAILED, CONTAINER_TIMES, LEADER_POD_CHANGED, ContainerTimesData
 from supervisord.exceptions import BackendError
 
 __all__ = ["LogSettings", "RunReconciler", "supervise_run"]
@@ -173,6 +174,32 @@ class RunReconciler:
         # Set while a failed staging rolls the run's objects back: the Job
         # disappearing then is jobsup's doing, not an outside delete.
         self.rolling_back = False
+        # (pod, "started" | "finished") already recorded as ContainerTimes.
+        self._times_noted: set[tuple[str, str]] = set()
+
+    async def _note_times(self, pods: list[Mapping[str, Any]]) -> None:
+        """Record ``ContainerTimes`` when the leader pod's script container
+        shows a start or finish time not recorded yet (the run's started_at
+        and ended_at come from them, not from when jobsup looked)."""
+        pod = leader_pod(pods)
+        if pod is None:
+            return
+        name = str(pod["metadata"]["name"])
+        started, finished = container_times(pod, self.container)
+        new = {
+            key: value
+            for key, value in (("started_at", started), ("finished_at", finished))
+            if value is not None and (name, key) not in self._times_noted
+        }
+        if not new:
+            return
+        data: ContainerTimesData = {"pod": name, "container": self.container}
+        if "started_at" in new:
+            data["started_at"] = new["started_at"]
+        if "finished_at" in new:
+            data["finished_at"] = new["finished_at"]
+        await self.reporter.record(CONTAINER_TIMES(data))
+        self._times_noted.update((name, key) for key in new)
 
     def _container_state(self, pod_name: str) -> ContainerState:
         pod = self.view.pods.get(pod_name)
@@ -223,6 +250,7 @@ class RunReconciler:
                 continue
             await self._ensure_followers(tg, pods)
             if job is None:
+                await self._note_times(pods)
                 await self._job_gone(pods)
                 return
             outcome = job_outcome(job, pods, self.container)
@@ -230,8 +258,10 @@ class RunReconciler:
                 settled = await self._settled_pods(job, pods)
                 if settled is not pods:
                     outcome = job_outcome(job, settled, self.container) or outcome
+                await self._note_times(settled)
                 await self._finish(outcome)
                 return
+            await self._note_times(pods)
             self._ensure_staging(tg, job, pods)
             obs = pod_progress(pods, self.container, staged=bool(self.staged))
             await self.reporter.phase(obs.phase, reason=obs.reason, message=obs.message)

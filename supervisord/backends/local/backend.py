@@ -37,12 +37,14 @@ from supervisord.events import (
     LOG_INGEST_PENDING,
     LOGS_TRUNCATED,
     PROGRESS,
+    RESOURCE_USAGE,
     LogsTruncatedData,
     ProgressData,
 )
 from supervisord.exceptions import BackendError, PreflightError
 from supervisord.procenv import pids_with_env
 from supervisord.progress import PROGRESS_FILE, ProgressFile, interval_of
+from supervisord.usage.scope import scope_argv
 
 __all__ = ["LocalBackend", "attempt_dir", "make_outputs_dir", "run_processes"]
 
@@ -100,6 +102,21 @@ class LocalBackend:
         # (pidfd + one inotify descriptor, read by serve()); idle loops then
         # nap up to SWEEP_S instead of polling (see wakeups.py).
         self._wakeups = Wakeups()
+        #: ``systemd-run`` when the daemon found a user systemd manager at
+        #: start: runs with --memory/--cpus then start in a transient scope.
+        self.systemd_run: str | None = None
+
+    def _scope(self, spec: RunSpec) -> list[str]:
+        """The ``systemd-run --user --scope`` argv prefix for a run with
+        limits when the daemon found a user manager (``systemd_run``); []
+        otherwise (the sampler enforces)."""
+        sched = spec.submitted.get("scheduling")
+        if self.systemd_run is None or not isinstance(sched, Mapping):
+            return []
+        memory, cpus = sched.get("memory_bytes"), sched.get("cpus")
+        if not memory and not cpus:
+            return []
+        return scope_argv(self.systemd_run, spec.run_id, memory or None, cpus or None)
 
     def _settings(self, spec: RunSpec) -> tuple[str, int]:
         local = spec.config.get("local") or {}
@@ -145,6 +162,7 @@ class LocalBackend:
                     "env": {**spec.env, **spec.jobsup_env},
                     "env_from": spec.env_from,
                     "links": json.dumps(dict(spec.links)) if spec.links else "",
+                    "scope": "\x1f".join(self._scope(spec)),
                     "timeout_s": spec.timeout_s,
                     "kill_grace_s": grace,
                     "shell": shell,
@@ -434,6 +452,15 @@ class LocalBackend:
                 message="the run's local runner is gone without a final status (was the machine restarted?)",
             )
             return
+        cpu_ms, rss = status.get("usage_cpu_ms"), status.get("usage_max_rss_bytes")
+        if isinstance(cpu_ms, int) and isinstance(rss, int):
+            # What the runner reaped used: the usage of a run too short for
+            # the daemon's sampler to see (the supervisor records it only then).
+            await reporter.record(
+                RESOURCE_USAGE(
+                    {"cpu_s": max(0, cpu_ms) / 1000, "max_rss_bytes": max(0, rss), "final": True, "source": "runner"}
+                )
+            )
         reason = str(status.get("reason") or "Unknown")
         phase = _OUTCOMES.get(reason, "ERROR")
         await reporter.phase(

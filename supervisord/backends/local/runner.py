@@ -112,6 +112,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import resource
 import select
 import sys
 import time
@@ -539,6 +540,48 @@ def _stop_tree(pgid: int, grace: float, output: _Output | None = None) -> None:
         _pause(0.02, output)
 
 
+def scope_cgroup(pid: int, proc: str = "/proc") -> str | None:
+    """The cgroup (v2) folder of ``pid`` when it is in a ``.scope`` (None
+    otherwise, or when the process is gone)."""
+    try:
+        with open(f"{proc}/{pid}/cgroup") as f:
+            text = f.read()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("0::") and line.rstrip().endswith(".scope"):
+            return "/sys/fs/cgroup/" + line[3:].strip().lstrip("/")
+    return None
+
+
+def oom_kills(cgroup: str) -> int | None:
+    """The ``oom_kill`` count in ``cgroup``'s ``memory.events`` (None when
+    it cannot be read: the scope is gone)."""
+    try:
+        with open(os.path.join(cgroup, "memory.events")) as f:
+            text = f.read()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit():
+            return int(value)
+    return None
+
+
+def _children_usage() -> dict[str, Any]:
+    """What the processes this runner reaped used (the whole job: as child
+    subreaper it reaps every descendant), as flat status fields:
+    ``{"usage_cpu_ms": user + system milliseconds, "usage_max_rss_bytes":
+    the largest one process's peak RSS}`` -- the usage of a run too short
+    for the daemon's sampler to see."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {
+        "usage_cpu_ms": round((ru.ru_utime + ru.ru_stime) * 1000),
+        "usage_max_rss_bytes": int(ru.ru_maxrss) * 1024,
+    }
+
+
 def _signal_name(sig: int) -> str:
     """``SIGKILL`` for 9 (what ``signal.Signals(sig).name`` gives, without enum)."""
     for name, value in vars(signal).items():
@@ -761,6 +804,12 @@ class _Runner:
         }
         self.cancel_requested = False
         self.want_paused = False
+        # Limits in a systemd scope: the argv prefix (``systemd-run --user
+        # --scope ... --``, US-separated in the spec; empty: none), the
+        # scope's cgroup folder once seen and its oom_kill count.
+        self.scope = [a for a in str(spec.get("scope") or "").split("\x1f") if a]
+        self.cgroup: str | None = None
+        self.oom_kills = 0
         self.status_file = _StatusWriter(spec["status_path"], bytes.fromhex(spec["status_key"]))
         self.output: _Output
         rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -889,7 +938,8 @@ class _Runner:
                     os.dup2(out, 1)
                     os.dup2(err, 2)
                     os.chdir(cwd)
-                    os.execvpe(shell, [shell, "-c", self.spec["command"]], env)
+                    argv = [*self.scope, shell, "-c", self.spec["command"]]
+                    os.execvpe(argv[0], argv, env)
                 except BaseException as exc:  # noqa: BLE001 -- a forked child: report anything, then _exit
                     _child_error(wfd, "exec", exc)
             os.close(wfd)
@@ -903,6 +953,17 @@ class _Runner:
             os.waitpid(pid, 0)
             raise OSError(failure.decode(errors="replace").removeprefix("exec: "))
         return pid
+
+    def _watch_scope(self, child: int) -> None:
+        """Find the job's scope (systemd-run moves it there before the exec)
+        and keep its oom_kill count: a job the kernel killed for its
+        MemoryMax ends OOMKilled."""
+        if self.cgroup is None:
+            self.cgroup = scope_cgroup(child)
+        if self.cgroup is not None:
+            count = oom_kills(self.cgroup)
+            if count is not None:
+                self.oom_kills = max(self.oom_kills, count)
 
     def supervise(self, child: int, pgid: int) -> int:
         deadline = time.monotonic() + float(self.spec["timeout_s"])
@@ -948,6 +1009,8 @@ class _Runner:
                 _signal_tree(pgid, signal.SIGKILL)
             wake = [t for t in (deadline if outcome is None and paused_at is None else None, kill_at) if t is not None]
             code, restored_at = self._wait_and_reap(child, wake, now, restored_at)
+            if self.scope:
+                self._watch_scope(child)
         if paused_at is not None:  # the shell was killed from outside while paused
             _signal_tree(pgid, signal.SIGCONT)
             self.base["paused"] = False
@@ -955,13 +1018,23 @@ class _Runner:
         # behind — its process group, and any descendant that left the group
         # (setsid, double fork): as child subreaper the runner inherits those
         # -- reading their output meanwhile, then what is left in the pipes.
+        if self.scope:
+            self._watch_scope(child)  # the count after the end, while the scope's folder may still be there
         _stop_tree(pgid, grace, output)
         output.drain()
         output.close()
         exit_code = code if code >= 0 else None
         sig = -code if code < 0 else None
+        if outcome is None and self.oom_kills and code != 0:
+            reason = "OOMKilled"
+            message = (
+                f"killed by the kernel's OOM killer in its systemd scope ({self.oom_kills} process(es)), "
+                "over its --memory limit"
+            )
+            self.final(exit_code=exit_code, signal=sig, reason=reason, message=message, **_children_usage())
+            return 0
         reason, message = _ending(outcome, code, int(self.spec["timeout_s"]))
-        self.final(exit_code=exit_code, signal=sig, reason=reason, message=message)
+        self.final(exit_code=exit_code, signal=sig, reason=reason, message=message, **_children_usage())
         return 0
 
     def _wait_and_reap(self, child: int, wake: list[float], now: float, restored_at: float) -> tuple[int | None, float]:
@@ -1037,6 +1110,7 @@ _SPEC_FIELDS = (
     "lock_fd",
     "env_from",
     "links",
+    "scope",
 )
 
 

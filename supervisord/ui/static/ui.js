@@ -31,6 +31,25 @@
   const cursor = { seq: 0 };
 
   function fmt(at) { return at ? at.replace("T", " ").slice(0, 19) : ""; }
+  function duration(s) {
+    if (s < 10) return s.toFixed(1) + "s";
+    s = Math.floor(s);
+    if (s < 60) return s + "s";
+    if (s < 3600) return Math.floor(s / 60) + "m" + String(s % 60).padStart(2, "0") + "s";
+    return Math.floor(s / 3600) + "h" + String(Math.floor(s % 3600 / 60)).padStart(2, "0") + "m";
+  }
+  function size(n) {
+    for (const [unit, b] of [["TiB", 2 ** 40], ["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]]) {
+      if (n >= b) return (n / b).toFixed(1) + " " + unit;
+    }
+    return Math.floor(n) + " B";
+  }
+  // An element whose data-started/data-ended give the elapsed time it shows.
+  function tickElapsed(el) {
+    if (!el || !el.dataset.started) return;
+    const end = el.dataset.ended ? Date.parse(el.dataset.ended) : Date.now();
+    el.textContent = duration(Math.max(0, (end - Date.parse(el.dataset.started)) / 1000));
+  }
   function badge(phase) { const s = document.createElement("span"); s.className = "badge " + phase; s.textContent = phase; return s; }
 
   // -- the runs list ------------------------------------------------------------
@@ -69,16 +88,16 @@
           if (!firstPage || !matches(r)) return;
           const empty = table.querySelector("tr.empty"); if (empty) empty.remove();
           row = document.createElement("tr"); row.id = "run-" + r.id; row.dataset.run = r.id;
-          const cells = ["mono", "phase", "reason", "", "", "", "exit", "time", "time updated", "mono sweep", "labels"];
+          const cells = ["mono", "phase", "reason", "", "", "", "exit", "time", "time started", "elapsed", "gpus", "usage", "time updated", "mono sweep", "labels"];
           for (const c of cells) { const td = document.createElement("td"); if (c) td.className = c; row.appendChild(td); }
           const a = document.createElement("a"); a.href = "/runs/" + r.id; a.textContent = r.id; row.cells[0].appendChild(a);
           row.cells[3].textContent = r.project; row.cells[4].textContent = r.name; row.cells[5].textContent = r.backend;
           row.cells[7].textContent = fmt(r.created_at);
           if (r.sweep_id) {
-            row.cells[9].append(link("/?sweep=" + encodeURIComponent(r.sweep_id), r.sweep_id), " ", link("/sweeps/" + r.sweep_id, "\u25A6"));
+            row.cells[13].append(link("/?sweep=" + encodeURIComponent(r.sweep_id), r.sweep_id), " ", link("/sweeps/" + r.sweep_id, "\u25A6"));
           }
           for (const [k, v] of Object.entries(r.labels || {}).sort()) {
-            row.cells[10].append(link("/?label=" + encodeURIComponent(k + "=" + v), k + "=" + v, "label"), " ");
+            row.cells[14].append(link("/?label=" + encodeURIComponent(k + "=" + v), k + "=" + v, "label"), " ");
           }
           table.tBodies[0].prepend(row);
         } else if (filters.phase && filters.phase !== r.phase) {
@@ -87,10 +106,17 @@
         row.cells[1].replaceChildren(badge(r.phase));
         row.cells[2].textContent = r.reason || "";
         row.cells[6].textContent = r.exit_code === null ? "" : r.exit_code;
-        row.cells[8].textContent = fmt(r.updated_at);
+        row.cells[8].textContent = fmt(r.started_at);
+        row.cells[9].dataset.started = r.started_at || ""; row.cells[9].dataset.ended = r.ended_at || "";
+        tickElapsed(row.cells[9]);
+        row.cells[10].textContent = (r.gpus || []).join(",");
+        row.cells[11].textContent = r.usage && r.usage.max_rss_bytes ? size(r.usage.max_rss_bytes) : "";
+        row.cells[12].textContent = fmt(r.updated_at);
         row.classList.remove("flash"); void row.offsetWidth; row.classList.add("flash");
       },
     });
+    // Elapsed times tick while runs run.
+    setInterval(() => { for (const el of table.querySelectorAll("td.elapsed")) if (!el.dataset.ended) tickElapsed(el); }, 1000);
   }
 
   // -- a sweep's results table ------------------------------------------------------
@@ -170,19 +196,7 @@
     log.scrollTop = log.scrollHeight;
 
     // The elapsed time ticks while the run runs.
-    function duration(s) {
-      if (s < 10) return s.toFixed(1) + "s";
-      s = Math.floor(s);
-      if (s < 60) return s + "s";
-      if (s < 3600) return Math.floor(s / 60) + "m" + String(s % 60).padStart(2, "0") + "s";
-      return Math.floor(s / 3600) + "h" + String(Math.floor(s % 3600 / 60)).padStart(2, "0") + "m";
-    }
-    function tick() {
-      const el = document.getElementById("elapsed");
-      if (!el || !el.dataset.started) return;
-      const end = el.dataset.ended ? Date.parse(el.dataset.ended) : Date.now();
-      el.textContent = duration(Math.max(0, (end - Date.parse(el.dataset.started)) / 1000));
-    }
+    function tick() { tickElapsed(document.getElementById("elapsed")); }
     setInterval(tick, 1000);
 
     // "load earlier" without leaving the page.

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
+import time
 
 import pytest
 
@@ -110,7 +112,11 @@ def test_decide(
 def test_head_message_names_holders_and_deep_messages_are_stable() -> None:
     active = [Active("r1", "default", ("GPU-1",), NOW + 100)]
     d = decide(S([W("a", 1, gpus=4), W("b", 2, gpus=1, timeout_s=9999)], active=active))
-    assert d.pending["a"].message == "needs 4 GPUs, 3 free: GPU 1 held by run r1"
+    when = time.strftime("%H:%M UTC", time.gmtime(NOW + 100))
+    assert (
+        d.pending["a"].message
+        == f"needs 4 GPUs, 3 free: GPU 1 held by run r1; GPUs 0-3 reserved for it from about {when}"
+    )
     later = decide(
         S(
             [W("a", 1, gpus=4), W("b", 2, gpus=1, timeout_s=9999)],
@@ -118,6 +124,30 @@ def test_head_message_names_holders_and_deep_messages_are_stable() -> None:
         )
     )
     assert later.pending["b"].message == d.pending["b"].message
+    # The QUEUED message names the reservation, without the time left (it
+    # would change at every pass, and each change is an event per run).
+    assert d.pending["b"].message == (
+        f"needs 1 GPU; GPUs 0-3 reserved for run a (needs 4) from about {when}: only a run that ends before then "
+        "may start on the free ones (a shorter --timeout could let it start now; `jobsup queue` says how short)"
+    )
+    a_minute_on = decide(
+        dataclasses.replace(S([W("a", 1, gpus=4), W("b", 2, gpus=1, timeout_s=9999)], active=active), now=NOW + 61)
+    )
+    assert a_minute_on.pending["b"].message == d.pending["b"].message
+    assert a_minute_on.pending["a"].message == d.pending["a"].message
+    # Holders past their deadlines: no time to name, and still no churn.
+    overdue = [Active("r1", "default", ("GPU-1", "GPU-2"), NOW - 100)]
+    late = decide(S([W("a", 1, gpus=4), W("b", 2, gpus=3), W("c", 3, gpus=1, timeout_s=9999)], active=overdue))
+    assert late.pending["b"].message.endswith(
+        "(GPUs 0-3 reserved for run a (needs 4) from when their holders, past their timeouts, end)"
+    )
+    later_still = decide(
+        dataclasses.replace(
+            S([W("a", 1, gpus=4), W("b", 2, gpus=3), W("c", 3, gpus=1, timeout_s=9999)], active=overdue),
+            now=NOW + 3600,
+        )
+    )
+    assert {k: p.message for k, p in later_still.pending.items()} == {k: p.message for k, p in late.pending.items()}
 
 
 def test_admission_takes_lowest_free_indices() -> None:

@@ -240,3 +240,23 @@ def test_rerun_with_a_new_rev_a_new_command_and_its_dependents(js: JobsupEnv, tm
     assert sub_a["data"]["command"] == "cat v" and sub_a["data"]["source"]["rev"] == "main"
     bad = js.cli("rerun", first, "--rev", "no-such-rev", check=False)
     assert bad.returncode == 2 and "--rev" in bad.stderr and bad.stderr.count("\n") == 1, bad.stderr
+
+
+def test_hold_and_release_that_change_nothing_say_so(js: JobsupEnv, repo: Path) -> None:
+    held = js.submit(repo, "--name", "rel", "--hold", "--", "true")
+    again = js.cli("hold", held)
+    assert again.returncode == 0 and f"note: run {held} was already held" in again.stderr, again.stderr
+    assert _events(js, held, "Held") == []  # --hold at submit: no Held event, and none added
+    # A queued run that is not held: exit 0, a note, nothing recorded.
+    blocked = js.submit(repo, "--name", "rel2", "--after", held, "--", "true")
+    _until(lambda: js.show(blocked)["reason"] == "WaitingForDependency")
+    r = js.cli("release", blocked)
+    assert r.returncode == 0
+    assert f"note: run {blocked} was not held: nothing to release" in r.stderr, r.stderr
+    assert f"run {blocked}: QUEUED (WaitingForDependency)" in r.stderr, r.stderr
+    assert _events(js, blocked, "HoldReleased") == []
+    doc = json.loads(js.cli("release", blocked, "-o", "json").stdout)
+    assert [d["id"] for d in doc] == [blocked]  # -o json: the runs, as before
+    done = js.cli("release", held)
+    assert "note:" not in done.stderr, done.stderr
+    js.cli("wait", held, blocked, "--timeout", "120s")

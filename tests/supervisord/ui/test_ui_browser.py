@@ -88,6 +88,16 @@ def test_live_run_page_cancel_rerun_and_daemon_restart(js: JobsupEnv, repo: Path
     # A run submitted while the list is open appears on it, live.
     run_id = js.submit(repo, "--", "bash", "chatty.sh")
     page.wait_for_selector(f"#run-{run_id} .badge.RUNNING", timeout=60_000)
+    # Its started time and an elapsed time that ticks while it runs.
+    elapsed = page.locator(f"#run-{run_id} td.elapsed")
+    page.wait_for_function(
+        "(sel) => /^\\d+(\\.\\d)?s$/.test(document.querySelector(sel).textContent)", arg=f"#run-{run_id} td.elapsed"
+    )
+    first = elapsed.inner_text()
+    page.wait_for_function(
+        "([sel, was]) => document.querySelector(sel).textContent !== was", arg=[f"#run-{run_id} td.elapsed", first]
+    )
+    assert page.locator(f"#run-{run_id} td.started").inner_text().startswith("20")
     _shot(page, "runs")
 
     page.click(f"#run-{run_id} a")

@@ -270,6 +270,49 @@ def test_events_page_shows_the_daemons_own_events_unlinked(js: JobsupEnv) -> Non
     assert "QueueChanged" in page and "daemon" in page and 'href="/runs/daemon"' not in page
 
 
+def test_events_page_opens_at_the_newest_with_loglines_hidden(js: JobsupEnv, repo: Path) -> None:
+    run_id = js.submit(repo, "--", "bash", "quick.sh")
+    js.cli("wait", run_id, "--timeout", "120s")
+    client = _login(page_url(js))
+
+    def seqs_and_types(html: str) -> list[tuple[int, str]]:
+        rows = re.findall(r'<tr><td class="mono">(\d+)</td>.*?<td>(\w+)</td><td class="mono data">', html, re.S)
+        return [(int(s), t) for s, t in rows]
+
+    page = client.get(f"/events?run={run_id}").text
+    rows = seqs_and_types(page)
+    assert rows and [s for s, _ in rows] == sorted((s for s, _ in rows), reverse=True)  # newest first
+    assert rows[-1][1] == "Submitted" and "LogLines" not in {t for _, t in rows}
+    assert "LogLines hidden" in page and f"/events?run={run_id}&amp;logs=1" in page
+    shown = client.get(f"/events?run={run_id}&logs=1").text
+    assert "LogLines" in {t for _, t in seqs_and_types(shown)} and "LogLines shown" in shown
+    assert "LogLines" in {t for _, t in seqs_and_types(client.get(f"/events?run={run_id}&type=LogLines").text)}
+    # Paged backwards: the page before the newest event holds the older ones.
+    newest = rows[0][0]
+    older = seqs_and_types(client.get(f"/events?run={run_id}&before={newest}").text)
+    assert [s for s, _ in older] == [s for s, _ in rows[1:]]
+
+
+def test_runs_list_shows_started_elapsed_gpus_and_peak_memory(js: JobsupEnv, repo: Path) -> None:
+    run_id = js.submit(repo, "--", "bash", "quick.sh")
+    js.cli("wait", run_id, "--timeout", "120s")
+    deadline = time.monotonic() + 30
+    while not js.show(run_id).get("usage") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    run = js.show(run_id)
+    client = _login(page_url(js))
+    page = client.get("/").text
+    assert "<th>Started</th><th>Elapsed</th><th>GPUs</th><th>Peak memory</th>" in page
+    row = re.search(rf'<tr id="run-{run_id}".*?</tr>', page, re.S)
+    assert row is not None
+    cells = dict(re.findall(r'<td class="(?:time )?(started|elapsed|gpus|usage)"[^>]*>([^<]*)</td>', row.group(0)))
+    assert cells["started"].startswith(run["started_at"][:10]), cells
+    assert re.fullmatch(r"\d+\.\ds|\d+s", cells["elapsed"]), cells
+    assert cells["gpus"] == ""  # no GPU asked for
+    assert cells["usage"].endswith("MiB"), (cells, run.get("usage"))
+    assert f'data-ended="{run["ended_at"]}"' in row.group(0)  # what the page's script ticks from
+
+
 def test_the_sweep_stream_sends_changed_rows_and_resumes_from_a_seq(js: JobsupEnv, repo: Path, tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     job = f"while [ ! -e {gate} ]; do sleep 0.05; done; echo {{n}}"

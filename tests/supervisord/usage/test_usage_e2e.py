@@ -176,13 +176,20 @@ def test_a_reservation_is_explained_where_the_user_looks(js: JobsupEnv, repo: Pa
     assert res["run_id"] == big and res["needs"] == 4 and res["gpus"] == [0, 1, 2, 3]
     assert res["message"].startswith(f"GPUs 0-3 reserved for run {big} (needs 4) from about ")
     assert re.search(r"; a run with --timeout under (1h5\dm|2h) could start now$", res["message"]), res
-    assert js.show(long)["message"].startswith("needs 1 GPU; the free GPUs are reserved for a run before it")
+    # The QUEUED message names the reservation (the part that stays while the same runs hold the GPUs).
+    assert js.show(long)["message"].startswith(f"needs 1 GPU; GPUs 0-3 reserved for run {big} (needs 4) from about ")
+    assert "; GPUs 0-3 reserved for it from about " in js.show(big)["message"], js.show(big)
     table = js.cli("queue").stdout
     assert f"free, reserved for {big}" in table and res["message"] in table
     # a run short enough starts now on the free GPU
     short = js.submit(repo, "--name", "short", "--gpus", "1", "--timeout", "10m", "--", "true")
     js.cli("wait", short, "--timeout", "60s")
     assert js.show(short)["phase"] == "COMPLETED" and js.show(big)["phase"] == "QUEUED"
+    # The passes for short's submit, start and end recorded nothing more for
+    # the waiting runs: their messages did not change.
+    for rid in (big, long):
+        queued = [e for e in _events(js, rid, "PhaseChanged") if e["data"]["reason"] == "WaitingForGPUs"]
+        assert len(queued) == 1, queued
     js.cli("cancel", *holders, big, long)
 
 
@@ -205,3 +212,58 @@ def test_memory_and_cpus_are_admitted_from_the_configured_capacity(js: JobsupEnv
     js.cli("cancel", first)
     js.cli("wait", second, third, "--timeout", "60s")
     assert js.show(second)["phase"] == js.show(third)["phase"] == "COMPLETED"
+
+
+@pytest.mark.slow
+def test_update_memory_and_cpus_of_queued_runs_reevaluates_admission(js: JobsupEnv, repo: Path) -> None:
+    js.daemon_config("scheduler:\n  memory: 100M\n  cpus: 2\n")
+    js.start_daemon()
+    first = js.submit(repo, "--name", "a", "--memory", "80M", "--cpus", "1", "--", "sleep 60")
+    second = js.submit(repo, "--name", "b", "--memory", "80M", "--", "true")
+    third = js.submit(repo, "--name", "c", "--cpus", "1.5", "--", "true")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if {js.show(r)["reason"] for r in (second, third)} == {"WaitingForMemory", "WaitingForCPUs"}:
+            break
+        time.sleep(0.3)
+    # More than the machine has: refused for every run, nothing recorded.
+    r = js.cli("update", second, third, "--memory", "101M", check=False)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "--memory: asks for 101M, this machine has 100M for jobsup" in r.stderr
+    bad = js.cli("update", second, "--cpus", "none", check=False)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --cpus:"), bad.stderr
+    assert _events(js, second, "RunUpdated") == [] and _events(js, third, "RunUpdated") == []
+    # All or nothing: a run past QUEUED refuses the command for both.
+    past = js.cli("update", second, first, "--memory", "10M", check=False)
+    assert past.returncode == 2 and f"run {first} is RUNNING" in past.stderr, past.stderr
+    assert _events(js, second, "RunUpdated") == []
+    # Less than is unclaimed: admitted at once.
+    out = js.cli("update", second, "--memory", "10M")
+    assert out.stdout.strip() == f"run {second}: memory 80M -> 10M", out.stdout
+    js.cli("update", third, "--cpus", "1")
+    js.cli("wait", second, third, "--timeout", "60s")
+    (ev,) = _events(js, second, "RunUpdated")
+    assert ev["data"] == {"old": {"memory_bytes": 80 << 20}, "new": {"memory_bytes": 10 << 20}}
+    schemas.validate("event", ev)
+    (adm,) = _events(js, second, "Admitted")
+    assert adm["data"]["limits"]["memory_bytes"] == 10 << 20  # the limit it ran under
+    (ev3,) = _events(js, third, "RunUpdated")
+    assert ev3["data"] == {"old": {"cpus": 1.5}, "new": {"cpus": 1.0}}
+    js.cli("cancel", first)
+
+
+def test_a_run_shorter_than_the_interval_still_gets_its_usage(js: JobsupEnv, repo: Path) -> None:
+    js.daemon_config("local:\n  usage_interval_s: 60\n")  # the sampler never sees it
+    js.start_daemon()
+    rid = js.submit(repo, "--name", "quick", "--", f"{sys.executable} -c \"b = b'x' * (40 << 20)\"")
+    run = _wait_terminal(js, rid)
+    assert run["phase"] == "COMPLETED", run
+    (record,) = _events(js, rid, "ResourceUsage")
+    schemas.validate("event", record)
+    data = record["data"]
+    assert data["source"] == "runner" and data["final"] is True
+    # the python process's own peak (its 40 MB): the largest one process
+    assert data["max_rss_bytes"] >= 40 << 20 and data["cpu_s"] > 0, data
+    ended = [e for e in _events(js, rid, "PhaseChanged") if e["data"]["phase"] == "COMPLETED"]
+    assert record["seq"] < ended[0]["seq"]  # recorded with the end, before the terminal phase
+    assert run["usage"]["max_rss_bytes"] == data["max_rss_bytes"], run["usage"]

@@ -112,7 +112,8 @@ def test_a_reservation_is_explained_and_a_held_dependency_says_so() -> None:
     text = res.describe()
     assert text.startswith("GPUs 0-3 reserved for run big (needs 4) from about ")
     assert text.endswith("; a run with --timeout under 2h59m could start now")
-    assert "the free GPUs are reserved for a run before it" in d.pending["long"].message
+    assert d.pending["long"].message.startswith("needs 1 GPU; GPUs 0-3 reserved for run big (needs 4) from about ")
+    assert "only a run that ends before then may start on the free ones" in d.pending["long"].message
     assert d.pending["dep"].message == "waits for run held (QUEUED, held)"
     # a short run backfills onto the free GPU
     d = decide(_s([Waiting("big", 1, gpus=4), Waiting("short", 2, gpus=1, timeout_s=600)], active))

@@ -159,6 +159,29 @@ async def test_failing_command_is_error_with_exit_code(tmp_path: Path, sim: SimC
         assert await env.lines(run_id) == ["about to fail"]
 
 
+async def test_started_and_ended_come_from_the_pods_container(tmp_path: Path, sim: SimCluster) -> None:
+    async with k8s_env(tmp_path, sim) as env:
+        run_id = await env.submit("sleep 1.2; echo done", manifest=M, files={M: job_manifest()})
+        run = await env.terminal(run_id)
+        assert run.phase == "COMPLETED", run
+        pod = sim.get_object("pods", pod_name(sim, run_id))
+        assert pod is not None
+        term = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+        times = await env.events(run_id, "ContainerTimes")
+        assert {k: v for e in times for k, v in e.data.items() if k.endswith("_at")} == {
+            "started_at": term["startedAt"],
+            "finished_at": term["finishedAt"],
+        }
+        assert all(e.data["pod"] == pod["metadata"]["name"] for e in times)
+        # The run's times are the container's, not when jobsup looked.
+        assert (run.started_at, run.ended_at) == (term["startedAt"], term["finishedAt"]), run
+        assert run.elapsed_s() is not None and run.elapsed_s() >= 1.0
+        from supervisord import schemas
+
+        for e in times:
+            assert not schemas.schema_errors("event", e.to_json())
+
+
 async def test_oom_killed_container_is_error_oom_killed(tmp_path: Path, sim: SimCluster) -> None:
     async with k8s_env(tmp_path, sim) as env:
         run_id = await env.submit("echo started; sleep 60", manifest=M, files={M: job_manifest()})
