@@ -17,6 +17,7 @@ next daemon reattaches to them).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import gc
 import os
@@ -25,7 +26,7 @@ import signal
 import socket
 import stat
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ import anyio
 import anyio.abc
 import click
 import structlog
+from starlette.applications import Starlette
 
 from store import EventStore
 from store.errors import StoreError, StoreOpenError
@@ -69,7 +71,7 @@ from supervisord.supervisor import Supervisor
 from supervisord.ui import UiServer
 from supervisord.ui.actions import CommandActions
 from supervisord.ui.server import check_ui_settings
-from supervisord.usage.sampler import usage_sampler
+from supervisord.usage.sampler import UsageSampler, usage_sampler
 from supervisord.usage.scope import probe as probe_scopes
 
 __all__ = ["STOP_GRACE_S", "Daemon", "run_daemon", "sd_notify"]
@@ -237,12 +239,36 @@ class Daemon:
             gpus = await anyio.to_thread.run_sync(gpu_inventory, (daemon_config.get("scheduler") or {}).get("gpus"))
         scheduler_settings = SchedulerSettings.from_config(daemon_config)
         retention_settings = RetentionSettings.from_config(daemon_config)
+        held = await self._acquire()
+        try:
+            async with anyio.create_task_group() as tg:
+                running = await _Running.start(
+                    self, tg, held, daemon_config, gpus, scheduler_settings, retention_settings
+                )
+                await self._serve(tg, running, held.sock)
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await held.release(self.paths)
+            log.info("stopped")
+
+    def _lock(self) -> int:
+        """Create the state and runs dirs, lock the state dir (returns the
+        lock's file descriptor) and remove interrupted snapshots."""
         self.paths.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         check_state_dir(self.paths.state_dir)
         self.paths.runs_dir.mkdir(mode=0o700, exist_ok=True)
         lock_fd = _lock_state_dir(self.paths.state_dir)
         for leftover in remove_snapshot_leftovers(self.paths.snapshots_dir):
             log.info("removed an interrupted snapshot", path=str(leftover))
+        return lock_fd
+
+    async def _acquire(self) -> _Held:
+        """Take what the daemon holds while it runs, in order: the state
+        dir's lock, the socket, the store, the digest key and the backends.
+        When one step fails, what the earlier ones took is released and the
+        error raised."""
+        lock_fd = self._lock()
         try:
             sock = _prepare_socket(self.paths.socket)
         except BaseException:
@@ -264,204 +290,303 @@ class Daemon:
             self.paths.socket.unlink(missing_ok=True)
             os.close(lock_fd)
             raise
-        try:
-            async with anyio.create_task_group() as tg:
-                for backend in backends.values():
-                    tg.start_soon(backend.serve, name=f"backend-{backend.name}")
-                supervisor = Supervisor(store, backends, self.paths, tg)
-                supervisor.gated = True  # runs wait in QUEUED for the scheduler
-                planner = Planner(self.daemon_layer, supervisor.snapshots, digest_key)
-                reattached = await supervisor.reattach_all()
-                await supervisor.remove_orphan_pending()
-                # Limits in systemd scopes when a user manager answers, else the sampler.
-                found = await anyio.to_thread.run_sync(probe_scopes)
-                local_backend = backends.get("local")
-                if isinstance(local_backend, LocalBackend):
-                    local_backend.systemd_run = found.systemd_run
-                log.info("limits enforcement", enforcement=found.enforcement, detail=found.detail)
-                sampler = usage_sampler(
-                    store,
-                    supervisor,
-                    daemon_config,
-                    gpus,
-                    enforcement=found.enforcement,
-                    enforcement_detail=found.detail,
-                )
-                settings = with_capacity(scheduler_settings, daemon_config, enforcement=sampler.enforcement)
-                scheduler = Scheduler(store, supervisor, gpus, settings)
-                scheduler.gpu_notes = sampler.foreign_gpu_notes
-                scheduler.gpu_usage = sampler.gpu_usage
-                await scheduler.load()
-                tg.start_soon(scheduler.run, name="scheduler")
-                tg.start_soon(sampler.run, name="usage")
-                hook_service = HookService(store, self.hooks, user_agent=f"jobsup/{_version()}")
-                hook_scope = await tg.start(_in_scope, hook_service.run, name="hooks")
-                retention = Retention(store, self.paths, retention_settings)
-                retention_scope = await tg.start(_in_scope, retention.run, name="retention")
-                tg.start_soon(OutputsRecorder(store).run, name="outputs")
-                info = {
-                    "pid": os.getpid(),
-                    "uid": os.getuid(),
-                    "version": version(),
-                    "state_dir": str(self.paths.state_dir),
-                    "socket": str(self.paths.socket),
-                    "database": str(self.paths.database),
-                    "backends": sorted(backends),
-                }
+        return _Held(lock_fd=lock_fd, sock=sock, store=store, digest_key=digest_key, backends=backends)
 
-                async def hooks_status() -> list[dict[str, Any]]:
-                    return await hook_service.status()
+    async def _serve(self, tg: anyio.abc.TaskGroup, running: _Running, sock: socket.socket) -> None:
+        """Serve the API on ``sock`` until ``stop()`` or SIGTERM/SIGINT, then
+        end the requests in flight (see :func:`_stop_serving`)."""
+        inflight = InFlight(running.create_app())
+        config = Config(
+            inflight,
+            http=PeerCredProtocol,
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            # A backstop only: InFlight.drain below ends every request first.
+            timeout_graceful_shutdown=STOP_GRACE_S + 5,
+        )
+        server = Server(config)
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            tg.start_soon(self._stop_on_signals, signals)
+            async with anyio.create_task_group() as api:
+                api.start_soon(server.serve, [sock])
+                with anyio.fail_after(30):
+                    await server.ready.wait()
+                # What start-up allocated lives as long as the daemon: keep
+                # the garbage collector from re-scanning it on every pass.
+                gc.freeze()
+                log.info("ready", socket=str(self.paths.socket), pid=os.getpid(), reattached=running.reattached)
+                sd_notify("READY=1")
+                await self._stop.wait()
+                sd_notify("STOPPING=1")
+                await _stop_serving(server, running, inflight)
 
-                async def reload() -> dict[str, Any]:
-                    nonlocal hook_service, hook_scope, retention_scope
-                    layer, hooks = await anyio.to_thread.run_sync(_reload_config)  # ConfigError: nothing changed
-                    old = cfg.effective_config(self.daemon_layer, []).data
-                    new = cfg.effective_config(layer, []).data
-                    report = config_changes(old, new, self.hooks, hooks)
-                    self.daemon_layer = planner.daemon_layer = layer
-                    self.config_files = ConfigFiles.now()
-                    if any(report["hooks"].values()):
-                        # Each hook resumes from its stored checkpoint.
-                        hook_scope.cancel()
-                        self.hooks = hooks
-                        hook_service = HookService(store, hooks, user_agent=f"jobsup/{_version()}")
-                        hook_scope = await tg.start(_in_scope, hook_service.run, name="hooks")
-                    new_retention = RetentionSettings.from_config(new)
-                    if new_retention != retention.settings:
-                        retention_scope.cancel()
-                        retention.settings = new_retention
-                        retention_scope = await tg.start(_in_scope, retention.run, name="retention")
-                    scheduler.settings = SchedulerSettings.from_config(new)
-                    await scheduler.record_daemon_event(CONFIG_RELOADED(report))
-                    log.info("config reloaded", changed=report["changed"], hooks=report["hooks"])
-                    return dict(report)
+    async def _stop_on_signals(self, signals: AsyncIterator[signal.Signals]) -> None:
+        async for signum in signals:
+            log.info("stopping", signal=signal.Signals(signum).name)
+            self._stop.set()
 
-                async def control(action: str, body: dict[str, Any]) -> dict[str, Any]:
-                    if action == "reload":
-                        return await reload()
-                    if action != "stop":
-                        raise UsageError(f"daemon: unknown action {action!r} (use stop or reload)")
-                    if body.get("restart") and self.under_systemd:
-                        self.exit_code = 75  # Restart=on-failure starts it again
-                    log.info("stopping", requested="restart" if body.get("restart") else "stop")
 
-                    async def later() -> None:
-                        await anyio.sleep(0.05)  # after the answer went out
-                        self._stop.set()
+async def _stop_serving(server: Server, running: _Running, inflight: InFlight) -> None:
+    """uvicorn closes the listener. Once it no longer accepts, the streams
+    (logs -f, events -f, wait, the page's live updates) end, cleanly: their
+    clients reconnect to the next daemon. The other requests get
+    STOP_GRACE_S to finish; those left are answered DaemonStoppingError."""
+    server.stop_listening()
+    running.page.shutdown()
+    running.streams.close_all()
+    cancelled = await inflight.drain(STOP_GRACE_S)
+    if cancelled:
+        log.warning("stop.requests_cancelled", count=cancelled, grace_s=STOP_GRACE_S)
 
-                    tg.start_soon(later)
-                    return {"pid": os.getpid(), "supervised": supervisor.supervised(), "systemd": self.under_systemd}
 
-                async def doctor() -> list[dict[str, Any]]:
-                    checks = [
-                        {"name": "daemon", "ok": True, "detail": f"pid {os.getpid()} on {self.paths.socket}"},
-                        storage_check(store, await store.last_seq()),
-                        await anyio.to_thread.run_sync(
-                            output_space_check, self.paths.runs_dir, supervisor.running_local()
-                        ),
-                    ]
-                    stale = self.config_files.changed()
-                    checks.append(
-                        {
-                            "name": "config",
-                            "ok": True,
-                            "detail": "warning: " + "; ".join(stale) if stale else "as the daemon read it",
-                        }
-                    )
-                    checks.append(scheduler.doctor())
-                    checks.append(sampler.doctor())
-                    for backend in backends.values():
-                        skip = _doctor_not_applicable(backend.name, self.daemon_layer)
-                        if skip is not None:
-                            checks.append({"name": backend.name, "ok": True, "detail": f"n/a: {skip}"})
-                        else:
-                            checks.extend(await backend.doctor())
-                    return checks
+@dataclasses.dataclass(eq=False)
+class _Held:
+    """What a running daemon holds, released by :meth:`release` when it stops."""
 
-                # Open streams end cleanly when the daemon stops (not cancelled).
-                streams = StreamCloser()
-                # The one command path of the API and the page.
-                commands = Commands(supervisor, planner, scheduler)
-                page = self._ui_server(store, commands, scheduler, streams)
-                tg.start_soon(page.serve, name="ui")
+    lock_fd: int
+    sock: socket.socket
+    store: EventStore
+    digest_key: bytes
+    backends: dict[str, Backend]
 
-                async def ui(body: dict[str, Any]) -> dict[str, Any]:
-                    if body.get("stop"):
-                        await page.disable()
-                        return {}
-                    port = body.get("port")
-                    if port is not None and (
-                        not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536
-                    ):
-                        raise UsageError(f"--port {port!r}: use a port number 1..65535")
-                    return await page.enable(port)
+    async def release(self, paths: Paths) -> None:
+        """Close the backends and the store, remove the socket file and
+        unlock the state dir (in that order)."""
+        for backend in self.backends.values():
+            await backend.aclose()
+        await self.store.close()
+        paths.socket.unlink(missing_ok=True)
+        os.close(self.lock_fd)
 
-                app = create_app(
-                    supervisor=supervisor,
-                    planner=planner,
-                    store=store,
-                    info=info,
-                    doctor=doctor,
-                    ui=ui,
-                    scheduler=scheduler,
-                    hooks=hooks_status,
-                    config_changed=lambda: self.config_files.changed(),  # noqa: PLW0108 - reload replaces self.config_files: look it up late
-                    daemon_control=control,
-                    retention=retention,
-                    streams=streams,
-                    usage=sampler.snapshot,
-                    commands=commands,
-                )
-                inflight = InFlight(app)
-                config = Config(
-                    inflight,
-                    http=PeerCredProtocol,
-                    lifespan="off",
-                    log_config=None,
-                    access_log=False,
-                    # A backstop only: InFlight.drain below ends every request first.
-                    timeout_graceful_shutdown=STOP_GRACE_S + 5,
-                )
-                server = Server(config)
-                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
 
-                    async def on_signal() -> None:
-                        async for signum in signals:
-                            log.info("stopping", signal=signal.Signals(signum).name)
-                            self._stop.set()
+@dataclasses.dataclass(eq=False)
+class _Running:
+    """The parts a serving daemon started, and the handlers of the API's
+    daemon-level requests (doctor, reload, stop, ui, hooks) that act on
+    them. ``reload`` replaces the hook service and the two scopes."""
 
-                    tg.start_soon(on_signal)
-                    async with anyio.create_task_group() as api:
-                        api.start_soon(server.serve, [sock])
-                        with anyio.fail_after(30):
-                            await server.ready.wait()
-                        # What start-up allocated lives as long as the daemon: keep
-                        # the garbage collector from re-scanning it on every pass.
-                        gc.freeze()
-                        log.info("ready", socket=str(self.paths.socket), pid=os.getpid(), reattached=reattached)
-                        sd_notify("READY=1")
-                        await self._stop.wait()
-                        sd_notify("STOPPING=1")
-                        # uvicorn closes the listener. Once it no longer accepts,
-                        # the streams (logs -f, events -f, wait, the page's live
-                        # updates) end, cleanly: their clients reconnect to the
-                        # next daemon. The other requests get STOP_GRACE_S to
-                        # finish; those left are answered DaemonStoppingError.
-                        server.stop_listening()
-                        page.shutdown()
-                        streams.close_all()
-                        cancelled = await inflight.drain(STOP_GRACE_S)
-                        if cancelled:
-                            log.warning("stop.requests_cancelled", count=cancelled, grace_s=STOP_GRACE_S)
-                    tg.cancel_scope.cancel()
-        finally:
-            with anyio.CancelScope(shield=True):
-                for backend in backends.values():
-                    await backend.aclose()
-                await store.close()
-                self.paths.socket.unlink(missing_ok=True)
-                os.close(lock_fd)
-            log.info("stopped")
+    daemon: Daemon
+    tg: anyio.abc.TaskGroup
+    store: EventStore
+    backends: dict[str, Backend]
+    supervisor: Supervisor
+    planner: Planner
+    reattached: int
+    sampler: UsageSampler
+    scheduler: Scheduler
+    hook_service: HookService
+    hook_scope: anyio.CancelScope
+    retention: Retention
+    retention_scope: anyio.CancelScope
+    #: Open streams end cleanly when the daemon stops (not cancelled).
+    streams: StreamCloser
+    #: The one command path of the API and the page.
+    commands: Commands
+    page: UiServer
+
+    @classmethod
+    async def start(
+        cls,
+        daemon: Daemon,
+        tg: anyio.abc.TaskGroup,
+        held: _Held,
+        daemon_config: Mapping[str, Any],
+        gpus: Inventory,
+        scheduler_settings: SchedulerSettings,
+        retention_settings: RetentionSettings,
+    ) -> _Running:
+        """Start the backends, reattach to the runs, then start the
+        scheduler, the usage sampler, hooks, retention, the outputs
+        recorder and the page, in ``tg``."""
+        store, backends = held.store, held.backends
+        for backend in backends.values():
+            tg.start_soon(backend.serve, name=f"backend-{backend.name}")
+        supervisor = Supervisor(store, backends, daemon.paths, tg)
+        supervisor.gated = True  # runs wait in QUEUED for the scheduler
+        planner = Planner(daemon.daemon_layer, supervisor.snapshots, held.digest_key)
+        reattached = await supervisor.reattach_all()
+        await supervisor.remove_orphan_pending()
+        sampler = await _usage_sampler(store, supervisor, backends, daemon_config, gpus)
+        settings = with_capacity(scheduler_settings, daemon_config, enforcement=sampler.enforcement)
+        scheduler = Scheduler(store, supervisor, gpus, settings)
+        scheduler.gpu_notes = sampler.foreign_gpu_notes
+        scheduler.gpu_usage = sampler.gpu_usage
+        await scheduler.load()
+        tg.start_soon(scheduler.run, name="scheduler")
+        tg.start_soon(sampler.run, name="usage")
+        hook_service = HookService(store, daemon.hooks, user_agent=f"jobsup/{_version()}")
+        hook_scope = await tg.start(_in_scope, hook_service.run, name="hooks")
+        retention = Retention(store, daemon.paths, retention_settings)
+        retention_scope = await tg.start(_in_scope, retention.run, name="retention")
+        tg.start_soon(OutputsRecorder(store).run, name="outputs")
+        streams = StreamCloser()
+        commands = Commands(supervisor, planner, scheduler)
+        page = daemon._ui_server(store, commands, scheduler, streams)
+        tg.start_soon(page.serve, name="ui")
+        return cls(
+            daemon=daemon,
+            tg=tg,
+            store=store,
+            backends=backends,
+            supervisor=supervisor,
+            planner=planner,
+            reattached=reattached,
+            sampler=sampler,
+            scheduler=scheduler,
+            hook_service=hook_service,
+            hook_scope=hook_scope,
+            retention=retention,
+            retention_scope=retention_scope,
+            streams=streams,
+            commands=commands,
+            page=page,
+        )
+
+    def create_app(self) -> Starlette:
+        """The API application over the started parts and these handlers."""
+        daemon = self.daemon
+        info = {
+            "pid": os.getpid(),
+            "uid": os.getuid(),
+            "version": version(),
+            "state_dir": str(daemon.paths.state_dir),
+            "socket": str(daemon.paths.socket),
+            "database": str(daemon.paths.database),
+            "backends": sorted(self.backends),
+        }
+        return create_app(
+            supervisor=self.supervisor,
+            planner=self.planner,
+            store=self.store,
+            info=info,
+            doctor=self.doctor,
+            ui=self.ui,
+            scheduler=self.scheduler,
+            hooks=self.hooks_status,
+            config_changed=self.config_changed,
+            daemon_control=self.control,
+            retention=self.retention,
+            streams=self.streams,
+            usage=self.sampler.snapshot,
+            commands=self.commands,
+        )
+
+    def config_changed(self) -> list[str]:
+        """The config files changed since the daemon read them (looked up
+        late: a reload replaces ``daemon.config_files``)."""
+        return self.daemon.config_files.changed()
+
+    async def hooks_status(self) -> list[dict[str, Any]]:
+        """The hooks' delivery status (of the current hook service)."""
+        return await self.hook_service.status()
+
+    async def reload(self) -> dict[str, Any]:
+        """Read the config again and apply it: hooks and retention restart
+        when theirs changed; the scheduler takes its new settings. Raises
+        ConfigError (nothing changed)."""
+        daemon = self.daemon
+        layer, hooks = await anyio.to_thread.run_sync(_reload_config)  # ConfigError: nothing changed
+        old = cfg.effective_config(daemon.daemon_layer, []).data
+        new = cfg.effective_config(layer, []).data
+        report = config_changes(old, new, daemon.hooks, hooks)
+        daemon.daemon_layer = self.planner.daemon_layer = layer
+        daemon.config_files = ConfigFiles.now()
+        if any(report["hooks"].values()):
+            # Each hook resumes from its stored checkpoint.
+            self.hook_scope.cancel()
+            daemon.hooks = hooks
+            self.hook_service = HookService(self.store, hooks, user_agent=f"jobsup/{_version()}")
+            self.hook_scope = await self.tg.start(_in_scope, self.hook_service.run, name="hooks")
+        new_retention = RetentionSettings.from_config(new)
+        if new_retention != self.retention.settings:
+            self.retention_scope.cancel()
+            self.retention.settings = new_retention
+            self.retention_scope = await self.tg.start(_in_scope, self.retention.run, name="retention")
+        self.scheduler.settings = SchedulerSettings.from_config(new)
+        await self.scheduler.record_daemon_event(CONFIG_RELOADED(report))
+        log.info("config reloaded", changed=report["changed"], hooks=report["hooks"])
+        return dict(report)
+
+    async def control(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
+        """``daemon stop`` (``restart``: exit 75 under systemd) or ``reload``.
+        Raises UsageError for another action."""
+        daemon = self.daemon
+        if action == "reload":
+            return await self.reload()
+        if action != "stop":
+            raise UsageError(f"daemon: unknown action {action!r} (use stop or reload)")
+        if body.get("restart") and daemon.under_systemd:
+            daemon.exit_code = 75  # Restart=on-failure starts it again
+        log.info("stopping", requested="restart" if body.get("restart") else "stop")
+        self.tg.start_soon(self._stop_later)
+        return {"pid": os.getpid(), "supervised": self.supervisor.supervised(), "systemd": daemon.under_systemd}
+
+    async def _stop_later(self) -> None:
+        await anyio.sleep(0.05)  # after the answer went out
+        self.daemon.stop()
+
+    async def doctor(self) -> list[dict[str, Any]]:
+        """The daemon's checks, then each backend's (n/a when not used)."""
+        daemon = self.daemon
+        checks = [
+            {"name": "daemon", "ok": True, "detail": f"pid {os.getpid()} on {daemon.paths.socket}"},
+            storage_check(self.store, await self.store.last_seq()),
+            await anyio.to_thread.run_sync(output_space_check, daemon.paths.runs_dir, self.supervisor.running_local()),
+        ]
+        stale = daemon.config_files.changed()
+        checks.append(
+            {
+                "name": "config",
+                "ok": True,
+                "detail": "warning: " + "; ".join(stale) if stale else "as the daemon read it",
+            }
+        )
+        checks.append(self.scheduler.doctor())
+        checks.append(self.sampler.doctor())
+        for backend in self.backends.values():
+            skip = _doctor_not_applicable(backend.name, daemon.daemon_layer)
+            if skip is not None:
+                checks.append({"name": backend.name, "ok": True, "detail": f"n/a: {skip}"})
+            else:
+                checks.extend(await backend.doctor())
+        return checks
+
+    async def ui(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Turn the page off (``stop``) or on (on ``port``, if given).
+        Raises UsageError for a port out of 1..65535."""
+        if body.get("stop"):
+            await self.page.disable()
+            return {}
+        port = body.get("port")
+        if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
+            raise UsageError(f"--port {port!r}: use a port number 1..65535")
+        return await self.page.enable(port)
+
+
+async def _usage_sampler(
+    store: EventStore,
+    supervisor: Supervisor,
+    backends: Mapping[str, Backend],
+    daemon_config: Mapping[str, Any],
+    gpus: Inventory,
+) -> UsageSampler:
+    """The usage sampler: limits are enforced in systemd scopes when a user
+    manager answers (the local backend then starts runs with systemd-run),
+    else by the sampler."""
+    found = await anyio.to_thread.run_sync(probe_scopes)
+    local_backend = backends.get("local")
+    if isinstance(local_backend, LocalBackend):
+        local_backend.systemd_run = found.systemd_run
+    log.info("limits enforcement", enforcement=found.enforcement, detail=found.detail)
+    return usage_sampler(
+        store,
+        supervisor,
+        daemon_config,
+        gpus,
+        enforcement=found.enforcement,
+        enforcement_detail=found.detail,
+    )
 
 
 def _doctor_not_applicable(backend: str, daemon_layer: cfg.Layer) -> str | None:
