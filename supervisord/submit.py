@@ -162,28 +162,54 @@ class Planner:
         """The plan, with the warnings to show the user. Raises TaskError,
         ConfigError, SourceError."""
         task = req.task
-        warnings: list[str] = []
-        command = task.get("run")
-        if not isinstance(command, str) or not command.strip():
-            raise TaskError("no command: give `run:` in the task file or `-- CMD...` on the command line")
-        timeout_s = task.get("timeout_s") or DEFAULT_TIMEOUT_S
-        if not isinstance(timeout_s, int) or isinstance(timeout_s, bool) or not 0 < timeout_s <= MAX_TIMEOUT_S:
-            raise TaskError(f"timeout must be a whole number of seconds in 1..{MAX_TIMEOUT_S}, got {timeout_s!r}")
-        scheduling = parse_scheduling(task, hold=req.hold)
-        env = task.get("env") or {}
-        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-            raise TaskError("env must map names to string values")
-        labels = check_labels(task.get("labels"), what="--label")
-        if task.get("max_parallel") is not None and task.get("sweep") is None:
-            raise TaskError("--max-parallel: only a sweep (--sweep KEY=V1,V2,... or task `sweep:`) has runs to limit")
-        on_done = task.get("on_done")
-        if on_done is not None and (
-            not isinstance(on_done, list)
-            or not on_done
-            or not all(isinstance(w, str) and w and "\0" not in w for w in on_done)
-        ):
-            raise TaskError("--on-done: the command must be a non-empty list of non-empty words")
+        fields = _check_task(task, hold=req.hold)
+        effective, warnings = await self._effective_config(req)
+        data = effective.data
+        backend = task.get("backend") or data.get("backend") or "local"
+        if backend not in BACKENDS:
+            raise TaskError(f"--backend: {backend!r} is not a backend; use one of {', '.join(BACKENDS)}")
+        slurm_asks = _shape_for_backend(backend, fields.scheduling)
+        _apply_retry_policy(task, data, backend, fields.scheduling)
+        context = (data.get("kubernetes") or {}).get("context") if backend == "kubernetes" else None
+        cfg.check_allowed(effective, backend, context)
+        if backend == "local":
+            _check_local_shell(effective)
+        world = await self._world(req, backend, data, fields)
+        repo, commit, snapshot = await self._source(req, fields.command, world.links, warnings)
+        project = str(data.get("project") or repo.name)
+        name = str(task.get("name") or await self._default_name(repo, commit, fields.command))
+        submitted: dict[str, Any] = {
+            "project": project,
+            "name": name,
+            "backend": backend,
+            "command": fields.command,
+            "timeout_s": fields.timeout_s,
+            "source": {
+                "repo": str(repo),
+                "rev": req.rev,
+                "commit": commit,
+                "snapshot_sha256": snapshot.sha256,
+                "snapshot_size": snapshot.size,
+            },
+            "env": env_digest(world.merged_env, self.digest_key),
+            "config": redact(data, self.digest_key),
+            "task_file": str(task["path"]) if task.get("path") else None,
+            "manifest": task.get("manifest"),
+            "cwd": req.cwd,
+            "submitted_by_uid": os.getuid(),
+            "scheduling": fields.scheduling,
+        }
+        submitted.update(_optional_fields(req, slurm_asks, fields))
+        if backend == "local":
+            submitted.update(_world_fields(world.shell_env, world.outputs, world.links, self.digest_key))
+        shell_env, merged_env = world.shell_env, world.merged_env
+        run_env = {**shell_env, **merged_env} if shell_env is not None else merged_env
+        return Plan(submitted=submitted, env=run_env, config=data, force=req.force, warnings=warnings)
 
+    async def _effective_config(self, req: SubmitRequest) -> tuple[cfg.EffectiveConfig, list[str]]:
+        """The effective config of the submit (daemon layer, then the
+        client's), with its warnings and the daemon config drift's."""
+        warnings: list[str] = []
         client_layers = cfg.layers_from_wire(req.layers)
         # The kubeconfig's current context decides which context_configs
         # apply when no layer names a context (the same rule `render` uses).
@@ -193,55 +219,18 @@ class Planner:
         drift = await self._daemon_config.warning(self._git)
         if drift:
             warnings.append(drift)
-        data = effective.data
-        backend = task.get("backend") or data.get("backend") or "local"
-        if backend not in BACKENDS:
-            raise TaskError(f"--backend: {backend!r} is not a backend; use one of {', '.join(BACKENDS)}")
-        slurm_asks: dict[str, Any] = {}
-        if backend == "slurm":
-            # The cluster's GPUs, memory and CPUs, asked of sbatch (--gpus,
-            # --mem, --cpus-per-task): none of this machine's.
-            if scheduling["gpus"]:
-                slurm_asks["gpus"], scheduling["gpus"] = scheduling["gpus"], 0
-            for key in ("memory_bytes", "cpus"):
-                if scheduling.get(key) is not None:
-                    slurm_asks[key] = scheduling.pop(key)
-        if backend == "kubernetes" and scheduling["gpus"]:
-            raise TaskError(f"--gpus: only local runs get GPUs from jobsup; {SHAPE_FLAGS_GPUS_HINT}")
-        for key, flag in (("memory_bytes", "--memory"), ("cpus", "--cpus")):
-            if backend == "kubernetes" and scheduling.get(key) is not None:
-                raise TaskError(
-                    f"{flag}: only local runs take limits from jobsup; for Kubernetes set them in the manifest"
-                )
-        conf_retry = data.get("retry")
-        if backend == "slurm":
-            # Attempts of a Slurm run would share its remote run folder and
-            # exit-code file: not retried yet (a config policy does not apply).
-            if scheduling.get("retry") is not None:
-                raise TaskError(
-                    "--retry: Slurm runs are not retried by jobsup yet; "
-                    "Slurm's own `--requeue` can go in slurm.sbatch_args"
-                )
-            conf_retry = None
-        if isinstance(conf_retry, dict):
-            # The config's retry policy (user, project or task config layer):
-            # the policy when the task gives none, the reasons and backoff of
-            # a bare `--retry N` (supervisord.retry).
-            raw = task.get("retry")
-            if raw is None and conf_retry.get("attempts") is not None:
-                scheduling["retry"] = parse_retry(conf_retry, label="config `retry`")
-            elif isinstance(raw, int) and not isinstance(raw, bool):
-                scheduling["retry"] = parse_retry({**conf_retry, "attempts": raw}, label="--retry")
-        context = (data.get("kubernetes") or {}).get("context") if backend == "kubernetes" else None
-        cfg.check_allowed(effective, backend, context)
-        if backend == "local":
-            _check_local_shell(effective)
-        merged_env = {**{str(k): str(v) for k, v in (data.get("env") or {}).items()}, **env}
+        return effective, warnings
+
+    async def _world(self, req: SubmitRequest, backend: str, data: Mapping[str, Any], fields: _TaskFields) -> _World:
+        """The run's environment and, for a local run, its world: the
+        submitting shell's environment under the run's env, its links and
+        outputs folder. Raises TaskError, ConfigError."""
+        merged_env = {**{str(k): str(v) for k, v in (data.get("env") or {}).items()}, **fields.env}
         # Runs in the user's world (local runs): the submitting shell's
         # environment under the run's env, its links and outputs folder.
         shell_env = _shell_env(backend, data, req.shell_env)
-        check_env(merged_env, command=command, inherited=shell_env)
-        links = check_links_shape(task.get("links"))
+        check_env(merged_env, command=fields.command, inherited=shell_env)
+        links = check_links_shape(req.task.get("links"))
         if links and backend != "local":
             raise TaskError("links: only local runs get links (a Kubernetes run mounts its data: pvc_mounts)")
         outputs = outputs_root(data) if backend == "local" else None
@@ -250,7 +239,15 @@ class Planner:
         if links:
             home = (req.shell_env or {}).get("HOME")
             links = await anyio.to_thread.run_sync(resolve_links, links, req.cwd, home, limiter=self._git)
+        return _World(merged_env=merged_env, shell_env=shell_env, links=links, outputs=outputs)
 
+    async def _source(
+        self, req: SubmitRequest, command: str, links: Mapping[str, str], warnings: list[str]
+    ) -> tuple[Path, str, Snapshot]:
+        """The repository, commit and snapshot of the submit; appends to
+        ``warnings`` what the run will not find (uncommitted changes,
+        untracked files, submodules...). Raises SourceError, TaskError."""
+        task = req.task
         where = Path(str(task.get("path") or req.cwd))
         repo = await anyio.to_thread.run_sync(repo_root, where, limiter=self._git)
         commit = await anyio.to_thread.run_sync(resolve_commit, repo, req.rev, limiter=self._git)
@@ -270,47 +267,7 @@ class Planner:
         snapshot = await self._snapshot(repo, commit)
         if links:
             await anyio.to_thread.run_sync(check_against_snapshot, links, snapshot.path, limiter=self._git)
-        project = str(data.get("project") or repo.name)
-        name = str(task.get("name") or await self._default_name(repo, commit, command))
-        submitted: dict[str, Any] = {
-            "project": project,
-            "name": name,
-            "backend": backend,
-            "command": command,
-            "timeout_s": timeout_s,
-            "source": {
-                "repo": str(repo),
-                "rev": req.rev,
-                "commit": commit,
-                "snapshot_sha256": snapshot.sha256,
-                "snapshot_size": snapshot.size,
-            },
-            "env": env_digest(merged_env, self.digest_key),
-            "config": redact(data, self.digest_key),
-            "task_file": str(task["path"]) if task.get("path") else None,
-            "manifest": task.get("manifest"),
-            "cwd": req.cwd,
-            "submitted_by_uid": os.getuid(),
-            "scheduling": scheduling,
-        }
-        if req.umask is not None:
-            # The submitting shell's umask: a local run's files get it.
-            submitted["umask"] = f"{int(req.umask, 8):04o}"
-        if req.request_id:
-            # The client's id for this submit: after a connection lost
-            # mid-submit it finds out whether the run was recorded.
-            submitted["request_id"] = req.request_id
-        if slurm_asks:
-            submitted["slurm"] = slurm_asks
-        if on_done is not None:
-            # Run by the on-done hook when the run ends (supervisord.hooks).
-            submitted["on_done"] = list(on_done)
-        if labels:
-            submitted["labels"] = labels
-        if backend == "local":
-            submitted.update(_world_fields(shell_env, outputs, links, self.digest_key))
-        run_env = {**shell_env, **merged_env} if shell_env is not None else merged_env
-        return Plan(submitted=submitted, env=run_env, config=data, force=req.force, warnings=warnings)
+        return repo, commit, snapshot
 
     async def plan_sweep(self, req: SubmitRequest) -> SweepPlan:
         """The plan of a sweep (the request's task has ``sweep``): the grid
@@ -460,6 +417,125 @@ def _snapshot_caveats(repo: Path, commit: str, task_path: object, command: str) 
                 f"(start `run:` with `cd {rel} && ` if it expects its own folder)"
             )
     return warnings
+
+
+@dataclasses.dataclass(frozen=True)
+class _TaskFields:
+    """The task's own fields a submit checks first (``scheduling`` is
+    adjusted later for the backend and the config's retry policy)."""
+
+    command: str
+    timeout_s: int
+    scheduling: dict[str, Any]
+    env: dict[str, str]
+    labels: dict[str, str]
+    on_done: list[str] | None
+
+
+@dataclasses.dataclass(frozen=True)
+class _World:
+    """A run's environment (``merged_env``: config env under the task's),
+    the submitting shell's (None: the daemon's), its resolved links and
+    outputs folder (local runs)."""
+
+    merged_env: dict[str, str]
+    shell_env: dict[str, str] | None
+    links: dict[str, str]
+    outputs: Path | None
+
+
+def _check_task(task: Mapping[str, Any], *, hold: bool) -> _TaskFields:
+    """Check the task's command, timeout, scheduling, env, labels,
+    ``max_parallel`` and ``on_done``, in that order. Raises TaskError."""
+    command = task.get("run")
+    if not isinstance(command, str) or not command.strip():
+        raise TaskError("no command: give `run:` in the task file or `-- CMD...` on the command line")
+    timeout_s = task.get("timeout_s") or DEFAULT_TIMEOUT_S
+    if not isinstance(timeout_s, int) or isinstance(timeout_s, bool) or not 0 < timeout_s <= MAX_TIMEOUT_S:
+        raise TaskError(f"timeout must be a whole number of seconds in 1..{MAX_TIMEOUT_S}, got {timeout_s!r}")
+    scheduling = parse_scheduling(task, hold=hold)
+    env = task.get("env") or {}
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise TaskError("env must map names to string values")
+    labels = check_labels(task.get("labels"), what="--label")
+    if task.get("max_parallel") is not None and task.get("sweep") is None:
+        raise TaskError("--max-parallel: only a sweep (--sweep KEY=V1,V2,... or task `sweep:`) has runs to limit")
+    on_done = task.get("on_done")
+    if on_done is not None and (
+        not isinstance(on_done, list)
+        or not on_done
+        or not all(isinstance(w, str) and w and "\0" not in w for w in on_done)
+    ):
+        raise TaskError("--on-done: the command must be a non-empty list of non-empty words")
+    return _TaskFields(
+        command=command, timeout_s=timeout_s, scheduling=scheduling, env=env, labels=labels, on_done=on_done
+    )
+
+
+def _shape_for_backend(backend: str, scheduling: dict[str, Any]) -> dict[str, Any]:
+    """What a Slurm run asks of sbatch (moved out of ``scheduling``:
+    ``gpus``, ``memory_bytes``, ``cpus``); refuses GPUs and limits for a
+    Kubernetes run (its manifest is its shape). Raises TaskError."""
+    slurm_asks: dict[str, Any] = {}
+    if backend == "slurm":
+        # The cluster's GPUs, memory and CPUs, asked of sbatch (--gpus,
+        # --mem, --cpus-per-task): none of this machine's.
+        if scheduling["gpus"]:
+            slurm_asks["gpus"], scheduling["gpus"] = scheduling["gpus"], 0
+        for key in ("memory_bytes", "cpus"):
+            if scheduling.get(key) is not None:
+                slurm_asks[key] = scheduling.pop(key)
+    if backend == "kubernetes" and scheduling["gpus"]:
+        raise TaskError(f"--gpus: only local runs get GPUs from jobsup; {SHAPE_FLAGS_GPUS_HINT}")
+    for key, flag in (("memory_bytes", "--memory"), ("cpus", "--cpus")):
+        if backend == "kubernetes" and scheduling.get(key) is not None:
+            raise TaskError(f"{flag}: only local runs take limits from jobsup; for Kubernetes set them in the manifest")
+    return slurm_asks
+
+
+def _apply_retry_policy(
+    task: Mapping[str, Any], data: Mapping[str, Any], backend: str, scheduling: dict[str, Any]
+) -> None:
+    """Set ``scheduling["retry"]`` from the config's retry policy (user,
+    project or task config layer): the policy when the task gives none,
+    the reasons and backoff of a bare ``--retry N`` (supervisord.retry).
+    Raises TaskError for ``--retry`` on a Slurm run."""
+    conf_retry = data.get("retry")
+    if backend == "slurm":
+        # Attempts of a Slurm run would share its remote run folder and
+        # exit-code file: not retried yet (a config policy does not apply).
+        if scheduling.get("retry") is not None:
+            raise TaskError(
+                "--retry: Slurm runs are not retried by jobsup yet; Slurm's own `--requeue` can go in slurm.sbatch_args"
+            )
+        conf_retry = None
+    if isinstance(conf_retry, dict):
+        raw = task.get("retry")
+        if raw is None and conf_retry.get("attempts") is not None:
+            scheduling["retry"] = parse_retry(conf_retry, label="config `retry`")
+        elif isinstance(raw, int) and not isinstance(raw, bool):
+            scheduling["retry"] = parse_retry({**conf_retry, "attempts": raw}, label="--retry")
+
+
+def _optional_fields(req: SubmitRequest, slurm_asks: Mapping[str, Any], fields: _TaskFields) -> dict[str, Any]:
+    """The Submitted fields a submit has only when given: ``umask``,
+    ``request_id``, ``slurm``, ``on_done``, ``labels`` (in that order)."""
+    extra: dict[str, Any] = {}
+    if req.umask is not None:
+        # The submitting shell's umask: a local run's files get it.
+        extra["umask"] = f"{int(req.umask, 8):04o}"
+    if req.request_id:
+        # The client's id for this submit: after a connection lost
+        # mid-submit it finds out whether the run was recorded.
+        extra["request_id"] = req.request_id
+    if slurm_asks:
+        extra["slurm"] = slurm_asks
+    if fields.on_done is not None:
+        # Run by the on-done hook when the run ends (supervisord.hooks).
+        extra["on_done"] = list(fields.on_done)
+    if fields.labels:
+        extra["labels"] = fields.labels
+    return extra
 
 
 def _check_local_shell(effective: cfg.EffectiveConfig) -> None:
