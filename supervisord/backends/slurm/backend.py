@@ -50,7 +50,7 @@ from supervisord.backends.slurm.script import (
     sbatch_argv,
     wrapper_script,
 )
-from supervisord.backends.slurm.status import ACTIVE_STATES, WAITING_STATES, JobRecord, observe
+from supervisord.backends.slurm.status import ACTIVE_STATES, WAITING_STATES, JobRecord, Observation, observe
 from supervisord.backends.slurm.transport import LocalTransport, SshTransport, Transport, TransportError
 from supervisord.events import STAGING_STEP
 from supervisord.exceptions import BackendError, ConfigError, PreflightConfigError, PreflightError
@@ -98,6 +98,25 @@ def run_asks(spec: RunSpec) -> dict[str, Any]:
 class _RunState:
     def __init__(self) -> None:
         self.canceled = False
+
+
+@dataclasses.dataclass(eq=False)
+class _Following:
+    """One followed run: its job, where it runs, and what the polling has
+    seen so far (log offset, poller cycle, since when the job is in no
+    record, until when a failed job may settle)."""
+
+    spec: RunSpec
+    reporter: RunReporter
+    t: Transport
+    poller: Poller
+    state: _RunState
+    job_id: str
+    run_dir: str
+    offset: int = 0
+    number: int = 0
+    absent_since: float | None = None
+    settle_until: float | None = None
 
 
 class SlurmBackend:
@@ -521,99 +540,132 @@ class SlurmBackend:
         t = self.transport(host)
         poller = self.poller(host)
         state = self._state(spec.run_id)
+        f = _Following(spec=spec, reporter=reporter, t=t, poller=poller, state=state, job_id=job_id, run_dir=run_dir)
         pos = await reporter.log_position(LOG_SOURCE)
-        offset = int(pos) if pos and pos.isdigit() else 0
-        poller.add(job_id, run_dir, offset)
-        absent_since: float | None = None
-        number = 0
-        settle_until: float | None = None
+        f.offset = int(pos) if pos and pos.isdigit() else 0
+        poller.add(job_id, run_dir, f.offset)
         try:
-            while True:
-                cycle = await poller.cycle(number)
-                number = cycle.number
-                size = cycle.sizes.get(run_dir)
-                offset = await self._take_log(t, cycle, run_dir, offset, reporter)
-                poller.offsets[run_dir] = offset
-                record = cycle.records.get(job_id)
-                exit_file = cycle.exits.get(run_dir)
-                if exit_file is not None and record is not None and record.state in WAITING_STATES:
-                    exit_file = None  # from before a requeue: the job runs again (its wrapper removes it)
-                if record is None and exit_file is None:
-                    if not cycle.squeue_ok:
-                        continue  # Slurm did not answer: nothing is known, nothing decided
-                    try:
-                        record = await lookup_ended(t, job_id, timeout_s=self.command_timeout_s)
-                    except TransportError:
-                        continue
-                    if record is None:
-                        absent_since = absent_since or time.monotonic()
-                        if time.monotonic() - absent_since < self.lost_after_s:
-                            continue
-                        offset = await self._read_log(t, run_dir, offset, reporter, final=True)
-                        await self._cleanup(t, run_dir)
-                        await reporter.phase(
-                            "ERROR",
-                            reason="Lost",
-                            message=f"Slurm job {job_id} is in no record (squeue, sacct, scontrol) for"
-                            f" {self.lost_after_s:.0f} s",
-                        )
-                        return
-                absent_since = None
-                if record is not None and exit_file is None and record.state not in ACTIVE_STATES:
-                    # Ended, but squeue gives no exit code: ask sacct/scontrol once
-                    # (an older record, e.g. a requeue's, never undoes the end).
-                    with contextlib.suppress(TransportError):
-                        looked = await lookup_ended(t, job_id, timeout_s=self.command_timeout_s)
-                        if looked is not None and looked.state not in ACTIVE_STATES:
-                            record = looked
-                if exit_file and record is not None and record.state in ACTIVE_STATES:
-                    # A failed command's job is still ending: Slurm may yet say
-                    # why (scancel, a memory kill's message after the exit code).
-                    settle_until = settle_until or time.monotonic() + _SETTLE_S
-                    if time.monotonic() < settle_until:
-                        continue
-                tail = ""
-                if _needs_tail(record, exit_file):
-                    tail = await self._tail(t, run_dir, size)
-                obs = observe(record, exit_file=exit_file, canceled_by_jobsup=state.canceled, output_tail=tail)
-                if obs is None:
-                    continue
-                if obs.terminal:
-                    await self._read_log(t, run_dir, offset, reporter, final=True)
-                    await self._cleanup(t, run_dir)
-                    if exit_file is not None or (record is not None and record.elapsed_s):
-                        # It ran (maybe between two cycles): say so before its outcome.
-                        await reporter.phase("RUNNING")
-                    # The job's own end (not a cancel's): a cancel in progress keeps it.
-                    await reporter.phase(
-                        obs.phase,
-                        reason=obs.reason,
-                        message=obs.message,
-                        exit_code=obs.exit_code,
-                        final=obs.phase != "CANCELED",
-                    )
-                    return
-                if (
-                    self.enforce_deadline
-                    and obs.phase == "RUNNING"
-                    and record is not None
-                    and record.elapsed_s is not None
-                    and record.elapsed_s >= spec.timeout_s
-                    and not state.canceled
-                ):
-                    await self._scancel(t, job_id)
-                    await self._wait_gone(t, job_id)
-                    await self._read_log(t, run_dir, offset, reporter, final=True)
-                    await self._cleanup(t, run_dir)
-                    await reporter.phase(
-                        "ERROR",
-                        reason="DeadlineExceeded",
-                        message=f"the run passed its timeout of {spec.timeout_s} s; jobsup canceled Slurm job {job_id}",
-                    )
-                    return
-                await reporter.phase(obs.phase, reason=obs.reason, message=obs.message)
+            await self._poll(f)
         finally:
             poller.remove(job_id)
+
+    async def _poll(self, f: _Following) -> None:
+        """Report the phases of ``f``'s job, one poller cycle at a time,
+        until it ends (or is Lost, or passes its deadline)."""
+        t, run_dir, job_id = f.t, f.run_dir, f.job_id
+        while True:
+            cycle = await f.poller.cycle(f.number)
+            f.number = cycle.number
+            size = cycle.sizes.get(run_dir)
+            f.offset = await self._take_log(t, cycle, run_dir, f.offset, f.reporter)
+            f.poller.offsets[run_dir] = f.offset
+            record = cycle.records.get(job_id)
+            exit_file = cycle.exits.get(run_dir)
+            if exit_file is not None and record is not None and record.state in WAITING_STATES:
+                exit_file = None  # from before a requeue: the job runs again (its wrapper removes it)
+            if record is None and exit_file is None:
+                if not cycle.squeue_ok:
+                    continue  # Slurm did not answer: nothing is known, nothing decided
+                try:
+                    record = await lookup_ended(t, job_id, timeout_s=self.command_timeout_s)
+                except TransportError:
+                    continue
+                if record is None:
+                    f.absent_since = f.absent_since or time.monotonic()
+                    if time.monotonic() - f.absent_since < self.lost_after_s:
+                        continue
+                    await self._end_lost(f)
+                    return
+            f.absent_since = None
+            record = await self._ended_record(f, record, exit_file)
+            if exit_file and record is not None and record.state in ACTIVE_STATES:
+                # A failed command's job is still ending: Slurm may yet say
+                # why (scancel, a memory kill's message after the exit code).
+                f.settle_until = f.settle_until or time.monotonic() + _SETTLE_S
+                if time.monotonic() < f.settle_until:
+                    continue
+            obs = await self._observe(f, record, exit_file, size)
+            if obs is None:
+                continue
+            if obs.terminal:
+                await self._end(f, obs, record, exit_file)
+                return
+            if self._past_deadline(f, obs, record):
+                await self._end_deadline(f)
+                return
+            await f.reporter.phase(obs.phase, reason=obs.reason, message=obs.message)
+
+    async def _ended_record(self, f: _Following, record: JobRecord | None, exit_file: int | None) -> JobRecord | None:
+        """``record``, or when it has ended but squeue gives no exit code,
+        what sacct/scontrol say once (an older record, e.g. a requeue's,
+        never undoes the end)."""
+        if record is not None and exit_file is None and record.state not in ACTIVE_STATES:
+            with contextlib.suppress(TransportError):
+                looked = await lookup_ended(f.t, f.job_id, timeout_s=self.command_timeout_s)
+                if looked is not None and looked.state not in ACTIVE_STATES:
+                    record = looked
+        return record
+
+    async def _observe(
+        self, f: _Following, record: JobRecord | None, exit_file: int | None, size: int | None
+    ) -> Observation | None:
+        """What ``record`` and the exit file say (with the output's tail
+        when the outcome needs it), or None: nothing to report."""
+        tail = ""
+        if _needs_tail(record, exit_file):
+            tail = await self._tail(f.t, f.run_dir, size)
+        return observe(record, exit_file=exit_file, canceled_by_jobsup=f.state.canceled, output_tail=tail)
+
+    def _past_deadline(self, f: _Following, obs: Observation, record: JobRecord | None) -> bool:
+        """Whether jobsup ends the running job for its timeout (when it
+        enforces deadlines and has not canceled it already)."""
+        return (
+            self.enforce_deadline
+            and obs.phase == "RUNNING"
+            and record is not None
+            and record.elapsed_s is not None
+            and record.elapsed_s >= f.spec.timeout_s
+            and not f.state.canceled
+        )
+
+    async def _end(self, f: _Following, obs: Observation, record: JobRecord | None, exit_file: int | None) -> None:
+        """The job ended: read the rest of its output, clean up, report."""
+        await self._read_log(f.t, f.run_dir, f.offset, f.reporter, final=True)
+        await self._cleanup(f.t, f.run_dir)
+        if exit_file is not None or (record is not None and record.elapsed_s):
+            # It ran (maybe between two cycles): say so before its outcome.
+            await f.reporter.phase("RUNNING")
+        # The job's own end (not a cancel's): a cancel in progress keeps it.
+        await f.reporter.phase(
+            obs.phase,
+            reason=obs.reason,
+            message=obs.message,
+            exit_code=obs.exit_code,
+            final=obs.phase != "CANCELED",
+        )
+
+    async def _end_lost(self, f: _Following) -> None:
+        """The job has been in no record for ``lost_after_s``: ERROR Lost."""
+        f.offset = await self._read_log(f.t, f.run_dir, f.offset, f.reporter, final=True)
+        await self._cleanup(f.t, f.run_dir)
+        await f.reporter.phase(
+            "ERROR",
+            reason="Lost",
+            message=f"Slurm job {f.job_id} is in no record (squeue, sacct, scontrol) for {self.lost_after_s:.0f} s",
+        )
+
+    async def _end_deadline(self, f: _Following) -> None:
+        """The run passed its timeout: cancel its job, then ERROR
+        DeadlineExceeded."""
+        await self._scancel(f.t, f.job_id)
+        await self._wait_gone(f.t, f.job_id)
+        await self._read_log(f.t, f.run_dir, f.offset, f.reporter, final=True)
+        await self._cleanup(f.t, f.run_dir)
+        await f.reporter.phase(
+            "ERROR",
+            reason="DeadlineExceeded",
+            message=f"the run passed its timeout of {f.spec.timeout_s} s; jobsup canceled Slurm job {f.job_id}",
+        )
 
     async def _take_log(self, t: Transport, cycle: Cycle, run_dir: str, offset: int, reporter: RunReporter) -> int:
         """Record what the cycle read of ``output.log`` (batched over ssh)
