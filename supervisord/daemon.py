@@ -490,6 +490,10 @@ class _Running:
         old = cfg.effective_config(daemon.daemon_layer, []).data
         new = cfg.effective_config(layer, []).data
         report = config_changes(old, new, daemon.hooks, hooks)
+        # The capacity --memory/--cpus claims come out of, as at start (ConfigError: nothing changed).
+        scheduler_settings = with_capacity(
+            SchedulerSettings.from_config(new), new, enforcement=self.scheduler.settings.enforcement
+        )
         daemon.daemon_layer = self.planner.daemon_layer = layer
         daemon.config_files = ConfigFiles.now()
         if any(report["hooks"].values()):
@@ -503,7 +507,7 @@ class _Running:
             self.retention_scope.cancel()
             self.retention.settings = new_retention
             self.retention_scope = await self.tg.start(_in_scope, self.retention.run, name="retention")
-        self.scheduler.settings = SchedulerSettings.from_config(new)
+        self.scheduler.settings = scheduler_settings
         await self.scheduler.record_daemon_event(CONFIG_RELOADED(report))
         log.info("config reloaded", changed=report["changed"], hooks=report["hooks"])
         return dict(report)

@@ -77,6 +77,8 @@ class _Track:
     sampled_at: float = 0.0  # time.monotonic() of the last sample
     recorded_at: float | None = None  # time.monotonic() of the last ResourceUsage
     stopping: bool = False
+    #: the runner this track measures: a new runner (a retry's next attempt) gets a new track
+    runner_pid: int | None = None
 
     def event_data(self, *, final: bool) -> ResourceUsageData:
         data: ResourceUsageData = {
@@ -175,9 +177,11 @@ class UsageSampler:
         now = time.monotonic()
         for rid, view in views.items():
             track = self._tracks.get(rid)
-            if track is None:
+            runner = _int_or_none(view.handle.get("runner_pid"))
+            if track is None or track.runner_pid != runner:
+                # A run's next attempt is a new runner: its own limits' watch (not stopping) and peaks.
                 mem, cpus = _limits(view.submitted)
-                track = self._tracks[rid] = _Track(rid, mem, cpus, view.kill_grace_s)
+                track = self._tracks[rid] = _Track(rid, mem, cpus, view.kill_grace_s, runner_pid=runner)
             self._update(track, trees[rid], now)
         for rid, track in list(self._tracks.items()):
             if rid in views:

@@ -267,3 +267,36 @@ def test_a_run_shorter_than_the_interval_still_gets_its_usage(js: JobsupEnv, rep
     ended = [e for e in _events(js, rid, "PhaseChanged") if e["data"]["phase"] == "COMPLETED"]
     assert record["seq"] < ended[0]["seq"]  # recorded with the end, before the terminal phase
     assert run["usage"]["max_rss_bytes"] == data["max_rss_bytes"], run["usage"]
+
+
+def test_a_reload_keeps_the_capacity_limits_are_admitted_from(js: JobsupEnv, repo: Path) -> None:
+    # A reload used to set the scheduler's settings without the capacity:
+    # every --memory/--cpus was admitted afterwards, however large.
+    js.daemon_config("scheduler:\n  memory: 100M\n  cpus: 2\n")
+    js.start_daemon()
+    js.cli("daemon", "reload")
+    r = js.cli("submit", "--memory", "101M", "--", "true", cwd=repo, check=False)
+    assert r.returncode == 2 and "this machine has 100M for jobsup (scheduler.memory)" in r.stderr, r.stderr
+    r = js.cli("submit", "--cpus", "3", "--", "true", cwd=repo, check=False)
+    assert r.returncode == 2 and "--cpus: asks for 3" in r.stderr, r.stderr
+
+
+@pytest.mark.slow
+def test_every_attempt_of_a_retried_run_is_held_to_its_memory_limit(js: JobsupEnv, repo: Path) -> None:
+    # The watchdog's "stopping" mark of attempt 1 used to carry over to
+    # attempt 2, which then ran over its limit to the end (COMPLETED).
+    _daemon(js)
+    (repo / "task.yaml").write_text(
+        "name: hog\n"
+        f"run: {sys.executable} hog.py 150 30 child\n"
+        "memory: 64M\n"
+        "retry: {attempts: 1, on: [OOMKilled], backoff: 0s}\n"
+    )
+    subprocess.run(["git", "add", "task.yaml"], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "task"], cwd=repo, check=True)
+    rid = js.submit(repo, "task.yaml")
+    run = _wait_terminal(js, rid)
+    evs = js.cli("events", rid, "-o", "json").stdout
+    assert (run["phase"], run["reason"]) == ("ERROR", "OOMKilled"), evs
+    assert [e["data"]["attempt"] for e in _events(js, rid, "AttemptEnded")] == [1]
+    assert len(_events(js, rid, "AttemptStarted")) == 1
