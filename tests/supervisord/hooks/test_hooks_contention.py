@@ -30,6 +30,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 @dataclasses.dataclass
 class _Spec:
     run_id: str
+    #: the run's Submitted data (the retry policy is read from it): none here
+    submitted: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @pytest.fixture
