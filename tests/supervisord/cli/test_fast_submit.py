@@ -40,7 +40,7 @@ def test_parses_the_common_flags() -> None:
 CASES = [
     ["--name", "ok", "--force", "--", "echo", "hi"],
     ["--name", "held", "--force", "--hold", "--priority", "5", "--label", "k=v", "--", "true"],
-    ["--name", "bad name!", "--", "true"],
+    ["--name", "bad name!", "--force", "--", "true"],  # --force: the first may still be in flight
     ["--timeout", "soon", "--", "true"],
     ["--env", "NOEQUALS", "--", "true"],
     ["--env", "1A=x", "--", "true"],
