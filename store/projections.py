@@ -63,6 +63,7 @@ from store.types import (
     PHASE_CHANGED,
     PHASES,
     RESOURCE_USAGE,
+    RUN_UPDATED,
     SUBMITTED,
     TERMINAL_PHASES,
     NewEvent,
@@ -411,6 +412,13 @@ def fold_facts(facts: dict[str, Any], e: RecordedEvent) -> dict[str, Any]:
             out["started_from_container"] = True
         if isinstance(finished, str) and finished:
             out["ended_at"] = finished
+    elif e.type == RUN_UPDATED:
+        new = data.get("new")
+        if isinstance(new, dict):
+            if isinstance(new.get("queue"), str):
+                out["queue"] = new["queue"]
+            if isinstance(new.get("priority"), int) and not isinstance(new.get("priority"), bool):
+                out["priority"] = new["priority"]
     elif e.type == ATTEMPT_STARTED:
         attempt = data.get("attempt")
         if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt > int(out.get("attempt") or 1):

@@ -110,6 +110,7 @@ __all__ = [
     "PROGRESS",
     "PROJECTED_TYPES",
     "RESOURCE_USAGE",
+    "RUN_UPDATED",
     "STAGING_STEP",
     "SUBMITTED",
     "SWEEP_SUBMITTED",
@@ -166,6 +167,8 @@ ATTEMPT_STARTED: Final = "AttemptStarted"
 #: A run's outputs folder listed with each file's sha256 (store.outputindex
 #: indexes its files by digest for ``jobsup which``).
 OUTPUTS_RECORDED: Final = "OutputsRecorded"
+#: `jobsup update` of a queued run: its ``new`` priority and queue are the run's facts from then on.
+RUN_UPDATED: Final = "RunUpdated"
 
 #: Event types that change projected columns beyond the bookkeeping ones.
 PROJECTED_TYPES: Final[frozenset[str]] = frozenset(
@@ -185,7 +188,7 @@ PROJECTED_TYPES: Final[frozenset[str]] = frozenset(
 )
 #: Event types that change a run's facts (times, placement, usage: ``run_facts``).
 FACT_TYPES: Final[frozenset[str]] = frozenset(
-    {SUBMITTED, PHASE_CHANGED, ADMITTED, RESOURCE_USAGE, CONTAINER_TIMES, ATTEMPT_STARTED}
+    {SUBMITTED, PHASE_CHANGED, ADMITTED, RESOURCE_USAGE, CONTAINER_TIMES, ATTEMPT_STARTED, RUN_UPDATED}
 )
 
 

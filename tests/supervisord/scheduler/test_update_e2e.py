@@ -55,6 +55,10 @@ def test_update_a_held_run_records_old_and_new_and_show_has_them(js: JobsupEnv, 
     }
     doc = js.show(rid)
     assert doc["timeout_s"] == 600 and doc["updates"][0]["new"]["priority"] == 7
+    # The run object has the new values too (show and runs read the run's facts).
+    assert (doc["priority"], doc["queue"]) == (7, "fast"), doc
+    (listed,) = [r for r in json.loads(js.cli("runs", "-o", "json").stdout) if r["id"] == rid]
+    assert (listed["priority"], listed["queue"]) == (7, "fast"), listed
     queued = json.loads(js.cli("queue", "-o", "json").stdout)
     (row,) = [w for w in queued["waiting"] if w["id"] == rid]
     assert (row["priority"], row["queue"]) == (7, "fast")
