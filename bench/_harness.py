@@ -36,9 +36,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from supervisord.api.client import Client  # noqa: E402
-from supervisord.backends.local.runner import proc_start_time  # noqa: E402
-from supervisord.paths import Paths  # noqa: E402
+from supervisord.client.api import Client  # noqa: E402
+from supervisord.daemon.backends.local.runner import proc_start_time  # noqa: E402
+from supervisord.shared.paths import Paths  # noqa: E402
 
 # The one repository builder, shared with the tests.
 from tests.supervisord.jobsup_env import make_repo  # noqa: E402
@@ -202,7 +202,7 @@ class BenchEnv:
 
     ``root``: a fresh folder (state dir, home, daemon log, the benchmark's
     own files). ``env``: the environment for the daemon and the CLI.
-    ``paths``: the daemon's :class:`~supervisord.paths.Paths`.
+    ``paths``: the daemon's :class:`~supervisord.shared.paths.Paths`.
     """
 
     def __init__(self, name: str) -> None:

@@ -61,9 +61,9 @@ from bench._harness import (
 )
 
 from store import EventStore, NewEvent
-from supervisord.hooks import delivery
-from supervisord.hooks.config import HookSpec, WebhookTarget
-from supervisord.hooks.delivery import HookService
+from supervisord.daemon.hooks import delivery
+from supervisord.daemon.hooks.delivery import HookService
+from supervisord.shared.hooksconfig import HookSpec, WebhookTarget
 
 _PROXIED = delivery.proxied
 
@@ -157,7 +157,7 @@ async def latency(
     server runs in a child process unless ``in_process`` (then in threads of
     this process, sharing its interpreter lock); the hook has
     ``webhook.in_flight`` = ``in_flight`` (1: the default). ``client``:
-    ``h11`` (the daemon's lean client, supervisord.hooks.http1) or ``httpx``
+    ``h11`` (the daemon's lean client, supervisord.daemon.hooks.http1) or ``httpx``
     (what the daemon uses where a proxy applies: every URL is treated so)."""
     delivery.proxied = (lambda url: True) if client == "httpx" else _PROXIED
     receiver: Receiver | ProcessReceiver = Receiver() if in_process else ProcessReceiver()

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from _harness import BenchEnv, Figure, load_average, make_repo, parse_at, percentile, report
-from supervisord.api.client import Client
+from supervisord.client.api import Client
 
 
 def _events(client: Client, run_id: str) -> dict[str, float]:

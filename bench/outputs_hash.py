@@ -5,7 +5,7 @@ Writes a folder like a training run's outputs (a few large checkpoints and
 many small files; 1 GiB in all by default), reads it once so both sides
 hash from the page cache, then in alternating rounds:
 
-* ``jobsup``: :func:`supervisord.outputs.manifest.scan` of the folder in a
+* ``jobsup``: :func:`supervisord.shared.outputscan.scan` of the folder in a
   worker thread (as the daemon's recorder runs it: hashlib sha256, 1 MiB
   reads into one buffer), timed from the thread's start to its result;
 * ``sha256sum``: coreutils' ``sha256sum`` over the same files (one process);
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from _harness import Figure, load_average, report
-from supervisord.outputs.manifest import scan
+from supervisord.shared.outputscan import scan
 
 
 def make_outputs(root: Path, total: int) -> list[Path]:

@@ -39,12 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._harness import Figure, load_average, parse_at, percentile, report
 
 from store import EventStore, NewEvent
-from supervisord.backends.base import RunReporter, RunSpec
-from supervisord.paths import Paths
-from supervisord.scheduler.driver import Scheduler, SchedulerSettings
-from supervisord.scheduler.gpus import Inventory
-from supervisord.scheduler.policy import Gpu
-from supervisord.supervisor import Supervisor
+from supervisord.daemon.backends.base import RunReporter, RunSpec
+from supervisord.daemon.scheduler.driver import Scheduler, SchedulerSettings
+from supervisord.daemon.scheduler.gpus import Inventory
+from supervisord.daemon.scheduler.policy import Gpu
+from supervisord.daemon.supervisor import Supervisor
+from supervisord.shared.paths import Paths
 
 
 class FakeBackend:

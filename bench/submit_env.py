@@ -7,7 +7,7 @@ never starts (``hold``, ``force``):
 
 * ``with``: the timed part also captures a 200-variable environment (names
   and values shaped like a real shell's: a few long PATH-like values, most
-  short) the way the CLI does (:func:`supervisord.shellenv.capture`) and
+  short) the way the CLI does (:func:`supervisord.shared.shellenv.capture`) and
   sends it as ``shell_env``; the daemon checks it, records 200 keyed
   digests in Submitted and keeps the values in the run's pending file;
 * ``without``: the same submit with no ``shell_env`` (the daemon's
@@ -31,7 +31,7 @@ import statistics
 import time
 
 from _harness import BenchEnv, Figure, load_average, make_repo, percentile, report
-from supervisord.shellenv import capture, check_shell_env, shell_env_digest
+from supervisord.shared.shellenv import capture, check_shell_env, shell_env_digest
 
 _VARS = 200
 

@@ -4,7 +4,7 @@ The table of a ``GET /v1/top`` document with N runs (default 100; each
 with 2 GPUs, memory, a limit and progress) is built and printed with rich
 to an in-memory console 120 columns wide, as the live view does on each
 refresh; median and max of 30 renders. Peer in the same run: the plain
-``jobsup runs``-style table of the same N rows (:func:`supervisord.cli.output.emit`
+``jobsup runs``-style table of the same N rows (:func:`supervisord.client.cli.output.emit`
 to a pipe), the cheapest table the CLI prints.
 
     python bench/top_render.py            # N = 100
@@ -23,8 +23,8 @@ import time
 from rich.console import Console
 
 from _harness import Figure, load_average, report
-from supervisord.cli.output import emit
-from supervisord.cli.top_cmd import render_table, rows
+from supervisord.client.cli.output import emit
+from supervisord.client.cli.top_cmd import render_table, rows
 
 
 def _doc(n: int) -> dict[str, object]:

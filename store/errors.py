@@ -11,7 +11,7 @@ Hierarchy::
     ├── StoreLockedError        another process holds the write lock past the busy timeout
     └── StoreClosedError        the store was closed (or its writer died)
 
-``supervisord.exceptions`` re-exports these inside the jobsup-wide hierarchy.
+``supervisord.shared.exceptions`` re-exports these inside the jobsup-wide hierarchy.
 """
 
 from __future__ import annotations

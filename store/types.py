@@ -76,7 +76,7 @@ Event types and their ``data`` (all keys optional unless marked *required*):
     script container's state: the first ``started_at`` replaces the one
     from the RUNNING event (when jobsup saw it), the last ``finished_at``
     the one from the terminal event.
-Any other type (jobsup's are cataloged in ``supervisord.events``)
+Any other type (jobsup's are cataloged in ``supervisord.shared.events``)
     Recorded in the log and bump the run's ``updated_at``/``last_seq``/
     ``version``, but change no other projected column.
 """
@@ -127,7 +127,7 @@ __all__ = [
 # The run lifecycle's phases are defined here, once (the store validates and
 # projects them; store knows nothing of supervisord). The rules that use them
 # (no going backwards, terminal is final, a cancel owns the outcome) are in
-# supervisord.lifecycle.
+# supervisord.shared.lifecycle.
 
 #: Every phase, in lifecycle order (README, "Phases and reasons"): the active phases,
 #: then the terminal ones.
@@ -160,7 +160,7 @@ CONTAINER_TIMES: Final = "ContainerTimes"
 PROGRESS: Final = "Progress"
 #: A sweep's grid, on the sweep's own stream (the sweep id), before its runs' Submitted.
 SWEEP_SUBMITTED: Final = "SweepSubmitted"
-#: A retried run's attempts (supervisord.retry): one ended (and another is
+#: A retried run's attempts (supervisord.shared.retry): one ended (and another is
 #: due), the next one started (``attempt``: 2, 3, ...; a run's facts keep it).
 ATTEMPT_ENDED: Final = "AttemptEnded"
 ATTEMPT_STARTED: Final = "AttemptStarted"
@@ -294,7 +294,7 @@ class RunStatus:
     params: dict[str, str] = dataclasses.field(default_factory=dict)
     progress: dict[str, Any] | None = None
     #: The attempt under way, or the last one (1 unless the run was retried:
-    #: its ``AttemptStarted`` events, supervisord.retry).
+    #: its ``AttemptStarted`` events, supervisord.shared.retry).
     attempt: int = 1
 
     @property

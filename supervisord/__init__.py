@@ -1,8 +1,16 @@
-"""jobsup's daemon side: the API, the CLI, backends, config and the supervisor.
+"""jobsup: the ``jobsup`` CLI and its daemon, in three sides.
 
-Layers (enforced by import-linter, see pyproject.toml): ``cli -> api.client``
-for the command line; ``daemon -> api.server -> supervisor -> backends ->
-store``.
+- :mod:`supervisord.client`: the command line, the MCP server and the
+  daemon API's client;
+- :mod:`supervisord.daemon`: the service, the API server, the command path,
+  the supervisor, the scheduler, hooks, the page and the backends;
+- :mod:`supervisord.shared`: what both use (errors, the event catalog,
+  config, the API's wire format, the contracts' pure halves).
+
+:mod:`supervisord.entry` (the console script) is the one module that
+composes both sides. Import contracts in pyproject.toml hold it:
+``entry -> client | daemon -> shared -> store``, with the client and the
+daemon independent of each other.
 
 ``__version__`` is the installed distribution's version
 (:func:`importlib.metadata.version`): pyproject.toml is its one source.

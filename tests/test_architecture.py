@@ -47,10 +47,10 @@ FORBIDDEN = (
     "store.archiving",
     "store.maintenance",
     "store._core",
-    "supervisord.daemon",
-    "supervisord.supervisor",
-    "supervisord.backends",
-    "supervisord.config.schema",
+    "supervisord.daemon.service",
+    "supervisord.daemon.supervisor",
+    "supervisord.daemon.backends",
+    "supervisord.shared.config.schema",
 )
 
 
@@ -58,9 +58,9 @@ FORBIDDEN = (
 def test_cli_command_loads_nothing_of_the_daemon(command: str) -> None:
     code = (
         "import json, sys\n"
-        "from supervisord.cli.main import cli\n"
+        "from supervisord.client.cli.main import cli\n"
         f"cli.get_command(None, {command!r})\n"
-        "import supervisord.api.client\n"
+        "import supervisord.client.api\n"
         "print(json.dumps(sorted(sys.modules)))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout

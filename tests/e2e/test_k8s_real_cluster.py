@@ -24,9 +24,9 @@ import anyio
 import pytest
 import yaml
 
-from supervisord.backends.base import RunSpec
-from supervisord.backends.kubernetes import KubernetesBackend
-from supervisord.exceptions import PreflightError
+from supervisord.daemon.backends.base import RunSpec
+from supervisord.daemon.backends.kubernetes import KubernetesBackend
+from supervisord.shared.exceptions import PreflightError
 from tests.supervisord.backends.conformance import SCENARIOS, BackendHarness, SupervisorHarness
 
 KUBECONFIG = os.environ.get("JOBSUP_E2E_KUBECONFIG", "")
@@ -145,7 +145,7 @@ async def test_job_deleted_behind_our_back_is_deleted(tmp_path: Path) -> None:
 
 
 async def test_preflight_refuses_a_missing_secret(tmp_path: Path) -> None:
-    from supervisord.source import resolve_commit
+    from supervisord.shared.source import resolve_commit
     from tests.supervisord.jobsup_env import make_repo
 
     doc = yaml.safe_load(manifest())

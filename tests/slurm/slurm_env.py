@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from supervisord.backends.slurm import SlurmBackend
+from supervisord.daemon.backends.slurm import SlurmBackend
 from tests.supervisord.backends.conformance import BackendHarness, SupervisorHarness
 
 __all__ = ["SSH_HOST", "TRANSPORTS", "SlurmCluster", "cluster_or_skip", "supervised", "texts"]

@@ -11,8 +11,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from supervisord.backends.slurm import SlurmBackend
-from supervisord.backends.slurm.transport import SshTransport
+from supervisord.daemon.backends.slurm import SlurmBackend
+from supervisord.daemon.backends.slurm.transport import SshTransport
 from tests.slurm.slurm_env import SSH_HOST, SlurmCluster, supervised, texts
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240)]

@@ -13,8 +13,8 @@ from typing import Any
 import anyio
 import pytest
 
-from supervisord.backends.base import RunReporter, RunSpec
-from supervisord.backends.slurm import SlurmBackend
+from supervisord.daemon.backends.base import RunReporter, RunSpec
+from supervisord.daemon.backends.slurm import SlurmBackend
 from tests.slurm.slurm_env import SSH_HOST, SlurmCluster, supervised, texts
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240), pytest.mark.slow]

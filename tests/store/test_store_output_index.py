@@ -106,6 +106,6 @@ def _tables(path: Path) -> set[str]:
 
 
 def test_the_event_type_is_the_catalogs() -> None:
-    from supervisord.events import OUTPUTS_RECORDED as declared
+    from supervisord.shared.events import OUTPUTS_RECORDED as declared
 
     assert json.dumps(OUTPUTS_RECORDED) == json.dumps(declared)

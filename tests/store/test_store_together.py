@@ -62,7 +62,7 @@ async def test_progress_is_the_last_report_and_survives_a_rebuild(store: EventSt
 
 
 async def test_page_runs_filters_by_labels_name_glob_and_sweep(store: EventStore) -> None:
-    """The page's runs list (supervisord.ui): labels (each must match), a
+    """The page's runs list (supervisord.daemon.ui): labels (each must match), a
     name glob as fnmatch reads it ([!...] too) and a sweep, in SQL."""
     from store.runqueries import sqlite_glob
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from supervisord.api.query import INT_MAX, flag_param, float_param, int_param
-from supervisord.exceptions import UsageError
+from supervisord.daemon.api.query import INT_MAX, flag_param, float_param, int_param
+from supervisord.shared.exceptions import UsageError
 
 
 def test_values_and_defaults() -> None:

@@ -1,4 +1,4 @@
-"""The CLI's HTTP/1.1 transport (:mod:`supervisord.api.transport`) against
+"""The CLI's HTTP/1.1 transport (:mod:`supervisord.client.transport`) against
 byte-exact responses, split into the worst pieces a socket may deliver."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from supervisord.api.client import Client
-from supervisord.api.transport import ProtocolError, Response, quote_path, urlencode
-from supervisord.exceptions import DaemonUnreachableError
-from supervisord.paths import Paths
+from supervisord.client.api import Client
+from supervisord.client.transport import ProtocolError, Response, quote_path, urlencode
+from supervisord.shared.exceptions import DaemonUnreachableError
+from supervisord.shared.paths import Paths
 
 
 def _response(raw: bytes, *, piece: int = 1) -> Response:

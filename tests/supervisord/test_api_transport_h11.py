@@ -1,4 +1,4 @@
-"""Property test: the CLI's HTTP/1.1 reader (supervisord.api.transport)
+"""Property test: the CLI's HTTP/1.1 reader (supervisord.client.transport)
 against responses written by h11, a reference HTTP/1.1 implementation:
 varied statuses, headers, bodies framed by Content-Length, chunked (with
 trailers) or the end of the connection, delivered split at arbitrary points
@@ -13,7 +13,7 @@ import h11
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from supervisord.api.transport import Response
+from supervisord.client.transport import Response
 
 #: Header names h11 or the framing own; the test's own headers avoid them.
 _RESERVED = {"content-length", "transfer-encoding", "connection", "date", "server"}

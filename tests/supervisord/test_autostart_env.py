@@ -1,4 +1,4 @@
-"""An autostarted daemon gets a clean environment (supervisord.daemonenv):
+"""An autostarted daemon gets a clean environment (supervisord.client.daemonenv):
 the first shell's variables never reach ``/proc/<daemon>/environ``, while
 what the daemon needs (PATH, HOME, XDG_*, JOBSUP_*) does, and local runs
 still get the submitting shell's environment."""
@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from supervisord.daemonenv import daemon_env
+from supervisord.client.daemonenv import daemon_env
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
 MARKER = "marker-5ecret-a7c1e9"

@@ -257,7 +257,7 @@ def test_library_log_records_are_json_lines_off_a_tty() -> None:
 
     code = (
         "import logging\n"
-        "from supervisord.logging import configure_logging\n"
+        "from supervisord.shared.logging import configure_logging\n"
         "configure_logging('info')\n"
         "try:\n"
         "    raise ValueError('boom')\n"
@@ -324,8 +324,8 @@ def test_a_request_past_the_stop_grace_is_answered_daemon_stopping(js: JobsupEnv
     DaemonStoppingError (a DaemonUnreachableError to clients: exit 69, a
     message saying what to check), never uvicorn's plain 500 and traceback;
     the run is still supervised by the next daemon."""
-    from supervisord.backends.local.backend import run_processes
-    from supervisord.daemon import STOP_GRACE_S
+    from supervisord.daemon.backends.local.backend import run_processes
+    from supervisord.daemon.service import STOP_GRACE_S
 
     job = "trap '' TERM; echo ready; while :; do sleep 0.2; done"
     run, took, out, err, code = _cancel_during_stop(js, tmp_path, job, "--config", "local.kill_grace_s=120")
@@ -351,7 +351,7 @@ def test_a_slow_snapshot_does_not_hold_up_a_stop(js: JobsupEnv, tmp_path: Path) 
     for in a thread), the client gets DaemonStoppingError and learns from
     the next daemon that nothing was recorded; no temp archive is left (a
     tester's finding: the stop waited for git, and the client got HTTP 500)."""
-    from supervisord.daemon import STOP_GRACE_S
+    from supervisord.daemon.service import STOP_GRACE_S
     from tests.supervisord.jobsup_env import live_pids_with_arg, make_repo
 
     repo = make_repo(tmp_path / "repo", {"run.sh": "echo hi\n", ".gitattributes": "run.sh filter=slow\n"})

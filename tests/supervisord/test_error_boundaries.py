@@ -18,11 +18,11 @@ import pytest
 
 from store import EventStore
 from store.errors import StorageFullError, StoreLockedError
-from supervisord import exceptions as exc
-from supervisord.api.wire import from_wire, to_wire
-from supervisord.backends.base import RunReporter, RunSpec
-from supervisord.paths import Paths
-from supervisord.supervisor import Supervisor
+from supervisord.daemon.backends.base import RunReporter, RunSpec
+from supervisord.daemon.supervisor import Supervisor
+from supervisord.shared import exceptions as exc
+from supervisord.shared.paths import Paths
+from supervisord.shared.wire import from_wire, to_wire
 from tests.supervisord.jobsup_env import JobsupEnv
 
 pytestmark = pytest.mark.timeout(120)
@@ -55,7 +55,7 @@ def _runs_answer(store_error: Exception, *, last_seq_fails: bool = False) -> tup
     ``last_seq_fails``)."""
     from starlette.testclient import TestClient
 
-    from supervisord.api.server import create_app
+    from supervisord.daemon.api.server import create_app
 
     class BrokenStore:
         async def list_runs(self, **kwargs: Any) -> Any:
@@ -308,7 +308,7 @@ def test_store_error_in_a_scheduler_route_is_a_storage_error() -> None:
 
     from starlette.testclient import TestClient
 
-    from supervisord.api.server import create_app
+    from supervisord.daemon.api.server import create_app
 
     class BrokenScheduler:
         def view(self) -> Any:
@@ -381,10 +381,10 @@ def test_the_drawn_tree_names_every_error_class() -> None:
 def test_the_error_classes_live_in_one_module() -> None:
     """Modules re-export the tree's classes; they define none of their own
     beside it (the Kubernetes API errors by status subclass KubernetesApiError)."""
-    import supervisord.backends.kubernetes.runstate as runstate
-    import supervisord.backends.kubernetes.staging as staging
-    import supervisord.ownership as ownership
-    import supervisord.ui.server as ui_server
+    import supervisord.daemon.backends.kubernetes.runstate as runstate
+    import supervisord.daemon.backends.kubernetes.staging as staging
+    import supervisord.daemon.ui.server as ui_server
+    import supervisord.shared.ownership as ownership
 
     assert ownership.UnsafePathError is exc.UnsafePathError
     assert ui_server.UiConfigError is exc.UiConfigError

@@ -1,5 +1,5 @@
-"""The typed event catalog (supervisord.events): each type's data TypedDict
-equals its published JSON Schema (``supervisord/schemas/events/<Name>.json``),
+"""The typed event catalog (supervisord.shared.events): each type's data TypedDict
+equals its published JSON Schema (``supervisord/shared/schemas/events/<Name>.json``),
 and no product module spells an event type as a string.
 
 A failure says exactly what to add: the schema file for a TypedDict that has
@@ -19,11 +19,11 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints, is
 import pytest
 
 import store.types
-from supervisord import events, schemas
-from supervisord.events import CATALOG, HELD, PHASE_CHANGED, Event, EventType, define
+from supervisord.shared import events, schemas
+from supervisord.shared.events import CATALOG, HELD, PHASE_CHANGED, Event, EventType, define
 
 ROOT = Path(__file__).resolve().parents[2]
-EVENTS_DIR = ROOT / "supervisord" / "schemas" / "events"
+EVENTS_DIR = ROOT / "supervisord" / "shared" / "schemas" / "events"
 
 #: Phase reasons spelled like an event type (README "Phases and reasons"):
 #: as a reason they are fine; only where an event type is meant they are not.
@@ -31,7 +31,7 @@ REASONS_NAMED_LIKE_EVENTS = frozenset({"Held", "Paused", "CancelFailed"})
 
 #: The modules allowed to spell event types: the catalog, and the store's
 #: own pins of the types it projects (the store cannot import supervisord).
-SPELLERS = {ROOT / "supervisord" / "events.py", ROOT / "store" / "types.py"}
+SPELLERS = {ROOT / "supervisord" / "shared" / "events.py", ROOT / "store" / "types.py"}
 
 
 def _const(name: str) -> str:
@@ -158,7 +158,7 @@ def schema_of(td: type) -> dict[str, Any]:
 
 
 def typeddict_of(name: str, doc: Mapping[str, Any]) -> str:
-    """The catalog entry to add to supervisord/events.py for a schema with none."""
+    """The catalog entry to add to supervisord/shared/events.py for a schema with none."""
     names = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "null": "None"}
     names |= {"array": "list[Any]", "object": "dict[str, Any]"}
     lines = [f"class {name}Data(TypedDict, total=False):", f'    """{doc.get("description", "")}"""', ""]
@@ -177,7 +177,7 @@ def test_every_cataloged_type_has_a_schema_equal_to_its_typeddict() -> None:
         path = EVENTS_DIR / f"{name}.json"
         if not path.exists():
             problems.append(
-                f"{name} has no schema: add supervisord/schemas/events/{name}.json, e.g.\n"
+                f"{name} has no schema: add supervisord/shared/schemas/events/{name}.json, e.g.\n"
                 + json.dumps(schema_of(entry.data_type), indent=2)
             )
             continue
@@ -195,7 +195,7 @@ def test_every_cataloged_type_has_a_schema_equal_to_its_typeddict() -> None:
 def test_every_schema_has_a_catalog_entry() -> None:
     missing = [p.stem for p in sorted(EVENTS_DIR.glob("*.json")) if p.stem not in CATALOG]
     assert not missing, "\n\n".join(
-        f"{name} has a schema but no catalog entry: add to supervisord/events.py\n\n"
+        f"{name} has a schema but no catalog entry: add to supervisord/shared/events.py\n\n"
         + typeddict_of(name, json.loads((EVENTS_DIR / f"{name}.json").read_text()))
         for name in missing
     )
@@ -281,18 +281,20 @@ def spelled_event_types(source: str, rel: str) -> list[str]:
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "NewEvent":
             problems.append(
                 f"{rel}:{node.lineno}: NewEvent(...) outside the catalog: make the event with its type's "
-                "constant, e.g. PHASE_CHANGED({...}) (supervisord.events)"
+                "constant, e.g. PHASE_CHANGED({...}) (supervisord.shared.events)"
             )
         if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in docs:
             continue
         name = node.value
         if name in CATALOG and (name not in REASONS_NAMED_LIKE_EVENTS or id(node) in meant):
-            problems.append(f"{rel}:{node.lineno}: {name!r} spelled as a string: use supervisord.events.{_const(name)}")
+            problems.append(
+                f"{rel}:{node.lineno}: {name!r} spelled as a string: use supervisord.shared.events.{_const(name)}"
+            )
         elif name not in CATALOG and id(node) in meant and re.fullmatch(r"[A-Z][a-z]+(?:[A-Z][a-z]+)+", name):
             problems.append(
-                f"{rel}:{node.lineno}: event type {name!r} is not in the catalog: add to supervisord/events.py a "
+                f"{rel}:{node.lineno}: event type {name!r} is not in the catalog: add to supervisord/shared/events.py a "
                 f'`class {name}Data(TypedDict, total=False)` and `{_const(name)}: Final = define("{name}", '
-                f'{name}Data, writer="...")`, and supervisord/schemas/events/{name}.json, then use {_const(name)}(data)'
+                f'{name}Data, writer="...")`, and supervisord/shared/schemas/events/{name}.json, then use {_const(name)}(data)'
             )
     return problems
 
@@ -320,8 +322,8 @@ def test_the_scan_finds_what_it_forbids() -> None:
     found = spelled_event_types(source, "_scan_sample.py")
     text = "\n".join(found)
     assert "_scan_sample.py:1: NewEvent(...) outside the catalog" in text
-    assert "_scan_sample.py:1: 'StagingStep' spelled as a string: use supervisord.events.STAGING_STEP" in text
-    assert "_scan_sample.py:2: 'Held' spelled as a string: use supervisord.events.HELD" in text
+    assert "_scan_sample.py:1: 'StagingStep' spelled as a string: use supervisord.shared.events.STAGING_STEP" in text
+    assert "_scan_sample.py:2: 'Held' spelled as a string: use supervisord.shared.events.HELD" in text
     assert "_scan_sample.py:4: 'HoldReleased' spelled" in text
     assert "_scan_sample.py:5: event type 'WidgetPolished' is not in the catalog" in text
     assert "class WidgetPolishedData(TypedDict, total=False)" in text

@@ -244,7 +244,7 @@ def test_runner_refuses_a_snapshot_changed_after_submit(tmp_path: Path) -> None:
         "status_key": "00" * 32,
     }
     subprocess.run(
-        [sys.executable, "-m", "supervisord.backends.local.runner", str(run_dir)],
+        [sys.executable, "-m", "supervisord.daemon.backends.local.runner", str(run_dir)],
         input=json.dumps(spec).encode(),
         check=True,
         timeout=30,

@@ -1,5 +1,5 @@
-"""The run lifecycle's rules (supervisord.lifecycle), table-driven, and the
-event-type catalog's entries (supervisord.events; the catalog against the
+"""The run lifecycle's rules (supervisord.shared.lifecycle), table-driven, and the
+event-type catalog's entries (supervisord.shared.events; the catalog against the
 code and the schemas: test_event_catalog.py)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from store.types import PHASES, PROJECTED_TYPES, TERMINAL_PHASES
-from supervisord.api.wire import WAIT_EXIT_CODES
-from supervisord.events import CATALOG
-from supervisord.lifecycle import ACTIVE_PHASES, RunPhase, Verdict, decide, reached
+from supervisord.shared.events import CATALOG
+from supervisord.shared.lifecycle import ACTIVE_PHASES, RunPhase, Verdict, decide, reached
+from supervisord.shared.wire import WAIT_EXIT_CODES
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from supervisord.api.client import Client
-from supervisord.paths import Paths
+from supervisord.client.api import Client
+from supervisord.shared.paths import Paths
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.daemon]

@@ -1,4 +1,4 @@
-"""supervisord.malloc: buffers of a few MiB are reused, not mapped afresh."""
+"""supervisord.daemon.malloc: buffers of a few MiB are reused, not mapped afresh."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 _PROBE = """
 import resource, sys
-from supervisord.malloc import tune_malloc
+from supervisord.daemon.malloc import tune_malloc
 tuned = tune_malloc() if sys.argv[1] == "tune" else None
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for k in range(24):  # read steps of slightly different sizes, as a flood's are

@@ -3,7 +3,7 @@
 
 Every structured tool result is checked twice: by the SDK client against the
 tool's declared output schema (``ClientSession.call_tool`` does it), and here
-against the published schemas of :mod:`supervisord.schemas`.
+against the published schemas of :mod:`supervisord.shared.schemas`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from supervisord import schemas
+from supervisord.shared import schemas
 from tests.supervisord.jobsup_env import JobsupEnv, jobsup_env, make_repo
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.anyio]
@@ -467,9 +467,9 @@ async def test_cancelled_wait_stops_the_server_side_wait(js: JobsupEnv, repo: Pa
 
     from mcp.shared.memory import create_client_server_memory_streams
 
-    from supervisord.api.client import Client
-    from supervisord.cli import mcp_server
-    from supervisord.paths import Paths
+    from supervisord.client.api import Client
+    from supervisord.client.mcp import server as mcp_server
+    from supervisord.shared.paths import Paths
 
     run_id = js.submit(repo, "--name", "mcp-inproc", "--", "sh", "sleep.sh")
     old = {k: os.environ.get(k) for k in ("JOBSUP_STATE_DIR", "JOBSUP_SOCKET")}

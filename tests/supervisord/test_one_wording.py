@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from supervisord.exceptions import ConfigError, PreflightConfigError
-from supervisord.kubeconfig import current_context
-from supervisord.yamlerrors import describe_yaml_error
+from supervisord.shared.exceptions import ConfigError, PreflightConfigError
+from supervisord.shared.kubeconfig import current_context
+from supervisord.shared.yamlerrors import describe_yaml_error
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,10 +52,10 @@ def test_current_context(tmp_path: Path) -> None:
 def test_no_other_module_writes_these_out_again() -> None:
     found = []
     for path, text in _product_sources().items():
-        if re.search(r'errors\)\} [\w -]*(errors|conflicts):\\n"', text) and path != "supervisord/exceptions.py":
+        if re.search(r'errors\)\} [\w -]*(errors|conflicts):\\n"', text) and path != "supervisord/shared/exceptions.py":
             found.append(f"{path}: an 'N errors:' summary (use ConfigError.of)")
-        if "problem_mark" in text and path != "supervisord/yamlerrors.py":
+        if "problem_mark" in text and path != "supervisord/shared/yamlerrors.py":
             found.append(f"{path}: a YAML error's mark (use describe_yaml_error)")
-        if re.search(r"""["']current-context["']\)""", text) and path != "supervisord/kubeconfig.py":
-            found.append(f"{path}: a kubeconfig's current-context (use supervisord.kubeconfig)")
+        if re.search(r"""["']current-context["']\)""", text) and path != "supervisord/shared/kubeconfig.py":
+            found.append(f"{path}: a kubeconfig's current-context (use supervisord.shared.kubeconfig)")
     assert not found, found

@@ -16,14 +16,14 @@ import anyio
 import pytest
 
 from store import EventStore, NewEvent
-from supervisord.events import OUTPUTS_RECORDED
-from supervisord.exceptions import ConfigError, TaskError
-from supervisord.links import check_against_snapshot, resolve_links
-from supervisord.outputs import check_outputs_root, outputs_root
-from supervisord.outputs import manifest as manifest_mod
-from supervisord.outputs.manifest import Stopped, scan
-from supervisord.outputs.recorder import CHECKPOINT, OutputsRecorder
-from supervisord.shellenv import capture, check_shell_env, shell_env_digest
+from supervisord.daemon.outputs import check_outputs_root, outputs_root
+from supervisord.daemon.outputs.recorder import CHECKPOINT, OutputsRecorder
+from supervisord.shared import outputscan as manifest_mod
+from supervisord.shared.events import OUTPUTS_RECORDED
+from supervisord.shared.exceptions import ConfigError, TaskError
+from supervisord.shared.links import check_against_snapshot, resolve_links
+from supervisord.shared.outputscan import Stopped, scan
+from supervisord.shared.shellenv import capture, check_shell_env, shell_env_digest
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -272,7 +272,7 @@ def test_shell_env_checks_and_digests() -> None:
 
 
 def test_only_local_runs_with_env_from_submitter_take_the_shell() -> None:
-    from supervisord.submit import _shell_env
+    from supervisord.daemon.submit import _shell_env
 
     sent = {"PATH": "/venv/bin"}
     assert _shell_env("local", {}, sent) == sent

@@ -12,11 +12,11 @@ import anyio
 import pytest
 
 from store import EventStore
-from supervisord.backends.base import Pausable, RunReporter, RunSpec
-from supervisord.backends.local import LocalBackend
-from supervisord.exceptions import UsageError
-from supervisord.paths import Paths
-from supervisord.supervisor import Supervisor
+from supervisord.daemon.backends.base import Pausable, RunReporter, RunSpec
+from supervisord.daemon.backends.local import LocalBackend
+from supervisord.daemon.supervisor import Supervisor
+from supervisord.shared.exceptions import UsageError
+from supervisord.shared.paths import Paths
 
 pytestmark = pytest.mark.anyio
 

@@ -11,8 +11,8 @@ import anyio
 import pytest
 
 from store import EventStore, NewEvent
-from supervisord.paths import Paths
-from supervisord.supervisor import Supervisor
+from supervisord.daemon.supervisor import Supervisor
+from supervisord.shared.paths import Paths
 from tests.supervisord.jobsup_env import JobsupEnv
 from tests.supervisord.scheduler.test_driver import Recorder, _sub
 

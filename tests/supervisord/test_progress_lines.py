@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from store import PROGRESS, EventStore, NewEvent
-from supervisord.backends.base import RunSpec
-from supervisord.supervisor import _Reporter, _RunState
+from supervisord.daemon.backends.base import RunSpec
+from supervisord.daemon.supervisor import _Reporter, _RunState
 
 pytestmark = pytest.mark.anyio
 

@@ -8,8 +8,8 @@ import anyio
 import pytest
 
 from store import EventStore, NewEvent
-from supervisord.exceptions import RunNotFoundError, UsageError
-from supervisord.readside import ReadSide
+from supervisord.daemon.readside import ReadSide
+from supervisord.shared.exceptions import RunNotFoundError, UsageError
 
 pytestmark = pytest.mark.anyio
 

@@ -14,9 +14,9 @@ import anyio
 import pytest
 
 from store import EventStore, NewEvent
-from supervisord.backends.base import RunReporter, RunSpec
-from supervisord.paths import Paths
-from supervisord.supervisor import Supervisor
+from supervisord.daemon.backends.base import RunReporter, RunSpec
+from supervisord.daemon.supervisor import Supervisor
+from supervisord.shared.paths import Paths
 from tests.supervisord.scheduler.test_driver import Recorder, _sub
 
 pytestmark = pytest.mark.anyio

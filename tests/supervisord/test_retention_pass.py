@@ -9,9 +9,9 @@ import anyio
 import pytest
 
 from store import EventStore, LogBlock, NewEvent
-from supervisord import retention as retention_mod
-from supervisord.paths import Paths
-from supervisord.retention import Retention, RetentionSettings
+from supervisord.daemon import retention as retention_mod
+from supervisord.daemon.retention import Retention, RetentionSettings
+from supervisord.shared.paths import Paths
 
 pytestmark = pytest.mark.anyio
 

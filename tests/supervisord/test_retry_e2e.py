@@ -1,4 +1,4 @@
-"""Retries of local runs end to end (supervisord.retry): a real daemon and
+"""Retries of local runs end to end (supervisord.shared.retry): a real daemon and
 CLI. A run whose runner is killed with ``kill -9`` is retried (``--retry
 1``) and ends COMPLETED with two attempts; each attempt's lines show once
 and ``logs --attempt N`` picks one; a cancel during the backoff ends the run

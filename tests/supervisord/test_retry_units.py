@@ -1,4 +1,4 @@
-"""The retry policy (supervisord.retry) without a daemon: parsing and its
+"""The retry policy (supervisord.shared.retry) without a daemon: parsing and its
 errors, which failures retry, the backoff, the attempt list and which
 attempt wrote a line; a task file's ``retry: {on: [...]}`` (YAML 1.1 reads
 a bare ``on`` as true) and ``--retry N`` over it."""
@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from supervisord.config.yamlload import load_yaml
-from supervisord.exceptions import ConfigError, TaskError
-from supervisord.retry import DEFAULT_ON, RetryPolicy, attempt_of_line, attempts_of, parse_retry, policy_of
-from supervisord.scheduler.options import parse_scheduling, scheduling_of
-from supervisord.task import load_task
+from supervisord.shared.config.yamlload import load_yaml
+from supervisord.shared.exceptions import ConfigError, TaskError
+from supervisord.shared.retry import DEFAULT_ON, RetryPolicy, attempt_of_line, attempts_of, parse_retry, policy_of
+from supervisord.shared.scheduling import parse_scheduling, scheduling_of
+from supervisord.shared.task import load_task
 
 
 def test_retry_n_is_n_retries_on_the_default_reasons() -> None:
@@ -139,9 +139,9 @@ def test_attempts_from_events_and_the_run() -> None:
 
 def test_hooks_see_retrying_only_when_they_name_it() -> None:
     from store import RecordedEvent
-    from supervisord.config import Layer
-    from supervisord.hooks.config import load_hooks
-    from supervisord.hooks.match import matches
+    from supervisord.daemon.hooks.match import matches
+    from supervisord.shared.config import Layer
+    from supervisord.shared.hooksconfig import load_hooks
 
     def pc(phase: str, reason: str | None) -> RecordedEvent:
         return RecordedEvent(7, "r1", 3, "PhaseChanged", "2026-01-01T00:00:00Z", {"phase": phase, "reason": reason})

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from supervisord.backends.local.backend import run_processes
+from supervisord.daemon.backends.local.backend import run_processes
 from tests.supervisord.jobsup_env import JobsupEnv, live_pids_with_arg
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.daemon]

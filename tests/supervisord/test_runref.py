@@ -1,4 +1,4 @@
-"""The one run-reference rule (supervisord.runref) the daemon and the CLI share."""
+"""The one run-reference rule (supervisord.shared.runref) the daemon and the CLI share."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from supervisord.exceptions import UsageError
-from supervisord.runref import RUN_REF_HINT, check_run_ref, check_run_refs
+from supervisord.shared.exceptions import UsageError
+from supervisord.shared.runref import RUN_REF_HINT, check_run_ref, check_run_refs
 
 
 @pytest.mark.parametrize(("ref", "norm"), [("abcd", "abcd"), (" ABCDEF012345 ", "abcdef012345"), ("0000", "0000")])
@@ -40,8 +40,8 @@ def test_the_mcp_tools_run_ref_schema_is_the_rule() -> None:
     :func:`is_run_ref` accepts."""
     import jsonschema
 
-    from supervisord.cli.mcp_server import TOOLS, _input_problem
-    from supervisord.runref import MIN_PREFIX, RUN_ID_LENGTH, is_run_ref
+    from supervisord.client.mcp.server import TOOLS, _input_problem
+    from supervisord.shared.runref import MIN_PREFIX, RUN_ID_LENGTH, is_run_ref
 
     refs: list[tuple[str, str, dict[str, object]]] = []
     for tool in TOOLS:

@@ -15,8 +15,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from supervisord import schemas
-from supervisord.events import CATALOG
+from supervisord.shared import schemas
+from supervisord.shared.events import CATALOG
 from tests.supervisord.jobsup_env import JobsupEnv, jobsup_env, make_repo
 
 pytestmark = pytest.mark.timeout(240)
@@ -58,14 +58,14 @@ def test_every_schema_is_valid_2020_12_and_self_contained() -> None:
 
 def test_every_recorded_event_type_has_a_schema() -> None:
     """Static: each cataloged event type (the code makes events only through
-    supervisord.events: test_event_catalog.py) and each type the store pins
+    supervisord.shared.events: test_event_catalog.py) and each type the store pins
     has ``events/T.json``."""
     found = set(CATALOG)
     types_py = (ROOT / "store" / "types.py").read_text()
     found.update(re.findall(r'^[A-Z_]+: Final = "([A-Z][A-Za-z]+)"$', types_py, re.MULTILINE))
     assert {"Submitted", "PhaseChanged", "LogLines", "ObjectCreated"} <= found
     missing = found - set(schemas.event_types())
-    assert not missing, f"event types with no schema in supervisord/schemas/events/: {sorted(missing)}"
+    assert not missing, f"event types with no schema in supervisord/shared/schemas/events/: {sorted(missing)}"
 
 
 def test_unknown_event_type_and_extra_run_field_are_refused() -> None:

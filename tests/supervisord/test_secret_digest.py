@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisord.secret import env_digest, load_digest_key, read_digest_key, redact
+from supervisord.shared.secret import env_digest, load_digest_key, read_digest_key, redact
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
 pytestmark = pytest.mark.timeout(120)

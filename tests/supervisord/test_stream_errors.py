@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from store.errors import StorageFullError
-from supervisord import exceptions as exc
-from supervisord.api.wire import error_record, from_wire, to_wire
+from supervisord.shared import exceptions as exc
+from supervisord.shared.wire import error_record, from_wire, to_wire
 from tests.supervisord.jobsup_env import JobsupEnv
 
 pytestmark = pytest.mark.timeout(120)
@@ -38,7 +38,7 @@ def _events_body(failure: Exception) -> list[Any]:
     page of events raises ``failure``."""
     from starlette.testclient import TestClient
 
-    from supervisord.api.server import create_app
+    from supervisord.daemon.api.server import create_app
 
     class Store:
         pages = 0

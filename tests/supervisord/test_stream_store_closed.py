@@ -12,9 +12,9 @@ import anyio
 import pytest
 
 from store.errors import StoreClosedError
-from supervisord.api.boundary import _ends_with_error_record
-from supervisord.api.wire import raise_error_record
-from supervisord.exceptions import DaemonStoppingError, DaemonUnreachableError, StorageError
+from supervisord.daemon.api.boundary import _ends_with_error_record
+from supervisord.shared.exceptions import DaemonStoppingError, DaemonUnreachableError, StorageError
+from supervisord.shared.wire import raise_error_record
 
 
 async def _lines(error: Exception) -> list[bytes]:

@@ -8,9 +8,9 @@ import anyio
 import pytest
 
 from store import EventStore, NewEvent
-from supervisord.exceptions import AmbiguousRunError, RunNotFoundError, UsageError
-from supervisord.paths import Paths
-from supervisord.supervisor import Supervisor
+from supervisord.daemon.supervisor import Supervisor
+from supervisord.shared.exceptions import AmbiguousRunError, RunNotFoundError, UsageError
+from supervisord.shared.paths import Paths
 
 pytestmark = pytest.mark.anyio
 

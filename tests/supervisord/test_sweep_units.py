@@ -1,6 +1,6 @@
-"""Unit tests of the sweep grammar (supervisord.sweep), progress reports
-(supervisord.progress), the results table (supervisord.cli.sweep_table)
-and the scheduler's sweep cap (supervisord.scheduler.policy)."""
+"""Unit tests of the sweep grammar (supervisord.shared.sweep), progress reports
+(supervisord.shared.progress), the results table (supervisord.client.cli.sweep_table)
+and the scheduler's sweep cap (supervisord.daemon.scheduler.policy)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from supervisord.exceptions import TaskError, UsageError
-from supervisord.progress import MAX_READ, ProgressFile, RateLimit, parse_progress, progress_text
-from supervisord.scheduler.policy import WAITING_FOR_SLOT, Active, Situation, Waiting, decide
-from supervisord.sweep import (
+from supervisord.daemon.scheduler.policy import WAITING_FOR_SLOT, Active, Situation, Waiting, decide
+from supervisord.shared.exceptions import TaskError, UsageError
+from supervisord.shared.progress import MAX_READ, ProgressFile, RateLimit, parse_progress, progress_text
+from supervisord.shared.sweep import (
     MAX_RUNS,
     check_grid,
     check_handles,
@@ -27,7 +27,7 @@ from supervisord.sweep import (
     run_name,
     substitute,
 )
-from supervisord.sweeptable import flat_rows, sort_rows, table_columns, to_csv
+from supervisord.shared.sweeptable import flat_rows, sort_rows, table_columns, to_csv
 
 # -- the grammar ------------------------------------------------------------------
 

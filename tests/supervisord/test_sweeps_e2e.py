@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from supervisord.schemas import schema_errors
+from supervisord.shared.schemas import schema_errors
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
 pytestmark = pytest.mark.timeout(240)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from supervisord import schemas
+from supervisord.shared import schemas
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.daemon]
@@ -125,9 +125,9 @@ def test_env_from_daemon_keeps_the_old_behaviour(js: JobsupEnv, repo: Path) -> N
 _API_SUBMIT = """
 import json, sys
 from pathlib import Path
-from supervisord.api.client import Client
-from supervisord.cli.submit_request import build_task, submit_body
-from supervisord.exceptions import UsageError
+from supervisord.client.api import Client
+from supervisord.client.cli.submit_request import build_task, submit_body
+from supervisord.shared.exceptions import UsageError
 shell = json.loads(sys.stdin.read())
 task = build_task(None, ["true"], name=None, backend=None, timeout=None, manifest=None)
 body = submit_body(task, config_args=[], cwd=Path.cwd(), rev="HEAD", force=False, hold=False, shell_env=shell)

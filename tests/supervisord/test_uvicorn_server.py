@@ -1,5 +1,5 @@
 """What jobsup takes from uvicorn stays in one module
-(supervisord/api/uvicorn_server.py), and what it overrides there still
+(supervisord/daemon/api/uvicorn_server.py), and what it overrides there still
 exists in the installed uvicorn (pyproject.toml bounds its version)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from supervisord.api import uvicorn_server
+from supervisord.daemon.api import uvicorn_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,10 +35,10 @@ def test_only_one_module_imports_uvicorn() -> None:
             )
             if any(n == "uvicorn" or n.startswith("uvicorn.") for n in names):
                 importers.append(str(path.relative_to(ROOT)))
-    assert sorted(set(importers)) == ["supervisord/api/uvicorn_server.py"]
+    assert sorted(set(importers)) == ["supervisord/daemon/api/uvicorn_server.py"]
 
 
-#: What supervisord/api/uvicorn_server.py overrides of uvicorn's classes.
+#: What supervisord/daemon/api/uvicorn_server.py overrides of uvicorn's classes.
 OVERRIDES = {
     (uvicorn.Server, uvicorn_server.Server): {"__init__", "capture_signals", "startup", "main_loop"},
     (H11Protocol, uvicorn_server.FreshDateProtocol): {"connection_made"},

@@ -2,7 +2,7 @@
 
 A backend joins by providing a :class:`BackendHarness` (see
 ``test_conformance.py``): how to build the backend and any per-run config.
-Scenarios drive the real :class:`~supervisord.supervisor.Supervisor` over a
+Scenarios drive the real :class:`~supervisord.daemon.supervisor.Supervisor` over a
 real event store on a temporary SQLite file, so what is checked is what the
 daemon records.
 """
@@ -17,10 +17,10 @@ from typing import Any
 import anyio
 
 from store import EventStore, RunStatus
-from supervisord.backends.base import Backend
-from supervisord.paths import Paths
-from supervisord.source import SnapshotStore, resolve_commit
-from supervisord.supervisor import Supervisor
+from supervisord.daemon.backends.base import Backend
+from supervisord.daemon.supervisor import Supervisor
+from supervisord.shared.paths import Paths
+from supervisord.shared.source import SnapshotStore, resolve_commit
 from tests.supervisord.jobsup_env import make_repo
 
 __all__ = ["BackendHarness", "SupervisorHarness"]

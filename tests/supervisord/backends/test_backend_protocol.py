@@ -11,11 +11,11 @@ import anyio
 import pytest
 
 from store import EventStore
-from supervisord.backends.base import Backend, RunSpec
-from supervisord.backends.local import LocalBackend
-from supervisord.exceptions import PreflightError
-from supervisord.paths import Paths
-from supervisord.supervisor import Supervisor
+from supervisord.daemon.backends.base import Backend, RunSpec
+from supervisord.daemon.backends.local import LocalBackend
+from supervisord.daemon.supervisor import Supervisor
+from supervisord.shared.exceptions import PreflightError
+from supervisord.shared.paths import Paths
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -26,7 +26,7 @@ def test_doctor_is_part_of_the_protocol() -> None:
 
 
 def test_kubernetes_backend_implements_the_protocol() -> None:
-    from supervisord.backends.kubernetes import KubernetesBackend
+    from supervisord.daemon.backends.kubernetes import KubernetesBackend
 
     assert isinstance(KubernetesBackend(), Backend)
 
@@ -41,7 +41,7 @@ async def test_local_doctor_wire_shape() -> None:
 
 
 def test_local_backend_reads_no_submitted_data() -> None:
-    for path in (ROOT / "supervisord" / "backends" / "local").rglob("*.py"):
+    for path in (ROOT / "supervisord" / "daemon" / "backends" / "local").rglob("*.py"):
         tree = ast.parse(path.read_text())
         used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
         assert "submitted" not in used, path

@@ -12,12 +12,12 @@ import anyio
 import pytest
 
 from store import EventStore
-from supervisord.backends.base import RunReporter, RunSpec
-from supervisord.backends.local import LocalBackend
-from supervisord.paths import Paths
-from supervisord.runprocs import live_run_ids
-from supervisord.source import SnapshotStore, resolve_commit
-from supervisord.supervisor import Supervisor
+from supervisord.daemon.backends.base import RunReporter, RunSpec
+from supervisord.daemon.backends.local import LocalBackend
+from supervisord.daemon.runprocs import live_run_ids
+from supervisord.daemon.supervisor import Supervisor
+from supervisord.shared.paths import Paths
+from supervisord.shared.source import SnapshotStore, resolve_commit
 from tests.supervisord.jobsup_env import make_repo
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]

@@ -15,9 +15,9 @@ import anyio
 import pytest
 
 from store import EventStore
-from supervisord.backends.local import LocalBackend
-from supervisord.paths import Paths
-from supervisord.supervisor import Supervisor
+from supervisord.daemon.backends.local import LocalBackend
+from supervisord.daemon.supervisor import Supervisor
+from supervisord.shared.paths import Paths
 from tests.supervisord.backends.test_local_log_backlog import _submit_and_leave, _wait_exited
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]

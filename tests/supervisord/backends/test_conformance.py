@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisord.backends.local import LocalBackend
+from supervisord.daemon.backends.local import LocalBackend
 from tests.k8s_sim import SimCluster
 from tests.supervisord.backends.conformance import SCENARIOS, BackendHarness, SupervisorHarness
 from tests.supervisord.backends.kubernetes.k8s_backend_helpers import (

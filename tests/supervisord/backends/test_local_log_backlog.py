@@ -14,12 +14,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-import supervisord.backends.local.backend as local_backend
+import supervisord.daemon.backends.local.backend as local_backend
 from store import EventStore
-from supervisord.backends.local import LocalBackend
-from supervisord.paths import Paths
-from supervisord.source import SnapshotStore, resolve_commit
-from supervisord.supervisor import Supervisor
+from supervisord.daemon.backends.local import LocalBackend
+from supervisord.daemon.supervisor import Supervisor
+from supervisord.shared.paths import Paths
+from supervisord.shared.source import SnapshotStore, resolve_commit
 from tests.supervisord.jobsup_env import make_repo
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240)]

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from store import split_lines
-from supervisord.backends.local.runner import INDEX_ENTRY, OUTPUT_DATA, OUTPUT_INDEX, STDERR, STDOUT
-from supervisord.backends.local.tail import MAX_BLOCKS, RecordTailer, record_source
+from supervisord.daemon.backends.local.runner import INDEX_ENTRY, OUTPUT_DATA, OUTPUT_INDEX, STDERR, STDOUT
+from supervisord.daemon.backends.local.tail import MAX_BLOCKS, RecordTailer, record_source
 
 Line = tuple[str, int, str]  # stream, position, text
 
@@ -189,7 +189,7 @@ def test_a_growing_record_read_in_steps_cut_at_newlines(tmp_path: Path, seed: in
 def test_a_step_that_is_not_final_reads_up_to_a_newline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """So that its block is the bytes read, not a copy of all but their
     last partial line (RecordTailer._read_length)."""
-    import supervisord.backends.local.tail as tail
+    import supervisord.daemon.backends.local.tail as tail
 
     lines = b"".join(b"%05d %s\n" % (i, b"x" * (i % 150)) for i in range(20_000))
     write_record(tmp_path, [("stdout", lines + b"partial")])
@@ -211,7 +211,7 @@ def test_a_step_that_is_not_final_reads_up_to_a_newline(tmp_path: Path, monkeypa
 
 
 def test_committed_text_is_freed_in_big_ranges_or_when_forced(tmp_path: Path) -> None:
-    from supervisord.backends.local.tail import RELEASE_BYTES
+    from supervisord.daemon.backends.local.tail import RELEASE_BYTES
 
     line = b"y" * 99 + b"\n"
     write_record(tmp_path, [("stdout", line * (RELEASE_BYTES // len(line) // 2))])
@@ -249,7 +249,7 @@ def test_the_runner_pumps_both_pipes_into_one_record(tmp_path: Path, splice: boo
     """The runner's side: each move from a pipe is appended as it came, an
     index entry before each change of stream (with splice(2), and with the
     read-and-write fallback for file systems that cannot splice)."""
-    from supervisord.backends.local import runner
+    from supervisord.daemon.backends.local import runner
 
     output = runner._Output(str(tmp_path))
     output.use_splice = splice
@@ -283,7 +283,7 @@ def test_on_a_full_disk_the_runner_waits_and_loses_nothing(tmp_path: Path, splic
     """A write of the output that fails (ENOSPC) leaves the rest in the pipe
     (or held), stops reading, and is retried once space returns: the record
     ends up with every byte, in order."""
-    from supervisord.backends.local import runner
+    from supervisord.daemon.backends.local import runner
     from tests.supervisord.test_storage_trouble import _fill, _tmpfs
 
     with _tmpfs(tmp_path / "fs", "1m") as fs:
@@ -330,7 +330,7 @@ class _Positions:
 async def test_a_run_started_before_the_record_is_still_read_from_its_two_files(tmp_path: Path) -> None:
     """Runs in flight across an upgrade (their runner writes stdout.log and
     stderr.log) keep being ingested from where they were, as before."""
-    from supervisord.backends.local import backend
+    from supervisord.daemon.backends.local import backend
 
     (tmp_path / "stdout.log").write_bytes(b"a\nb\nc\n")
     (tmp_path / "stderr.log").write_bytes(b"e\n")

@@ -1,5 +1,5 @@
 """The local runner's shared formats live in one standard-library module,
-supervisord/backends/local/protocol.py, which the isolated runner imports
+supervisord/daemon/backends/local/protocol.py, which the isolated runner imports
 from its folder and the daemon from the package: one codec, both sides."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from supervisord.backends.local import protocol, runner
+from supervisord.daemon.backends.local import protocol, runner
 
 FOLDER = Path(runner.__file__).parent
 

@@ -1,4 +1,4 @@
-"""Event-driven supervision of local runs (supervisord/backends/local/wakeups.py):
+"""Event-driven supervision of local runs (supervisord/daemon/backends/local/wakeups.py):
 an idle run costs the daemon no polling; its output, status changes and the
 runner's exit (even a kill -9) wake its loop at once; without inotify the
 loop polls as before."""
@@ -13,9 +13,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from supervisord.backends.local import LocalBackend, wakeups
-from supervisord.backends.local import backend as local_backend
-from supervisord.backends.local.wakeups import Wakeups
+from supervisord.daemon.backends.local import LocalBackend, wakeups
+from supervisord.daemon.backends.local import backend as local_backend
+from supervisord.daemon.backends.local.wakeups import Wakeups
 from tests.supervisord.backends.conformance import BackendHarness, SupervisorHarness
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]

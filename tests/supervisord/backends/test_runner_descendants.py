@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisord.backends.local import runner
+from supervisord.daemon.backends.local import runner
 
 
 def test_descendants_without_reading_all_of_proc(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

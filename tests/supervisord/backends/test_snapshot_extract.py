@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisord.backends.local.runner import extract_snapshot
+from supervisord.daemon.backends.local.runner import extract_snapshot
 
 
 def _tar(members: list[tuple[str, str, str]]) -> tarfile.TarFile:

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from supervisord.cli.blockyaml import dump
+from supervisord.client.cli.blockyaml import dump
 
 #: Scalars around every edge of PyYAML's plain style and its resolver.
 _ATOMS: list[Any] = [
@@ -46,7 +46,7 @@ def test_a_show_document_needs_no_pyyaml() -> None:
     """What ``jobsup show`` prints for a local run is written without importing PyYAML."""
     code = (
         "import sys\n"
-        "from supervisord.cli.blockyaml import dump\n"
+        "from supervisord.client.cli.blockyaml import dump\n"
         "dump({'repo': '/tmp/r', 'rev': 'HEAD', 'commit': '4b92' * 10, 'snapshot_sha256': '49724937c1c9a4ff' * 4,\n"
         "      'snapshot_size': 10240, 'env': {}, 'local': {'kill_grace_s': 10, 'shell': 'bash'},\n"
         "      'manifest': '.jobsup/k8s.yaml', 'repo_dir': '/tmp/pytest-of-u' + '/long-folder' * 20, 'tolerations': [], 'allowed_backends': ['local', 'kubernetes'],\n"

@@ -18,7 +18,7 @@ from tests.supervisord.jobsup_env import JobsupEnv, jobsup_env, make_repo
 pytestmark = pytest.mark.timeout(600)
 
 FAST = "from supervisord.entry import main; main()"
-SLOW = "from supervisord.cli.main import main; main()"  # click, always
+SLOW = "from supervisord.client.cli.main import main; main()"  # click, always
 
 
 @pytest.fixture(scope="module")

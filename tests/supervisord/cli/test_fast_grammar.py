@@ -13,8 +13,8 @@ from typing import Any
 import click
 import pytest
 
-from supervisord.cli import fast
-from supervisord.cli.main import cli
+from supervisord.client.cli import fast
+from supervisord.client.cli.main import cli
 
 #: The commands the fast path handles, with the arguments each needs.
 FAST_COMMANDS: dict[str, tuple[list[str], list[str]]] = {

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisord.cli.fast import parse
+from supervisord.client.cli.fast import parse
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
 
@@ -120,7 +120,7 @@ def test_same_output_and_exit_codes_as_the_click_path(js: JobsupEnv, tmp_path: P
     for run in (ok, bad, chatty):
         js.cli("wait", run, check=False)
     fast = "from supervisord.entry import main; main()"
-    slow = "from supervisord.cli.main import main; main()"  # click, always
+    slow = "from supervisord.client.cli.main import main; main()"  # click, always
     cases = [
         ["runs"],
         ["runs", "-o", "json"],
@@ -187,7 +187,7 @@ def test_a_malformed_run_id_is_rejected_before_connecting(js: JobsupEnv, args: l
     # No daemon and no autostart: the id is checked first, exit 2 with the
     # daemon's own message (not 69), on the fast path and on click's.
     fast = "from supervisord.entry import main; main()"
-    slow = "from supervisord.cli.main import main; main()"
+    slow = "from supervisord.client.cli.main import main; main()"
     got = _run(js, fast, args)
     assert got == _run(js, slow, args), args
     code, out, err = got
@@ -200,7 +200,7 @@ def test_a_malformed_run_id_is_rejected_before_connecting(js: JobsupEnv, args: l
 @pytest.mark.parametrize("args", [["show", "abcd"], ["wait", "ABCDEF012345"], ["logs", "0000"], ["cancel", "abcd"]])
 def test_a_well_formed_unknown_id_without_daemon_is_still_69(js: JobsupEnv, args: list[str]) -> None:
     fast = "from supervisord.entry import main; main()"
-    slow = "from supervisord.cli.main import main; main()"
+    slow = "from supervisord.client.cli.main import main; main()"
     got = _run(js, fast, args)
     assert got == _run(js, slow, args), args
     assert got[0] == 69 and "no jobsup daemon answers" in got[2], got
@@ -243,7 +243,7 @@ def test_logs_of_an_archived_run_same_on_both_paths(js: JobsupEnv, tmp_path: Pat
     run = js.submit(repo, "--", CHATTY)
     js.cli("wait", run)
     fast = "from supervisord.entry import main; main()"
-    slow = "from supervisord.cli.main import main; main()"
+    slow = "from supervisord.client.cli.main import main; main()"
     js.cli("prune", "--older-than", "0s")
     archive = js.state_dir / "archive" / f"{run}.jslog"
     assert archive.is_file()
@@ -273,7 +273,10 @@ def test_logs_into_a_closed_pipe_exits_quietly(js: JobsupEnv, tmp_path: Path, ar
     plain = {k: v for k, v in js.env.items() if k != "PYTHONUNBUFFERED"}
     for env in (plain, {**plain, "PYTHONUNBUFFERED": "1"}):
         results = []
-        for entry in ("from supervisord.entry import main; main()", "from supervisord.cli.main import main; main()"):
+        for entry in (
+            "from supervisord.entry import main; main()",
+            "from supervisord.client.cli.main import main; main()",
+        ):
             proc = subprocess.Popen(
                 [sys.executable, "-c", entry, "logs", run, *args],
                 env=env,
@@ -299,7 +302,10 @@ def test_ctrl_c_while_following_is_130_on_both_paths(js: JobsupEnv, tmp_path: Pa
     run = js.submit(repo, "--", "echo started; sleep 600")
     results = []
     try:
-        for entry in ("from supervisord.entry import main; main()", "from supervisord.cli.main import main; main()"):
+        for entry in (
+            "from supervisord.entry import main; main()",
+            "from supervisord.client.cli.main import main; main()",
+        ):
             proc = subprocess.Popen(
                 [sys.executable, "-c", entry, "logs", "-f", run],
                 env=js.env,
@@ -346,12 +352,12 @@ HEAVY = (
     "structlog",
     "platformdirs",
     "store",
-    "supervisord.config",
-    "supervisord.hooks",
-    "supervisord.task",
-    "supervisord.daemon",
-    "supervisord.supervisor",
-    "supervisord.backends",
+    "supervisord.shared.config",
+    "supervisord.daemon.hooks",
+    "supervisord.shared.task",
+    "supervisord.daemon.service",
+    "supervisord.daemon.supervisor",
+    "supervisord.daemon.backends",
 )
 
 
@@ -384,4 +390,4 @@ def test_read_commands_import_nothing_heavy(js: JobsupEnv, tmp_path: Path) -> No
         loaded = json.loads(dump.read_text())
         heavy = [m for m in loaded if any(m == h or m.startswith(h + ".") for h in HEAVY)]
         assert not heavy, (args, heavy)
-        assert "supervisord.cli.fast" in loaded, args
+        assert "supervisord.client.cli.fast" in loaded, args

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from supervisord.cli.fast import parse
+from supervisord.client.cli.fast import parse
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
 FAST = "from supervisord.entry import main; main()"
-SLOW = "from supervisord.cli.main import main; main()"  # click, always
+SLOW = "from supervisord.client.cli.main import main; main()"  # click, always
 
 
 def _run(js: JobsupEnv, entry: str, args: list[str], cwd: Path) -> tuple[int, str, str]:
@@ -102,4 +102,4 @@ def test_submit_imports_neither_click_nor_yaml(js: JobsupEnv, tmp_path: Path, ar
     loaded = json.loads(dump.read_text())
     heavy = [m for m in loaded if m.split(".")[0] in ("click", "yaml", "jsonschema", "httpx", "anyio")]
     assert not heavy, heavy
-    assert "supervisord.cli.fast" in loaded
+    assert "supervisord.client.cli.fast" in loaded

@@ -62,9 +62,9 @@ def test_a_full_disk_on_stdout_is_one_error_line(js: JobsupEnv, args: tuple[str,
 
 def test_the_cli_writes_stdout_only_through_its_output_module() -> None:
     """``click.echo`` to stdout and ``sys.stdout.write`` would bypass
-    :func:`supervisord.cli.output.writing` (and the one error line)."""
+    :func:`supervisord.client.cli.output.writing` (and the one error line)."""
     found = []
-    for path in sorted((ROOT / "supervisord" / "cli").rglob("*.py")):
+    for path in sorted((ROOT / "supervisord" / "client" / "cli").rglob("*.py")):
         if path.name in ("output.py", "mcp_server.py"):
             continue
         tree = ast.parse(path.read_text(), str(path))

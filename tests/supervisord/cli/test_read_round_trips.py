@@ -1,5 +1,5 @@
 """``jobsup runs`` and ``show`` ask the daemon once: no health check
-first (supervisord.cli.reads.read_command). On a loaded machine each
+first (supervisord.client.cli.reads.read_command). On a loaded machine each
 round trip waits for the daemon to be scheduled; the health check doubled
 the wall time of ``runs --sweep`` (bench/sweep_submit.py). A missing
 daemon is still found, started or reported as before."""

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from supervisord.cli import queue_cmd
-from supervisord.cli.main import main
-from supervisord.exceptions import DaemonUnreachableError
+from supervisord.client.cli import queue_cmd
+from supervisord.client.cli.main import main
+from supervisord.shared.exceptions import DaemonUnreachableError
 
 IDS = [f"{i:04x}00000000" for i in range(1, 6)]
 

@@ -1,19 +1,19 @@
 """``jobsup submit`` does not import jsonschema (about 0.1 s of CPU per
 call, bench/sweep_submit.py): the config schema's validator is made at its
-first use (supervisord.config.schema), and still refuses a bad value."""
+first use (supervisord.shared.config.schema), and still refuses a bad value."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from supervisord.config.schema import validate_document
+from supervisord.shared.config.schema import validate_document
 
 
 def test_the_submit_path_imports_no_jsonschema() -> None:
     code = (
         "import sys\n"
-        "import supervisord.cli.runs_cmd, supervisord.cli.submit_request, supervisord.config.dotlist\n"
+        "import supervisord.client.cli.runs_cmd, supervisord.client.cli.submit_request, supervisord.shared.config.dotlist\n"
         "print('jsonschema' in sys.modules)\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

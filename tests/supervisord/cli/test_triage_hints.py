@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from supervisord.cli.mcp_server import triage_suggestion
-from supervisord.cli.triage_hints import effective_limits, next_memory, short_duration
-from supervisord.task import parse_duration
-from supervisord.usage.limits import parse_memory
+from supervisord.client.cli.triage_hints import effective_limits, next_memory, short_duration
+from supervisord.client.mcp.server import triage_suggestion
+from supervisord.shared.limits import parse_memory
+from supervisord.shared.task import parse_duration
 
 M, G = 1 << 20, 1 << 30
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from supervisord.config import (
+from supervisord.shared.config import (
     Layer,
     check_allowed,
     effective_config,
@@ -19,9 +19,9 @@ from supervisord.config import (
     load_daemon_layer,
     validate_daemon_config,
 )
-from supervisord.exceptions import ConfigError
-from supervisord.secret import redact
-from supervisord.task import Task, load_task
+from supervisord.shared.exceptions import ConfigError
+from supervisord.shared.secret import redact
+from supervisord.shared.task import Task, load_task
 
 DAEMON = Layer("daemon", None, {})
 

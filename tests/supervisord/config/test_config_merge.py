@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from supervisord.config.layer import Layer
-from supervisord.config.merge import merge, merge_layers, merge_pod_spec
-from supervisord.exceptions import ConfigError
+from supervisord.shared.config.layer import Layer
+from supervisord.shared.config.merge import merge, merge_layers, merge_pod_spec
+from supervisord.shared.exceptions import ConfigError
 
 C = "containers"
 

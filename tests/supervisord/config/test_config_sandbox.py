@@ -8,8 +8,14 @@ from typing import Any
 
 import pytest
 
-from supervisord.config import Layer, check_mount_paths, effective_config, layer_errors, pod_ready_timeout_from_env
-from supervisord.exceptions import ConfigError
+from supervisord.shared.config import (
+    Layer,
+    check_mount_paths,
+    effective_config,
+    layer_errors,
+    pod_ready_timeout_from_env,
+)
+from supervisord.shared.exceptions import ConfigError
 
 ENV = "JOBSUP_K8S_POD_READY_TIMEOUT_S"
 
@@ -329,7 +335,7 @@ def test_check_mount_paths(paths: list[str], existing: list[str], expected: list
 
 @pytest.mark.parametrize("path", ["/data:ro", "/da\x00ta"])
 def test_mount_path_with_colon_or_nul_is_refused(path: str) -> None:
-    from supervisord.config.sandbox import check_mount_paths
+    from supervisord.shared.config.sandbox import check_mount_paths
 
     errors = check_mount_paths([path], [])
     assert errors and "':'" in errors[0]
@@ -337,8 +343,8 @@ def test_mount_path_with_colon_or_nul_is_refused(path: str) -> None:
 
 @pytest.mark.parametrize("value", ["604801", "99999999999999999999"])
 def test_timeout_variable_has_a_maximum(value: str) -> None:
-    from supervisord.config.sandbox import pod_ready_timeout_from_env
-    from supervisord.exceptions import ConfigError
+    from supervisord.shared.config.sandbox import pod_ready_timeout_from_env
+    from supervisord.shared.exceptions import ConfigError
 
     with pytest.raises(ConfigError, match="maximum"):
         pod_ready_timeout_from_env({"JOBSUP_K8S_POD_READY_TIMEOUT_S": value})

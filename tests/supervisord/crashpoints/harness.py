@@ -1,6 +1,6 @@
 """The crash-point tests' harness: a daemon that SIGKILLs itself at a named
 step of the run protocol (``JOBSUP_TEST_CRASH_AT``, see
-:mod:`supervisord.crashpoints`), a restart without it, and the invariants
+:mod:`supervisord.daemon.crashpoints`), a restart without it, and the invariants
 every crash must keep:
 
 * every accepted run (its Submitted recorded) ends, none is lost;
@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from store import TERMINAL_PHASES
-from supervisord.api.client import Client
-from supervisord.crashpoints import ENV_VAR
-from supervisord.paths import Paths
+from supervisord.client.api import Client
+from supervisord.daemon.crashpoints import ENV_VAR
+from supervisord.shared.paths import Paths
 from tests.supervisord.jobsup_env import JobsupEnv
 
 __all__ = [

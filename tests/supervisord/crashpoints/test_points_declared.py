@@ -12,7 +12,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from supervisord.crashpoints import ENV_VAR, POINTS
+from supervisord.daemon.crashpoints import ENV_VAR, POINTS
 
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
@@ -49,7 +49,7 @@ def test_every_point_is_driven_by_a_crash_test() -> None:
 
 def test_the_variable_is_ignored_unless_it_names_the_point() -> None:
     code = (
-        "from supervisord.crashpoints import crash_point, POINTS\n"
+        "from supervisord.daemon.crashpoints import crash_point, POINTS\n"
         "for p in POINTS:\n"
         "    crash_point(p) if p != 'start.spawned' else None\n"
         "print('alive')\n"

@@ -1,4 +1,4 @@
-"""A daemon killed at each durable step of a retry (supervisord.retry):
+"""A daemon killed at each durable step of a retry (supervisord.shared.retry):
 after ``AttemptEnded`` (the backoff begins) and after ``AttemptStarted``
 (the attempt's start not begun). After a restart the run goes on with its
 policy: the second attempt runs exactly once (never twice, never lost), with

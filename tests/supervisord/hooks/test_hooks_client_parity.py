@@ -1,4 +1,4 @@
-"""The lean webhook client (supervisord.hooks.http1) classifies every
+"""The lean webhook client (supervisord.daemon.hooks.http1) classifies every
 server answer as httpx does: the same server answers, posted once with each
 client through :func:`post_event`, give the same attempt (delivered or not,
 retried or not, status, body excerpt, Retry-After) and the same error
@@ -18,10 +18,10 @@ import time
 import httpx
 import pytest
 
-from supervisord.hooks.attempt import Attempt
-from supervisord.hooks.config import WebhookTarget
-from supervisord.hooks.http1 import Http1Client
-from supervisord.hooks.webhook import post_event
+from supervisord.daemon.hooks.attempt import Attempt
+from supervisord.daemon.hooks.http1 import Http1Client
+from supervisord.daemon.hooks.webhook import post_event
+from supervisord.shared.hooksconfig import WebhookTarget
 from tests.supervisord.hooks.test_hooks_http1 import RawServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]

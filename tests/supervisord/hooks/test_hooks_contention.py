@@ -19,10 +19,10 @@ import anyio
 import pytest
 
 from store import EventStore, LogBlock, NewEvent
-from supervisord.backends.base import RunSpec
-from supervisord.events import HELD
-from supervisord.hooks.delivery import HOOK_DELIVERED
-from supervisord.supervisor import _Reporter, _RunState
+from supervisord.daemon.backends.base import RunSpec
+from supervisord.daemon.hooks.delivery import HOOK_DELIVERED
+from supervisord.daemon.supervisor import _Reporter, _RunState
+from supervisord.shared.events import HELD
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 

@@ -19,9 +19,9 @@ import anyio
 import pytest
 
 from store import Append, EventStore, NewEvent, RecordedEvent, StoreError, StoreLockedError
-from supervisord.hooks import delivery
-from supervisord.hooks.config import HookSpec, WebhookTarget
-from supervisord.hooks.delivery import FLUSH_S, HOOK_DELIVERED, HOOK_FAILED, HookService
+from supervisord.daemon.hooks import delivery
+from supervisord.daemon.hooks.delivery import FLUSH_S, HOOK_DELIVERED, HOOK_FAILED, HookService
+from supervisord.shared.hooksconfig import HookSpec, WebhookTarget
 from tests.supervisord.hooks.webhook_server import Reply, WebhookServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]

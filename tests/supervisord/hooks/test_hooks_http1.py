@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from supervisord.hooks.http1 import Http1Client, HttpConnectError, HttpTimeout, proxied
+from supervisord.daemon.hooks.http1 import Http1Client, HttpConnectError, HttpTimeout, proxied
 from tests.supervisord.hooks.webhook_server import Reply, WebhookServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]

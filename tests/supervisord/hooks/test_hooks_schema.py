@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from supervisord.config.layer import Layer
-from supervisord.config.schema import HOOK_SCHEMA, schema_violations
-from supervisord.hooks import config as hooks_config
+from supervisord.shared import hooksconfig as hooks_config
+from supervisord.shared.config.layer import Layer
+from supervisord.shared.config.schema import HOOK_SCHEMA, schema_violations
 
 ENV = {"HOOK_KEY": "s3cret"}
 URL = "https://chat.example/hooks/abc"

@@ -12,18 +12,18 @@ import anyio
 import pytest
 
 from store import RecordedEvent
-from supervisord.config import Layer, effective_config
-from supervisord.exceptions import ConfigError, TaskError
-from supervisord.hooks.command import run_command
-from supervisord.hooks.config import (
+from supervisord.daemon.hooks.command import run_command
+from supervisord.daemon.hooks.delivery import backoff_s
+from supervisord.daemon.hooks.match import matches
+from supervisord.daemon.hooks.webhook import retry_after_seconds, signature
+from supervisord.shared.config import Layer, effective_config
+from supervisord.shared.exceptions import ConfigError, TaskError
+from supervisord.shared.hooksconfig import (
     WebhookTarget,
     hooks_from_layers,
     load_hooks,
     parse_on_done,
 )
-from supervisord.hooks.delivery import backoff_s
-from supervisord.hooks.match import matches
-from supervisord.hooks.webhook import retry_after_seconds, signature
 
 
 def _pc(phase: str, reason: str | None = None) -> RecordedEvent:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from supervisord.exceptions import TaskError
-from supervisord.scheduler.options import parse_scheduling, scheduling_of
-from supervisord.scheduler.policy import DEPENDENCY_FAILED, WAITING_FOR_DEPENDENCY, Situation, Waiting, decide
+from supervisord.daemon.scheduler.policy import DEPENDENCY_FAILED, WAITING_FOR_DEPENDENCY, Situation, Waiting, decide
+from supervisord.shared.exceptions import TaskError
+from supervisord.shared.scheduling import parse_scheduling, scheduling_of
 
 DEP = "aaaaaaaaaaaa"
 

@@ -15,12 +15,12 @@ import anyio
 import pytest
 
 from store import EventStore, NewEvent
-from supervisord.backends.base import RunReporter, RunSpec
-from supervisord.paths import Paths
-from supervisord.scheduler.driver import Scheduler, SchedulerSettings
-from supervisord.scheduler.gpus import Inventory
-from supervisord.scheduler.policy import Gpu
-from supervisord.supervisor import Supervisor
+from supervisord.daemon.backends.base import RunReporter, RunSpec
+from supervisord.daemon.scheduler.driver import Scheduler, SchedulerSettings
+from supervisord.daemon.scheduler.gpus import Inventory
+from supervisord.daemon.scheduler.policy import Gpu
+from supervisord.daemon.supervisor import Supervisor
+from supervisord.shared.paths import Paths
 
 pytestmark = pytest.mark.anyio
 

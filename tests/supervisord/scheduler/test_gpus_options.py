@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from supervisord.exceptions import ConfigError, TaskError
-from supervisord.scheduler.gpus import (
+from supervisord.daemon.scheduler.gpus import (
     gpu_env,
     inventory,
     parse_nvidia_smi,
     query_nvidia_smi,
 )
-from supervisord.scheduler.options import parse_scheduling
-from supervisord.scheduler.policy import Gpu
+from supervisord.daemon.scheduler.policy import Gpu
+from supervisord.shared.exceptions import ConfigError, TaskError
+from supervisord.shared.scheduling import parse_scheduling
 
 SMI = "0, GPU-aaa, NVIDIA A100-SXM4-40GB, 40960 MiB\n1, GPU-bbb, NVIDIA A100-SXM4-40GB, 40960 MiB\n"
 
@@ -101,7 +101,7 @@ def test_parse_scheduling_defaults_and_dedup() -> None:
 
 
 def test_max_running_is_the_default_queues_cap() -> None:
-    from supervisord.scheduler.driver import SchedulerSettings
+    from supervisord.daemon.scheduler.driver import SchedulerSettings
 
     s = SchedulerSettings.from_config(
         {"daemon": {"max_running": 3}, "scheduler": {"queues": {"gpu": {"max_parallel": 1}}}}
@@ -115,7 +115,7 @@ def test_max_running_is_the_default_queues_cap() -> None:
 
 
 def test_scheduler_config_keys_validate() -> None:
-    from supervisord.config.schema import validate_document
+    from supervisord.shared.config.schema import validate_document
 
     assert (
         validate_document(
@@ -143,7 +143,7 @@ def test_scheduler_config_keys_validate() -> None:
     ],
 )
 def test_a_task_files_scheduling_errors_name_the_file_and_key(tmp_path: Path, text: str, key: str) -> None:
-    from supervisord.task import load_task
+    from supervisord.shared.task import load_task
 
     task_file = tmp_path / "task.yaml"
     task_file.write_text(f"run: echo\n{text}\n")

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from supervisord.scheduler.policy import (
+from supervisord.daemon.scheduler.policy import (
     Active,
     Gpu,
     Situation,

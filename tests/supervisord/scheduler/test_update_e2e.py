@@ -140,7 +140,7 @@ def test_an_updated_timeout_is_the_one_the_run_gets(js: JobsupEnv, repo: Path) -
 
 
 def test_update_outputs_match_their_schemas(js: JobsupEnv, repo: Path) -> None:
-    from supervisord import schemas
+    from supervisord.shared import schemas
 
     rid = js.submit(repo, "--name", "schema", "--hold", "--", "true")
     doc = json.loads(js.cli("update", rid, "--priority", "1", "-o", "json").stdout)
@@ -158,7 +158,7 @@ def _queue_row(js: JobsupEnv, name: str) -> dict[str, Any]:
 
 
 def test_queue_set_caps_at_once_outlives_a_restart_and_config_comes_back(js: JobsupEnv, repo: Path) -> None:
-    from supervisord import schemas
+    from supervisord.shared import schemas
 
     assert _queue_row(js, "default")["source"] == "none"
     out = js.cli("queue", "set", "capped", "--max-parallel", "1")

@@ -1,5 +1,5 @@
 """The page and the socket API rerun through the one command path
-(:class:`supervisord.commands.Commands`): the same run, rerun from either,
+(:class:`supervisord.daemon.commands.Commands`): the same run, rerun from either,
 records the same task (only where the environment comes from differs: the
 CLI sends its shell's, the page has none)."""
 

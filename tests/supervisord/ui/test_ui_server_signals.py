@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from store import EventStore, RunStatus
-from supervisord.ui import UiServer
+from supervisord.daemon.ui import UiServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from supervisord.backends.local.runner import oom_kills, scope_cgroup
-from supervisord.usage.limits import ENFORCE_SAMPLER, ENFORCE_SYSTEMD
-from supervisord.usage.scope import probe, scope_argv
+from supervisord.daemon.backends.local.runner import oom_kills, scope_cgroup
+from supervisord.daemon.scope import probe, scope_argv
+from supervisord.shared.limits import ENFORCE_SAMPLER, ENFORCE_SYSTEMD
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
 pytestmark = pytest.mark.timeout(180)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from supervisord import schemas
+from supervisord.shared import schemas
 from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
 pytestmark = pytest.mark.timeout(180)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from supervisord import schemas
+from supervisord.shared import schemas
 from tests.supervisord.jobsup_env import JobsupEnv
 from tests.supervisord.ui.conftest import page_url
 from tests.supervisord.ui.test_ui_http import _login

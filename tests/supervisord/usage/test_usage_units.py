@@ -12,11 +12,11 @@ import time
 
 import pytest
 
-from supervisord.exceptions import TaskError
-from supervisord.scheduler.policy import Active, Gpu, Situation, Waiting, decide
-from supervisord.usage.limits import format_bytes, parse_cpus, parse_memory
-from supervisord.usage.nvidia import parse_apps, parse_gpus
-from supervisord.usage.procs import ProcessScanner, TreeSpec
+from supervisord.daemon.scheduler.policy import Active, Gpu, Situation, Waiting, decide
+from supervisord.daemon.usage.nvidia import parse_apps, parse_gpus
+from supervisord.daemon.usage.procs import ProcessScanner, TreeSpec
+from supervisord.shared.exceptions import TaskError
+from supervisord.shared.limits import format_bytes, parse_cpus, parse_memory
 
 G = [Gpu(i, f"GPU-{i}") for i in range(4)]
 NOW = 1_000_000.0
@@ -152,7 +152,7 @@ def test_scanner_counts_setsid_children_and_the_reaped_and_never_a_reused_pid() 
 
 
 def test_triage_of_a_local_run_over_its_memory_says_what_to_do() -> None:
-    from supervisord.cli.mcp_server import triage_suggestion
+    from supervisord.client.mcp.server import triage_suggestion
 
     local = triage_suggestion({"phase": "ERROR", "reason": "OOMKilled", "backend": "local"})
     assert "--memory" in local and "k8s.yaml" not in local

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from supervisord.backends.kubernetes import KubernetesBackend
+from supervisord.daemon.backends.kubernetes import KubernetesBackend
 from tests.k8s_sim import SimCluster
 from tests.supervisord.jobsup_env import JobsupEnv
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from supervisord.backends.kubernetes import RenderedRun, render_run
+from supervisord.daemon.backends.kubernetes import RenderedRun, render_run
 
 RUN_ID = "3f2a9c1e7b04"
 EVAL_COMMAND = ["bash", "-c", 'eval "$JOBSUP_SCRIPT"']

@@ -12,11 +12,11 @@ from typing import Any
 import anyio
 
 from store import EventStore, RecordedEvent, RunStatus
-from supervisord.backends.kubernetes import KubernetesBackend
-from supervisord.paths import Paths
-from supervisord.secret import env_digest
-from supervisord.source import SnapshotStore, resolve_commit
-from supervisord.supervisor import Supervisor
+from supervisord.daemon.backends.kubernetes import KubernetesBackend
+from supervisord.daemon.supervisor import Supervisor
+from supervisord.shared.paths import Paths
+from supervisord.shared.secret import env_digest
+from supervisord.shared.source import SnapshotStore, resolve_commit
 from tests.k8s_sim import SimCluster
 from tests.supervisord.backends.kubernetes.k8s_backend_helpers import kube_config, make_backend
 from tests.supervisord.jobsup_env import make_repo
@@ -81,7 +81,7 @@ class K8sEnv:
             "env": env_digest(dict(env or {}), DIGEST_KEY),
             "manifest": manifest,
         }
-        if retry is not None:  # a retry policy (supervisord.retry)
+        if retry is not None:  # a retry policy (supervisord.shared.retry)
             submitted["scheduling"] = {"gpus": 0, "queue": "default", "priority": 0, "after": [], "after_any": [],
                                        "hold": False, "retry": dict(retry)}  # fmt: skip
         return (await self.supervisor.submit(submitted, env=env, force=True)).id

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from store import NewEvent
-from supervisord.exceptions import BackendError
-from supervisord.scheduler.driver import ADMITTED
+from supervisord.daemon.scheduler.driver import ADMITTED
+from supervisord.shared.exceptions import BackendError
 from tests.k8s_sim import MISSING_REGISTRY, SimCluster
 from tests.supervisord.backends.kubernetes.k8s_backend_helpers import job_manifest, run_objects, sim_cluster
 from tests.supervisord.backends.kubernetes.k8s_supervisor_env import k8s_env
@@ -176,7 +176,7 @@ async def test_started_and_ended_come_from_the_pods_container(tmp_path: Path, si
         # The run's times are the container's, not when jobsup looked.
         assert (run.started_at, run.ended_at) == (term["startedAt"], term["finishedAt"]), run
         assert run.elapsed_s() is not None and run.elapsed_s() >= 1.0
-        from supervisord import schemas
+        from supervisord.shared import schemas
 
         for e in times:
             assert not schemas.schema_errors("event", e.to_json())
@@ -880,8 +880,8 @@ async def test_cancel_racing_completion_ends_in_one_terminal_phase(tmp_path: Pat
 async def test_reattach_mid_submit_rolls_back(tmp_path: Path, sim: SimCluster) -> None:
     # Simulate a daemon that died after recording the handle and creating the
     # Secret, before the Job: supervise finds the objects by label.
-    from supervisord.backends.kubernetes.client.resources import env_secret
-    from supervisord.backends.kubernetes.manifest.inject import run_labels
+    from supervisord.daemon.backends.kubernetes.client.resources import env_secret
+    from supervisord.shared.manifest.inject import run_labels
 
     async with k8s_env(tmp_path, sim) as env:
         commit = await anyio.to_thread.run_sync(env.commit, {M: job_manifest()})

@@ -8,8 +8,8 @@ import pytest
 import yaml
 from k8s_fixtures import RUN_ID, container, docs_text, env_of, job, render, service
 
-from supervisord.backends.kubernetes.manifest.inject import label_value
-from supervisord.exceptions import ManifestError
+from supervisord.shared.exceptions import ManifestError
+from supervisord.shared.manifest.inject import label_value
 
 
 def errors_of(text: str, **kwargs: Any) -> list[str]:
@@ -400,7 +400,7 @@ def test_non_mapping_document_and_empty_manifest() -> None:
 
 
 def test_bad_run_id_is_rejected() -> None:
-    from supervisord.backends.kubernetes import render_run
+    from supervisord.daemon.backends.kubernetes import render_run
 
     with pytest.raises(ManifestError, match="12 lowercase hex"):
         render_run(

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisord.backends.kubernetes.client.access import ClusterAccess, api_error_from_body, is_transient
-from supervisord.backends.kubernetes.client.errors import (
+from supervisord.daemon.backends.kubernetes.client.access import ClusterAccess, api_error_from_body, is_transient
+from supervisord.daemon.backends.kubernetes.client.errors import (
     BadRequestError,
     ConflictError,
     ForbiddenError,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from supervisord.backends.kubernetes.logs import LogCursor, LogDecoder, parse_timestamp
+from supervisord.daemon.backends.kubernetes.logs import LogCursor, LogDecoder, parse_timestamp
 
 T0 = "2026-01-02T03:04:05.100000000Z"
 T1 = "2026-01-02T03:04:05.200000000Z"
@@ -91,7 +91,7 @@ def test_a_replay_assigns_the_same_positions_again() -> None:
 
 def test_long_lines_are_split_into_64k_pieces_at_character_boundaries() -> None:
     from store import MAX_LINE_BYTES
-    from supervisord.backends.kubernetes.logs import LogCursor, split_long_line
+    from supervisord.daemon.backends.kubernetes.logs import LogCursor, split_long_line
 
     ts = "2026-11-29T17:00:00.000000001Z"
     assert split_long_line(f"{ts}#0", "short") == [(f"{ts}#0", "short")]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisord.backends.kubernetes import load_manifest_at_commit
-from supervisord.exceptions import ManifestError
+from supervisord.daemon.backends.kubernetes import load_manifest_at_commit
+from supervisord.shared.exceptions import ManifestError
 from tests.supervisord.jobsup_env import make_repo
 
 

@@ -11,10 +11,10 @@ from typing import Any
 import anyio
 import pytest
 
-from supervisord.backends.base import RunSpec
-from supervisord.backends.kubernetes import KubernetesBackend
-from supervisord.exceptions import ManifestError, PreflightError
-from supervisord.source import resolve_commit
+from supervisord.daemon.backends.base import RunSpec
+from supervisord.daemon.backends.kubernetes import KubernetesBackend
+from supervisord.shared.exceptions import ManifestError, PreflightError
+from supervisord.shared.source import resolve_commit
 from tests.k8s_sim import AccessRule, SimCluster
 from tests.supervisord.backends.kubernetes.k8s_backend_helpers import (
     MANIFEST_PATH,
@@ -265,7 +265,7 @@ def test_the_kubernetes_backend_reads_nothing_from_the_home_or_the_environment_s
     # Path.home(), no expanduser(), no KUBECONFIG, no config layers read.
     import ast
 
-    import supervisord.backends.kubernetes as pkg
+    import supervisord.daemon.backends.kubernetes as pkg
 
     root = Path(pkg.__file__).parent
     forbidden_names = {"home", "expanduser", "load_client_layers", "load_daemon_layer", "current_kube_context"}
@@ -278,6 +278,6 @@ def test_the_kubernetes_backend_reads_nothing_from_the_home_or_the_environment_s
                 found.append(f"{path.relative_to(root)}:{node.lineno}: {name}")
             if isinstance(node, ast.Constant) and node.value == "KUBECONFIG":
                 found.append(f"{path.relative_to(root)}:{node.lineno}: the KUBECONFIG variable")
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("supervisord.config.sources"):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("supervisord.shared.config.sources"):
                 found.append(f"{path.relative_to(root)}:{node.lineno}: imports {node.module}")
     assert found == []

@@ -61,7 +61,7 @@ def demo_repo(tmp_path: Path, files: dict[str, str]) -> Path:
 
 def jobsup(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """Run the real ``jobsup`` CLI (a new Python process) in ``repo``."""
-    code = "from supervisord.cli.main import main; main()"
+    code = "from supervisord.client.cli.main import main; main()"
     return subprocess.run(
         [sys.executable, "-c", code, *args],
         cwd=repo,
@@ -403,7 +403,7 @@ def test_an_alias_bomb_manifest_is_refused_naming_the_file(tmp_path: Path) -> No
     repo = demo_repo(tmp_path, {".jobsup/k8s.yaml": text, "task.yaml": TRAIN_TASK})
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", "from supervisord.cli.main import main; main()", "render", "task.yaml"],
+            [sys.executable, "-c", "from supervisord.client.cli.main import main; main()", "render", "task.yaml"],
             cwd=repo,
             env=_env(repo.parent),
             capture_output=True,
@@ -419,8 +419,8 @@ def test_an_alias_bomb_manifest_is_refused_naming_the_file(tmp_path: Path) -> No
 
 
 def test_a_recursive_alias_and_an_oversized_manifest_are_refused(tmp_path: Path) -> None:
-    from supervisord.backends.kubernetes.manifest.load import parse_manifest
-    from supervisord.exceptions import ManifestError
+    from supervisord.shared.exceptions import ManifestError
+    from supervisord.shared.manifest.load import parse_manifest
 
     with pytest.raises(ManifestError, match=r"^m\.yaml: document 1, line \d+.*recursive alias"):
         parse_manifest("apiVersion: v1\nkind: ConfigMap\nmetadata: &m {name: x, self: *m}\n", manifest_path="m.yaml")

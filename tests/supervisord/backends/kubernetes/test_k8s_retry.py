@@ -1,4 +1,4 @@
-"""Retries of Kubernetes runs on the simulator (supervisord.retry): a run
+"""Retries of Kubernetes runs on the simulator (supervisord.shared.retry): a run
 whose pod is evicted is retried as a new Job ``<name>-a2`` (the contract's
 ``backoffLimit: 0`` stays: jobsup owns the policy) with its own env Secret,
 and ends with the second attempt's outcome; each attempt's lines once."""

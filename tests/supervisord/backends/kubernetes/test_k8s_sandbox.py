@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from k8s_fixtures import RUN_ID, container, docs_text, env_of, job, render, service
 
-from supervisord.exceptions import ConfigError, ManifestError
+from supervisord.shared.exceptions import ConfigError, ManifestError
 
 
 def pod_of(doc: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisord.backends.kubernetes.manifest.script import STAGING_TIMEOUT_EXIT_CODE, gated_script
+from supervisord.shared.manifest.script import STAGING_TIMEOUT_EXIT_CODE, gated_script
 
 
 def _tar(path: Path, files: dict[str, str]) -> None:

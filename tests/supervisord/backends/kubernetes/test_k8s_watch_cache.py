@@ -11,9 +11,9 @@ import anyio
 import pytest
 from kubernetes import client as k8s_client
 
-from supervisord.backends.kubernetes.client.access import STREAM_POOLS, Cluster, RetryPolicy
-from supervisord.backends.kubernetes.client.watches import NamespaceWatch
-from supervisord.backends.kubernetes.manifest.inject import LABEL_RUN
+from supervisord.daemon.backends.kubernetes.client.access import STREAM_POOLS, Cluster, RetryPolicy
+from supervisord.daemon.backends.kubernetes.client.watches import NamespaceWatch
+from supervisord.shared.manifest.inject import LABEL_RUN
 
 
 def _pod(phase: str, rv: int, uid: str = "u1") -> dict[str, Any]:

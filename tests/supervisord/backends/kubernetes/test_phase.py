@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from supervisord.backends.kubernetes.phase import (
+from supervisord.daemon.backends.kubernetes.phase import (
     Observation,
     describe_pod,
     job_outcome,

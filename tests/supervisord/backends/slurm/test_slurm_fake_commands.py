@@ -15,8 +15,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from supervisord.backends.base import RunSpec
-from supervisord.backends.slurm import SlurmBackend
+from supervisord.daemon.backends.base import RunSpec
+from supervisord.daemon.backends.slurm import SlurmBackend
 from tests.supervisord.backends.conformance import BackendHarness, SupervisorHarness
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]

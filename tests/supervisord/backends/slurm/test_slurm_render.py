@@ -7,8 +7,8 @@ import json
 import shlex
 from pathlib import Path
 
-from supervisord.backends.base import Backend
-from supervisord.backends.slurm import SlurmBackend
+from supervisord.daemon.backends.base import Backend
+from supervisord.daemon.backends.slurm import SlurmBackend
 from tests.supervisord.jobsup_env import JobsupEnv
 
 

@@ -8,8 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from supervisord.backends.slurm.poller import LogChunk, parse_poll, poll_script
-from supervisord.backends.slurm.script import (
+from supervisord.daemon.backends.slurm.poller import LogChunk, parse_poll, poll_script
+from supervisord.daemon.backends.slurm.status import (
+    JobRecord,
+    elapsed_seconds,
+    observe,
+    parse_accounting,
+    parse_scontrol,
+    parse_squeue,
+)
+from supervisord.shared.exceptions import ConfigError
+from supervisord.shared.slurmscript import (
     SlurmSettings,
     array_spec,
     env_file,
@@ -18,15 +27,6 @@ from supervisord.backends.slurm.script import (
     time_limit,
     wrapper_script,
 )
-from supervisord.backends.slurm.status import (
-    JobRecord,
-    elapsed_seconds,
-    observe,
-    parse_accounting,
-    parse_scontrol,
-    parse_squeue,
-)
-from supervisord.exceptions import ConfigError
 
 
 def rec(state: str, code: int | None = None, sig: int | None = None, reason: str = "") -> JobRecord:
