@@ -31,6 +31,7 @@ from store import (
     ConcurrencyError,
     EventStore,
     LogBlock,
+    RecordedEvent,
     RunStatus,
 )
 from supervisord.daemon.backends.base import PAUSED, Backend, Pausable, RunSpec, paused_message
@@ -973,6 +974,8 @@ class Supervisor:
         # Likewise the updates and where each run's output was last read.
         updated = await self.store.run_events(ids, [RUN_UPDATED])
         positions = await self.store.last_log_positions(ids)
+        sampled = [s.id for s in runs if s.backend == "local" and s.phase == "RUNNING"]
+        usage = await self.store.run_events(sampled, [RESOURCE_USAGE]) if sampled else {}
         for status in runs:
             first = firsts.get(status.id)
             submitted = first.data if first is not None else {}
@@ -986,7 +989,7 @@ class Supervisor:
             state = _RunState(spec, status)
             if spec.backend == "local" and status.phase == "RUNNING":
                 # Stopped by the memory watchdog before the restart: it still ends OOMKilled.
-                state.sampled, state.over_limit = await self._usage_marks(status.id)
+                state.sampled, state.over_limit = _usage_marks(usage.get(status.id) or [])
             self._runs[status.id] = state
             retry_fresh = await self._reattach_attempt(state, status) if state.policy is not None else None
             spec = state.spec
@@ -1013,22 +1016,6 @@ class Supervisor:
         if runs:
             log.info("reattached", runs=len(runs))
         return len(runs)
-
-    async def _usage_marks(self, run_id: str) -> tuple[bool, str | None]:
-        """Whether the usage sampler recorded a ``ResourceUsage`` of
-        ``run_id``, and the message of the last one that marks it stopped
-        for its memory (``over_limit``; None when none does)."""
-        sampled, marked = False, None
-        after = 0
-        while True:
-            page = await self.store.read_all(after, limit=1000, run_id=run_id, types=[RESOURCE_USAGE])
-            for e in page:
-                sampled = sampled or e.data.get("source") != "runner"
-                if isinstance(e.data.get("over_limit"), str):
-                    marked = str(e.data["over_limit"])
-            if len(page) < 1000:
-                return sampled, marked
-            after = page[-1].seq
 
     async def _reattach_attempt(self, state: _RunState, status: RunStatus) -> bool | None:
         """At a restart, a run with a retry policy: where its attempts are.
@@ -1111,6 +1098,7 @@ class Supervisor:
             manifest=str(submitted["manifest"]) if submitted.get("manifest") else None,
             env_digests=_env_digests(submitted),
             umask=str(submitted["umask"]) if submitted.get("umask") else None,
+            **_limits_of(submitted),
             **world_fields(run_id, submitted, env),
         )
 
@@ -1434,3 +1422,27 @@ class Supervisor:
             for rid, s in self._runs.items()
             if s.phase == "RUNNING" and s.spec.backend == "local" and not s.done.is_set()
         )
+
+
+def _usage_marks(events: Sequence[RecordedEvent]) -> tuple[bool, str | None]:
+    """From a run's ``ResourceUsage`` events: whether the usage sampler
+    recorded one, and the message of the last one that marks the run stopped
+    for its memory (``over_limit``; None when none does)."""
+    sampled, marked = False, None
+    for e in events:
+        sampled = sampled or e.data.get("source") != "runner"
+        if isinstance(e.data.get("over_limit"), str):
+            marked = str(e.data["over_limit"])
+    return sampled, marked
+
+
+def _limits_of(submitted: Mapping[str, Any]) -> dict[str, Any]:
+    """``memory_bytes`` and ``cpus`` of a RunSpec from the Submitted data's
+    ``scheduling`` (an update applied; absent or odd values: None)."""
+    sched = submitted.get("scheduling")
+    sched = sched if isinstance(sched, Mapping) else {}
+    memory, cpus = sched.get("memory_bytes"), sched.get("cpus")
+    return {
+        "memory_bytes": memory if isinstance(memory, int) and not isinstance(memory, bool) and memory > 0 else None,
+        "cpus": float(cpus) if isinstance(cpus, (int, float)) and not isinstance(cpus, bool) and cpus > 0 else None,
+    }

@@ -85,6 +85,11 @@ class RunSpec:
     env_digests: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
     """NAME -> the keyed digest the Submitted event recorded for each env value
     (never a value), for backends that record which env a run got."""
+    memory_bytes: int | None = None
+    """The run's ``--memory`` limit in bytes (None: none), for a backend that
+    enforces it (the local backend's systemd scope, Slurm's ``--mem``)."""
+    cpus: float | None = None
+    """The run's ``--cpus`` limit (None: none), as ``memory_bytes``."""
     umask: str | None = None
     """The submitting shell's umask as octal text (``"0022"``), for backends
     whose jobs create files on this machine; None: keep the daemon's."""

@@ -110,13 +110,9 @@ class LocalBackend:
         """The ``systemd-run --user --scope`` argv prefix for a run with
         limits when the daemon found a user manager (``systemd_run``); []
         otherwise (the sampler enforces)."""
-        sched = spec.submitted.get("scheduling")
-        if self.systemd_run is None or not isinstance(sched, Mapping):
+        if self.systemd_run is None or (spec.memory_bytes is None and spec.cpus is None):
             return []
-        memory, cpus = sched.get("memory_bytes"), sched.get("cpus")
-        if not memory and not cpus:
-            return []
-        return scope_argv(self.systemd_run, spec.run_id, memory or None, cpus or None)
+        return scope_argv(self.systemd_run, spec.run_id, spec.memory_bytes, spec.cpus)
 
     def _settings(self, spec: RunSpec) -> tuple[str, int]:
         local = spec.config.get("local") or {}
