@@ -241,20 +241,23 @@ class BenchEnv:
             for sig, handler in self._old_handlers.items():
                 signal.signal(sig, handler)
 
-    def start_daemon(self, timeout_s: float = 60.0) -> int:
-        """Start the daemon and wait until its API answers; returns its pid.
-        Raises RuntimeError (with the daemon log's tail) if it exits or does
-        not answer within ``timeout_s``."""
-        self.spawn_daemon()
+    def start_daemon(self, timeout_s: float = 60.0, *, profile: Path | None = None) -> int:
+        """Start the daemon (under cProfile writing ``profile``, when given)
+        and wait until its API answers; returns its pid. Raises RuntimeError
+        (with the daemon log's tail) if it exits or does not answer within
+        ``timeout_s``."""
+        self.spawn_daemon(profile=profile)
         self.wait_ready(timeout_s)
         assert self.daemon is not None
         return self.daemon.pid
 
-    def spawn_daemon(self) -> subprocess.Popen[bytes]:
-        """Start the daemon without waiting for it."""
+    def spawn_daemon(self, *, profile: Path | None = None) -> subprocess.Popen[bytes]:
+        """Start the daemon without waiting for it (under cProfile writing
+        ``profile``, when given)."""
+        profiler = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
         with self.daemon_log.open("ab") as log:
             self.daemon = subprocess.Popen(
-                [sys.executable, "-m", "supervisord", "daemon"],
+                [sys.executable, *profiler, "-m", "supervisord", "daemon"],
                 env=self.env,
                 cwd=self.root,
                 stdin=subprocess.DEVNULL,

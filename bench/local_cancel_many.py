@@ -24,7 +24,6 @@ import pstats
 import resource
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -53,16 +52,7 @@ def main() -> None:
 
     with BenchEnv("cancel") as env:
         repo = make_repo(env.root / "proj", {"README": "bench\n"})
-        if args.profile:
-            with env.daemon_log.open("ab") as log:
-                env.daemon = subprocess.Popen(
-                    [sys.executable, "-m", "cProfile", "-o", str(args.profile), "-m", "supervisord", "daemon"],
-                    env=env.env, cwd=env.root, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                    start_new_session=True,
-                )  # fmt: skip
-            env.wait_ready(timeout_s=120)
-        else:
-            env.start_daemon()
+        env.start_daemon(timeout_s=120 if args.profile else 60, profile=args.profile)
         assert env.daemon is not None
         pid = env.daemon.pid
         ids = submit_all(env, repo, n)

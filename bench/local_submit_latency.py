@@ -45,7 +45,6 @@ import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -118,16 +117,7 @@ def main() -> None:
         compileall.compile_dir(root / package, quiet=1)
     with BenchEnv("submit") as env:
         repo = make_repo(env.root / "proj", {"README": "bench\n"})
-        if args.profile:
-            with env.daemon_log.open("ab") as log:
-                env.daemon = subprocess.Popen(
-                    [sys.executable, "-m", "cProfile", "-o", str(args.profile), "-m", "supervisord", "daemon"],
-                    env=env.env, cwd=env.root, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                    start_new_session=True,
-                )  # fmt: skip
-            env.wait_ready(timeout_s=120)
-        else:
-            env.start_daemon()
+        env.start_daemon(timeout_s=120 if args.profile else 60, profile=args.profile)
         load_before = load_average()
         tsp = tsp_submits(n, env.root)
         cli_id: list[float] = []

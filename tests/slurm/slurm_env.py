@@ -14,7 +14,7 @@ import dataclasses
 import os
 import secrets
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ import pytest
 
 from supervisord.daemon.backends.slurm import SlurmBackend
 from tests.supervisord.backends.conformance import BackendHarness, SupervisorHarness
+from tests.supervisord.jobsup_env import JobsupEnv, jobsup_env
 
 __all__ = ["SSH_HOST", "TRANSPORTS", "SlurmCluster", "cluster_or_skip", "supervised", "texts"]
 
@@ -98,6 +99,16 @@ async def supervised(
         # cancels its task group, closes the backend and the store.
         with contextlib.suppress(StopAsyncIteration):
             await gen.__anext__()
+
+
+@contextlib.contextmanager
+def slurm_jobsup(cluster: SlurmCluster, root: Path) -> Iterator[JobsupEnv]:
+    """A real daemon in ``root`` that reaches ``cluster`` (its ssh config and
+    this host's Slurm commands), with its remote dir under ``root``."""
+    with jobsup_env(root) as env:
+        env.user_config(f"slurm:\n  remote_dir: {root / 'remote'}\n")
+        env.start_daemon(extra_env={"JOBSUP_SSH_CONFIG": str(cluster.ssh_config), **env.host_slurm()})
+        yield env
 
 
 def texts(lines: list[tuple[str, str]]) -> list[str]:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.slurm.slurm_env import SSH_HOST, SlurmCluster, cluster_or_skip
-from tests.supervisord.jobsup_env import JobsupEnv, jobsup_env, make_repo
+from tests.slurm.slurm_env import SSH_HOST, SlurmCluster, cluster_or_skip, slurm_jobsup
+from tests.supervisord.jobsup_env import JobsupEnv, make_repo
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
@@ -25,10 +25,7 @@ def cluster() -> SlurmCluster:
 
 @pytest.fixture(scope="module")
 def js(cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobsupEnv]:
-    root = tmp_path_factory.mktemp("slurm-sweep")
-    with jobsup_env(root) as env:
-        env.user_config(f"slurm:\n  remote_dir: {root / 'remote'}\n")
-        env.start_daemon(extra_env={"JOBSUP_SSH_CONFIG": str(cluster.ssh_config), **env.host_slurm()})
+    with slurm_jobsup(cluster, tmp_path_factory.mktemp("slurm-sweep")) as env:
         yield env
 
 

@@ -474,12 +474,16 @@ async def run_stream(request: Request, page: _Page) -> Response:
     return _sse_response(stream(), st.streams)
 
 
+async def _on_run(request: Request, act: Callable[[str], Awaitable[object]]) -> Response:
+    """Resolve the path's run, ``act`` on it, and go back to its page."""
+    run_id = await _state(request).actions.resolve(request.path_params["ref"])
+    await act(run_id)
+    return RedirectResponse(f"/runs/{run_id}", status_code=303)
+
+
 async def cancel(request: Request, page: _Page) -> Response:
     """``POST /runs/{ref}/cancel``."""
-    actions = _state(request).actions
-    run_id = await actions.resolve(request.path_params["ref"])
-    await actions.cancel(run_id)
-    return RedirectResponse(f"/runs/{run_id}", status_code=303)
+    return await _on_run(request, _state(request).actions.cancel)
 
 
 async def rerun(request: Request, page: _Page) -> Response:
@@ -492,18 +496,12 @@ async def rerun(request: Request, page: _Page) -> Response:
 
 async def pause(request: Request, page: _Page) -> Response:
     """``POST /runs/{ref}/pause``."""
-    actions = _state(request).actions
-    run_id = await actions.resolve(request.path_params["ref"])
-    await actions.pause(run_id)
-    return RedirectResponse(f"/runs/{run_id}", status_code=303)
+    return await _on_run(request, _state(request).actions.pause)
 
 
 async def resume(request: Request, page: _Page) -> Response:
     """``POST /runs/{ref}/resume``."""
-    actions = _state(request).actions
-    run_id = await actions.resolve(request.path_params["ref"])
-    await actions.resume(run_id)
-    return RedirectResponse(f"/runs/{run_id}", status_code=303)
+    return await _on_run(request, _state(request).actions.resume)
 
 
 async def priority(request: Request, page: _Page) -> Response:
