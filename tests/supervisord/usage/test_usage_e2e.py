@@ -282,18 +282,17 @@ def test_a_reload_keeps_the_capacity_limits_are_admitted_from(js: JobsupEnv, rep
 
 
 @pytest.mark.slow
-def test_every_attempt_of_a_retried_run_is_held_to_its_memory_limit(js: JobsupEnv, repo: Path) -> None:
+def test_every_attempt_of_a_retried_run_is_held_to_its_memory_limit(js: JobsupEnv, tmp_path: Path) -> None:
     # The watchdog's "stopping" mark of attempt 1 used to carry over to
     # attempt 2, which then ran over its limit to the end (COMPLETED).
     _daemon(js)
-    (repo / "task.yaml").write_text(
+    task = (
         "name: hog\n"
         f"run: {sys.executable} hog.py 150 30 child\n"
         "memory: 64M\n"
         "retry: {attempts: 1, on: [OOMKilled], backoff: 0s}\n"
     )
-    subprocess.run(["git", "add", "task.yaml"], cwd=repo, check=True)
-    subprocess.run(["git", "commit", "-qm", "task"], cwd=repo, check=True)
+    repo = make_repo(tmp_path / "retried", {"hog.py": HOG, "task.yaml": task})
     rid = js.submit(repo, "task.yaml")
     run = _wait_terminal(js, rid)
     evs = js.cli("events", rid, "-o", "json").stdout
